@@ -1,0 +1,22 @@
+"""LayerCut's pruning core: load a model, score its layers, cut a block.
+
+Public API::
+
+    model, tokenizer = prune.load_model()            # None → the embedded default
+    result = prune.score(model, tokenizer, "angular")
+    start, end = result.best_block(6)                # end exclusive
+    pruned = prune.cut(model, start, end)            # the original stays untouched
+"""
+
+__version__ = "0.1.0"
+
+from .calibration import Calibration  # noqa: E402
+from .errors import LayerCutError  # noqa: E402
+from .loading import DEFAULT_MODEL, load_model  # noqa: E402
+from .methods import METHODS  # noqa: E402
+from .result import ImportanceResult  # noqa: E402
+from .scoring import score  # noqa: E402
+from .surgery import cut, remove_layers  # noqa: E402
+
+__all__ = ["Calibration", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "load_model",
+           "remove_layers", "score"]

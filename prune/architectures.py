@@ -1,0 +1,81 @@
+"""One table: where each architecture keeps its decoder layers and final norm.
+
+Adding an architecture is one row here; nothing else in LayerCut branches on model type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from .errors import UnsupportedArchitecture
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Attribute paths from the top-level *ForCausalLM module."""
+
+    layers: str  # the nn.ModuleList of decoder layers
+    final_norm: str  # applied to the last residual state before the LM head
+
+
+_DECODER = Architecture(layers="model.layers", final_norm="model.norm")
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": _DECODER,
+    "mistral": _DECODER,
+    "mixtral": _DECODER,
+    "qwen2": _DECODER,
+    "qwen3": _DECODER,
+    "gemma": _DECODER,
+    "gemma2": _DECODER,
+    "gemma3_text": _DECODER,
+    "phi3": _DECODER,
+    "olmo": _DECODER,
+    "olmo2": _DECODER,
+    "granite": _DECODER,
+    "smollm3": _DECODER,
+    "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm"),
+    "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f"),
+    "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm"),
+}
+
+# Config fields that hold one entry per layer besides the generic "list as long as the
+# layer count" rule (they can be shorter or hold indices, so they need naming).
+PER_LAYER_INDEX_FIELDS = ("mlp_only_layers", "no_rope_layers")
+
+
+def architecture_of(model_or_config) -> Architecture:
+    """The table row for a model (or config); a clear error for anything else."""
+    config = getattr(model_or_config, "config", model_or_config)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in ARCHITECTURES:
+        supported = ", ".join(sorted(ARCHITECTURES))
+        raise UnsupportedArchitecture(
+            f"LayerCut cannot cut layers of model type '{model_type}'. Supported decoder-only "
+            f"architectures: {supported}."
+        )
+    return ARCHITECTURES[model_type]
+
+
+def get_path(root: nn.Module, path: str) -> nn.Module:
+    """Follow a dotted attribute path."""
+    module = root
+    for name in path.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's list of decoder layers."""
+    return get_path(model, architecture_of(model).layers)
+
+
+def final_norm(model: nn.Module) -> nn.Module:
+    """The norm between the last layer and the LM head."""
+    return get_path(model, architecture_of(model).final_norm)
+
+
+def num_layers(model: nn.Module) -> int:
+    return len(decoder_layers(model))

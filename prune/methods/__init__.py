@@ -1,0 +1,67 @@
+"""The importance-method registry: a method is one plain function registered by name.
+
+A method takes a :class:`~prune.methods.context.Context` and keyword-only options with
+defaults; the registry reads those from its signature, so the UI and the CLI list methods
+and options from here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import UnknownMethod
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str
+    func: Callable
+    description: str
+
+    @property
+    def options(self) -> dict[str, object]:
+        """Option name → default, read from the function's keyword-only parameters."""
+        params = inspect.signature(self.func).parameters.values()
+        return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(name: str, label: str):
+    """Decorator: add a method under ``name``; its docstring's first line is its description."""
+
+    def add(func: Callable) -> Callable:
+        if name in METHODS:
+            raise ValueError(f"Importance method '{name}' is registered twice.")
+        description = (inspect.getdoc(func) or "").splitlines()[0]
+        METHODS[name] = Method(name=name, label=label, func=func, description=description)
+        return func
+
+    return add
+
+
+def get_method(name: str) -> Method:
+    """The method registered as ``name``, or a clear error listing the known ones."""
+    if name not in METHODS:
+        raise UnknownMethod(f"Unknown importance method '{name}'. Known methods: {', '.join(METHODS)}.")
+    return METHODS[name]
+
+
+def check_options(method: Method, options: dict) -> dict:
+    """The method's defaults updated with ``options``; unknown option names are an error."""
+    unknown = set(options) - set(method.options)
+    if unknown:
+        from ..errors import InvalidInput
+
+        raise InvalidInput(
+            f"Method '{method.name}' has no option(s) {sorted(unknown)}; it takes {sorted(method.options) or 'none'}."
+        )
+    return {**method.options, **options}
+
+
+# Registration happens on import; this list is the one place that names the method modules.
+from . import angular, block_influence, relative_magnitude, ppl, taylor, zigzag  # noqa: E402,F401

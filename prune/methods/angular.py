@@ -1,0 +1,30 @@
+"""Angular distance between the residual stream before and after a block (Gromov et al. 2024)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..result import ImportanceResult
+from . import register
+from .similarity import block_matrix
+
+
+@register("angular", "Angular distance (Gromov et al. 2024)")
+def angular_distance(ctx, *, token: str = "last") -> ImportanceResult:
+    """arccos(cos(h_l, h_{l+n}))/π averaged over samples; small = the block barely turns the stream."""
+    if token not in ("last", "mean"):
+        from ..errors import InvalidInput
+
+        raise InvalidInput("Angular distance reads the 'last' token or the 'mean' over tokens.")
+
+    def distance(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+        if token == "last":
+            before, after = before[..., -1:, :], after[..., -1:, :]
+        cos = torch.nn.functional.cosine_similarity(before, after, dim=-1).clamp(-1, 1)  # [S, N, T]
+        return (torch.arccos(cos) / math.pi).mean(dim=(1, 2))  # [S]
+
+    blocks = block_matrix(ctx.residual, distance)
+    return ImportanceResult("angular", blocks, "angular distance / π", layer_scores=blocks[0].copy(),
+                            params={"token": token})

@@ -1,0 +1,115 @@
+"""The result every importance method returns, and the pure choice of a block from it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import InvalidCut
+
+
+@dataclass
+class ImportanceResult:
+    """Scores over (block size × start layer); lower means more removable.
+
+    ``block_scores[n - 1, start]`` scores removing layers ``start … start + n - 1``
+    (end exclusive: the block ``[start, start + n)``); entries past the last layer are NaN
+    and blocks touching a protected layer are +inf.
+    """
+
+    method: str
+    block_scores: np.ndarray  # [L, L]
+    score_label: str
+    layer_scores: np.ndarray | None = None  # [L], one per layer, lower = more removable
+    params: dict = field(default_factory=dict)
+    cuts: dict[str, list[int]] = field(default_factory=dict)  # named non-contiguous layer sets
+    block_exact: bool = True  # False when blocks are the sum of single-layer scores
+    elapsed_s: float = 0.0
+
+    @property
+    def num_layers(self) -> int:
+        return self.block_scores.shape[1]
+
+    def best_block(self, n: int) -> tuple[int, int]:
+        """The most removable block of ``n`` layers as ``(start, end)``, end exclusive."""
+        if not 1 <= n < self.num_layers:
+            raise InvalidCut(f"A block must have 1…{self.num_layers - 1} layers, not {n}.")
+        row = self.block_scores[n - 1, : self.num_layers - n + 1]
+        if not np.isfinite(row).any():
+            raise InvalidCut(f"Every block of {n} layers touches a protected layer.")
+        start = int(np.nanargmin(np.where(np.isfinite(row), row, np.inf)))
+        return start, start + n
+
+    def best_blocks(self) -> dict[int, tuple[int, int]]:
+        """Best block for every size that has at least one allowed block."""
+        best = {}
+        for n in range(1, self.num_layers):
+            try:
+                best[n] = self.best_block(n)
+            except InvalidCut:
+                continue
+        return best
+
+    def best_layers(self, k: int) -> list[int]:
+        """The ``k`` most removable single layers (not necessarily contiguous)."""
+        scores = self.layer_scores if self.layer_scores is not None else self.block_scores[0]
+        return sorted(int(i) for i in np.argsort(scores, kind="stable")[:k])
+
+    def to_json(self) -> dict:
+        def encode(array):
+            return None if array is None else [[_num(v) for v in row] for row in np.atleast_2d(array)]
+
+        return {
+            "method": self.method, "score_label": self.score_label, "params": self.params,
+            "block_scores": encode(self.block_scores),
+            "layer_scores": None if self.layer_scores is None else encode(self.layer_scores)[0],
+            "cuts": self.cuts, "block_exact": self.block_exact, "elapsed_s": self.elapsed_s,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ImportanceResult":
+        layer = data.get("layer_scores")
+        return cls(
+            method=data["method"], score_label=data["score_label"], params=data.get("params", {}),
+            block_scores=np.array([[_unnum(v) for v in row] for row in data["block_scores"]]),
+            layer_scores=None if layer is None else np.array([_unnum(v) for v in layer]),
+            cuts={k: list(v) for k, v in data.get("cuts", {}).items()},
+            block_exact=data.get("block_exact", True), elapsed_s=data.get("elapsed_s", 0.0),
+        )
+
+
+def _num(value) -> float | str | None:
+    """JSON has no NaN/inf: encode them as null / "inf"."""
+    value = float(value)
+    if np.isnan(value):
+        return None
+    if np.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _unnum(value) -> float:
+    return np.nan if value is None else float(value)
+
+
+def blocks_from_layers(layer_scores: np.ndarray, protected: set[int] = frozenset()) -> np.ndarray:
+    """[L, L] block matrix where a block scores the sum of its layers' scores."""
+    layer_scores = np.asarray(layer_scores, dtype=float)
+    count = len(layer_scores)
+    blocks = np.full((count, count), np.nan)
+    prefix = np.concatenate([[0.0], np.cumsum(layer_scores)])
+    for n in range(1, count + 1):
+        blocks[n - 1, : count - n + 1] = prefix[n:] - prefix[:-n]
+    return protect(blocks, protected)
+
+
+def protect(blocks: np.ndarray, protected) -> np.ndarray:
+    """Mark every block that contains a protected layer as never removable (+inf)."""
+    blocks = blocks.copy()
+    count = blocks.shape[1]
+    for n in range(1, count + 1):
+        for start in range(count - n + 1):
+            if any(start <= p < start + n for p in protected):
+                blocks[n - 1, start] = np.inf
+    return blocks

@@ -1,0 +1,75 @@
+"""Shared fixtures: tiny real models built from configs, a tiny tokenizer, isolated caches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+_COMMON = dict(vocab_size=320, hidden_size=32, num_attention_heads=4, max_position_embeddings=256)
+
+# One small config per architecture family the adapter table covers.
+TINY_CONFIGS = {
+    "llama": lambda n: transformers.LlamaConfig(**_COMMON, intermediate_size=64, num_hidden_layers=n, num_key_value_heads=2),
+    "mistral": lambda n: transformers.MistralConfig(**_COMMON, intermediate_size=64, num_hidden_layers=n, num_key_value_heads=2),
+    "qwen2": lambda n: transformers.Qwen2Config(**_COMMON, intermediate_size=64, num_hidden_layers=n, num_key_value_heads=2,
+                                                use_sliding_window=True, sliding_window=16, max_window_layers=n // 2),
+    "gemma2": lambda n: transformers.Gemma2Config(**_COMMON, intermediate_size=64, num_hidden_layers=n, num_key_value_heads=2,
+                                                  head_dim=8, sliding_window=16),
+    "phi3": lambda n: transformers.Phi3Config(**_COMMON, intermediate_size=64, num_hidden_layers=n, num_key_value_heads=2,
+                                              pad_token_id=0),
+    "gpt_neox": lambda n: transformers.GPTNeoXConfig(**_COMMON, intermediate_size=64, num_hidden_layers=n),
+    "gpt2": lambda n: transformers.GPT2Config(vocab_size=320, n_embd=32, n_head=4, n_layer=n, n_positions=256),
+    "opt": lambda n: transformers.OPTConfig(vocab_size=320, hidden_size=32, num_attention_heads=4, num_hidden_layers=n,
+                                            ffn_dim=64, max_position_embeddings=256, word_embed_proj_dim=32),
+}
+
+
+def tiny_model(arch: str, layers: int = 4, seed: int = 0):
+    """A randomly initialised real model of ``arch`` (float32, eval mode)."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(TINY_CONFIGS[arch](layers), dtype=torch.float32)
+    model.eval()
+    model.layercut_name = f"tiny-{arch}-{layers}-{seed}"
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A byte-level BPE tokenizer (320 tokens) trained on the built-in calibration text."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([(REPO / "assets" / "calibration.txt").read_text()], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def isolated_cache(tmp_path_factory):
+    """Analyses and results go to a fresh folder; the dequantized default model is reused."""
+    persistent = Path(os.environ.get("LAYERCUT_CACHE") or Path.home() / ".cache" / "layercut")
+    (persistent / "models").mkdir(parents=True, exist_ok=True)
+    root = tmp_path_factory.mktemp("layercut-cache")
+    (root / "models").symlink_to(persistent / "models", target_is_directory=True)
+    os.environ["LAYERCUT_CACHE"] = str(root)
+    yield root
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """The embedded default (SmolLM2-135M-Instruct), loaded once per session."""
+    import prune
+
+    return prune.load_model()
