@@ -65,8 +65,13 @@ def load_model(
 def _resolve(name_or_path: str) -> str:
     """A local folder if it exists, else a syntactically valid hub id (never a path trick)."""
     text = str(name_or_path).strip()
-    local = Path(text).expanduser()
+    try:
+        local = Path(text).expanduser()
+    except RuntimeError:  # "~someone" with no such user
+        local = Path(text)
     if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ModelNotFound(f"Folder '{text}' is not a model folder: it has no config.json.")
         return str(local.resolve())
     if not _HUB_ID.match(text) or ".." in text:
         raise ModelNotFound(f"'{text}' is neither an existing folder nor a valid Hugging Face model id.")

@@ -46,6 +46,10 @@ def tiny_model(arch: str, layers: int = 4, seed: int = 0):
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
+    return build_tiny_tokenizer()
+
+
+def build_tiny_tokenizer():
     """A byte-level BPE tokenizer (320 tokens) trained on the built-in calibration text."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
