@@ -53,7 +53,7 @@ def data_dir():
     """The shared benchmark folder (LAYERCUT_DATA_DIR or ../shared/benchdata)."""
     path = ot.default_data_dir()
     if path is None or not path.is_dir():
-        pytest.skip("no benchmark data folder (set LAYERCUT_DATA_DIR)")
+        pytest.fail("no benchmark data folder: set LAYERCUT_DATA_DIR (CI has ../shared/benchdata)")
     return path
 
 
