@@ -14,9 +14,10 @@ from .calibration import Calibration  # noqa: E402
 from .errors import LayerCutError  # noqa: E402
 from .loading import DEFAULT_MODEL, load_model  # noqa: E402
 from .methods import METHODS  # noqa: E402
+from .methods.context import Context  # noqa: E402
 from .result import ImportanceResult  # noqa: E402
 from .scoring import score  # noqa: E402
 from .surgery import cut, remove_layers  # noqa: E402
 
-__all__ = ["Calibration", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "load_model",
+__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "load_model",
            "remove_layers", "score"]

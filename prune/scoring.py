@@ -26,10 +26,15 @@ def model_fingerprint(model: torch.nn.Module) -> str:
 
 
 def score(model, tokenizer, method: str, *, calibration: Calibration | None = None, use_cache: bool = True,
-          **options) -> ImportanceResult:
-    """Layer/block importance of ``model`` by ``method``; see ``prune.methods.METHODS``."""
+          context: Context | None = None, **options) -> ImportanceResult:
+    """Layer/block importance of ``model`` by ``method``; see ``prune.methods.METHODS``.
+
+    Pass the same ``context`` to several calls to compute the residual stream only once.
+    """
     spec = get_method(method)
     options = check_options(spec, options)
+    if context is not None:
+        model, tokenizer, calibration = context.model, context.tokenizer, context.calibration
     calibration = calibration or Calibration()
     key = digest({"model": model_fingerprint(model), "method": method, "options": options,
                   "calibration": calibration.key(), "version": __version__})
@@ -37,7 +42,7 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
     if use_cache and (cached := read_json(path)) is not None:
         return ImportanceResult.from_json(cached)
     started = time.perf_counter()
-    result = spec.func(Context(model, tokenizer, calibration), **options)
+    result = spec.func(context or Context(model, tokenizer, calibration), **options)
     result.elapsed_s = time.perf_counter() - started
     if use_cache:
         import json

@@ -152,3 +152,15 @@ def test_unknown_method_and_option_are_clear_errors(tiny_tokenizer):
         prune.score(model, tiny_tokenizer, "magic")
     with pytest.raises(InvalidInput, match="no option"):
         prune.score(model, tiny_tokenizer, "angular", window=3)
+
+
+def test_a_shared_context_computes_the_residual_stream_once(tiny_tokenizer, monkeypatch):
+    import prune.methods.context as context_module
+
+    calls = []
+    real = context_module.residual_stream
+    monkeypatch.setattr(context_module, "residual_stream", lambda *a, **k: calls.append(1) or real(*a, **k))
+    context = prune.Context(tiny_model("llama", layers=3), tiny_tokenizer, CAL)
+    for method in ("angular", "block_influence", "relative_magnitude", "ppl"):
+        prune.score(None, None, method, context=context, use_cache=False)
+    assert calls == [1]
