@@ -1,6 +1,5 @@
 """Known-answer tests for prune.topology (zigzag-persistence layer importance)."""
 
-import importlib.util
 import sys
 
 import numpy as np

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from ..calibration import Calibration, token_windows
 from ..hidden import residual_stream

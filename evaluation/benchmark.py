@@ -1,0 +1,224 @@
+"""The command line (the seed's ``benchmark.py``, kept compatible): benchmark the original and a cut.
+
+Modes (one of):
+  --full                                        the unpruned model only
+  --personalized --start_block S --end_block E  cut layers S…E, E inclusive ("last layer that will be cut")
+  --persistence                                 the zigzag-persistence cuts at 10% and 20%
+  --method NAME --num_layers K                  the best contiguous block of K layers by any method
+
+Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
+``--output_folder``; exits with status 2 and a one-line reason on bad input.
+
+Examples::
+
+    python -m evaluation.benchmark --full --task arc_easy,piqa --limit 200
+    layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
+
+Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
+
+    accelerate launch -m lm_eval run --model hf --model_args pretrained=./cut dtype=bfloat16 \\
+        --tasks hellaswag arc_easy --batch_size 16          # data-parallel, one copy per GPU
+    lm-eval run --model vllm --model_args pretrained=./cut data_parallel_size=2 --tasks hellaswag
+    vllm serve ./cut                                        # or any HF-compatible server
+
+(offline, add ``--include_path ~/.cache/layercut/tasks/<fingerprint> --tasks layercut_hellaswag``:
+the converted local tasks this command prepared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import prune
+from prune.errors import InvalidCut, InvalidInput, LayerCutError
+from prune.methods import METHODS
+from prune.paths import write_atomic
+
+from . import lm_eval_adapter
+from .backend import Backend, describe_cut
+from .measurement import ORIGINAL, PRUNED, to_csv, to_markdown
+from .offline_tasks import SUPPORTED_TASKS
+
+DEFAULT_TASKS = "arc_easy"
+PERSISTENCE_CUTS = {"persistence_10": "10%", "persistence_20": "20%"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="layercut-benchmark", description="Benchmark a model and a depth-pruned version of it with lm-eval.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"Tasks: {', '.join(SUPPORTED_TASKS)}.\nMethods: {', '.join(METHODS)}.",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--full", action="store_true", help="evaluate the unpruned model")
+    mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
+    mode.add_argument("--persistence", action="store_true", help="the zigzag-persistence cuts at 10%% and 20%%")
+    mode.add_argument("--method", metavar="NAME", help="cut the best block of --num_layers layers by this method")
+    parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
+    parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
+    parser.add_argument("--num_layers", type=int, help="block size for --method")
+    parser.add_argument("--model", default=None,
+                        help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
+    parser.add_argument("--limit", type=int, default=None, help="examples per task (per subject for mmlu; default: all)")
+    parser.add_argument("--num_fewshot", type=int, default=0, help="few-shot examples (offline: arc_*, mmlu only)")
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--output_folder", default="results", help="where results and tables go (default ./results)")
+    parser.add_argument("--token", default=None, help="Hugging Face token for gated models")
+    parser.add_argument("--data_dir", default=None,
+                        help="benchmark data folder (default $LAYERCUT_DATA_DIR or ../shared/benchdata; '' = the hub)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16")
+    parser.add_argument("--seed", type=int, default=0, help="0 = lm-eval's default seeds")
+    parser.add_argument("--scorer", default="hflm", choices=sorted(lm_eval_adapter.SCORERS))
+    parser.add_argument("--no_cache", action="store_true", help="neither read nor write the results cache")
+    parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
+    return parser
+
+
+class _Printer:
+    """Progress on stderr: one line per new message or 5% step."""
+
+    def __init__(self):
+        self._last = (None, -1.0)
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        message = message or ""
+        if message != self._last[0] or fraction - self._last[1] >= 0.05:
+            print(f"[{fraction * 100:5.1f}%] {message}", file=sys.stderr, flush=True)
+            self._last = (message, fraction)
+
+
+def _check_mode(args) -> None:
+    """What can be checked before loading a model."""
+    if args.personalized:
+        if args.start_block is None or args.end_block is None:
+            raise InvalidInput("--personalized needs --start_block and --end_block (the last layer cut, inclusive).")
+    elif args.method is not None:
+        if args.method not in METHODS:
+            raise InvalidInput(f"Unknown method '{args.method}'. Known methods: {', '.join(METHODS)}.")
+        if args.num_layers is None or args.num_layers < 1:
+            raise InvalidInput("--method needs --num_layers K ≥ 1 (the size of the block to cut).")
+    if args.full and args.export_dir:
+        raise InvalidInput("--export_dir saves a pruned model: use it with a cut, not --full.")
+    if args.batch_size < 1:
+        raise InvalidInput("--batch_size must be at least 1.")
+
+
+def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> list[int]:
+    """Layers S…E (E inclusive), checked in the seed's terms."""
+    if not (0 <= start <= end_inclusive < num_layers) or end_inclusive - start + 1 >= num_layers:
+        raise InvalidCut(f"Cannot cut layers {start}…{end_inclusive} (--end_block is inclusive): the model has "
+                         f"layers 0…{num_layers - 1} and at least one must remain.")
+    return list(range(start, end_inclusive + 1))
+
+
+def _cuts(args, backend: Backend, progress) -> dict[str, list[int]]:
+    """Mode name → layers to remove (empty for --full)."""
+    if args.full:
+        return {}
+    if args.personalized:
+        return {"personalized": _personalized_layers(args.start_block, args.end_block, backend.info.num_layers)}
+    if args.persistence:
+        result = backend.analyze("zigzag", progress=progress)
+        cuts = {mode: result.cuts.get(key, []) for mode, key in PERSISTENCE_CUTS.items()}
+        empty = [key for mode, key in PERSISTENCE_CUTS.items() if not cuts[mode]]
+        if empty:
+            raise InvalidCut(f"Zigzag persistence found no removable layers for the {', '.join(empty)} cut(s) "
+                             "of this model.")
+        return cuts
+    result = backend.analyze(args.method, progress=progress)
+    start, end = result.best_block(args.num_layers)
+    return {args.method: list(range(start, end))}
+
+
+def _results_json(entries: dict[str, dict], config: dict) -> dict:
+    """lm-eval's results layout: results (groups' subtasks flattened in), higher_is_better, n-samples, config."""
+    results, better, sizes, shots, versions = {}, {}, {}, {}, {}
+    for task, entry in entries.items():
+        results[task] = entry["results"]
+        results.update(entry.get("subtasks", {}))
+        better[task] = entry.get("higher_is_better")
+        sizes[task] = entry.get("n-samples")
+        shots[task] = entry.get("n-shot")
+        versions[task] = entry.get("version")
+    return {"results": results, "higher_is_better": better, "n-samples": sizes, "n-shot": shots,
+            "versions": versions, "config": config}
+
+
+def run(args, progress=None) -> Path:
+    """Run one invocation; returns the output folder."""
+    _check_mode(args)
+    progress = progress or _Printer()
+    backend = Backend(data_dir=args.data_dir, device=args.device)
+    tasks = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
+                                          data_dir=backend.data_dir)
+    out_dir = Path(args.output_folder).expanduser().resolve()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
+    info = backend.load(args.model, token=args.token, dtype=args.dtype, progress=progress)
+    cuts = _cuts(args, backend, progress)
+    settings = dict(limit=args.limit, num_fewshot=args.num_fewshot, batch_size=args.batch_size, scorer=args.scorer,
+                    seed=args.seed, use_cache=not args.no_cache, progress=progress)
+    config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
+              "tasks": tasks, "limit": args.limit, "num_fewshot": args.num_fewshot, "batch_size": args.batch_size,
+              "scorer": args.scorer, "seed": args.seed,
+              "data_dir": str(backend.data_dir) if backend.data_dir else "hub",
+              "layercut_version": prune.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+    original = backend.benchmark_results(tasks, **settings)[ORIGINAL]
+    _write_json(out_dir / "results_full.json",
+                _results_json(original, {**config, "mode": "full", "removed_layers": []}))
+    measurements = lm_eval_adapter.to_measurements(original, model=ORIGINAL)
+    for mode, layers in cuts.items():
+        cut = backend.set_cut_layers(layers)
+        progress(0.0, f"{mode}: {cut.description}")
+        pruned = backend.benchmark_results(tasks, **settings)[PRUNED]
+        _write_json(out_dir / f"results_{mode}.json", _results_json(pruned, {
+            **config, "mode": mode, "removed_layers": cut.removed, "cut": cut.description,
+            "params_removed_pct": round(cut.params_removed_pct, 3)}))
+        label = PRUNED if len(cuts) == 1 else mode
+        measurements += [replace(m, model=label) for m in lm_eval_adapter.to_measurements(pruned, model=label)]
+        if args.export_dir:
+            target = Path(args.export_dir).expanduser().resolve()
+            if len(cuts) > 1:
+                target = target / mode
+            saved = backend.export(target.name, root=target.parent)
+            progress(1.0, f"Saved the {mode} checkpoint to {saved}")
+
+    header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
+    header += "".join(f"- {mode}: removes {describe_cut(layers, info.num_layers)}\n" for mode, layers in cuts.items())
+    table = to_markdown(measurements)
+    (out_dir / "comparison.md").write_text(header + "\n" + table)
+    (out_dir / "comparison.csv").write_text(to_csv(measurements))
+    print(table)
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _write_json(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except LayerCutError as err:
+        print(f"layercut-benchmark: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("layercut-benchmark: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

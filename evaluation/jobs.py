@@ -1,0 +1,125 @@
+"""One heavy job at a time per device, with progress reporting and cooperative cancellation.
+
+A job gets a :class:`Job` handle: ``job.update(fraction, message)`` reports progress and is
+also a safe point where a pending cancellation raises :class:`Cancelled`; ``job.check()``
+is a safe point without a report. The per-device lock is a plain ``threading.Lock`` (not
+re-entrant: it may be released from another thread, as a streaming generator resumed by a
+different worker thread does), so code inside a job passes its ``Job`` down instead of
+starting a nested one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from prune.errors import LayerCutError
+
+Progress = Callable[[float, str], object]
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class Cancelled(LayerCutError):
+    """The user cancelled the running job."""
+
+
+def device_key(device: str) -> str:
+    """'cuda' and 'cuda:0' are the same device; every CPU job shares 'cpu'."""
+    device = str(device or "cpu")
+    if device.startswith("cuda"):
+        return device if ":" in device else "cuda:0"
+    return device.split(":")[0]
+
+
+def device_lock(device: str) -> threading.Lock:
+    """The process-wide lock of one device."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(device_key(device), threading.Lock())
+
+
+class Job:
+    """A running job's handle: progress reports and cancellation checks."""
+
+    def __init__(self, label: str, progress: Progress | None, cancelled: threading.Event,
+                 span: tuple[float, float] = (0.0, 1.0)):
+        self.label = label
+        self._progress = progress
+        self._cancelled = cancelled
+        self._span = span
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def check(self) -> None:
+        """A safe point: raise :class:`Cancelled` if cancellation was requested."""
+        if self._cancelled.is_set():
+            raise Cancelled(f"Cancelled: {self.label} was stopped before it finished.")
+
+    def update(self, fraction: float, message: str = "") -> None:
+        """Report progress (``fraction`` of this job or sub-job, 0…1); also a safe point."""
+        self.check()
+        if self._progress is not None:
+            lo, hi = self._span
+            self._progress(lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0), message)
+
+    def sub(self, start: float, end: float) -> "Job":
+        """A view of this job whose 0…1 maps onto ``start…end`` of it (for steps of a job)."""
+        lo, hi = self._span
+        return Job(self.label, self._progress, self._cancelled, (lo + (hi - lo) * start, lo + (hi - lo) * end))
+
+
+class JobRunner:
+    """Runs jobs for one owner (a Backend) on one device; ``cancel`` stops all of its jobs."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._events: set[threading.Event] = set()
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def run(self, label: str, progress: Progress | None = None, *, hold: bool = True) -> Iterator[Job]:
+        """A job; with ``hold`` the device lock is held throughout (else use :meth:`holding`)."""
+        event = threading.Event()
+        with self._guard:
+            self._events.add(event)
+        job = Job(label, progress, event)
+        try:
+            if hold:
+                with self.holding(job):
+                    yield job
+            else:
+                yield job
+        finally:
+            with self._guard:
+                self._events.discard(event)
+
+    @contextmanager
+    def holding(self, job: Job) -> Iterator[None]:
+        """Hold the device lock, waiting (cancellably) while another job has it."""
+        lock = device_lock(self.device)
+        told = False
+        while not lock.acquire(timeout=0.05):
+            job.check()
+            if not told and job._progress is not None:
+                job._progress(0.0, f"Waiting for another job on {device_key(self.device)} to finish…")
+                told = True
+        try:
+            job.check()
+            yield
+        finally:
+            lock.release()
+
+    def cancel(self) -> None:
+        """Ask every running or waiting job of this runner to stop at its next safe point."""
+        with self._guard:
+            for event in self._events:
+                event.set()
+
+    @property
+    def busy(self) -> bool:
+        with self._guard:
+            return bool(self._events)

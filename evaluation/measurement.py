@@ -1,0 +1,260 @@
+"""The one result shape every measurement comes back in, and the comparison tables built from it.
+
+A :class:`Measurement` is one number for one model ("original", "pruned", or any label the
+caller gives a variant). :func:`comparison_rows` pairs each pruned-side value with the
+original's, and :func:`to_dataframe` / :func:`to_markdown` / :func:`to_csv` render the same
+rows, so the UI tabs and the command line show identical tables.
+
+Derived columns, oriented so that "bigger is better" reads the same way everywhere:
+
+* degradation — how much worse the pruned value is, in the metric's own unit (points for %):
+  ``original − pruned`` when higher is better, ``pruned − original`` when lower is better;
+* retention % — ``100 · pruned / original`` (higher is better) or ``100 · original / pruned``
+  (lower is better): below 100 means the cut lost something;
+* speedup — the same ratio as a factor, for speed metrics (latency: original / pruned;
+  throughput: pruned / original), beside the ideal speedup from per-token FLOPs;
+* pruned / original % — the plain ratio, for memory and size (neither better nor worse).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+ORIGINAL = "original"
+PRUNED = "pruned"
+
+# Which derived columns a group shows; a group not listed shows degradation and retention.
+_GROUP_COLUMNS = {
+    "speed": ("speedup", "ideal_speedup"),
+    "memory": ("ratio_pct",),
+    "generation": ("speedup",),
+}
+_QUALITY_COLUMNS = ("degradation", "retention_pct")
+_COLUMN_TITLES = {
+    "degradation": "Degradation", "retention_pct": "Retention %", "speedup": "Speedup ×",
+    "ideal_speedup": "Ideal speedup ×", "ratio_pct": "Pruned / original %",
+}
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured number for one model."""
+
+    name: str  # e.g. "arc_easy acc", "decode latency (batch 8, 32 new tokens)"
+    value: float
+    unit: str = ""  # "%", "ms", "tokens/s", "GiB", "" for plain numbers
+    higher_is_better: bool | None = True  # None: neither (a parameter count)
+    spread: float | None = None  # ± this much; what it is says spread_kind
+    spread_kind: str = ""  # "stderr", "IQR", ...
+    model: str = ORIGINAL  # which model it belongs to
+    group: str = ""  # "benchmarks", "perplexity", "speed", "memory", "generation"
+    ideal: float | None = None  # pruned side: the value if the metric scaled with per-token FLOPs
+    details: dict = field(default_factory=dict, compare=False)  # raw samples, settings
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["value"] = _finite(self.value)
+        data["spread"] = _finite(self.spread)
+        data["ideal"] = _finite(self.ideal)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Measurement":
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}
+        data["value"] = math.nan if data.get("value") is None else float(data["value"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One metric of one pruned variant beside the original (either side may be missing)."""
+
+    group: str
+    name: str
+    unit: str
+    higher_is_better: bool | None
+    original: Measurement | None
+    pruned: Measurement | None
+
+    @property
+    def variant(self) -> str:
+        return self.pruned.model if self.pruned else ""
+
+    @property
+    def gain(self) -> float | None:
+        """Pruned relative to original, oriented so that above 1 is better."""
+        return _gain(self._value(self.original), self._value(self.pruned), self.higher_is_better)
+
+    @property
+    def degradation(self) -> float | None:
+        """How much worse the pruned value is, in the metric's unit (points for %)."""
+        orig, pruned = self._value(self.original), self._value(self.pruned)
+        if orig is None or pruned is None or self.higher_is_better is None:
+            return None
+        return orig - pruned if self.higher_is_better else pruned - orig
+
+    @property
+    def retention_pct(self) -> float | None:
+        gain = self.gain
+        return None if gain is None else 100.0 * gain
+
+    @property
+    def speedup(self) -> float | None:
+        return self.gain
+
+    @property
+    def ideal_speedup(self) -> float | None:
+        ideal = self.pruned.ideal if self.pruned else None
+        return _gain(self._value(self.original), ideal, self.higher_is_better)
+
+    @property
+    def ratio_pct(self) -> float | None:
+        orig, pruned = self._value(self.original), self._value(self.pruned)
+        return None if orig in (None, 0) or pruned is None else 100.0 * pruned / orig
+
+    @staticmethod
+    def _value(m: Measurement | None) -> float | None:
+        return None if m is None or not math.isfinite(m.value) else float(m.value)
+
+
+def comparison_rows(measurements: list[Measurement], reference: str = ORIGINAL) -> list[Row]:
+    """Pair every other model's measurements with the reference model's, in first-seen order."""
+    originals: dict[tuple[str, str], Measurement] = {}
+    variants: dict[str, dict[tuple[str, str], Measurement]] = {}
+    order: list[tuple[str, str]] = []
+    for m in measurements:
+        key = (m.group, m.name)
+        if key not in order:
+            order.append(key)
+        if m.model == reference:
+            originals[key] = m
+        else:
+            variants.setdefault(m.model, {})[key] = m
+    rows = []
+    for key in order:
+        orig = originals.get(key)
+        paired = [(name, found[key]) for name, found in variants.items() if key in found]
+        for _, pruned in paired or [(None, None)]:
+            sample = orig or pruned
+            rows.append(Row(key[0], key[1], sample.unit, sample.higher_is_better, orig, pruned))
+    return rows
+
+
+def _derived_columns(rows: list[Row]) -> list[str]:
+    wanted = []
+    for row in rows:
+        for col in _GROUP_COLUMNS.get(row.group, _QUALITY_COLUMNS):
+            if col not in wanted and getattr(row, col) is not None:
+                wanted.append(col)
+    return [c for c in _COLUMN_TITLES if c in wanted]
+
+
+def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *, text: bool = True) -> list[dict]:
+    """The comparison as a list of dicts (one per row), columns that are empty everywhere dropped.
+
+    ``text=True`` formats numbers for display ("71.2 ± 1.3"); ``text=False`` keeps raw
+    numbers and puts spreads in their own columns (for CSV and pandas).
+    """
+    rows = comparison_rows(measurements, reference)
+    derived = _derived_columns(rows)
+    show_model = len({r.variant for r in rows if r.variant}) > 1
+    records = []
+    for row in rows:
+        rec: dict = {"Group": row.group, "Metric": row.name}
+        if show_model:
+            rec["Model"] = row.variant
+        rec["Unit"] = row.unit
+        for side, m in (("Original", row.original), ("Pruned", row.pruned)):
+            if text:
+                rec[side] = _format(m)
+            else:
+                rec[side] = None if m is None else _finite(m.value)
+                rec[f"{side} ±"] = None if m is None else _finite(m.spread)
+        for col in derived:
+            value = getattr(row, col) if col in _GROUP_COLUMNS.get(row.group, _QUALITY_COLUMNS) else None
+            rec[_COLUMN_TITLES[col]] = (_number(value) if text else value)
+        records.append(rec)
+    if not text:
+        return records
+    if not any(r["Pruned"] for r in records):  # no cut: no pruned column
+        for rec in records:
+            rec.pop("Pruned")
+    if len({r["Group"] for r in records}) <= 1:
+        for rec in records:
+            rec.pop("Group")
+    return records
+
+
+def to_dataframe(measurements: list[Measurement], reference: str = ORIGINAL, *, text: bool = True):
+    """A pandas DataFrame of the comparison (what the UI shows)."""
+    import pandas as pd
+
+    return pd.DataFrame(table_records(measurements, reference, text=text))
+
+
+def to_markdown(measurements: list[Measurement], reference: str = ORIGINAL) -> str:
+    """A GitHub-flavoured markdown table of the comparison."""
+    records = table_records(measurements, reference)
+    if not records:
+        return "_No measurements._\n"
+    headers = list(records[0])
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    for rec in records:
+        lines.append("| " + " | ".join(str(rec[h]).replace("|", "\\|") for h in headers) + " |")
+    spreads = sorted({m.spread_kind for m in measurements if m.spread is not None and m.spread_kind})
+    note = f"\n± is the {', '.join(spreads)}.\n" if spreads else ""
+    return "\n".join(lines) + "\n" + note
+
+
+def to_csv(measurements: list[Measurement], reference: str = ORIGINAL) -> str:
+    """The comparison as CSV with raw numbers (spreads in their own columns)."""
+    records = table_records(measurements, reference, text=False)
+    out = io.StringIO()
+    if records:
+        writer = csv.DictWriter(out, fieldnames=list(records[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    return out.getvalue()
+
+
+def to_json_list(measurements: list[Measurement]) -> list[dict]:
+    return [m.to_dict() for m in measurements]
+
+
+def from_json_list(data: list[dict]) -> list[Measurement]:
+    return [Measurement.from_dict(d) for d in data]
+
+
+def _gain(orig: float | None, pruned: float | None, higher_is_better: bool | None) -> float | None:
+    if orig is None or pruned is None or higher_is_better is None:
+        return None
+    num, den = (pruned, orig) if higher_is_better else (orig, pruned)
+    return None if den == 0 else num / den
+
+
+def _finite(value):
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    value = float(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value != 0 and abs(value) < 1e-3:
+        return f"{value:.3g}"
+    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+
+
+def _format(m: Measurement | None) -> str:
+    if m is None:
+        return ""
+    text = _number(_finite(m.value)) or "n/a"
+    if m.spread is not None and math.isfinite(m.spread):
+        text += f" ± {_number(m.spread)}"
+    return text

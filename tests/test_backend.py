@@ -1,0 +1,291 @@
+"""The Backend on a tiny real model: cuts, generation, speed, memory, perplexity, caching, cancellation."""
+
+import math
+
+import pytest
+import torch
+import transformers
+
+import prune
+from conftest import tiny_model
+from evaluation import backend as backend_module
+from evaluation import generation, lm_eval_adapter, perplexity, speed
+from evaluation.backend import Backend
+from evaluation.jobs import Cancelled
+from prune.errors import InvalidCut, InvalidInput
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tiny_tokenizer):
+    """A 4-layer tiny llama and its tokenizer saved as a normal Hugging Face folder."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama", 4).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_folder):
+    b = Backend(device="cpu")
+    b.load(tiny_folder)
+    return b
+
+
+def _logits(model):
+    ids = torch.arange(3, 19).view(1, 16)
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+# ---------------------------------------------------------------- model and cut
+
+
+def test_nothing_works_before_a_model_is_loaded():
+    b = Backend(device="cpu")
+    with pytest.raises(InvalidInput, match="Load a model first"):
+        b.set_cut(0, 1)
+    with pytest.raises(InvalidInput, match="Load a model first"):
+        b.generate("hello")
+    with pytest.raises(InvalidInput, match="Load a model first"):
+        b.benchmarks(["arc_easy"])
+
+
+def test_load_describes_the_model(backend):
+    info = backend.info
+    assert (info.num_layers, info.device, info.dtype) == (4, "cpu", "float32")
+    assert len(info.layer_params) == 4 and info.layer_params[0] == sum(
+        p.numel() for p in backend.model.model.layers[0].parameters())
+    assert info.num_params == sum(p.numel() for p in backend.model.parameters())
+
+
+def test_cuts_describe_themselves_and_variants_are_cached(backend):
+    cut = backend.set_cut(1, 3)
+    assert cut.removed == [1, 2] and cut.layers_removed == 2
+    assert cut.params_removed == 2 * backend.info.layer_params[0]
+    assert cut.params_removed_pct == pytest.approx(100 * cut.params_removed / backend.info.num_params)
+    assert cut.description == "layers 1–2 (2 of 4), end exclusive [1, 3)"
+    pruned = backend.pruned
+    assert backend.set_cut(1, 3) and backend.pruned is pruned
+    assert backend.set_cut_layers([0, 3]).description == "layers 0, 3 (2 of 4)"
+    with pytest.raises(InvalidCut):
+        backend.set_cut(0, 4)
+    with pytest.raises(InvalidCut):
+        backend.set_cut_layers([7])
+
+
+def test_the_original_model_is_never_altered(backend):
+    backend.clear_cut()
+    before = _logits(backend.model)
+    backend.set_cut(1, 3)
+    list(backend.generate("The cat", max_new_tokens=4))
+    backend.speed(batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
+    assert torch.equal(_logits(backend.model), before)
+    assert backend.model.config.num_hidden_layers == 4 and backend.pruned.config.num_hidden_layers == 2
+
+
+# ---------------------------------------------------------------- generation
+
+
+def test_generation_streams_both_models_and_greedy_matches_generate(backend, tiny_tokenizer):
+    backend.set_cut(1, 3)
+    states = list(backend.generate("The quick brown fox", max_new_tokens=12))
+    assert len(states) > 1 and set(states[0]) == {"original", "pruned"}
+    final = states[-1]
+    assert all(s["done"] for s in final.values()) and not all(s["done"] for s in states[0].values())
+    assert final["original"]["ttft_s"] > 0
+    prompt = torch.tensor([generation.encode_prompt(tiny_tokenizer, "The quick brown fox")])
+    for label, model in (("original", backend.model), ("pruned", backend.pruned)):
+        stops = sorted(generation.stop_ids(model, tiny_tokenizer))
+        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
+                             eos_token_id=stops, pad_token_id=stops[0])
+        expected = tiny_tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
+        assert final[label]["text"] == expected
+    timing = generation.measurements(final)
+    assert {(m.model, m.name) for m in timing} == {(side, name) for side in ("original", "pruned")
+                                                   for name in ("time to first token", "decode speed")}
+
+
+def test_sampling_is_reproducible_with_a_seed(backend):
+    backend.set_cut(1, 3)
+    run = lambda seed: list(backend.generate("Once", max_new_tokens=10, temperature=1.0, top_p=0.9, seed=seed))[-1]
+    first = run(3)
+    assert run(3)["original"]["text"] == first["original"]["text"]
+    assert run(3)["pruned"]["text"] == first["pruned"]["text"]
+
+
+def test_bad_generation_input_fails_before_streaming(backend):
+    with pytest.raises(InvalidInput, match="empty"):
+        backend.generate("   ")
+    with pytest.raises(InvalidInput):
+        backend.generate("hi", top_p=0)
+
+
+def test_nucleus_sampling_keeps_only_the_top_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    gen = torch.Generator().manual_seed(0)
+    picks = {int(generation.choose_token(logits, 1.0, 0.7, gen)) for _ in range(200)}
+    assert picks == {0, 1}
+
+
+# ---------------------------------------------------------------- speed and FLOPs
+
+
+def test_ideal_speedup_by_hand_for_a_tiny_llama():
+    model = tiny_model("llama", 4)  # hidden 32, 4 heads of 8, 2 KV heads, MLP 64, vocab 320
+    per_layer = 2 * (32 * 32 + 2 * 32 * 16 + 32 * 32 + 3 * 32 * 64)  # q, k, v, o, gate/up/down = 18432
+    attention = 4 * 16 * 32  # scores and values at context 16
+    head = 2 * 32 * 320
+    assert speed.per_token_flops(model, 16) == 4 * (per_layer + attention) + head == 102400
+    pruned = prune.cut(model, 1, 3)
+    assert speed.per_token_flops(pruned, 16) == 2 * (per_layer + attention) + head
+    assert speed.ideal_speedup(model, pruned, 16) == pytest.approx(102400 / 61440)
+
+
+def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend):
+    backend.set_cut(1, 3)
+    found = backend.speed(batch_sizes=(1, 2), prompt_len=8, new_tokens=(3,), repeats=2)
+    names = {m.name for m in found}
+    assert {"prefill latency (batch 2, 8 tokens)", "decode latency per token (batch 1, 3 new)",
+            "throughput (batch 2, 3 new)"} <= names
+    original = [m for m in found if m.model == "original"]
+    pruned = [m for m in found if m.model == "pruned"]
+    assert len(original) == len(pruned) == 6
+    assert all(m.value > 0 and m.spread >= 0 and len(m.details["samples"]) >= 2 for m in found)
+    for m in pruned:
+        ref = next(o for o in original if o.name == m.name)
+        ratio = m.details["ideal_speedup"]
+        assert 1 < ratio < 2
+        assert m.ideal == pytest.approx(ref.value * ratio if m.higher_is_better else ref.value / ratio)
+    decode = next(m for m in pruned if m.name.startswith("decode latency per token (batch 1"))
+    assert decode.details["ideal_speedup"] == pytest.approx(
+        speed.ideal_speedup(backend.model, backend.pruned, int(8 + 3 / 2)))
+
+
+# ---------------------------------------------------------------- memory
+
+
+def test_memory_of_both_models(backend):
+    cut = backend.set_cut(1, 3)
+    found = {(m.model, m.name.split(" (")[0]): m.value for m in backend.memory(new_tokens=4)}
+    assert found[("original", "parameters")] - found[("pruned", "parameters")] == cut.params_removed
+    assert found[("pruned", "weight memory")] < found[("original", "weight memory")]
+    assert found[("pruned", "checkpoint size on disk")] < found[("original", "checkpoint size on disk")]
+    for side in ("original", "pruned"):
+        assert found[(side, "peak memory while generating")] >= found[(side, "weight memory")]
+
+
+# ---------------------------------------------------------------- perplexity
+
+
+def test_perplexity_windows_follow_the_conventions():
+    ids = torch.arange(10)
+    assert perplexity.windows(ids, 4, None).tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert perplexity.windows(ids, 4, 99).tolist() == [[99, 0, 1, 2], [99, 3, 4, 5], [99, 6, 7, 8]]
+
+
+def test_perplexity_is_exp_of_the_mean_nll_and_is_cached(backend, monkeypatch):
+    backend.set_cut(1, 3)
+    calls = []
+    real = perplexity.measure_perplexity
+    monkeypatch.setattr(perplexity, "measure_perplexity", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
+    found = backend.perplexity(seq_lens=(32,), bos=(False,), max_windows=3)
+    assert [m.model for m in found] == ["original", "pruned"] and len(calls) == 2
+    rows = perplexity.wikitext2_rows(backend.data_dir)[:60]  # the first windows come from the first rows
+    chunks = perplexity.windows(perplexity.token_ids(backend.tokenizer, rows), 32, None)[:3]
+    with torch.no_grad():
+        logits = backend.model(input_ids=chunks).logits[:, :-1]
+    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunks[:, 1:].flatten())
+    assert found[0].value == pytest.approx(math.exp(nll.item()), rel=1e-5)
+    again = backend.perplexity(seq_lens=(32,), bos=(False,), max_windows=3)
+    assert len(calls) == 2 and [m.value for m in again] == [m.value for m in found]
+
+
+def test_bos_windows_are_skipped_for_a_tokenizer_without_bos(backend):
+    backend.clear_cut()
+    found = backend.perplexity(seq_lens=(32,), max_windows=1)  # default bos=(False, True)
+    assert [m.name for m in found] == ["WikiText-2 perplexity (seq 32)"]
+    with pytest.raises(InvalidInput, match="BOS"):
+        backend.perplexity(seq_lens=(32,), bos=(True,), max_windows=1)
+    with pytest.raises(InvalidInput, match="Sequence lengths"):
+        backend.perplexity(seq_lens=(128, 2048))  # the tiny model has 256 positions
+
+
+# ---------------------------------------------------------------- benchmarks: caching, cancellation
+
+
+def test_benchmarks_are_cached_and_no_cache_recomputes(backend, monkeypatch):
+    backend.set_cut(1, 3)
+    calls = []
+    real = lm_eval_adapter.evaluate
+    monkeypatch.setattr(lm_eval_adapter, "evaluate", lambda *a, **k: calls.append(list(a[2])) or real(*a, **k))
+    first = backend.benchmarks(["arc_easy"], limit=3, batch_size=4)
+    assert len(calls) == 2  # original and pruned
+    assert {m.name for m in first} == {"arc_easy acc", "arc_easy acc_norm"}
+    assert {m.model for m in first} == {"original", "pruned"}
+    assert backend.benchmarks(["arc_easy"], limit=3, batch_size=4) == first and len(calls) == 2
+    backend.benchmarks(["arc_easy"], limit=3, batch_size=4, use_cache=False)
+    assert len(calls) == 4
+
+
+def test_cancel_stops_a_benchmark(backend):
+    backend.set_cut(1, 3)
+
+    def cancel_at_first_report(fraction, message):
+        backend.cancel()
+
+    with pytest.raises(Cancelled):
+        backend.benchmarks(["arc_easy"], limit=2, batch_size=2, use_cache=False, progress=cancel_at_first_report)
+    assert not backend.jobs.busy
+    assert backend.benchmarks(["arc_easy"], limit=2, batch_size=2)  # the next job runs normally
+
+
+def test_cancel_stops_generation_between_tokens(backend):
+    backend.set_cut(1, 3)
+    stream = backend.generate("The", max_new_tokens=50)
+    next(stream)
+    backend.cancel()
+    with pytest.raises(Cancelled):
+        list(stream)
+
+
+# ---------------------------------------------------------------- analysis and export
+
+
+def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, monkeypatch):
+    from prune.methods import METHODS, context
+
+    calls, residuals = [], []
+    for name in ("angular", "block_influence"):
+        real = METHODS[name]
+        monkeypatch.setitem(METHODS, name, prune.methods.Method(
+            real.name, real.label, lambda ctx, _f=real.func, **o: calls.append(1) or _f(ctx, **o), real.description))
+    real_stream = context.residual_stream
+    monkeypatch.setattr(context, "residual_stream", lambda *a, **k: residuals.append(1) or real_stream(*a, **k))
+    first = backend.analyze("angular")
+    backend.analyze("block_influence")
+    assert len(calls) == 2 and len(residuals) == 1  # one residual stream for both methods
+    again = prune.score(backend.model, backend.tokenizer, "angular")  # read from the same disk cache
+    assert len(calls) == 2
+    assert first.best_block(2) == again.best_block(2)
+
+
+def test_export_saves_a_normal_checkpoint_and_refuses_foreign_folders(backend, tmp_path):
+    backend.clear_cut()
+    with pytest.raises(InvalidInput, match="cut"):
+        backend.export("nothing", root=tmp_path)
+    backend.set_cut(1, 3)
+    saved = backend.export("../my cut", root=tmp_path)
+    assert saved.parent == tmp_path.resolve() and (saved / "layercut.json").is_file()
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(saved)
+    assert reloaded.config.num_hidden_layers == 2
+    assert torch.allclose(_logits(reloaded), _logits(backend.pruned))
+    assert backend.export("../my cut", root=tmp_path) == saved  # an earlier export may be replaced
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(InvalidInput, match="overwrite"):
+        backend.export("mine", root=tmp_path)
+
+
+def test_cut_descriptions():
+    assert backend_module.describe_cut([20, 21, 22, 23, 24, 25], 30) == "layers 20–25 (6 of 30), end exclusive [20, 26)"
+    assert backend_module.describe_cut([5], 30) == "layer 5 (1 of 30), end exclusive [5, 6)"

@@ -1,0 +1,97 @@
+"""The command line: seed-compatible modes, output files, and one-line errors on bad input."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import transformers
+
+from conftest import REPO, tiny_model
+from evaluation import benchmark
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory, tiny_tokenizer):
+    folder = tmp_path_factory.mktemp("tiny-llama-cli")
+    tiny_model("llama", 4).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def _run(capsys, *args):
+    code = benchmark.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_personalized_cut_writes_results_tables_and_checkpoint(tiny_folder, tmp_path, capsys):
+    out_dir, export = tmp_path / "out", tmp_path / "cut"
+    code, out, err = _run(capsys, "--personalized", "--start_block", 1, "--end_block", 2, "--model", tiny_folder,
+                          "--task", "arc_easy", "--limit", 3, "--batch_size", 4, "--output_folder", out_dir,
+                          "--export_dir", export)
+    assert code == 0, err
+    assert "%]" in err  # progress lines
+    full = json.loads((out_dir / "results_full.json").read_text())
+    pruned = json.loads((out_dir / "results_personalized.json").read_text())
+    assert set(full["results"]["arc_easy"]) >= {"acc,none", "acc_norm,none", "acc_stderr,none"}
+    assert pruned["config"]["removed_layers"] == [1, 2]  # --end_block is inclusive
+    assert pruned["config"]["cut"] == "layers 1–2 (2 of 4), end exclusive [1, 3)"
+    assert pruned["n-samples"]["arc_easy"]["effective"] == 3
+    table = (out_dir / "comparison.md").read_text()
+    assert "| arc_easy acc |" in table and "Retention %" in table and "| arc_easy acc |" in out
+    rows = list(csv.DictReader((out_dir / "comparison.csv").open()))
+    assert [r["Metric"] for r in rows] == ["arc_easy acc", "arc_easy acc_norm"]
+    assert float(rows[0]["Original"]) == pytest.approx(full["results"]["arc_easy"]["acc,none"] * 100)
+    saved = transformers.AutoConfig.from_pretrained(export)
+    assert saved.num_hidden_layers == 2 and (export / "layercut.json").is_file()
+
+
+def test_method_mode_cuts_the_best_block(tiny_folder, tmp_path, capsys):
+    code, _, err = _run(capsys, "--method", "angular", "--num_layers", 2, "--model", tiny_folder, "--task",
+                        "arc_easy", "--limit", 2, "--output_folder", tmp_path)
+    assert code == 0, err
+    result = json.loads((tmp_path / "results_angular.json").read_text())
+    removed = result["config"]["removed_layers"]
+    assert len(removed) == 2 and removed[1] == removed[0] + 1
+
+
+@pytest.mark.slow
+def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
+    pytest.importorskip("dionysus")
+    code, _, err = _run(capsys, "--persistence", "--model", tiny_folder, "--task", "arc_easy", "--limit", 2,
+                        "--output_folder", tmp_path)
+    assert code == 0 or "no removable layers" in err, err
+    if code == 0:
+        for mode in ("persistence_10", "persistence_20"):
+            assert json.loads((tmp_path / f"results_{mode}.json").read_text())["config"]["removed_layers"]
+        assert "persistence_20" in (tmp_path / "comparison.md").read_text()
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["--full", "--task", "arc_easy,nonsense"], "Unknown task(s) nonsense"),
+    (["--personalized", "--start_block", 2, "--end_block", 5, "--task", "arc_easy"], "Cannot cut layers 2…5"),
+    (["--personalized", "--start_block", 0, "--end_block", 3, "--task", "arc_easy"], "at least one must remain"),
+    (["--personalized", "--start_block", 2, "--task", "arc_easy"], "needs --start_block and --end_block"),
+    (["--method", "nope", "--num_layers", 2], "Unknown method 'nope'"),
+    (["--full", "--task", "hellaswag", "--num_fewshot", 5], "Few-shot offline is only faithful"),
+    (["--full", "--task", "arc_easy", "--data_dir", "/nonexistent/benchdata"], "does not exist"),
+])
+def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
+    code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)
+    assert code == 2
+    error_lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(error_lines) == 1 and reason in error_lines[0], err
+
+
+def test_the_module_runs_as_a_script(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "evaluation.benchmark", "--full", "--task", "bogus",
+                           "--output_folder", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("layercut-benchmark: error: Unknown task(s) bogus")
+    assert not list(Path(tmp_path).glob("results_*.json"))
