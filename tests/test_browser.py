@@ -1,0 +1,195 @@
+"""The app in a real browser: Debian's headless Chromium driven by Playwright, on the default model.
+
+The tests share one page and run in file order (pick → see → drag → click → generate →
+benchmark → speed), saving a screenshot of each tab to assets/screenshot-<tab>.png. Timings
+(launch → usable page, Analyze → heatmap) are printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1280, "height": 800}
+TIMINGS: dict[str, float] = {}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian's chromium is not installed (bash setup.sh --test)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser):
+    import app
+
+    started = time.perf_counter()
+    demo = app.build_demo()
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **app.launch_options())
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("#analyze", state="visible", timeout=60_000)
+        TIMINGS["launch → usable page"] = time.perf_counter() - started
+        opened = time.perf_counter()
+        page.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
+        TIMINGS["page open → first heatmap (load + analyze)"] = time.perf_counter() - opened
+        yield page
+    finally:
+        page.close()
+        demo.close()
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+    page.wait_for_timeout(300)
+
+
+def banner(page) -> str:
+    return page.inner_text("#cut-banner")
+
+
+def wait_banner(page, text: str, timeout: float = 30_000) -> None:
+    page.wait_for_function("t => document.querySelector('#cut-banner').innerText.includes(t)", arg=text,
+                           timeout=timeout)
+
+
+def test_heatmap_renders_with_best_blocks_and_selection(page):
+    title = page.text_content("#heatmap .gtitle")
+    assert "lower = more removable" in title
+    assert page.locator("#heatmap .hm").count() >= 1  # the heatmap trace
+    assert page.locator("#heatmap .scatterlayer .point").count() >= 29  # a best-block marker per size, + selection
+    start = page.get_attribute("#layer-range .lc-range", "data-start")
+    end = page.get_attribute("#layer-range .lc-range", "data-end")
+    assert int(end) - int(start) == 5  # the best block of a sixth of the layers, chosen at startup
+    assert f"[{start}, {end})" in banner(page)
+
+
+def test_dragging_a_handle_changes_the_cut(page):
+    control = page.locator("#layer-range .lc-track")
+    box = control.bounding_box()
+    start, end = int(page.get_attribute("#layer-range .lc-range", "data-start")), \
+        int(page.get_attribute("#layer-range .lc-range", "data-end"))
+    layers, thumb = 30, 22
+
+    def x_of(boundary):  # centre of a handle sitting on boundary ``boundary``
+        return box["x"] + thumb / 2 + (box["width"] - thumb) * boundary / layers
+
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(x_of(end), y)
+    page.mouse.down()
+    page.mouse.move(x_of(end + 4), y, steps=8)
+    during = page.inner_text("#layer-range .lc-summary")
+    assert f"[{start}, {end + 4})" in during and f"{end + 4 - start} of 30 layers" in during  # live, in the browser
+    assert f"[{start}, {end})" in banner(page)  # the server has not been asked yet
+    page.mouse.up()
+    wait_banner(page, f"[{start}, {end + 4})")
+    assert f"{end + 4 - start} layers" in banner(page)
+    assert "parameters" in banner(page) and "%" in banner(page)
+
+
+def test_clicking_a_heatmap_cell_selects_that_block(page):
+    start, size = 10, 4
+    page.locator("#heatmap .lc-plot").scroll_into_view_if_needed()
+    point = page.evaluate("""([start, size]) => {
+        const gd = document.querySelector('#heatmap .lc-plot');
+        const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return {x: area.left + gd._fullLayout.xaxis.l2p(start), y: area.top + gd._fullLayout.yaxis.l2p(size)};
+    }""", [start, size])
+    page.mouse.click(point["x"], point["y"])
+    wait_banner(page, f"[{start}, {start + size})")
+    page.wait_for_function("document.querySelector('#layer-range .lc-range').dataset.start === '10'")
+    assert page.get_attribute("#layer-range .lc-range", "data-end") == str(start + size)
+    assert page.locator("#layer-range .lc-cell.cut").count() == size
+
+
+def test_analyze_with_another_method_redraws_the_heatmap(page):
+    page.locator("#method input").click()
+    page.get_by_role("option", name="Block Influence (ShortGPT)").click()
+    page.wait_for_timeout(300)
+    started = time.perf_counter()
+    page.click("#analyze")
+    page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.includes('cos')", timeout=300_000)
+    TIMINGS["Analyze → heatmap (block influence)"] = time.perf_counter() - started
+    page.wait_for_timeout(500)
+    assert "5 layers" in banner(page)  # the best block of N = 5 by the new method
+    page.screenshot(path=str(ASSETS / "screenshot-cut.png"), full_page=True)
+
+
+def test_generation_streams_both_outputs_side_by_side(page):
+    tab(page, "Generate")
+    page.click("#generate-btn")
+    seen: list[tuple[str, str]] = []
+    deadline = time.perf_counter() + 180
+    while time.perf_counter() < deadline:
+        pair = (page.input_value("#out-original textarea"), page.input_value("#out-pruned textarea"))
+        if not seen or pair != seen[-1]:
+            seen.append(pair)
+        stats = page.inner_text("#stats-original") + page.inner_text("#stats-pruned")
+        if stats.count("tokens/s") == 2 and "generating" not in stats:
+            break
+        page.wait_for_timeout(50)
+    final = seen[-1]
+    assert final[0].strip() and final[1].strip()
+    assert "Paris" in final[0]
+    growing = [pair for pair in seen if pair[0] and pair[1] and pair != final]
+    assert len(growing) >= 2, seen  # both columns showed partial text before the end
+    assert page.inner_text("#stats-pruned").count("time to first token") == 1
+    page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)
+
+
+def test_benchmark_with_a_small_limit_fills_the_table(page):
+    tab(page, "Benchmarks")
+    page.fill("#limit input", "5")
+    page.click("#bench-btn")
+    page.wait_for_function("document.querySelector('#bench-table').innerText.includes('arc_easy acc')",
+                           timeout=300_000)
+    table = page.inner_text("#bench-table")
+    assert "Pruned" in table and "Retention %" in table
+    page.wait_for_selector("#bench-plot .lc-plot .barlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-benchmarks.png"), full_page=True)
+
+
+def test_speed_and_memory_tab(page, capsys):
+    tab(page, "Speed & memory")
+    page.get_by_label("8", exact=True).uncheck()
+    page.fill("#new-tokens input", "8")
+    page.fill("#repeats input", "2")
+    page.click("#speed-btn")
+    page.wait_for_function("document.querySelector('#speed-table').innerText.includes('throughput')",
+                           timeout=300_000)
+    page.click("#memory-btn")
+    page.wait_for_function("document.querySelector('#memory-table').innerText.includes('weight memory')",
+                           timeout=300_000)
+    page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-speed.png"), full_page=True)
+    with capsys.disabled():
+        print("\nLayerCut browser timings on the default model:")
+        for name, seconds in TIMINGS.items():
+            print(f"  {name}: {seconds:.1f} s")

@@ -1,0 +1,70 @@
+"""A Plotly chart inside ``gr.HTML`` that reports clicks to Python.
+
+``gr.Plot`` in Gradio 6 has only a ``change`` event, so a click on a heatmap cell never
+reaches Python. This component draws the figure with the plotly.js that ships inside the
+``plotly`` Python package (served locally: works offline) and turns ``plotly_click`` into a
+custom ``point_click`` event whose data is ``{"x", "y", "curve"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gradio as gr
+import plotly
+import plotly.graph_objects as go
+
+PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+
+_TEMPLATE = '<div class="lc-plot" style="height: ${height}px"></div>'
+
+_CSS = """
+.lc-plot { width: 100%; min-height: 120px; }
+"""
+
+_JS = r"""
+const div = element.querySelector('.lc-plot');
+const config = {responsive: true, displaylogo: false, displayModeBar: 'hover',
+                modeBarButtonsToRemove: ['select2d', 'lasso2d', 'zoom2d', 'pan2d', 'autoScale2d', 'zoomIn2d',
+                                         'zoomOut2d']};
+let bound = false;
+function draw() {
+  if (!window.Plotly) { setTimeout(draw, 50); return; }
+  const fig = props.value;
+  if (!fig || typeof fig !== 'object' || !fig.data) { window.Plotly.purge(div); return; }
+  window.Plotly.react(div, fig.data, fig.layout || {}, config).then(() => {
+    div.dataset.rendered = String(Number(div.dataset.rendered || 0) + 1);
+  });
+  if (!bound) {
+    bound = true;
+    div.on('plotly_click', (event) => {
+      const point = event && event.points && event.points[0];
+      if (point) trigger('point_click', {x: point.x, y: point.y, curve: point.curveNumber});
+    });
+  }
+}
+// Charts in a tab that was hidden when they were drawn have no width: redraw on resize.
+new ResizeObserver(() => { if (window.Plotly && div.data) window.Plotly.Plots.resize(div); }).observe(div);
+draw();
+watch('value', draw);
+"""
+
+
+class PlotView(gr.HTML):
+    """Shows a Plotly figure (given as ``go.Figure`` or its JSON dict); clicks fire ``point_click``."""
+
+    def __init__(self, value: go.Figure | dict | None = None, *, height: int = 460, **kwargs):
+        gr.set_static_paths([str(PLOTLY_JS)])
+        # Relative URL: works at the root and behind a path prefix (e.g. a Space's proxy).
+        head = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
+        super().__init__(value=value, html_template=_TEMPLATE, css_template=_CSS, js_on_load=_JS, head=head,
+                         height=height, **kwargs)
+
+    def postprocess(self, value):
+        if isinstance(value, go.Figure):
+            return json.loads(value.to_json())
+        return value
+
+    def api_info(self) -> dict:
+        return {"type": "object", "description": "a Plotly figure as JSON ({data, layout})"}

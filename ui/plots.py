@@ -1,0 +1,207 @@
+"""Plotly figures for the UI: importance heatmap, per-layer bars, comparison bar charts.
+
+Pure functions of results; no Gradio and no model code here, so they are tested directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+import plotly.graph_objects as go
+
+ORIGINAL, PRUNED, IDEAL = "#4c78a8", "#e45756", "#bab0ac"
+KEPT, REMOVED, PROTECTED = "#9ecae9", "#e45756", "#bdbdbd"
+FONT = dict(size=15)  # readable on a projector
+# Lower score = more removable: green = cheap to cut, red = expensive.
+COLORSCALE = "RdYlGn_r"
+
+
+def _layout(fig: go.Figure, **extra) -> go.Figure:
+    base = dict(template="plotly_white", font=FONT, margin=dict(l=60, r=20, t=80, b=55),
+                paper_bgcolor="rgba(0,0,0,0)", legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0))
+    fig.update_layout(**{**base, **extra})
+    return fig
+
+
+def row_normalized(block_scores: np.ndarray) -> np.ndarray:
+    """Scale each block size's finite scores to 0…1 (0 = most removable); NaN elsewhere.
+
+    Block sums grow with the block size, so one global colour scale would only show the size;
+    per-row scaling shows where, for each size, the cheapest block lies.
+    """
+    scores = np.asarray(block_scores, dtype=float)
+    out = np.full(scores.shape, np.nan)
+    for row in range(scores.shape[0]):
+        finite = np.isfinite(scores[row])
+        if not finite.any():
+            continue
+        values = scores[row, finite]
+        span = values.max() - values.min()
+        out[row, finite] = (values - values.min()) / span if span > 0 else 0.0
+    return out
+
+
+def _fmt(value: float) -> str:
+    if np.isnan(value):
+        return ""
+    if np.isinf(value):
+        return "protected"
+    return f"{value:.4g}"
+
+
+def heatmap_figure(result, selected: tuple[int, int] | None = None, title: str | None = None) -> go.Figure:
+    """Importance over (block size × start layer), the best block per size and the selection marked.
+
+    Rows are block sizes 1 … L-1 (removing all L layers is not a cut); a cell at (start, n)
+    is the block [start, start + n).
+    """
+    scores = np.asarray(result.block_scores, dtype=float)
+    layers = scores.shape[1]
+    sizes = list(range(1, layers))
+    scores = scores[: layers - 1]
+    starts = list(range(layers))
+    ends = np.array(starts)[None, :] + np.array(sizes)[:, None]  # exclusive end of each cell
+    custom = np.stack([ends - 1, ends, np.vectorize(_fmt, otypes=[object])(scores)], axis=-1)
+    color = row_normalized(scores)
+    fig = go.Figure()
+    fig.add_trace(go.Heatmap(
+        z=_nullable(color), x=starts, y=sizes, customdata=custom, colorscale=COLORSCALE, zmin=0, zmax=1,
+        hoverongaps=False, name="score", xgap=1, ygap=1,
+        colorbar=dict(title=dict(text="within size", side="right"), tickvals=[0, 1],
+                      ticktext=["most<br>removable", "least"], len=0.8, thickness=14),
+        hovertemplate=("remove layers %{x}…%{customdata[0]} = [%{x}, %{customdata[1]})<br>"
+                       "%{y} layers · " + result.score_label + ": %{customdata[2]}<extra></extra>"),
+    ))
+    protected = np.where(np.isposinf(scores), 1.0, np.nan)
+    if np.isfinite(protected).any():
+        fig.add_trace(go.Heatmap(
+            z=_nullable(protected), x=starts, y=sizes, customdata=custom, showscale=False, hoverongaps=False,
+            colorscale=[[0, PROTECTED], [1, PROTECTED]], xgap=1, ygap=1, name="protected",
+            hovertemplate="[%{x}, %{customdata[1]}) touches a protected layer<extra></extra>",
+        ))
+    best = {n: block for n, block in result.best_blocks().items() if n < layers}
+    if best:
+        fig.add_trace(go.Scatter(
+            x=[start for start, _ in best.values()], y=list(best), mode="markers", name="best block per size",
+            marker=dict(symbol="circle", size=9, color="white", line=dict(color="#222", width=2)),
+            hovertemplate="best of size %{y}: [%{x}, %{customdata})<extra></extra>",
+            customdata=[end for _, end in best.values()],
+        ))
+    if selected is not None:
+        start, end = selected
+        fig.add_trace(go.Scatter(
+            x=[start], y=[end - start], mode="markers", name=f"selected [{start}, {end})",
+            marker=dict(symbol="square-open", size=20, color="#111", line=dict(width=3)),
+            hovertemplate=f"selected: [{start}, {end})<extra></extra>",
+        ))
+    dtick = 1 if layers <= 32 else 2 if layers <= 64 else 4
+    fig.update_xaxes(title="start layer (first layer removed)", dtick=dtick, range=[-0.5, layers - 0.5],
+                     showgrid=False, zeroline=False)
+    fig.update_yaxes(title="block size n (layers removed)", dtick=dtick, range=[0.5, layers - 0.5],
+                     showgrid=False, zeroline=False)
+    return _layout(fig, title=dict(text=title or f"Importance: {result.score_label} (lower = more removable)"),
+                   clickmode="event", hovermode="closest", dragmode=False)
+
+
+def _nullable(array: np.ndarray) -> list:
+    """Plotly JSON wants None, not NaN, for empty cells."""
+    return [[None if not np.isfinite(v) else float(v) for v in row] for row in array]
+
+
+def layer_bar_figure(result, removed: Iterable[int] = ()) -> go.Figure:
+    """One bar per layer; the layers in the current cut in red, protected layers in grey."""
+    scores = np.asarray(result.layer_scores if result.layer_scores is not None else result.block_scores[0], float)
+    removed = set(removed)
+    protected = np.isposinf(np.asarray(result.block_scores, float)[0])
+    colors = [PROTECTED if protected[i] else REMOVED if i in removed else KEPT for i in range(len(scores))]
+    labels = ["protected" if protected[i] else "in the cut" if i in removed else "kept" for i in range(len(scores))]
+    fig = go.Figure(go.Bar(
+        x=list(range(len(scores))), y=[float(v) if np.isfinite(v) else None for v in scores],
+        marker_color=colors, customdata=labels,
+        hovertemplate="layer %{x}: %{y:.4g} (%{customdata})<extra></extra>",
+    ))
+    fig.update_xaxes(title="layer", dtick=1 if len(scores) <= 16 else 2 if len(scores) <= 40 else None, tickangle=0)
+    fig.update_yaxes(title=result.score_label)
+    return _layout(fig, title=dict(text="Per-layer score (red = in the cut)"), showlegend=False,
+                   margin=dict(l=60, r=20, t=45, b=50))
+
+
+def grouped_bars(groups: list[str], series: dict[str, list[float | None]], *, title: str, y_title: str,
+                 errors: dict[str, list[float | None]] | None = None, colors: dict[str, str] | None = None,
+                 y_range: list[float] | None = None) -> go.Figure:
+    """Bars grouped by ``groups`` with one bar per series (e.g. original vs pruned)."""
+    palette = colors or {}
+    defaults = iter([ORIGINAL, PRUNED, IDEAL, "#72b7b2", "#f58518"])
+    fig = go.Figure()
+    labels = [g.replace(" (", "<br>(") for g in groups]  # long metric names wrap instead of tilting
+    for name, values in series.items():
+        err = (errors or {}).get(name)
+        fig.add_trace(go.Bar(
+            name=name, x=labels, y=values, marker_color=palette.get(name) or next(defaults),
+            error_y=dict(type="data", array=[e or 0 for e in err], visible=True, color="#333") if err else None,
+            text=[_short(v) for v in values], textposition="inside", insidetextanchor="start",
+            textfont=dict(color="white"), hovertemplate=f"{name}<br>%{{x}}: %{{y:.4g}}<extra></extra>",
+        ))
+    fig.update_xaxes(tickangle=0)
+    fig.update_yaxes(title=y_title, range=y_range)
+    return _layout(fig, title=dict(text=title), barmode="group")
+
+
+def _short(value) -> str:
+    if value is None or not np.isfinite(value):
+        return ""
+    return f"{value:.3g}"
+
+
+def empty_figure(message: str) -> go.Figure:
+    """A blank chart with a centred hint, for before anything was measured."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=18, color="#888"), x=0.5, y=0.5,
+                       xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return _layout(fig)
+
+
+def _rows(measurements, group: str | None = None, unit: str | None = None):
+    from evaluation.measurement import comparison_rows
+
+    return [r for r in comparison_rows(list(measurements))
+            if (group is None or r.group == group) and (unit is None or r.unit == unit)]
+
+
+def _value(m) -> float | None:
+    return None if m is None or not np.isfinite(m.value) else float(m.value)
+
+
+def _spread(m) -> float | None:
+    return None if m is None or m.spread is None or not np.isfinite(m.spread) else float(m.spread)
+
+
+def comparison_figure(measurements, *, group: str | None = None, unit: str | None = None, title: str,
+                      y_title: str | None = None) -> go.Figure:
+    """Original vs pruned, one pair of bars per metric, ± spread as error bars."""
+    rows = _rows(measurements, group, unit)
+    if not rows:
+        return empty_figure("Nothing measured yet")
+    names = [r.name for r in rows]
+    series = {"original": [_value(r.original) for r in rows], "pruned": [_value(r.pruned) for r in rows]}
+    errors = {"original": [_spread(r.original) for r in rows], "pruned": [_spread(r.pruned) for r in rows]}
+    if not any(v is not None for v in series["pruned"]):
+        series.pop("pruned")
+    return grouped_bars(names, series, errors=errors, title=title, y_title=y_title or rows[0].unit,
+                        colors={"original": ORIGINAL, "pruned": PRUNED})
+
+
+def speedup_figure(measurements) -> go.Figure:
+    """Measured speedup of the cut next to the ideal (FLOPs) speedup, per speed metric."""
+    rows = [r for r in _rows(measurements, "speed") if r.speedup is not None]
+    if not rows:
+        return empty_figure("Measure speed to see the speedup")
+    fig = grouped_bars([r.name for r in rows], {"measured": [r.speedup for r in rows],
+                                                 "ideal (FLOPs)": [r.ideal_speedup for r in rows]},
+                       title="Speedup of the cut model (× original)", y_title="speedup ×",
+                       colors={"measured": PRUNED, "ideal (FLOPs)": IDEAL})
+    fig.add_hline(y=1, line_dash="dot", line_color="#666")
+    return fig

@@ -1,0 +1,133 @@
+"""Words on the page: title, explanations, example prompts, and small formatters."""
+
+from __future__ import annotations
+
+import math
+
+from prune import DEFAULT_MODEL
+
+TITLE = "LayerCut — cut whole blocks of layers out of an LLM"
+
+INTRO = (
+    "**Pick** a model and an importance method, **see** which blocks of consecutive layers matter "
+    "least, **drag** the range to cut one, and **compare** the cut model with the original side by "
+    "side. Cutting is instant: the cut model shares the original's weights."
+)
+
+INDEX_CONVENTION = (
+    "Layers count from **0**; a block **[start, end)** removes `start` up to but not including "
+    "`end`: **[20, 26)** removes layers 20–25, six layers."
+)
+
+HEATMAP_HELP = (
+    "Each cell is the block of *n* layers starting at *start*. Colour is scaled per row "
+    "(green = most removable of that size); ○ marks the best block of each size, ◻ the "
+    "selection. **Click a cell** to select that block; hover for the raw score."
+)
+
+# (label shown, value passed to Backend.load); any other hub id or folder can be typed in.
+KNOWN_MODELS = [
+    (f"{DEFAULT_MODEL} (embedded)", DEFAULT_MODEL),
+    ("Llama 3.2 1B", "meta-llama/Llama-3.2-1B"),
+    ("Llama 3 8B", "meta-llama/Meta-Llama-3-8B"),
+    ("Llama 2 7B", "meta-llama/Llama-2-7b-hf"),
+    ("Mistral 7B v0.1", "mistralai/Mistral-7B-v0.1"),
+    ("Pythia 1B", "EleutherAI/pythia-1b"),
+    ("Qwen2 0.5B Instruct", "Qwen/Qwen2-0.5B-Instruct"),
+    ("Qwen2 1.5B", "Qwen/Qwen2-1.5B"),
+]
+
+EXAMPLE_PROMPTS = [
+    "What is the capital of France?",
+    "Explain in two sentences why the sky is blue.",
+    "Write a haiku about autumn leaves.",
+    "List three uses of a paperclip.",
+    "If I have 3 apples and eat one, how many are left?",
+]
+
+SPEED_HELP = (
+    "Timed after a warm-up, median of the repeats (± interquartile range). *Ideal speedup* "
+    "is what the cut would give if time scaled with the matmul FLOPs per token. Memory is "
+    "VRAM on CUDA and process memory on CPU."
+)
+
+BENCH_HELP = (
+    "lm-evaluation-harness tasks run offline from local data. *Limit* takes the first N "
+    "questions (fewer = faster, noisier). Results are cached: a repeated run shows at once."
+)
+
+
+def human_count(count: float) -> str:
+    """134515008 → '134.5 M'."""
+    count = float(count)
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(count) >= size:
+            return f"{count / size:.1f} {suffix}"
+    return f"{count:.0f}"
+
+
+def model_markdown(info) -> str:
+    return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
+            f"{info.device} · {str(info.dtype).replace('torch.', '')}")
+
+
+def cut_markdown(cut) -> str:
+    """One line for the banner above the tabs."""
+    if cut is None:
+        return "**No cut yet** — analyze, then pick a block."
+    return (f"✂️ **{cut.description}** — {cut.layers_removed} layers, "
+            f"{human_count(cut.params_removed)} parameters ({cut.params_removed_pct:.1f} %) removed")
+
+
+def generation_stats(side: dict | None) -> str:
+    """'TTFT 0.12 s · 41.3 tokens/s' under each generated text."""
+    if not side:
+        return ""
+    parts = []
+    if _number(side.get("ttft_s")):
+        parts.append(f"time to first token **{side['ttft_s']:.2f} s**")
+    if _number(side.get("tokens_per_s")):
+        parts.append(f"**{side['tokens_per_s']:.1f}** tokens/s")
+    if not side.get("done"):
+        parts.append("generating…")
+    return " · ".join(parts)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def method_markdown(method) -> str:
+    return f"**{method.label}**: *{method.description}*"
+
+
+def options_text(options: dict) -> str:
+    """A method's options as editable text: ``token=last, max_samples=4``."""
+    return ", ".join(f"{name}={value}" for name, value in options.items())
+
+
+def parse_options(text: str, defaults: dict) -> dict:
+    """``"k=5, token=mean"`` → typed options (types follow the method's defaults)."""
+    from prune.errors import InvalidInput
+
+    options = {}
+    for item in filter(None, (part.strip() for part in (text or "").replace("\n", ",").split(","))):
+        name, sep, raw = (s.strip() for s in item.partition("="))
+        if not sep or not name:
+            raise InvalidInput(f"Write method options as name=value, separated by commas; got '{item}'.")
+        if name not in defaults:
+            raise InvalidInput(f"Unknown option '{name}'; this method takes {', '.join(defaults) or 'no options'}.")
+        kind = type(defaults[name])
+        try:
+            if kind is bool:
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                value = raw.lower() in ("true", "1", "yes")
+            elif kind in (int, float):
+                value = kind(raw)
+            else:
+                value = raw
+        except ValueError:
+            raise InvalidInput(f"Option '{name}' must be a {kind.__name__}, got '{raw}'.") from None
+        options[name] = value
+    return options
