@@ -38,12 +38,17 @@ def train_with_identity(arch: str, tokenizer, steps: int = 300):
     ids = token_windows(tokenizer, Calibration(n_samples=64, seq_len=48))
     model.train()
     gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
-        batch = ids[torch.randint(len(ids), (16,), generator=gen)]
-        loss = model(input_ids=batch, labels=batch).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: thread barriers cost more than they save, badly so on a busy CPU
+    try:
+        for _ in range(steps):
+            batch = ids[torch.randint(len(ids), (16,), generator=gen)]
+            loss = model(input_ids=batch, labels=batch).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
     model.eval()
     model.zero_grad(set_to_none=True)
     assert all(torch.count_nonzero(p) == 0 for p in frozen)
