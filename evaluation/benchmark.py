@@ -16,9 +16,9 @@ Examples::
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
 
-    accelerate launch -m lm_eval run --model hf --model_args pretrained=./cut dtype=bfloat16 \\
+    accelerate launch -m lm_eval run --model hf --model_args pretrained=./cut,dtype=bfloat16 \\
         --tasks hellaswag arc_easy --batch_size 16          # data-parallel, one copy per GPU
-    lm-eval run --model vllm --model_args pretrained=./cut data_parallel_size=2 --tasks hellaswag
+    lm-eval run --model vllm --model_args pretrained=./cut,data_parallel_size=2 --tasks hellaswag
     vllm serve ./cut                                        # or any HF-compatible server
 
 (offline, add ``--include_path ~/.cache/layercut/tasks/<fingerprint> --tasks layercut_hellaswag``:
