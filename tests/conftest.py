@@ -77,3 +77,23 @@ def default_model():
     import prune
 
     return prune.load_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_folder(tmp_path_factory, tiny_tokenizer):
+    """A 4-layer tiny Llama and its tokenizer saved as a normal Hugging Face folder."""
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    tiny_model("llama", 4).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def data_dir():
+    """The benchmark data folder (LAYERCUT_DATA_DIR or ../shared/benchdata); its absence fails, never skips."""
+    from evaluation.offline_tasks import default_data_dir
+
+    path = default_data_dir()
+    if path is None or not path.is_dir():
+        pytest.fail("no benchmark data folder: set LAYERCUT_DATA_DIR (CI has ../shared/benchdata)")
+    return path

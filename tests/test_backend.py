@@ -16,15 +16,6 @@ from prune.errors import InvalidCut, InvalidInput
 
 
 @pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tiny_tokenizer):
-    """A 4-layer tiny llama and its tokenizer saved as a normal Hugging Face folder."""
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    tiny_model("llama", 4).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
-@pytest.fixture(scope="module")
 def backend(tiny_folder):
     b = Backend(device="cpu")
     b.load(tiny_folder)
@@ -232,7 +223,8 @@ def test_bos_windows_are_skipped_for_a_tokenizer_without_bos(backend):
 # ---------------------------------------------------------------- benchmarks: caching, cancellation
 
 
-def test_benchmarks_are_cached_and_no_cache_recomputes(backend, monkeypatch):
+def test_benchmarks_are_cached_and_no_cache_recomputes(backend, monkeypatch, tmp_path):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))  # a cache no other test has written to
     backend.set_cut(1, 3)
     calls = []
     real = lm_eval_adapter.evaluate

@@ -10,16 +10,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-from conftest import REPO, tiny_model
+from conftest import REPO
 from evaluation import benchmark
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, tiny_tokenizer):
-    folder = tmp_path_factory.mktemp("tiny-llama-cli")
-    tiny_model("llama", 4).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    return str(folder)
 
 
 def _run(capsys, *args):

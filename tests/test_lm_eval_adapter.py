@@ -10,14 +10,6 @@ from evaluation.backend import Backend
 from prune.errors import InvalidInput
 
 
-@pytest.fixture(scope="module")
-def data_dir():
-    path = offline_tasks.default_data_dir()
-    if path is None or not path.is_dir():
-        pytest.fail("no benchmark data folder: set LAYERCUT_DATA_DIR (CI has ../shared/benchdata)")
-    return path
-
-
 # ---------------------------------------------------------------- request checks
 
 

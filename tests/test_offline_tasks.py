@@ -49,15 +49,6 @@ TRUTHFULQA_SHOTS = (
 
 
 @pytest.fixture(scope="session")
-def data_dir():
-    """The shared benchmark folder (LAYERCUT_DATA_DIR or ../shared/benchdata)."""
-    path = ot.default_data_dir()
-    if path is None or not path.is_dir():
-        pytest.fail("no benchmark data folder: set LAYERCUT_DATA_DIR (CI has ../shared/benchdata)")
-    return path
-
-
-@pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
     """One conversion cache for the whole session, outside the repo."""
     return tmp_path_factory.mktemp("layercut_cache")
