@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import socket
 import time
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.slow
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# The README's screenshots: refreshed with LAYERCUT_SCREENSHOTS=assets; otherwise a temp folder,
+# so a test run leaves the work tree clean.
+ASSETS = (Path(__file__).resolve().parent.parent / "assets" if os.environ.get("LAYERCUT_SCREENSHOTS") == "assets"
+          else Path(tempfile.mkdtemp(prefix="layercut-screens-")))
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
