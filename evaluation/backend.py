@@ -34,7 +34,8 @@ from prune.paths import cache_root, digest, safe_child, write_atomic
 from prune.scoring import model_fingerprint
 from prune.surgery import check_block, check_layers
 
-from . import generation, lm_eval_adapter, memory, perplexity, speed
+from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed
+from .lm_eval_adapter import DEFAULT_SCORER
 from .jobs import Job, JobRunner, Progress
 from .measurement import ORIGINAL, PRUNED, Measurement, from_json_list, to_json_list
 from .offline_tasks import default_data_dir
@@ -305,9 +306,13 @@ class Backend:
             return out
 
     def benchmark_results(self, tasks: list[str], *, limit: int | None = 100, num_fewshot: int = 0,
-                          batch_size: int = 16, scorer: str = "hflm", seed: int = 0, use_cache: bool = True,
+                          batch_size: int = 16, scorer: str = DEFAULT_SCORER, seed: int = 0, use_cache: bool = True,
                           progress: Progress | None = None) -> dict[str, dict[str, dict]]:
-        """lm-eval results per model side and standard task name (see ``lm_eval_adapter.evaluate``)."""
+        """lm-eval results per model side and standard task name (see ``lm_eval_adapter.evaluate``).
+
+        With the fast scorer and a contiguous cut, the pruned model resumes from the original's
+        hidden states at the cut (``reuse.make_fast_pair``) instead of rerunning the prefix.
+        """
         models = self._models()
         names = lm_eval_adapter.check_request(tasks, num_fewshot=num_fewshot, limit=limit, data_dir=self.data_dir)
         lm_eval_adapter.get_scorer(scorer)
@@ -315,27 +320,36 @@ class Backend:
         data = lm_eval_adapter.data_fingerprint(names, self.data_dir)
         settings = {"kind": "benchmark", "limit": limit, "num_fewshot": num_fewshot, "batch_size": batch_size,
                     "scorer": scorer, "seed": seed, "data": data, "bootstrap_iters": 1000}
-        results: dict[str, dict[str, dict]] = {}
+        keys = {label: {task: {**settings, **self._key(label), "task": task} for task in names} for label in models}
+        found = {label: {task: store.get(key) for task, key in keys[label].items()} for label in models}
+        missing = {label: [task for task, entry in found[label].items() if entry is None] for label in models}
+        scorers = self._paired_scorers(missing, scorer, batch_size)
         with self.jobs.run("the benchmarks", progress) as job:
             for i, (label, model) in enumerate(models.items()):
-                keys = {task: {**settings, **self._key(label), "task": task} for task in names}
-                found = {task: store.get(key) for task, key in keys.items()}
-                missing = [task for task, entry in found.items() if entry is None]
                 sub = job.sub(i / len(models), (i + 1) / len(models))
-                if missing:
-                    sub.update(0.0, f"{label}: {', '.join(missing)}…")
-                    fresh = lm_eval_adapter.evaluate(model, self.tokenizer, missing, limit=limit,
+                if missing[label]:
+                    sub.update(0.0, f"{label}: {', '.join(missing[label])}…")
+                    fresh = lm_eval_adapter.evaluate(model, self.tokenizer, missing[label], limit=limit,
                                                      num_fewshot=num_fewshot, batch_size=batch_size, scorer=scorer,
-                                                     data_dir=self.data_dir, seed=seed, job=sub)
+                                                     data_dir=self.data_dir, seed=seed, job=sub,
+                                                     lm=scorers.get(label))
                     for task, entry in fresh.items():
-                        store.put(keys[task], entry)
-                        found[task] = entry
-                results[label] = {task: found[task] for task in names}
+                        store.put(keys[label][task], entry)
+                        found[label][task] = entry
             job.update(1.0, "Benchmarks done.")
-        return results
+        return {label: {task: found[label][task] for task in names} for label in models}
+
+    def _paired_scorers(self, missing: dict[str, list[str]], scorer: str, batch_size: int) -> dict:
+        """Original and pruned scorers that share the prefix, when both run the same tasks on a block cut."""
+        removed = list(self._removed or ())
+        contiguous = bool(removed) and removed == list(range(removed[0], removed[-1] + 1))
+        if scorer != "fast" or not contiguous or not missing.get(ORIGINAL) or missing[ORIGINAL] != missing.get(PRUNED):
+            return {}
+        original, pruned = reuse.make_fast_pair(self.model, self.tokenizer, removed[0], removed[-1] + 1, batch_size)
+        return {ORIGINAL: original, PRUNED: pruned}
 
     def benchmarks(self, tasks: list[str], *, limit: int | None = 100, num_fewshot: int = 0, batch_size: int = 16,
-                   scorer: str = "hflm", seed: int = 0, use_cache: bool = True,
+                   scorer: str = DEFAULT_SCORER, seed: int = 0, use_cache: bool = True,
                    progress: Progress | None = None) -> list[Measurement]:
         """Accuracy (%, ± stderr) and other lm-eval metrics of both models."""
         results = self.benchmark_results(tasks, limit=limit, num_fewshot=num_fewshot, batch_size=batch_size,

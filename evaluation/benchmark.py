@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16")
     parser.add_argument("--seed", type=int, default=0, help="0 = lm-eval's default seeds")
-    parser.add_argument("--scorer", default="hflm", choices=sorted(lm_eval_adapter.SCORERS))
+    parser.add_argument("--scorer", default=lm_eval_adapter.DEFAULT_SCORER, choices=sorted(lm_eval_adapter.SCORERS),
+                        help="fast: each context run once (same log-likelihoods as hflm); hflm: lm-eval's own")
     parser.add_argument("--no_cache", action="store_true", help="neither read nor write the results cache")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     return parser

@@ -37,7 +37,15 @@ def make_hflm(model, tokenizer, batch_size: int):
 
 
 # name → function(model, tokenizer, batch_size) -> lm_eval.api.model.LM; adding a scorer is one line.
-SCORERS: dict[str, Callable] = {"hflm": make_hflm}
+def make_fast_scorer(model, tokenizer, batch_size: int):
+    """LayerCut's FastLM: HFLM's log-likelihoods, each context run once (see evaluation.fast_lm)."""
+    from .fast_lm import make_fast
+
+    return make_fast(model, tokenizer, batch_size)
+
+
+SCORERS: dict[str, Callable] = {"fast": make_fast_scorer, "hflm": make_hflm}
+DEFAULT_SCORER = "fast"
 
 
 def get_scorer(name: str) -> Callable:
@@ -79,14 +87,17 @@ def data_fingerprint(tasks: list[str], data_dir: Path | None) -> str:
 
 
 def evaluate(model, tokenizer, tasks: list[str], *, limit: int | None = None, num_fewshot: int = 0,
-             batch_size: int = 16, scorer: str = "hflm", data_dir: Path | None = None, seed: int = 0,
-             bootstrap_iters: int = 1000, job: Job | None = None) -> dict[str, dict]:
-    """Run ``tasks`` on the in-memory model; returns ``{standard task: entry}`` (see :func:`_entries`)."""
+             batch_size: int = 16, scorer: str = DEFAULT_SCORER, data_dir: Path | None = None, seed: int = 0,
+             bootstrap_iters: int = 1000, job: Job | None = None, lm=None) -> dict[str, dict]:
+    """Run ``tasks`` on the in-memory model; returns ``{standard task: entry}`` (see :func:`_entries`).
+
+    ``lm`` is a ready scorer for ``model`` (e.g. one half of ``reuse.make_fast_pair``).
+    """
     import lm_eval
 
     names = check_request(tasks, num_fewshot=num_fewshot, limit=limit, data_dir=data_dir)
     manager, local = offline_tasks.task_manager(names, data_dir=data_dir)
-    lm = get_scorer(scorer)(model, tokenizer, batch_size)
+    lm = lm or get_scorer(scorer)(model, tokenizer, batch_size)
     seeds = {k: v + seed for k, v in _BASE_SEEDS.items()}
     with _observed(lm, model, job, batch_size):
         out = lm_eval.simple_evaluate(

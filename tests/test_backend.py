@@ -300,3 +300,20 @@ def test_export_saves_a_normal_checkpoint_and_refuses_foreign_folders(backend, t
 def test_cut_descriptions():
     assert backend_module.describe_cut([20, 21, 22, 23, 24, 25], 30) == "layers 20–25 (6 of 30), end exclusive [20, 26)"
     assert backend_module.describe_cut([5], 30) == "layer 5 (1 of 30), end exclusive [5, 6)"
+
+
+def test_fast_scorer_reuses_the_original_prefix_and_equals_hflm(backend, monkeypatch, tmp_path):
+    """The default scorer pairs original and cut (the cut resumes from the original's states)."""
+    from evaluation import reuse
+
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    backend.set_cut(1, 3)
+    pairs = []
+    real = reuse.make_fast_pair
+    monkeypatch.setattr(reuse, "make_fast_pair", lambda *a, **k: pairs.append(a[2:4]) or real(*a, **k))
+    fast = backend.benchmark_results(["arc_easy"], limit=4, batch_size=4)
+    assert pairs == [(1, 3)]
+    reference = backend.benchmark_results(["arc_easy"], limit=4, batch_size=4, scorer="hflm")
+    for side in ("original", "pruned"):
+        for metric in ("acc,none", "acc_norm,none"):
+            assert fast[side]["arc_easy"]["results"][metric] == reference[side]["arc_easy"]["results"][metric]

@@ -35,7 +35,7 @@ def test_a_missing_data_folder_is_a_clear_error(tmp_path):
 
 
 def test_unknown_scorer():
-    with pytest.raises(InvalidInput, match="Unknown scorer 'vllm'. Known scorers: hflm"):
+    with pytest.raises(InvalidInput, match="Unknown scorer 'vllm'. Known scorers: fast, hflm"):
         adapter.get_scorer("vllm")
 
 
