@@ -26,7 +26,7 @@ import prune
 from prune.architectures import decoder_layers
 from prune.calibration import Calibration, load_text
 from prune.devices import default_device
-from prune.errors import InvalidInput, LayerCutError
+from prune.errors import InvalidInput, LayerCutError, MissingDependency
 from prune.loading import check_model
 from prune.methods import get_method
 from prune.methods.context import Context
@@ -43,6 +43,15 @@ from .store import ResultStore
 
 EXPORT_MARKER = "layercut.json"
 _MEMORY_PROMPT_TOKENS = 128
+
+
+@dataclass
+class SweepReport:
+    """A cut sweep and how well each importance method predicts it."""
+
+    sweep: object  # evaluation.sweep.SweepResult
+    agreement: dict[str, float]  # method → Spearman rank correlation with the measured loss
+    scores: dict[str, list[float]]  # method → its block score at each start of the sweep
 
 
 @dataclass(frozen=True)
@@ -355,6 +364,41 @@ class Backend:
         results = self.benchmark_results(tasks, limit=limit, num_fewshot=num_fewshot, batch_size=batch_size,
                                          scorer=scorer, seed=seed, use_cache=use_cache, progress=progress)
         return [m for label, entries in results.items() for m in lm_eval_adapter.to_measurements(entries, model=label)]
+
+    def sweep(self, task: str, block_size: int, *, limit: int | None = 100, methods: list[str] | None = None,
+              batch_size: int = 16, use_cache: bool = True, progress: Progress | None = None) -> SweepReport:
+        """Measured ``task`` quality of every cut of ``block_size`` layers, beside each method's scores.
+
+        Cached like benchmarks; ``methods`` (default: every registered one whose analysis can
+        run) are analysed on the original and ranked by agreement with the measurement.
+        """
+        self._require_model()
+        from . import sweep as sweeps
+
+        names = lm_eval_adapter.check_request([task], limit=limit, data_dir=self.data_dir)
+        if not 1 <= int(block_size) < self.info.num_layers:
+            raise InvalidInput(f"A block must have 1…{self.info.num_layers - 1} layers, not {block_size}.")
+        store = ResultStore(enabled=use_cache)
+        key = {"kind": "sweep", **self._key(ORIGINAL), "task": names[0], "block_size": int(block_size),
+               "limit": limit, "batch_size": batch_size, "data": lm_eval_adapter.data_fingerprint(names, self.data_dir)}
+        cached = store.get(key)
+        if cached is not None:
+            result = sweeps.SweepResult.from_json(cached)
+        else:
+            with self.jobs.run(f"the sweep over blocks of {block_size}", progress) as job:
+                with cancellable(self.model, job):
+                    result = sweeps.sweep(self.model, self.tokenizer, names[0], int(block_size), limit=limit,
+                                          data_dir=self.data_dir, batch_size=batch_size, progress=job.update)
+            store.put(key, result.to_json())
+        analyses = {}
+        for method in methods if methods is not None else list(prune.METHODS):
+            try:
+                analyses[method] = self.analyze(method, progress=progress)
+            except MissingDependency:
+                continue
+        return SweepReport(result, sweeps.rank_agreement(result, analyses),
+                           {m: [float(v) for v in r.block_scores[int(block_size) - 1, result.starts]]
+                            for m, r in analyses.items()})
 
     def perplexity(self, *, seq_lens=(128, 2048), bos=(False, True), max_windows: int | None = None,
                    use_cache: bool = True, progress: Progress | None = None) -> list[Measurement]:

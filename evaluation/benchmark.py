@@ -5,6 +5,7 @@ Modes (one of):
   --personalized --start_block S --end_block E  cut layers S…E, E inclusive ("last layer that will be cut")
   --persistence                                 the zigzag-persistence cuts at 10% and 20%
   --method NAME --num_layers K                  the best contiguous block of K layers by any method
+  --sweep K                                     every block of K layers measured, beside each method's ranking
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
     mode.add_argument("--persistence", action="store_true", help="the zigzag-persistence cuts at 10%% and 20%%")
     mode.add_argument("--method", metavar="NAME", help="cut the best block of --num_layers layers by this method")
+    mode.add_argument("--sweep", type=int, metavar="K",
+                      help="measure every block of K layers on the first --task, and how well each method predicts it")
     parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
     parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
     parser.add_argument("--num_layers", type=int, help="block size for --method")
@@ -165,6 +168,8 @@ def run(args, progress=None) -> Path:
     except OSError as err:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
     info = backend.load(args.model, token=args.token, dtype=args.dtype, progress=progress)
+    if args.sweep is not None:
+        return _sweep(args, backend, tasks[0], out_dir, progress)
     cuts = _cuts(args, backend, progress)
     settings = dict(limit=args.limit, num_fewshot=args.num_fewshot, batch_size=args.batch_size, scorer=args.scorer,
                     seed=args.seed, use_cache=not args.no_cache, progress=progress)
@@ -200,6 +205,20 @@ def run(args, progress=None) -> Path:
     (out_dir / "comparison.md").write_text(header + "\n" + table)
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
     print(table)
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _sweep(args, backend: Backend, task: str, out_dir: Path, progress) -> Path:
+    """--sweep K: the measured quality of every cut of K layers and each method's rank agreement."""
+    from .sweep import format_sweep
+
+    report = backend.sweep(task, args.sweep, limit=args.limit, batch_size=args.batch_size,
+                           use_cache=not args.no_cache, progress=progress)
+    _write_json(out_dir / f"sweep_{task}_{args.sweep}.json", {
+        "sweep": report.sweep.to_json(), "rank_agreement": report.agreement, "method_scores": report.scores,
+        "model": backend.info.name, "layercut_version": prune.__version__})
+    print(format_sweep(report.sweep, report.agreement))
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
 

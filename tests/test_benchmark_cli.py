@@ -87,3 +87,16 @@ def test_the_module_runs_as_a_script(tmp_path):
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("layercut-benchmark: error: Unknown task(s) bogus")
     assert not list(Path(tmp_path).glob("results_*.json"))
+
+
+def test_sweep_mode_measures_every_start_and_ranks_the_methods(tiny_folder, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = benchmark.main(["--sweep", "2", "--model", tiny_folder, "--task", "arc_easy", "--limit", "3",
+                 "--output_folder", str(out)])
+    assert code == 0
+    data = json.loads((out / "sweep_arc_easy_2.json").read_text())
+    assert data["sweep"]["starts"] == [0, 1, 2]  # a 4-layer model has 3 blocks of 2
+    assert set(data["rank_agreement"]) >= {"angular", "block_influence", "ppl", "taylor"}
+    assert all(len(v) == 3 for v in data["method_scores"].values())
+    printed = capsys.readouterr().out
+    assert "[0, 2)" in printed and "rank agreement" in printed
