@@ -183,8 +183,19 @@ def build_demo(backend=None) -> gr.Blocks:
                                            elem_id="bench-table")
                 bench_plot = PlotView(plots.empty_figure("Run a benchmark to compare"), height=420,
                                       elem_id="bench-plot")
-                # The cut sweep (evaluation/sweep.py: accuracy of every start position for block
-                # size K) goes here, below the results.
+                with gr.Accordion("Cut sweep: measure every block of K layers", open=False):
+                    gr.Markdown(text.SWEEP_HELP)
+                    with gr.Row(equal_height=True):
+                        sweep_task = gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task")
+                        sweep_k = gr.Number(6, label="Block size K", precision=0, minimum=1)
+                        sweep_limit = gr.Number(50, label="Questions (0 = all)", precision=0, minimum=0)
+                        sweep_btn = gr.Button("Run sweep", variant="primary", elem_id="sweep-btn")
+                    sweep_md = gr.Markdown(elem_id="sweep-summary")
+                    with gr.Row():
+                        sweep_plot = PlotView(plots.empty_figure("Run a sweep to see every cut measured"),
+                                              height=460, elem_id="sweep-plot")
+                        sweep_table = gr.Dataframe(headers=["method", "Spearman ρ"], label="Rank agreement",
+                                                   interactive=False, elem_id="sweep-table", scale=0)
 
         # ------------------------------------------------------------ wiring
         cut_outputs = [layer_range, banner, heatmap, bars, named, view]
@@ -223,8 +234,11 @@ def build_demo(backend=None) -> gr.Blocks:
         ppl_event = ppl_btn.click(gpu(h.perplexity), [view, ppl_len, ppl_windows], [bench_table, bench_plot, view],
                                   api_name="perplexity", **DEVICE)
 
+        sweep_event = sweep_btn.click(gpu(h.sweep), [view, sweep_task, sweep_k, sweep_limit],
+                                      [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
+
         running = [load_event, load_then_analyze, analyze_event, start_event, gen_event, speed_event, memory_event,
-                   bench_event, ppl_event]
+                   bench_event, ppl_event, sweep_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             button.click(h.cancel, None, None, api_name=name, cancels=running, queue=False)

@@ -99,3 +99,11 @@ def test_a_missing_model_is_a_message(client):
         client.predict("no-such-org/no-such-model", "", False, "auto", api_name="/load_model")
     with pytest.raises(AppError, match="Unknown option"):
         client.predict("angular", "tokens=last", "builtin", "", 16, 128, 5, api_name="/analyze")
+
+
+def test_sweep_measures_every_cut_and_ranks_the_methods(client):
+    client.predict("", "", False, "auto", api_name="/load_model")
+    plot, table, summary = client.predict("arc_easy", 25, 2, api_name="/sweep")
+    assert "Best cut measured" in summary
+    methods = [row[0] for row in table["data"]]
+    assert {"angular", "block_influence", "relative_magnitude", "ppl", "taylor", "zigzag"} <= set(methods)

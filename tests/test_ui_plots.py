@@ -182,3 +182,20 @@ def test_default_block_size_and_formatting():
     assert text.human_count(134_515_008) == "134.5 M"
     assert "tokens/s" in text.generation_stats({"ttft_s": 0.2, "tokens_per_s": 12.0, "done": True})
     assert text.generation_stats({"ttft_s": None, "tokens_per_s": None, "done": False}) == "generating…"
+
+
+def test_sweep_figure_shows_the_measurement_and_each_method_scaled_with_its_rank_agreement():
+    from evaluation.backend import SweepReport
+    from evaluation.sweep import SweepResult
+
+    sweep = SweepResult(task="arc_easy", block_size=2, num_layers=4, limit=5, starts=[0, 1, 2],
+                        metrics={"acc": [0.3, 0.5, 0.4], "acc_norm": [0.2, 0.6, 0.4]},
+                        baseline={"acc": 0.6, "acc_norm": 0.7}, higher_is_better={"acc": True, "acc_norm": True})
+    report = SweepReport(sweep, {"angular": 1.0, "taylor": float("nan")},
+                         {"angular": [3.0, 1.0, 2.0], "taylor": [float("inf"), 5.0, 7.0]})
+    fig = plots.sweep_figure(report)
+    measured, angular, taylor = fig.data
+    assert list(measured.y) == [0.2, 0.6, 0.4] and measured.name == "measured acc_norm"
+    assert list(angular.y) == [1.0, 0.0, 0.5] and angular.name == "angular (ρ = +1.00)"
+    assert list(taylor.y) == [None, 0.0, 1.0] and taylor.name == "taylor"  # protected block left out
+    assert "every cut of 2 layers" in fig.layout.title.text

@@ -244,6 +244,20 @@ class Handlers:
         return self._bench_outputs(view, measurements)
 
     @user_errors
+    def sweep(self, view: View, task: str, block_size: float, limit: float, progress=gr.Progress()):
+        """Measure every cut of K layers on one task, and rank the methods by agreement with it."""
+        self._need_model(view)
+        limit = int(limit) if limit and int(limit) > 0 else None
+        report = self.backend.sweep(task, int(block_size or 0), limit=limit, progress=reporter(progress))
+        rows = [[method, None if rho != rho else round(rho, 3)]
+                for method, rho in sorted(report.agreement.items(), key=lambda kv: -(kv[1] if kv[1] == kv[1] else -2))]
+        best, worst = report.sweep.best_start(), report.sweep.worst_start()
+        k = report.sweep.block_size
+        summary = (f"Best cut measured: **[{best}, {best + k})**; worst: **[{worst}, {worst + k})** "
+                   f"({report.sweep.primary_metric}, {report.sweep.limit or 'all'} questions).")
+        return plots.sweep_figure(report), rows, summary
+
+    @user_errors
     def cancel(self):
         self.backend.cancel()
         gr.Info("Stopping the running job…")

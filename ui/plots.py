@@ -205,3 +205,34 @@ def speedup_figure(measurements) -> go.Figure:
                        colors={"measured": PRUNED, "ideal (FLOPs)": IDEAL})
     fig.add_hline(y=1, line_dash="dot", line_color="#666")
     return fig
+
+
+def sweep_figure(report) -> go.Figure:
+    """Measured quality of every cut of K layers (left axis) beside each method's block score,
+    scaled 0…1 per method (right axis): where the curves agree, the proxy can be trusted."""
+    sweep = report.sweep
+    metric = sweep.primary_metric
+    starts = list(sweep.starts)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=starts, y=sweep.metrics[metric], name=f"measured {metric}", mode="lines+markers",
+                             line=dict(color=PRUNED, width=4), marker=dict(size=9)))
+    fig.add_hline(y=sweep.baseline[metric], line=dict(color=ORIGINAL, dash="dash"),
+                  annotation_text=f"no cut: {sweep.baseline[metric]:.3g}", annotation_position="top left")
+    palette = iter(["#4c78a8", "#72b7b2", "#f58518", "#54a24b", "#b279a2", "#9d755d", "#bab0ac"])
+    for method, scores in report.scores.items():
+        values = np.asarray(scores, dtype=float)
+        finite = np.isfinite(values)
+        scaled = np.full_like(values, np.nan)
+        if finite.any():
+            low, high = values[finite].min(), values[finite].max()
+            scaled[finite] = (values[finite] - low) / (high - low) if high > low else 0.0
+        rho = report.agreement.get(method)
+        label = f"{method} (ρ = {rho:+.2f})" if rho is not None and np.isfinite(rho) else method
+        fig.add_trace(go.Scatter(x=starts, y=_nullable([scaled])[0], name=label, yaxis="y2", mode="lines",
+                                 line=dict(color=next(palette, "#888"), width=2, dash="dot")))
+    fig.update_xaxes(title=f"start layer of the removed block of {sweep.block_size}", dtick=1 if len(starts) <= 32 else None)
+    return _layout(fig, title=dict(text=f"{sweep.task}: every cut of {sweep.block_size} layers, measured"),
+                   yaxis=dict(title=metric), legend=dict(orientation="h", y=-0.25, yanchor="top", x=0),
+                   yaxis2=dict(title="method score (0 = most removable)", overlaying="y", side="right",
+                               range=[-0.05, 1.05], showgrid=False),
+                   margin=dict(l=60, r=70, t=60, b=120))
