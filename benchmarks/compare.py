@@ -1,0 +1,39 @@
+"""Original vs a cut on the default model: WikiText-2 perplexity, speed (measured vs ideal), memory.
+
+    .venv/bin/python benchmarks/compare.py [--start 20 --end 26] [--ppl_windows 40] [--batch_sizes 1,8]
+
+Everything goes through the same Backend the app and the CLI use, and prints the same tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from evaluation.backend import Backend
+from evaluation.measurement import to_markdown
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=int, default=20, help="first layer cut (0-based)")
+    parser.add_argument("--end", type=int, default=26, help="first layer kept after the cut (end exclusive)")
+    parser.add_argument("--ppl_windows", type=int, default=40, help="WikiText-2 windows per length (0 = all)")
+    parser.add_argument("--batch_sizes", default="1,8", help="comma list of batch sizes for the speed run")
+    parser.add_argument("--new_tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    backend = Backend()
+    info = backend.load(None)
+    cut = backend.set_cut(args.start, args.end)
+    print(f"{info.name}, {info.num_layers} layers; cut {cut.description}")
+    ppl = backend.perplexity(seq_lens=(128, 2048), bos=(False, True), max_windows=args.ppl_windows or None)
+    print(to_markdown(ppl))
+    speed = backend.speed(batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+                          new_tokens=(args.new_tokens,), repeats=args.repeats)
+    print(to_markdown(speed))
+    print(to_markdown(backend.memory()))
+
+
+if __name__ == "__main__":
+    main()
