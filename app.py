@@ -187,15 +187,17 @@ def build_demo(backend=None) -> gr.Blocks:
                     gr.Markdown(text.SWEEP_HELP)
                     with gr.Row(equal_height=True):
                         sweep_task = gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task")
-                        sweep_k = gr.Number(6, label="Block size K", precision=0, minimum=1)
-                        sweep_limit = gr.Number(50, label="Questions (0 = all)", precision=0, minimum=0)
+                        sweep_k = gr.Number(6, label="Block size K", precision=0, minimum=1, elem_id="sweep-k")
+                        sweep_limit = gr.Number(50, label="Questions (0 = all)", precision=0, minimum=0,
+                                                elem_id="sweep-limit")
                         sweep_btn = gr.Button("Run sweep", variant="primary", elem_id="sweep-btn")
                     sweep_md = gr.Markdown(elem_id="sweep-summary")
                     with gr.Row():
-                        sweep_plot = PlotView(plots.empty_figure("Run a sweep to see every cut measured"),
-                                              height=460, elem_id="sweep-plot")
+                        with gr.Column(scale=3):
+                            sweep_plot = PlotView(plots.empty_figure("Run a sweep to see every cut measured"),
+                                                  height=460, elem_id="sweep-plot")
                         sweep_table = gr.Dataframe(headers=["method", "Spearman ρ"], label="Rank agreement",
-                                                   interactive=False, elem_id="sweep-table", scale=0)
+                                                   interactive=False, elem_id="sweep-table", scale=1, min_width=280)
 
         # ------------------------------------------------------------ wiring
         cut_outputs = [layer_range, banner, heatmap, bars, named, view]

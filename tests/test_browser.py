@@ -180,6 +180,20 @@ def test_benchmark_with_a_small_limit_fills_the_table(page):
     page.screenshot(path=str(ASSETS / "screenshot-benchmarks.png"), full_page=True)
 
 
+def test_cut_sweep_plots_every_cut_beside_the_methods(page):
+    tab(page, "Benchmarks")
+    page.get_by_text("Cut sweep: measure every block of K layers").click()
+    page.fill("#sweep-k input", "6")
+    page.fill("#sweep-limit input", "3")
+    page.click("#sweep-btn")
+    page.wait_for_function("document.querySelector('#sweep-summary').innerText.includes('Best cut measured')",
+                           timeout=600_000)
+    page.wait_for_selector("#sweep-plot .lc-plot .scatterlayer", timeout=30_000)
+    assert "Spearman" in page.inner_text("#sweep-table")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-sweep.png"), full_page=True)
+
+
 def test_speed_and_memory_tab(page, capsys):
     tab(page, "Speed & memory")
     page.get_by_label("8", exact=True).uncheck()

@@ -234,5 +234,5 @@ def sweep_figure(report) -> go.Figure:
     return _layout(fig, title=dict(text=f"{sweep.task}: every cut of {sweep.block_size} layers, measured"),
                    yaxis=dict(title=metric), legend=dict(orientation="h", y=-0.25, yanchor="top", x=0),
                    yaxis2=dict(title="method score (0 = most removable)", overlaying="y", side="right",
-                               range=[-0.05, 1.05], showgrid=False),
+                               range=[-0.05, 1.05], tickvals=[0, 0.25, 0.5, 0.75, 1], showgrid=False),
                    margin=dict(l=60, r=70, t=60, b=120))
