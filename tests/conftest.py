@@ -97,3 +97,16 @@ def data_dir():
     if path is None or not path.is_dir():
         pytest.fail("no benchmark data folder: set LAYERCUT_DATA_DIR (CI has ../shared/benchdata)")
     return path
+
+
+@pytest.fixture(autouse=True)
+def one_thread_for_tiny_models(request):
+    """Tests not marked slow use tiny models, whose many small ops run far faster on one thread
+    (OpenMP barriers cost more than they save, most of all on a busy machine)."""
+    if request.node.get_closest_marker("slow"):
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

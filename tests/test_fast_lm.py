@@ -8,7 +8,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 from lm_eval.api.instance import Instance  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
@@ -39,18 +38,6 @@ def assert_same(fast, slow, tol=1e-4):
     for (a, ga), (b, gb) in zip(fast, slow):
         assert abs(a - b) <= tol, (a, b)
         assert ga == gb
-
-
-@pytest.fixture(autouse=True)
-def one_thread_for_tiny_models(request):
-    """Tiny models run their many small ops far faster on one thread (most so on a busy machine)."""
-    if request.node.get_closest_marker("slow"):
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------- planning

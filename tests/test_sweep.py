@@ -11,11 +11,9 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import torch  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 import prune  # noqa: E402
-from evaluation import offline_tasks  # noqa: E402
 from evaluation.fast_lm import FastLM, head_input, score_batch  # noqa: E402
 from evaluation.reuse import make_fast_pair, score_cuts  # noqa: E402
 from evaluation.sweep import SweepResult, evaluate_loaded, load_task, rank_agreement, sweep, task_metrics  # noqa: E402
@@ -32,26 +30,6 @@ def token_requests(lm, requests):
     lm.loglikelihood(requests, disable_tqdm=True)
     del lm._loglikelihood_tokens
     return triples
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    path = offline_tasks.default_data_dir()
-    if path is None or not path.is_dir():
-        pytest.skip("no benchmark data folder (set LAYERCUT_DATA_DIR)")
-    return path
-
-
-@pytest.fixture(autouse=True)
-def one_thread_for_tiny_models(request):
-    """Tiny models run their many small ops far faster on one thread (most so on a busy machine)."""
-    if request.node.get_closest_marker("slow"):
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------- exactness of the reuse path
