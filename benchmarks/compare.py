@@ -1,6 +1,6 @@
 """Original vs a cut on the default model: WikiText-2 perplexity, speed (measured vs ideal), memory.
 
-    .venv/bin/python benchmarks/compare.py [--start 20 --end 26] [--ppl_windows 40] [--batch_sizes 1,8]
+    .venv/bin/python benchmarks/compare.py [--start 20 --end 26] [--ppl_windows 8] [--batch_sizes 1,8]
 
 Everything goes through the same Backend the app and the CLI use, and prints the same tables.
 """
@@ -17,7 +17,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=int, default=20, help="first layer cut (0-based)")
     parser.add_argument("--end", type=int, default=26, help="first layer kept after the cut (end exclusive)")
-    parser.add_argument("--ppl_windows", type=int, default=40, help="WikiText-2 windows per length (0 = all)")
+    parser.add_argument("--ppl_windows", type=int, default=8, help="WikiText-2 windows per length (0 = all: slow on CPU)")
     parser.add_argument("--batch_sizes", default="1,8", help="comma list of batch sizes for the speed run")
     parser.add_argument("--new_tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
