@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ def load_model(
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
     hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
-    source, config = _source_and_config(name_or_path, hub)
+    source, config, hub = _source_and_config(name_or_path, hub)
     _check_fits(config, torch_dtype, device, name_or_path)
 
     tokenizer = AutoTokenizer.from_pretrained(source, **hub)
@@ -69,9 +70,27 @@ def check_model(name_or_path: str | None = None, *, token: str | None = None, re
 
 def _source_and_config(name_or_path, hub: dict):
     source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
+    if not Path(source).is_dir() and not _hub_reachable():
+        hub = {**hub, "local_files_only": True}  # use the local HF cache at once instead of ~20 s of retries
     config = _load_config(source, name_or_path, hub)
     architecture_of(config)  # fail before downloading weights we cannot cut
-    return source, config
+    return source, config, hub
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hub answers at all (no network at a talk is common); HF_HUB_OFFLINE means no."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or constants.HF_HUB_OFFLINE:
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
 
 
 def _resolve(name_or_path: str) -> str:
@@ -96,7 +115,7 @@ def _load_config(source: str, name: str | None, hub: dict):
     except ValueError as err:  # e.g. custom code that needs trust_remote_code
         raise ModelNotFound(f"Cannot load the config of '{name}': {_first_line(err)}") from None
     except OSError as err:
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        offline = hub.get("local_files_only") or os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = " (the hub is unreachable: offline?)" if offline or "connect" in str(err).lower() else ""
         raise ModelNotFound(
             f"Model '{name}' was not found locally or on the Hugging Face Hub{hint}. "

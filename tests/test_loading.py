@@ -118,3 +118,19 @@ def test_wikitext_validation_calibration_comes_from_the_data_folder():
 def test_bad_calibration_is_a_clear_error(cal, message, tiny_tokenizer):
     with pytest.raises(InvalidInput, match=message):
         token_windows(tiny_tokenizer, cal)
+
+
+def test_an_unreachable_hub_is_noticed_at_once(monkeypatch):
+    """No network (a talk's Wi-Fi): go to the local cache now instead of retrying for ~20 s."""
+    from huggingface_hub import constants
+
+    from prune.loading import _hub_reachable
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "https://hub.layercut.invalid")  # .invalid never resolves
+    assert _hub_reachable() is False
+    with pytest.raises(ModelNotFound, match="unreachable"):
+        prune.load_model("no-such-org/no-such-model-xyz")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert _hub_reachable() is False
