@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,13 @@ TINY_CONFIGS = {
     "opt": lambda n: transformers.OPTConfig(vocab_size=320, hidden_size=32, num_attention_heads=4, num_hidden_layers=n,
                                             ffn_dim=64, max_position_embeddings=256, word_embed_proj_dim=32),
 }
+
+
+def free_port() -> int:
+    """A free localhost port for an app under test."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def tiny_model(arch: str, layers: int = 4, seed: int = 0):

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
+
+from conftest import free_port
 from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,6 @@ def test_method_mode_cuts_the_best_block(tiny_folder, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
-    pytest.importorskip("dionysus")
     code, _, err = _run(capsys, "--persistence", "--model", tiny_folder, "--task", "arc_easy", "--limit", 2,
                         "--output_folder", tmp_path)
     assert code == 0 or "no removable layers" in err, err

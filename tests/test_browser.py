@@ -7,13 +7,14 @@ benchmark → speed), saving a screenshot of each tab to assets/screenshot-<tab>
 
 from __future__ import annotations
 
-import socket
 import time
 import os
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -28,16 +29,10 @@ VIEWPORT = {"width": 1280, "height": 800}
 TIMINGS: dict[str, float] = {}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        pytest.skip("Debian's chromium is not installed (bash setup.sh --test)")
+        pytest.fail("Debian's chromium is not installed: run bash setup.sh --test")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:

@@ -47,9 +47,9 @@ def ppl_criterion(ctx, *, max_samples: int = 4, exact_blocks: bool = False) -> I
     layer_nll = blocks[0].copy()
     if not exact_blocks:
         blocks = blocks_from_layers(layer_nll)
+    label = "perplexity without the block" if exact_blocks else "perplexity without the layer (blocks: sum of log-ppl)"
     return ImportanceResult(
-        "ppl", np.exp(blocks) if exact_blocks else blocks, "perplexity without the layer" if not exact_blocks
-        else "perplexity without the block",
+        "ppl", np.exp(blocks) if exact_blocks else blocks, label,
         layer_scores=np.exp(layer_nll), block_exact=exact_blocks,
         params={"max_samples": max_samples, "exact_blocks": exact_blocks,
                 "baseline_ppl": math.exp(_nll(logits_from_hidden(ctx.model, residual[-1]), input_ids))},
