@@ -73,19 +73,20 @@ class Job:
 
 
 class JobRunner:
-    """Runs jobs for one owner (a Backend) on one device; ``cancel`` stops all of its jobs."""
+    """Runs jobs on one device for many owners (visitors); ``cancel(owner)`` stops only that owner's jobs."""
 
     def __init__(self, device: str):
         self.device = device
-        self._events: set[threading.Event] = set()
+        self._events: dict[threading.Event, str | None] = {}
         self._guard = threading.Lock()
 
     @contextmanager
-    def run(self, label: str, progress: Progress | None = None, *, hold: bool = True) -> Iterator[Job]:
-        """A job; with ``hold`` the device lock is held throughout (else use :meth:`holding`)."""
+    def run(self, label: str, progress: Progress | None = None, *, owner: str | None = None,
+            hold: bool = True) -> Iterator[Job]:
+        """A job of ``owner``; with ``hold`` the device lock is held throughout (else use :meth:`holding`)."""
         event = threading.Event()
         with self._guard:
-            self._events.add(event)
+            self._events[event] = owner
         job = Job(label, progress, event)
         try:
             if hold:
@@ -95,7 +96,7 @@ class JobRunner:
                 yield job
         finally:
             with self._guard:
-                self._events.discard(event)
+                self._events.pop(event, None)
 
     @contextmanager
     def holding(self, job: Job) -> Iterator[None]:
@@ -113,13 +114,14 @@ class JobRunner:
         finally:
             lock.release()
 
-    def cancel(self) -> None:
-        """Ask every running or waiting job of this runner to stop at its next safe point."""
+    def cancel(self, owner: str | None = None) -> None:
+        """Ask ``owner``'s running or waiting jobs to stop at their next safe point (None: every owner's)."""
         with self._guard:
-            for event in self._events:
-                event.set()
+            for event, who in self._events.items():
+                if owner is None or who == owner:
+                    event.set()
 
-    @property
-    def busy(self) -> bool:
+    def busy(self, owner: str | None = None) -> bool:
+        """Whether ``owner`` (None: anyone) has a job running or waiting."""
         with self._guard:
-            return bool(self._events)
+            return any(owner is None or who == owner for who in self._events.values())

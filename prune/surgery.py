@@ -70,13 +70,13 @@ def remove_layers(model: nn.Module, layers: Iterable[int]) -> nn.Module:
     parent._modules[path.split(".")[-1]] = new_layers
     if getattr(model, "generation_config", None) is not None:
         pruned.generation_config = copy.deepcopy(model.generation_config)
-    pruned.layercut_removed = sorted(removed_layers_of(model) + _original_indices(model, removed))
+    config.layercut_removed_layers = sorted(removed_layers_of(model) + _original_indices(model, removed))
     return pruned
 
 
 def removed_layers_of(model: nn.Module) -> list[int]:
-    """Layers (in the original model's numbering) that earlier cuts removed."""
-    return list(getattr(model, "layercut_removed", []))
+    """Layers (in the original model's numbering) that earlier cuts removed, as its config records."""
+    return list(getattr(model.config, "layercut_removed_layers", None) or [])
 
 
 def _original_indices(model: nn.Module, removed_now: list[int]) -> list[int]:

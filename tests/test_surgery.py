@@ -101,9 +101,9 @@ def test_per_layer_config_lists_are_sliced_qwen2_reloads(tmp_path):
 def test_non_contiguous_removal_and_cutting_a_cut():
     model = tiny_model("gpt2", layers=6)
     pruned = prune.remove_layers(model, [4, 1])
-    assert pruned.layercut_removed == [1, 4]
+    assert pruned.config.layercut_removed_layers == [1, 4]
     again = prune.cut(pruned, 0, 2)  # pruned layers 0, 1 are original 0, 2
-    assert again.layercut_removed == [0, 1, 2, 4]
+    assert again.config.layercut_removed_layers == [0, 1, 2, 4]
     assert torch.equal(greedy(again, True), greedy(again, False))
 
 

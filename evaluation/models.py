@@ -1,0 +1,148 @@
+"""The base models a server holds: loaded once, shared by every visitor, kept within a memory budget.
+
+A visitor names a model by a :class:`ModelSpec`; :meth:`ModelPool.get` returns the loaded
+model for it, loading it on first use. Loading never unloads another model unless the new
+one needs the room (least recently used first), and a load that fails leaves every loaded
+model in place. An evicted model is loaded again when a visitor next uses it.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+import prune
+from prune.architectures import decoder_layers
+from prune.devices import available_memory_bytes, parse_dtype
+from prune.loading import check_model, is_default
+from prune.scoring import model_fingerprint
+
+from . import memory
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which base model, and how to load it; the token is used to load but is no part of its identity."""
+
+    name: str = prune.DEFAULT_MODEL
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    revision: str | None = None
+    token: str | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def label(self) -> str:
+        return prune.DEFAULT_MODEL if is_default(self.name) else self.name
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    num_layers: int
+    num_params: int
+    layer_params: tuple[int, ...]  # parameters of each decoder layer
+    device: str
+    dtype: str
+    weight_bytes: int
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded base model: never altered; compared models derive from it by recipes."""
+
+    spec: ModelSpec
+    model: torch.nn.Module
+    tokenizer: object
+    info: ModelInfo
+    fingerprint: str
+
+
+def describe(model, name: str) -> ModelInfo:
+    """The facts the UI and the tables show about a model."""
+    layers = decoder_layers(model)  # fails clearly for an architecture we cannot cut
+    first = next(model.parameters())
+    return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
+                     layer_params=tuple(sum(p.numel() for p in layer.parameters()) for layer in layers),
+                     device=str(first.device), dtype=str(first.dtype).removeprefix("torch."),
+                     weight_bytes=memory.weight_bytes(model))
+
+
+class ModelPool:
+    """Loaded base models by spec, least recently used first out when a new one needs room."""
+
+    def __init__(self, device: str, budget_bytes: int | None = None):
+        self.device = device
+        self.budget_bytes = budget_bytes  # None: whatever fits in free memory
+        self._loaded: OrderedDict[ModelSpec, Loaded] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def peek(self, spec: ModelSpec) -> Loaded | None:
+        """The loaded model for ``spec`` if it is loaded, without loading it."""
+        with self._guard:
+            found = self._loaded.get(spec)
+            if found is not None:
+                self._loaded.move_to_end(spec)
+            return found
+
+    def get(self, spec: ModelSpec) -> Loaded:
+        """The loaded model for ``spec``, loading it now if needed (callers hold the device)."""
+        found = self.peek(spec)
+        if found is not None:
+            return found
+        check_model(None if is_default(spec.name) else spec.name, token=spec.token, revision=spec.revision,
+                    trust_remote_code=spec.trust_remote_code)  # cheap: fails before anything is unloaded
+        self._make_room_for(spec)
+        model, tokenizer = prune.load_model(None if is_default(spec.name) else spec.name, device=self.device,
+                                            dtype=None if spec.dtype == "auto" else spec.dtype, token=spec.token,
+                                            revision=spec.revision, trust_remote_code=spec.trust_remote_code)
+        loaded = Loaded(spec, model, tokenizer, describe(model, spec.label), model_fingerprint(model))
+        with self._guard:
+            self._loaded[spec] = loaded
+        return loaded
+
+    def adopt(self, spec: ModelSpec, model, tokenizer) -> Loaded:
+        """Serve an already loaded model under ``spec`` (tests, notebooks)."""
+        loaded = Loaded(spec, model, tokenizer, describe(model, spec.label), model_fingerprint(model))
+        with self._guard:
+            self._loaded[spec] = loaded
+        return loaded
+
+    def loaded(self) -> list[ModelSpec]:
+        with self._guard:
+            return list(self._loaded)
+
+    def _make_room_for(self, spec: ModelSpec) -> None:
+        """Unload least recently used models until the new one's estimated weights fit."""
+        needed = _estimated_bytes(spec, self.device)
+        while True:
+            with self._guard:
+                held = sum(item.info.weight_bytes for item in self._loaded.values())
+                over_budget = self.budget_bytes is not None and held + needed > self.budget_bytes
+                short = needed * 1.2 > available_memory_bytes(self.device)
+                if not self._loaded or not (over_budget or short):
+                    return
+                self._loaded.popitem(last=False)
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
+def _estimated_bytes(spec: ModelSpec, device: str) -> int:
+    """The new model's weight bytes from its config (no weights read); 0 when unknown."""
+    try:
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        source = prune.loading.default_checkpoint() if is_default(spec.name) else spec.name
+        config = AutoConfig.from_pretrained(source, token=spec.token, revision=spec.revision,
+                                            trust_remote_code=spec.trust_remote_code)
+        with init_empty_weights():
+            meta = AutoModelForCausalLM.from_config(config)
+        dtype = parse_dtype(None if spec.dtype == "auto" else spec.dtype, device)
+        return sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    except Exception:  # the load itself reports what is wrong with the model
+        return 0

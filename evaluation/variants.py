@@ -1,0 +1,73 @@
+"""Compared models built from recipes, cached by (base model, recipe key) within a memory budget.
+
+A depth cut shares every weight with its base model and costs nothing; later kinds of step
+(sparsity, low-rank, healing) own new tensors. What a variant costs is the bytes of the
+tensors it does not share with its base; when the cached variants cost more than the
+budget, the least recently used go first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from prune.recipe import Recipe
+
+from .models import Loaded
+
+DEFAULT_BUDGET_BYTES = 4 * 2**30
+
+
+def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
+    """Bytes of ``model``'s tensors that are not shared with ``base``."""
+    shared = {t.data_ptr() for t in (*base.parameters(), *base.buffers())}
+    seen: dict[int, int] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.data_ptr() not in shared:
+            seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
+
+
+@dataclass(frozen=True)
+class Side:
+    """One column of a comparison: its label, how it derives from the base, and the model."""
+
+    label: str
+    recipe: Recipe
+    model: torch.nn.Module
+
+
+class VariantCache:
+    """Derived models by (base fingerprint, recipe key); least recently used out past the budget."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES):
+        self.budget_bytes = budget_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[torch.nn.Module, int]] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, base: Loaded, recipe: Recipe) -> torch.nn.Module:
+        """The model ``recipe`` derives from ``base`` (the base itself for the empty recipe)."""
+        if recipe.is_original:
+            return base.model
+        key = (base.fingerprint, recipe.key)
+        with self._guard:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+        model = recipe.apply(base.model)
+        cost = own_bytes(model, base.model)
+        with self._guard:
+            self._items[key] = (model, cost)
+            while len(self._items) > 1 and self.used_bytes > self.budget_bytes:
+                self._items.popitem(last=False)
+        return model
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(cost for _, cost in self._items.values())
+
+    def __len__(self) -> int:
+        return len(self._items)

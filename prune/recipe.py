@@ -1,0 +1,170 @@
+"""A recipe: how a compared model is derived from the original, as one frozen, hashable value.
+
+A recipe is a tuple of steps applied in order (cut, then sparsify, then heal, …). Each kind of
+step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
+checked once, when it is made for the model it applies to, and trusted afterwards. The
+recipe's :attr:`Recipe.key` names every cache of what it derives, and
+:meth:`Recipe.apply` records the recipe in the derived model's config (``config.layercut``),
+so a saved checkpoint says what was done to it. The empty recipe is the original model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar
+
+from torch import nn
+
+from .architectures import decoder_layers
+from .errors import InvalidCut, InvalidInput
+from .paths import digest
+from .surgery import check_block, check_layers, remove_layers
+
+CONFIG_FIELD = "layercut"  # the derived model's config records its recipe here
+
+STEPS: dict[str, type] = {}
+
+
+def step(kind: str):
+    """Class decorator: register a frozen step dataclass under ``kind`` (its JSON tag)."""
+
+    def add(cls):
+        if kind in STEPS:
+            raise ValueError(f"Recipe step '{kind}' is registered twice.")
+        cls.kind = kind
+        STEPS[kind] = cls
+        return cls
+
+    return add
+
+
+@step("cut")
+@dataclass(frozen=True)
+class DepthCut:
+    """Remove whole decoder layers; the kept layers share their weights with the model cut."""
+
+    kind: ClassVar[str]
+    layers: tuple[int, ...]  # removed, 0-based, in the numbering of the model the step applies to
+    num_layers: int  # layers of that model
+
+    @classmethod
+    def of(cls, num_layers: int, layers: Iterable[int]) -> DepthCut:
+        """A checked cut of any set of layers (never empty, never all of them)."""
+        return cls(tuple(check_layers(int(num_layers), layers)), int(num_layers))
+
+    @classmethod
+    def block(cls, num_layers: int, start: int, end: int) -> DepthCut:
+        """A checked cut of the block ``[start, end)``, end exclusive."""
+        check_block(int(num_layers), start, end)
+        return cls(tuple(range(start, end)), int(num_layers))
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """``(start, end)`` when the removed layers are contiguous, else None."""
+        first, last = self.layers[0], self.layers[-1]
+        return (first, last + 1) if last - first + 1 == len(self.layers) else None
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        found = len(decoder_layers(model))
+        if found != self.num_layers:
+            raise InvalidCut(f"This cut was made for a {self.num_layers}-layer model; this one has {found}.")
+        return remove_layers(model, self.layers)
+
+    def describe(self) -> str:
+        """'layers 20–25 (6 of 30), end exclusive [20, 26)', or the list for a scattered cut."""
+        count = f"({len(self.layers)} of {self.num_layers})"
+        if self.span is None:
+            return f"layers {', '.join(map(str, self.layers))} {count}"
+        start, end = self.span
+        what = f"layer {start}" if end - start == 1 else f"layers {start}–{end - 1}"
+        return f"{what} {count}, end exclusive [{start}, {end})"
+
+    def short(self) -> str:
+        """A column title: '−[20, 26)' or '−{3, 7, 9}'."""
+        if self.span is not None:
+            return f"−[{self.span[0]}, {self.span[1]})"
+        return "−{" + ", ".join(map(str, self.layers)) + "}"
+
+
+def _step_to_json(item) -> dict:
+    return {"kind": item.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(item).items()}}
+
+
+def _step_from_json(data: dict):
+    kind = data.get("kind")
+    if kind not in STEPS:
+        raise InvalidInput(f"Unknown recipe step '{kind}'. Known steps: {', '.join(STEPS)}.")
+    cls = STEPS[kind]
+    values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Steps applied in order to the original; ``origin`` says how it was chosen (not part of the key)."""
+
+    steps: tuple = ()
+    origin: str = field(default="", compare=False)
+
+    @classmethod
+    def cut(cls, num_layers: int, layers: Iterable[int], origin: str = "") -> Recipe:
+        """The one-step recipe that removes ``layers`` (checked)."""
+        return cls((DepthCut.of(num_layers, layers),), origin)
+
+    @classmethod
+    def block(cls, num_layers: int, start: int, end: int, origin: str = "") -> Recipe:
+        """The one-step recipe that removes the block ``[start, end)`` (checked)."""
+        return cls((DepthCut.block(num_layers, start, end),), origin)
+
+    @property
+    def is_original(self) -> bool:
+        return not self.steps
+
+    @property
+    def key(self) -> str:
+        """A short stable digest of the steps: what names this recipe in every cache."""
+        return digest([_step_to_json(s) for s in self.steps])
+
+    @property
+    def depth_cut(self) -> DepthCut | None:
+        """The first depth cut, which decides the layers the UI shows as removed."""
+        return next((s for s in self.steps if isinstance(s, DepthCut)), None)
+
+    def then(self, item) -> Recipe:
+        """This recipe followed by one more step."""
+        return Recipe((*self.steps, item), self.origin)
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        """The derived model (the original itself for the empty recipe; the original is never altered)."""
+        derived = model
+        for item in self.steps:
+            derived = item.apply(derived)
+        if derived is not model:
+            if derived.config is model.config:
+                raise RuntimeError(f"A recipe step shared the original's config: {self.describe()}")
+            setattr(derived.config, CONFIG_FIELD, self.to_json())
+        return derived
+
+    def describe(self) -> str:
+        return " → ".join(s.describe() for s in self.steps) if self.steps else "the original model"
+
+    def short(self) -> str:
+        return " ".join(s.short() for s in self.steps) if self.steps else "original"
+
+    def to_json(self) -> dict:
+        return {"steps": [_step_to_json(s) for s in self.steps], "origin": self.origin}
+
+    @classmethod
+    def from_json(cls, data: dict | str) -> Recipe:
+        if isinstance(data, str):
+            data = json.loads(data)
+        return cls(tuple(_step_from_json(s) for s in data.get("steps", [])), data.get("origin", ""))
+
+
+def recipe_of(model: nn.Module) -> Recipe | None:
+    """The recipe recorded in a derived (or reloaded) model's config, if any."""
+    data = getattr(model.config, CONFIG_FIELD, None)
+    return Recipe.from_json(data) if isinstance(data, dict) else None
