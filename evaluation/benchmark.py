@@ -32,17 +32,18 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import prune
 from prune.errors import InvalidCut, InvalidInput, LayerCutError
 from prune.methods import METHODS
 from prune.paths import write_atomic
+from prune.recipe import Recipe
 
 from . import lm_eval_adapter
-from .backend import Backend, describe_cut
+from .backend import Backend
 from .measurement import ORIGINAL, PRUNED, to_csv, to_markdown
+from .models import ModelSpec
 from .offline_tasks import SUPPORTED_TASKS
 
 DEFAULT_TASKS = "arc_easy"
@@ -122,23 +123,26 @@ def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> lis
     return list(range(start, end_inclusive + 1))
 
 
-def _cuts(args, backend: Backend, progress) -> dict[str, list[int]]:
-    """Mode name → layers to remove (empty for --full)."""
+def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, Recipe]:
+    """Mode name → the recipe it compares (none for --full)."""
     if args.full:
         return {}
     if args.personalized:
-        return {"personalized": _personalized_layers(args.start_block, args.end_block, backend.info.num_layers)}
+        layers = _personalized_layers(args.start_block, args.end_block, info.num_layers)
+        return {"personalized": Recipe.cut(info.num_layers, layers, origin="chosen by hand")}
     if args.persistence:
-        result = backend.analyze("zigzag", progress=progress)
+        result = backend.analyze(spec, "zigzag", progress=progress)
         cuts = {mode: result.cuts.get(key, []) for mode, key in PERSISTENCE_CUTS.items()}
         empty = [key for mode, key in PERSISTENCE_CUTS.items() if not cuts[mode]]
         if empty:
             raise InvalidCut(f"Zigzag persistence found no removable layers for the {', '.join(empty)} cut(s) "
                              "of this model.")
-        return cuts
-    result = backend.analyze(args.method, progress=progress)
+        return {mode: Recipe.cut(info.num_layers, layers, origin=f"zigzag persistence, the {key} threshold cut")
+                for (mode, layers), key in zip(cuts.items(), PERSISTENCE_CUTS.values())}
+    result = backend.analyze(spec, args.method, progress=progress)
     start, end = result.best_block(args.num_layers)
-    return {args.method: list(range(start, end))}
+    return {args.method: Recipe.block(info.num_layers, start, end,
+                                      origin=f"{METHODS[args.method].label}, best block of {args.num_layers} layers")}
 
 
 def _results_json(entries: dict[str, dict], config: dict) -> dict:
@@ -160,47 +164,48 @@ def run(args, progress=None) -> Path:
     _check_mode(args)
     progress = progress or _Printer()
     backend = Backend(data_dir=args.data_dir, device=args.device)
-    tasks = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
-                                          data_dir=backend.data_dir)
+    request = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
+                                            data_dir=backend.data_dir)
     out_dir = Path(args.output_folder).expanduser().resolve()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
-    info = backend.load(args.model, token=args.token, dtype=args.dtype, progress=progress)
+    spec = ModelSpec(name=args.model or prune.DEFAULT_MODEL, dtype=args.dtype or "auto", token=args.token)
+    info = backend.load(spec, progress=progress)
     if args.sweep is not None:
-        return _sweep(args, backend, tasks[0], out_dir, progress)
-    cuts = _cuts(args, backend, progress)
-    settings = dict(limit=args.limit, num_fewshot=args.num_fewshot, batch_size=args.batch_size, scorer=args.scorer,
-                    seed=args.seed, use_cache=not args.no_cache, progress=progress)
+        return _sweep(args, backend, spec, request, out_dir, progress)
+    cuts = _cuts(args, backend, spec, info, progress)
+    for mode, recipe in cuts.items():
+        progress(0.0, f"{mode}: removes {info.describe_cut(recipe)}")
+        if 2 * len(recipe.depth_cut.layers) > info.num_layers:
+            print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
+                  f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
-              "tasks": tasks, "limit": args.limit, "num_fewshot": args.num_fewshot, "batch_size": args.batch_size,
-              "scorer": args.scorer, "seed": args.seed,
+              "tasks": list(request.names), "limit": args.limit, "num_fewshot": args.num_fewshot,
+              "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
               "data_dir": str(backend.data_dir) if backend.data_dir else "hub",
               "layercut_version": prune.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-
-    original = backend.benchmark_results(tasks, **settings)[ORIGINAL]
+    results = backend.benchmark_results(spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer,
+                                        seed=args.seed, use_cache=not args.no_cache, progress=progress)
     _write_json(out_dir / "results_full.json",
-                _results_json(original, {**config, "mode": "full", "removed_layers": []}))
-    measurements = lm_eval_adapter.to_measurements(original, model=ORIGINAL)
-    for mode, layers in cuts.items():
-        cut = backend.set_cut_layers(layers)
-        progress(0.0, f"{mode}: {cut.description}")
-        pruned = backend.benchmark_results(tasks, **settings)[PRUNED]
-        _write_json(out_dir / f"results_{mode}.json", _results_json(pruned, {
-            **config, "mode": mode, "removed_layers": cut.removed, "cut": cut.description,
-            "params_removed_pct": round(cut.params_removed_pct, 3)}))
+                _results_json(results[ORIGINAL], {**config, "mode": "full", "removed_layers": []}))
+    measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
+    for mode, recipe in cuts.items():
+        _write_json(out_dir / f"results_{mode}.json", _results_json(results[mode], {
+            **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers), "cut": recipe.describe(),
+            "recipe": recipe.to_json(),
+            "params_removed_pct": round(100 * info.removed_params(recipe) / info.num_params, 3)}))
         label = PRUNED if len(cuts) == 1 else mode
-        measurements += [replace(m, model=label) for m in lm_eval_adapter.to_measurements(pruned, model=label)]
-        if args.export_dir:
-            target = Path(args.export_dir).expanduser().resolve()
-            if len(cuts) > 1:
-                target = target / mode
-            saved = backend.export(target.name, root=target.parent)
-            progress(1.0, f"Saved the {mode} checkpoint to {saved}")
+        measurements += lm_eval_adapter.to_measurements(results[mode], model=label)
+    for mode, recipe in cuts.items() if args.export_dir else ():
+        target = Path(args.export_dir).expanduser().resolve()
+        saved = backend.export(spec, recipe, target / mode if len(cuts) > 1 else target,
+                               scores=[m for m in measurements if m.model in (ORIGINAL, PRUNED, mode)])
+        progress(1.0, f"Saved the {mode} checkpoint to {saved}")
 
     header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
-    header += "".join(f"- {mode}: removes {describe_cut(layers, info.num_layers)}\n" for mode, layers in cuts.items())
+    header += "".join(f"- {mode}: removes {recipe.describe()}\n" for mode, recipe in cuts.items())
     table = to_markdown(measurements)
     (out_dir / "comparison.md").write_text(header + "\n" + table)
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
@@ -209,16 +214,18 @@ def run(args, progress=None) -> Path:
     return out_dir
 
 
-def _sweep(args, backend: Backend, task: str, out_dir: Path, progress) -> Path:
+def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
     """--sweep K: the measured quality of every cut of K layers and each method's rank agreement."""
     from .sweep import format_sweep
 
-    report = backend.sweep(task, args.sweep, limit=args.limit, batch_size=args.batch_size,
-                           use_cache=not args.no_cache, progress=progress)
-    _write_json(out_dir / f"sweep_{task}_{args.sweep}.json", {
+    report = backend.sweep(spec, request, args.sweep, batch_size=args.batch_size, use_cache=not args.no_cache,
+                           progress=progress)
+    _write_json(out_dir / f"sweep_{request.names[0]}_{args.sweep}.json", {
         "sweep": report.sweep.to_json(), "rank_agreement": report.agreement, "method_scores": report.scores,
-        "model": backend.info.name, "layercut_version": prune.__version__})
+        "failed_methods": report.failed, "model": backend.load(spec).name, "layercut_version": prune.__version__})
     print(format_sweep(report.sweep, report.agreement))
+    for method, reason in report.failed.items():
+        print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
 

@@ -9,9 +9,11 @@ own defaults, so a run here gives what lm-eval gives on the same examples.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from prune.errors import InvalidInput
@@ -54,18 +56,29 @@ def get_scorer(name: str) -> Callable:
     return SCORERS[name]
 
 
+@dataclass(frozen=True)
+class TaskRequest:
+    """Benchmark tasks checked once, where the request enters; everything below trusts it."""
+
+    names: tuple[str, ...]  # standard task names
+    limit: int | None
+    num_fewshot: int
+    data_dir: Path | None
+    data: str  # what identifies the task data in cache keys: the local data's fingerprint, or "hub"
+
+
 def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | None = None,
-                  data_dir: Path | None = None) -> list[str]:
-    """Validate a benchmark request before any model work; returns the task names."""
+                  data_dir: Path | None = None) -> TaskRequest:
+    """Validate a benchmark request before any model work (and convert local data once)."""
     names = [tasks] if isinstance(tasks, str) else [t.strip() for t in tasks if t and t.strip()]
     unknown = [n for n in names if n not in offline_tasks.SUPPORTED_TASKS]
     if unknown or not names:
         what = f"Unknown task(s) {', '.join(unknown)}" if unknown else "No task given"
         raise InvalidInput(f"{what}; supported: {', '.join(offline_tasks.SUPPORTED_TASKS)}.")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidInput(f"The limit must be a whole number of examples ≥ 1 (or none for all), not {limit!r}.")
-    if num_fewshot < 0:
-        raise InvalidInput("The number of few-shot examples cannot be negative.")
+    if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
+        raise InvalidInput(f"The number of few-shot examples must be a whole number ≥ 0, not {num_fewshot!r}.")
     if num_fewshot > 0 and data_dir is not None:
         unfaithful = [n for n in names if n not in FEWSHOT_FAITHFUL_OFFLINE]
         if unfaithful:
@@ -74,37 +87,55 @@ def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | No
                 f"{', '.join(unfaithful)} lacks the split lm-eval draws its examples from. Use 0 few-shot for "
                 "those tasks, or run them online (no data folder)."
             )
-    if data_dir is not None:
-        offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), names)  # fails on missing data
-    return names
+    data = "hub"
+    if data_dir is not None:  # fails on missing data
+        data = offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), names).name
+    return TaskRequest(tuple(names), limit, num_fewshot, data_dir, data)
 
 
-def data_fingerprint(tasks: list[str], data_dir: Path | None) -> str:
-    """What identifies the task data in cache keys: the local data's fingerprint, or 'hub'."""
-    if data_dir is None:
-        return "hub"
-    return offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), tasks).name
+def load_tasks(request: TaskRequest, seed: int = 0) -> dict:
+    """lm-eval's loaded task dict, with simple_evaluate's few-shot settings and seed applied."""
+    manager, local = offline_tasks.task_manager(list(request.names), data_dir=request.data_dir)
+    loaded = manager.load(local)
+    for task_obj in loaded["tasks"].values():
+        if request.num_fewshot and task_obj.get_config("num_fewshot") != 0:
+            task_obj.set_config(key="num_fewshot", value=request.num_fewshot)
+        elif task_obj.get_config("num_fewshot") is None:
+            task_obj.set_config(key="num_fewshot", value=0)
+        task_obj.set_fewshot_seed(seed=_BASE_SEEDS["fewshot_random_seed"] + seed)
+    return loaded
 
 
-def evaluate(model, tokenizer, tasks: list[str], *, limit: int | None = None, num_fewshot: int = 0,
-             batch_size: int = 16, scorer: str = DEFAULT_SCORER, data_dir: Path | None = None, seed: int = 0,
-             bootstrap_iters: int = 1000, job: Job | None = None, lm=None) -> dict[str, dict]:
-    """Run ``tasks`` on the in-memory model; returns ``{standard task: entry}`` (see :func:`_entries`).
+def run(lm, loaded: dict, *, limit: int | None, seed: int = 0, bootstrap_iters: int = 1000) -> dict:
+    """The one door into lm-eval: what ``simple_evaluate`` does for an ``LM`` object on loaded tasks.
+
+    Seeds as simple_evaluate sets them, then ``lm_eval.evaluator.evaluate``; benchmarks and
+    the sweep (which runs every cut on the same loaded tasks) both come through here.
+    """
+    import random
+
+    import numpy as np
+    import torch
+    from lm_eval.evaluator import evaluate as lm_eval_evaluate
+
+    random.seed(_BASE_SEEDS["random_seed"] + seed)
+    np.random.seed(_BASE_SEEDS["numpy_random_seed"] + seed)
+    torch.manual_seed(_BASE_SEEDS["torch_random_seed"] + seed)
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    return lm_eval_evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
+                            log_samples=False, verbosity="WARNING")
+
+
+def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, scorer: str = DEFAULT_SCORER,
+             seed: int = 0, bootstrap_iters: int = 1000, job: Job | None = None, lm=None) -> dict[str, dict]:
+    """Run the request's tasks on the in-memory model; returns ``{standard task: entry}`` (see :func:`_entries`).
 
     ``lm`` is a ready scorer for ``model`` (e.g. one half of ``reuse.make_fast_pair``).
     """
-    import lm_eval
-
-    names = check_request(tasks, num_fewshot=num_fewshot, limit=limit, data_dir=data_dir)
-    manager, local = offline_tasks.task_manager(names, data_dir=data_dir)
     lm = lm or get_scorer(scorer)(model, tokenizer, batch_size)
-    seeds = {k: v + seed for k, v in _BASE_SEEDS.items()}
     with _observed(lm, model, job, batch_size):
-        out = lm_eval.simple_evaluate(
-            model=lm, tasks=local, num_fewshot=num_fewshot or None, limit=limit, task_manager=manager,
-            log_samples=False, bootstrap_iters=bootstrap_iters, **seeds,
-        )
-    return _entries(out, names)
+        out = run(lm, load_tasks(request, seed), limit=request.limit, seed=seed, bootstrap_iters=bootstrap_iters)
+    return _entries(out, list(request.names))
 
 
 def _entries(out: dict, names: list[str]) -> dict[str, dict]:

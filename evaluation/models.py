@@ -49,6 +49,16 @@ class ModelInfo:
     dtype: str
     weight_bytes: int
 
+    def removed_params(self, recipe) -> int:
+        """Parameters of the decoder layers a recipe's depth cut removes."""
+        cut = recipe.depth_cut
+        return sum(self.layer_params[i] for i in cut.layers) if cut else 0
+
+    def describe_cut(self, recipe) -> str:
+        """'layers 20–25 (6 of 30), end exclusive [20, 26) — 16.9 M parameters (12.6 %)'."""
+        removed = self.removed_params(recipe)
+        return f"{recipe.describe()} — {removed / 1e6:.1f} M parameters ({100 * removed / self.num_params:.1f} %)"
+
 
 @dataclass(frozen=True)
 class Loaded:

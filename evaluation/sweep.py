@@ -9,7 +9,6 @@ budget.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -24,7 +23,8 @@ from prune.errors import InvalidCut, InvalidInput
 from prune.result import ImportanceResult
 
 from .fast_lm import FastLM, Pair, distinct_pairs
-from .offline_tasks import standard_name, task_manager
+from . import lm_eval_adapter
+from .offline_tasks import standard_name
 from .reuse import DEFAULT_BUDGET_BYTES, Cut, score_cuts
 
 Progress = Callable[[float, str], None]
@@ -132,36 +132,27 @@ class _SweepLM(FastLM):
 # ---------------------------------------------------------------- running a task
 
 
-def load_task(task: str, data_dir: Path | None = None):
-    """lm-eval's loaded task dict and result key for one standard task, set up as simple_evaluate does."""
-    from lm_eval.defaults import DEFAULT_OTHER_SEED
-
-    tm, names = task_manager([task], data_dir)
-    loaded = tm.load(names)
-    for task_obj in loaded["tasks"].values():
-        if task_obj.get_config("num_fewshot") is None:
-            task_obj.set_config(key="num_fewshot", value=0)
-        task_obj.set_fewshot_seed(seed=DEFAULT_OTHER_SEED)
-    return loaded, names[0]
+def load_task(task: str, data_dir: Path | None = None) -> tuple[dict, str]:
+    """lm-eval's loaded task dict for one standard task (set up as simple_evaluate does), and its name."""
+    request = lm_eval_adapter.check_request([task], data_dir=data_dir)
+    return lm_eval_adapter.load_tasks(request), request.names[0]
 
 
-def task_metrics(results: dict, name: str) -> tuple[dict[str, float], dict[str, bool]]:
-    """``{metric: value}`` and ``{metric: higher_is_better}`` of one task from lm-eval's results."""
+def task_metrics(results: dict, task: str) -> tuple[dict[str, float], dict[str, bool]]:
+    """``{metric: value}`` and ``{metric: higher_is_better}`` of one standard task from lm-eval's results."""
+    found = {standard_name(k): v for k, v in results["results"].items()}
     values = {}
-    for key, value in results["results"][name].items():
+    for key, value in found[task].items():
         metric, _, _filter = key.partition(",")
         if _filter and not metric.endswith("_stderr") and isinstance(value, (int, float)):
             values[metric] = float(value)
-    better = {m: bool(b) for m, b in results.get("higher_is_better", {}).get(name, {}).items() if m in values}
-    return values, better
+    better = {standard_name(k): v for k, v in results.get("higher_is_better", {}).items()}.get(task, {})
+    return values, {m: bool(b) for m, b in better.items() if m in values}
 
 
-def evaluate_loaded(lm, loaded, limit: int | None) -> dict:
-    """lm-eval's evaluate on an already-loaded task dict (no stderr bootstrap, no samples)."""
-    from lm_eval.evaluator import evaluate
-
-    logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    return evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=0, log_samples=False, verbosity="WARNING")
+def evaluate_loaded(lm, loaded: dict, limit: int | None) -> dict:
+    """lm-eval on already loaded tasks, without the stderr bootstrap (the sweep's many runs)."""
+    return lm_eval_adapter.run(lm, loaded, limit=limit, bootstrap_iters=0)
 
 
 def sweep_sizes(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[int], *, limit: int | None,
@@ -174,7 +165,7 @@ def sweep_sizes(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[in
     if not sizes or sizes[0] < 1 or sizes[-1] >= count:
         raise InvalidCut(f"Block sizes must be 1…{count - 1} layers, got {sizes}.")
     cuts = [(s, s + k) for k in sizes for s in range(count - k + 1)]
-    loaded, name = load_task(task, data_dir)
+    loaded, name = load_task(task, data_dir)  # the caller checked the task; this loads it once
     lm = _SweepLM(model, tokenizer, cuts, batch_size, memory_budget_bytes, progress)
     baseline, better = task_metrics(evaluate_loaded(lm, loaded, limit), name)
     measured: dict[Cut, dict[str, float]] = {}
@@ -186,7 +177,7 @@ def sweep_sizes(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[in
     for k in sizes:
         starts = list(range(count - k + 1))
         results[k] = SweepResult(
-            task=standard_name(name), block_size=k, num_layers=count, limit=limit, starts=starts,
+            task=name, block_size=k, num_layers=count, limit=limit, starts=starts,
             metrics={m: [measured[(s, s + k)][m] for s in starts] for m in baseline},
             baseline=baseline, higher_is_better=better, elapsed_s=elapsed,
         )

@@ -8,18 +8,32 @@ import transformers
 
 import prune
 from conftest import tiny_model
-from evaluation import backend as backend_module
 from evaluation import generation, lm_eval_adapter, perplexity, speed
 from evaluation.backend import Backend
 from evaluation.jobs import Cancelled
+from evaluation.models import ModelSpec
 from prune.errors import InvalidCut, InvalidInput
+from prune.recipe import DepthCut, Recipe
+
+CUT = {"pruned": Recipe.block(4, 1, 3)}  # the compared models: original and layers 1–2 removed
 
 
 @pytest.fixture(scope="module")
-def backend(tiny_folder):
+def spec(tiny_folder):
+    return ModelSpec(tiny_folder)
+
+
+@pytest.fixture(scope="module")
+def backend(spec):
     b = Backend(device="cpu")
-    b.load(tiny_folder)
+    b.load(spec)
     return b
+
+
+def arc(limit, data_dir=None):
+    from evaluation.offline_tasks import default_data_dir
+
+    return lm_eval_adapter.check_request(["arc_easy"], limit=limit, data_dir=data_dir or default_data_dir())
 
 
 def _logits(model):
@@ -31,103 +45,108 @@ def _logits(model):
 # ---------------------------------------------------------------- model and cut
 
 
-def test_nothing_works_before_a_model_is_loaded():
-    b = Backend(device="cpu")
-    with pytest.raises(InvalidInput, match="Load a model first"):
-        b.set_cut(0, 1)
-    with pytest.raises(InvalidInput, match="Load a model first"):
-        b.generate("hello")
-    with pytest.raises(InvalidInput, match="Load a model first"):
-        b.benchmarks(["arc_easy"])
+def test_bad_comparisons_are_refused_before_any_work(backend, spec):
+    with pytest.raises(InvalidInput, match="at most 2"):
+        backend.speed(spec, {"A": Recipe.block(4, 0, 1), "B": Recipe.block(4, 1, 2), "C": Recipe.block(4, 2, 3)})
+    with pytest.raises(InvalidInput, match="names the base model"):
+        backend.speed(spec, {"original": Recipe.block(4, 0, 1)})
+    with pytest.raises(InvalidCut, match="made for a 6-layer model"):
+        backend.speed(spec, {"A": Recipe.block(6, 0, 1)}, batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
 
 
-def test_a_failed_load_loses_nothing(tiny_folder, tmp_path, monkeypatch):
+def test_a_failed_load_loses_nothing(spec, tiny_folder, tmp_path, monkeypatch):
     from prune.errors import ModelNotFound, ModelTooLarge
 
     b = Backend(device="cpu")
-    b.load(tiny_folder)
-    b.set_cut(1, 2)
+    b.load(spec)
+    loaded = b.pool.peek(spec)
     with pytest.raises(ModelNotFound):
-        b.load("no-such-org/no-such-model")
-    assert b.info.num_layers == 4 and b.cut_info.removed == [1]  # untouched: it failed before forgetting
+        b.load(ModelSpec("no-such-org/no-such-model"))
     tiny_model("gpt2", 3).save_pretrained(tmp_path)
     real, calls = prune.loading.available_memory_bytes, []
     monkeypatch.setattr("prune.loading.available_memory_bytes",  # only the new model's check sees no memory
                         lambda device: 1000 if not calls.append(1) and len(calls) == 1 else real(device))
     with pytest.raises(ModelTooLarge):
-        b.load(str(tmp_path))
-    assert b.info.num_layers == 4 and b.model.config.model_type == "llama"  # the previous model is back
-    b.set_cut(0, 1)
+        b.load(ModelSpec(str(tmp_path)))
+    assert b.pool.loaded() == [spec] and b.pool.peek(spec) is loaded  # the loaded model stays, untouched
+    assert b.model(spec, Recipe.block(4, 0, 1)).config.num_hidden_layers == 3
 
 
-def test_load_describes_the_model(backend):
-    info = backend.info
+def test_load_describes_the_model(backend, spec):
+    loaded = backend.pool.peek(spec)
+    info = loaded.info
     assert (info.num_layers, info.device, info.dtype) == (4, "cpu", "float32")
     assert len(info.layer_params) == 4 and info.layer_params[0] == sum(
-        p.numel() for p in backend.model.model.layers[0].parameters())
-    assert info.num_params == sum(p.numel() for p in backend.model.parameters())
+        p.numel() for p in loaded.model.model.layers[0].parameters())
+    assert info.num_params == sum(p.numel() for p in loaded.model.parameters())
 
 
-def test_cuts_describe_themselves_and_variants_are_cached(backend):
-    cut = backend.set_cut(1, 3)
-    assert cut.removed == [1, 2] and cut.layers_removed == 2
-    assert cut.params_removed == 2 * backend.info.layer_params[0]
-    assert cut.params_removed_pct == pytest.approx(100 * cut.params_removed / backend.info.num_params)
-    assert cut.description == "layers 1–2 (2 of 4), end exclusive [1, 3)"
-    pruned = backend.pruned
-    assert backend.set_cut(1, 3) and backend.pruned is pruned
-    assert backend.set_cut_layers([0, 3]).description == "layers 0, 3 (2 of 4)"
+def test_recipes_describe_themselves_and_variants_are_cached(backend, spec):
+    info = backend.load(spec)
+    recipe = Recipe.block(4, 1, 3, origin="by hand")
+    cut = recipe.depth_cut
+    assert cut.layers == (1, 2) and cut.span == (1, 3)
+    assert info.removed_params(recipe) == 2 * info.layer_params[0]
+    assert recipe.describe() == "layers 1–2 (2 of 4), end exclusive [1, 3)"
+    assert Recipe.cut(4, [3, 0]).describe() == "layers 0, 3 (2 of 4)"
+    assert recipe == Recipe.block(4, 1, 3) and recipe.key == Recipe.cut(4, [2, 1]).key  # origin is no part of it
+    pruned = backend.model(spec, recipe)
+    assert backend.model(spec, Recipe.block(4, 1, 3)) is pruned
+    assert pruned.config.layercut == recipe.to_json() and prune.recipe.recipe_of(pruned) == recipe
+    assert Recipe.from_json(recipe.to_json()) == recipe
     with pytest.raises(InvalidCut):
-        backend.set_cut(0, 4)
+        Recipe.block(4, 0, 4)
     with pytest.raises(InvalidCut):
-        backend.set_cut_layers([7])
+        Recipe.cut(4, [7])
+    assert DepthCut.block(30, 20, 26).describe() == "layers 20–25 (6 of 30), end exclusive [20, 26)"
+    assert DepthCut.block(30, 5, 6).describe() == "layer 5 (1 of 30), end exclusive [5, 6)"
 
 
-def test_the_original_model_is_never_altered(backend):
-    backend.clear_cut()
-    before = _logits(backend.model)
-    backend.set_cut(1, 3)
-    list(backend.generate("The cat", max_new_tokens=4))
-    backend.speed(batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
-    assert torch.equal(_logits(backend.model), before)
-    assert backend.model.config.num_hidden_layers == 4 and backend.pruned.config.num_hidden_layers == 2
+def test_the_original_model_is_never_altered(backend, spec):
+    original = backend.model(spec)
+    before = _logits(original)
+    list(backend.generate(spec, CUT, "The cat", max_new_tokens=4))
+    backend.speed(spec, CUT, batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
+    assert torch.equal(_logits(original), before)
+    assert original.config.num_hidden_layers == 4 and backend.model(spec, CUT["pruned"]).config.num_hidden_layers == 2
+    assert not hasattr(original.config, "layercut")
 
 
 # ---------------------------------------------------------------- generation
 
 
-def test_generation_streams_both_models_and_greedy_matches_generate(backend, tiny_tokenizer):
-    backend.set_cut(1, 3)
-    states = list(backend.generate("The quick brown fox", max_new_tokens=12))
-    assert len(states) > 1 and set(states[0]) == {"original", "pruned"}
+def test_generation_streams_three_models_and_greedy_matches_generate(backend, spec, tiny_tokenizer):
+    variants = {**CUT, "B": Recipe.cut(4, [0, 3])}
+    states = list(backend.generate(spec, variants, "The quick brown fox", max_new_tokens=12))
+    assert len(states) > 1 and list(states[0]) == ["original", "pruned", "B"]
     final = states[-1]
     assert all(s["done"] for s in final.values()) and not all(s["done"] for s in states[0].values())
     assert final["original"]["ttft_s"] > 0
     prompt = torch.tensor([generation.encode_prompt(tiny_tokenizer, "The quick brown fox")])
-    for label, model in (("original", backend.model), ("pruned", backend.pruned)):
+    for label, recipe in (("original", Recipe()), *variants.items()):
+        model = backend.model(spec, recipe)
         stops = sorted(generation.stop_ids(model, tiny_tokenizer))
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
                              eos_token_id=stops, pad_token_id=stops[0])
         expected = tiny_tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)
         assert final[label]["text"] == expected
     timing = generation.measurements(final)
-    assert {(m.model, m.name) for m in timing} == {(side, name) for side in ("original", "pruned")
+    assert {(m.model, m.name) for m in timing} == {(side, name) for side in ("original", "pruned", "B")
                                                    for name in ("time to first token", "decode speed")}
 
 
-def test_sampling_is_reproducible_with_a_seed(backend):
-    backend.set_cut(1, 3)
-    run = lambda seed: list(backend.generate("Once", max_new_tokens=10, temperature=1.0, top_p=0.9, seed=seed))[-1]
+def test_sampling_is_reproducible_with_a_seed(backend, spec):
+    run = lambda seed: list(backend.generate(spec, CUT, "Once", max_new_tokens=10, temperature=1.0, top_p=0.9, seed=seed))[-1]
     first = run(3)
     assert run(3)["original"]["text"] == first["original"]["text"]
     assert run(3)["pruned"]["text"] == first["pruned"]["text"]
 
 
-def test_bad_generation_input_fails_before_streaming(backend):
+def test_bad_generation_input_fails_before_streaming(backend, spec):
     with pytest.raises(InvalidInput, match="empty"):
-        backend.generate("   ")
+        backend.generate(spec, CUT, "   ")
     with pytest.raises(InvalidInput):
-        backend.generate("hi", top_p=0)
+        backend.generate(spec, CUT, "hi", top_p=0)
 
 
 def test_nucleus_sampling_keeps_only_the_top_tokens():
@@ -151,9 +170,8 @@ def test_ideal_speedup_by_hand_for_a_tiny_llama():
     assert speed.ideal_speedup(model, pruned, 16) == pytest.approx(102400 / 61440)
 
 
-def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend):
-    backend.set_cut(1, 3)
-    found = backend.speed(batch_sizes=(1, 2), prompt_len=8, new_tokens=(3,), repeats=2)
+def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend, spec):
+    found = backend.speed(spec, CUT, batch_sizes=(1, 2), prompt_len=8, new_tokens=(3,), repeats=2)
     names = {m.name for m in found}
     assert {"prefill latency (batch 2, 8 tokens)", "decode latency per token (batch 1, 3 new)",
             "throughput (batch 2, 3 new)"} <= names
@@ -168,16 +186,16 @@ def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend):
         assert m.ideal == pytest.approx(ref.value * ratio if m.higher_is_better else ref.value / ratio)
     decode = next(m for m in pruned if m.name.startswith("decode latency per token (batch 1"))
     assert decode.details["ideal_speedup"] == pytest.approx(
-        speed.ideal_speedup(backend.model, backend.pruned, int(8 + 3 / 2)))
+        speed.ideal_speedup(backend.model(spec), backend.model(spec, CUT["pruned"]), int(8 + 3 / 2)))
 
 
 # ---------------------------------------------------------------- memory
 
 
-def test_memory_of_both_models(backend):
-    cut = backend.set_cut(1, 3)
-    found = {(m.model, m.name.split(" (")[0]): m.value for m in backend.memory(new_tokens=4)}
-    assert found[("original", "parameters")] - found[("pruned", "parameters")] == cut.params_removed
+def test_memory_of_both_models(backend, spec):
+    found = {(m.model, m.name.split(" (")[0]): m.value for m in backend.memory(spec, CUT, new_tokens=4)}
+    removed = backend.load(spec).removed_params(CUT["pruned"])
+    assert found[("original", "parameters")] - found[("pruned", "parameters")] == removed
     assert found[("pruned", "weight memory")] < found[("original", "weight memory")]
     assert found[("pruned", "checkpoint size on disk")] < found[("original", "checkpoint size on disk")]
     for side in ("original", "pruned"):
@@ -193,76 +211,76 @@ def test_perplexity_windows_follow_the_conventions():
     assert perplexity.windows(ids, 4, 99).tolist() == [[99, 0, 1, 2], [99, 3, 4, 5], [99, 6, 7, 8]]
 
 
-def test_perplexity_is_exp_of_the_mean_nll_and_is_cached(backend, monkeypatch):
-    backend.set_cut(1, 3)
+def test_perplexity_is_exp_of_the_mean_nll_and_is_cached(backend, spec, monkeypatch):
     calls = []
     real = perplexity.measure_perplexity
     monkeypatch.setattr(perplexity, "measure_perplexity", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
-    found = backend.perplexity(seq_lens=(32,), bos=(False,), max_windows=3)
+    found = backend.perplexity(spec, CUT, seq_lens=(32,), bos=(False,), max_windows=3)
     assert [m.model for m in found] == ["original", "pruned"] and len(calls) == 2
     rows = perplexity.wikitext2_rows(backend.data_dir)[:60]  # the first windows come from the first rows
-    chunks = perplexity.windows(perplexity.token_ids(backend.tokenizer, rows), 32, None)[:3]
+    tokenizer = backend.pool.peek(spec).tokenizer
+    chunks = perplexity.windows(perplexity.token_ids(tokenizer, rows), 32, None)[:3]
     with torch.no_grad():
-        logits = backend.model(input_ids=chunks).logits[:, :-1]
+        logits = backend.model(spec)(input_ids=chunks).logits[:, :-1]
     nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunks[:, 1:].flatten())
     assert found[0].value == pytest.approx(math.exp(nll.item()), rel=1e-5)
-    again = backend.perplexity(seq_lens=(32,), bos=(False,), max_windows=3)
+    again = backend.perplexity(spec, {"B": CUT["pruned"]}, seq_lens=(32,), bos=(False,), max_windows=3)
     assert len(calls) == 2 and [m.value for m in again] == [m.value for m in found]
+    assert [m.model for m in again] == ["original", "B"]  # the cache keys by recipe; labels are the caller's
 
 
-def test_bos_windows_are_skipped_for_a_tokenizer_without_bos(backend):
-    backend.clear_cut()
-    found = backend.perplexity(seq_lens=(32,), max_windows=1)  # default bos=(False, True)
+def test_bos_windows_are_skipped_for_a_tokenizer_without_bos(backend, spec):
+    found = backend.perplexity(spec, {}, seq_lens=(32,), max_windows=1)  # default bos=(False, True)
     assert [m.name for m in found] == ["WikiText-2 perplexity (seq 32)"]
     with pytest.raises(InvalidInput, match="BOS"):
-        backend.perplexity(seq_lens=(32,), bos=(True,), max_windows=1)
+        backend.perplexity(spec, {}, seq_lens=(32,), bos=(True,), max_windows=1)
     with pytest.raises(InvalidInput, match="Sequence lengths"):
-        backend.perplexity(seq_lens=(128, 2048))  # the tiny model has 256 positions
+        backend.perplexity(spec, {}, seq_lens=(128, 2048))  # the tiny model has 256 positions
 
 
 # ---------------------------------------------------------------- benchmarks: caching, cancellation
 
 
-def test_benchmarks_are_cached_and_no_cache_recomputes(backend, monkeypatch, tmp_path):
+def test_benchmarks_are_cached_and_no_cache_recomputes(backend, spec, monkeypatch, tmp_path):
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))  # a cache no other test has written to
-    backend.set_cut(1, 3)
     calls = []
     real = lm_eval_adapter.evaluate
-    monkeypatch.setattr(lm_eval_adapter, "evaluate", lambda *a, **k: calls.append(list(a[2])) or real(*a, **k))
-    first = backend.benchmarks(["arc_easy"], limit=3, batch_size=4)
+    monkeypatch.setattr(lm_eval_adapter, "evaluate", lambda *a, **k: calls.append(list(a[2].names)) or real(*a, **k))
+    first = backend.benchmarks(spec, CUT, arc(3), batch_size=4)
     assert len(calls) == 2  # original and pruned
     assert {m.name for m in first} == {"arc_easy acc", "arc_easy acc_norm"}
     assert {m.model for m in first} == {"original", "pruned"}
-    assert backend.benchmarks(["arc_easy"], limit=3, batch_size=4) == first and len(calls) == 2
-    backend.benchmarks(["arc_easy"], limit=3, batch_size=4, use_cache=False)
+    assert backend.benchmarks(spec, CUT, arc(3), batch_size=4) == first and len(calls) == 2
+    backend.benchmarks(spec, CUT, arc(3), batch_size=4, use_cache=False)
     assert len(calls) == 4
 
 
-def test_cancel_stops_a_benchmark(backend):
-    backend.set_cut(1, 3)
-
+def test_cancel_stops_a_benchmark(backend, spec):
     def cancel_at_first_report(fraction, message):
-        backend.cancel()
+        backend.cancel("visitor-1")
 
     with pytest.raises(Cancelled):
-        backend.benchmarks(["arc_easy"], limit=2, batch_size=2, use_cache=False, progress=cancel_at_first_report)
-    assert not backend.jobs.busy
-    assert backend.benchmarks(["arc_easy"], limit=2, batch_size=2)  # the next job runs normally
+        backend.benchmarks(spec, CUT, arc(2), batch_size=2, use_cache=False, progress=cancel_at_first_report,
+                           owner="visitor-1")
+    assert not backend.jobs.busy()
+    assert backend.benchmarks(spec, CUT, arc(2), batch_size=2, owner="visitor-1")  # the next job runs normally
 
 
-def test_cancel_stops_generation_between_tokens(backend):
-    backend.set_cut(1, 3)
-    stream = backend.generate("The", max_new_tokens=50)
-    next(stream)
-    backend.cancel()
+def test_cancel_stops_generation_between_tokens_and_only_the_owners(backend, spec):
+    mine = backend.generate(spec, CUT, "The", max_new_tokens=50, owner="visitor-1")
+    theirs = backend.generate(spec, CUT, "The", max_new_tokens=20, owner="visitor-2")
+    next(mine)
+    next(theirs)
+    backend.cancel("visitor-1")
     with pytest.raises(Cancelled):
-        list(stream)
+        list(mine)
+    assert all(state["done"] for state in list(theirs)[-1].values())  # the other visitor's job went on
 
 
 # ---------------------------------------------------------------- analysis and export
 
 
-def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, monkeypatch):
+def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, spec, monkeypatch):
     from prune.methods import METHODS, context
 
     calls, residuals = [], []
@@ -272,48 +290,34 @@ def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, monke
             real.name, real.label, lambda ctx, _f=real.func, **o: calls.append(1) or _f(ctx, **o), real.description))
     real_stream = context.residual_stream
     monkeypatch.setattr(context, "residual_stream", lambda *a, **k: residuals.append(1) or real_stream(*a, **k))
-    first = backend.analyze("angular")
-    backend.analyze("block_influence")
+    first = backend.analyze(spec, "angular")
+    backend.analyze(spec, "block_influence")
     assert len(calls) == 2 and len(residuals) == 1  # one residual stream for both methods
-    again = prune.score(backend.model, backend.tokenizer, "angular")  # read from the same disk cache
+    again = prune.score(backend.model(spec), backend.pool.peek(spec).tokenizer, "angular")  # the same disk cache
     assert len(calls) == 2
     assert first.best_block(2) == again.best_block(2)
 
 
-def test_export_saves_a_normal_checkpoint_and_refuses_foreign_folders(backend, tmp_path):
-    backend.clear_cut()
+def test_export_saves_the_recipe_and_refuses_the_original(backend, spec, tmp_path):
     with pytest.raises(InvalidInput, match="cut"):
-        backend.export("nothing", root=tmp_path)
-    backend.set_cut(1, 3)
-    saved = backend.export("../my cut", root=tmp_path)
-    assert saved.parent == tmp_path.resolve() and (saved / "layercut.json").is_file()
+        backend.export(spec, Recipe(), tmp_path / "nothing")
+    saved = backend.export(spec, CUT["pruned"], tmp_path / "my-cut")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(saved)
-    assert reloaded.config.num_hidden_layers == 2
-    assert torch.allclose(_logits(reloaded), _logits(backend.pruned))
-    assert backend.export("../my cut", root=tmp_path) == saved  # an earlier export may be replaced
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "notes.txt").write_text("keep me")
-    with pytest.raises(InvalidInput, match="overwrite"):
-        backend.export("mine", root=tmp_path)
+    assert reloaded.config.num_hidden_layers == 2 and prune.recipe.recipe_of(reloaded) == CUT["pruned"]
+    assert torch.allclose(_logits(reloaded), _logits(backend.model(spec, CUT["pruned"])))
 
 
-def test_cut_descriptions():
-    assert backend_module.describe_cut([20, 21, 22, 23, 24, 25], 30) == "layers 20–25 (6 of 30), end exclusive [20, 26)"
-    assert backend_module.describe_cut([5], 30) == "layer 5 (1 of 30), end exclusive [5, 6)"
-
-
-def test_fast_scorer_reuses_the_original_prefix_and_equals_hflm(backend, monkeypatch, tmp_path):
+def test_fast_scorer_reuses_the_original_prefix_and_equals_hflm(backend, spec, monkeypatch, tmp_path):
     """The default scorer pairs original and cut (the cut resumes from the original's states)."""
     from evaluation import reuse
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
-    backend.set_cut(1, 3)
     pairs = []
     real = reuse.make_fast_pair
     monkeypatch.setattr(reuse, "make_fast_pair", lambda *a, **k: pairs.append(a[2:4]) or real(*a, **k))
-    fast = backend.benchmark_results(["arc_easy"], limit=4, batch_size=4)
+    fast = backend.benchmark_results(spec, CUT, arc(4), batch_size=4)
     assert pairs == [(1, 3)]
-    reference = backend.benchmark_results(["arc_easy"], limit=4, batch_size=4, scorer="hflm")
+    reference = backend.benchmark_results(spec, CUT, arc(4), batch_size=4, scorer="hflm")
     for side in ("original", "pruned"):
         for metric in ("acc,none", "acc_norm,none"):
             assert fast[side]["arc_easy"]["results"][metric] == reference[side]["arc_easy"]["results"][metric]
