@@ -1,23 +1,28 @@
 """LayerCut's web UI: pick a model and method, see the importance map, drag a cut, compare.
 
 ``build_demo()`` lays out the page and wires every event (each with an ``api_name``) to
-``ui.handlers``, which call ``evaluation.backend.Backend``; no model code lives here.
-Run ``python app.py`` (host/port from GRADIO_SERVER_NAME / GRADIO_SERVER_PORT).
+``ui.handlers``, which call ``evaluation.backend.Backend``; no model code lives here. Each
+visitor's comparison (model, analysis, cuts A and B, results) lives in its own ``gr.State``.
+Run ``python app.py [--model NAME] [--shared]`` (host/port from GRADIO_SERVER_NAME / _PORT).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 
 import gradio as gr
 import pandas as pd
 
 import prune
+from evaluation.models import ModelSpec
 from evaluation.offline_tasks import SUPPORTED_TASKS, default_data_dir
 from prune.loading import ensure_embedded_model
 from prune.paths import cache_root
 from ui import plots, text
-from ui.handlers import Handlers, View
+from ui.handlers import Handlers
+from ui.inputs import CALIBRATION_SOURCES, Policy
+from ui.session import SLOTS, Session
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange
 
@@ -40,7 +45,7 @@ CSS = """
 #index-convention { font-size: 0.95rem; color: var(--body-text-color-subdued); }
 .gen-out textarea { font-size: 1.05rem !important; }
 """
-EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "Pruned": []})
+EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "A": [], "B": []})
 DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one heavy job at a time; others queue
 LIGHT = dict(concurrency_limit=None, show_progress="hidden")
 
@@ -50,24 +55,31 @@ def launch_options() -> dict:
     return {"theme": THEME, "css": CSS, "allowed_paths": [str(cache_root() / "exports")]}
 
 
-def build_demo(backend=None) -> gr.Blocks:
+def build_demo(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None) -> gr.Blocks:
+    """The page; ``policy`` says whether this server is shared (default: from the environment)."""
+    from evaluation import exports
+
     if backend is None:
         from evaluation.backend import Backend
 
         data_dir = default_data_dir()
         backend = Backend(data_dir=str(data_dir) if data_dir else None)
-    h = Handlers(backend)
+    policy = policy or Policy.from_env()
+    exports.remove_leftovers(cache_root() / "exports")  # a killed export's staging folders
+    h = Handlers(backend, policy, default_model)
     methods = list(prune.METHODS.values())
     first = methods[0]
+    sources = [s for s in CALIBRATION_SOURCES if not (policy.shared and s == "file")]
 
-    with gr.Blocks(title="LayerCut", analytics_enabled=False) as demo:
-        view = gr.State(View())
+    # Downloads copied into Gradio's cache are removed after an hour (checked every 10 minutes).
+    with gr.Blocks(title="LayerCut", analytics_enabled=False, delete_cache=(600, 3600)) as demo:
+        view = gr.State(Session())
         gr.Markdown(f"# {text.TITLE}\n{text.INTRO}", elem_id="title")
 
         # ------------------------------------------------------------ 1. pick
         with gr.Row(equal_height=True):
-            model = gr.Dropdown(text.KNOWN_MODELS, value=prune.DEFAULT_MODEL, allow_custom_value=True, scale=4,
-                                label="Model (or type a hub id / local folder)", elem_id="model")
+            model = gr.Dropdown(text.KNOWN_MODELS, value=(default_model or ModelSpec()).name, allow_custom_value=True,
+                                scale=4, label="Model (or type a hub id / local folder)", elem_id="model")
             method = gr.Dropdown([(m.label, m.name) for m in methods], value=first.name, scale=4,
                                  label="Importance method", elem_id="method")
             load_btn = gr.Button("Load model", scale=1, min_width=120)
@@ -79,22 +91,28 @@ def build_demo(backend=None) -> gr.Blocks:
                 dtype = gr.Dropdown(["auto", "float32", "bfloat16", "float16"], value="auto", label="Precision")
                 trust = gr.Checkbox(label="Trust remote code", value=False)
             with gr.Row():
-                cal_source = gr.Dropdown(["builtin", "text", "file", "wikitext2", "hub"], value="builtin",
-                                         label="Calibration source")
-                cal_detail = gr.Textbox(label="Text / file path / hub dataset (name[:config]:split:column)", scale=2)
-                cal_samples = gr.Number(16, label="Samples", precision=0, minimum=1)
-                cal_len = gr.Number(128, label="Tokens per sample", precision=0, minimum=2)
+                cal_source = gr.Dropdown(sources, value="default", label="Calibration source")
+                cal_detail = gr.Textbox(label="Text / hub dataset (name[:config]:split:column)"
+                                        + ("" if policy.shared else " / file path"), scale=2)
+                cal_upload = gr.File(label="Upload a text file (source: upload)", file_types=["text"], type="filepath",
+                                     scale=1)
+                cal_samples = gr.Number(h.default_calibration.n_samples, label="Samples", precision=0, minimum=1)
+                cal_len = gr.Number(h.default_calibration.seq_len, label="Tokens per sample", precision=0, minimum=2)
             with gr.Row(equal_height=True):
                 options = gr.Textbox(text.options_text(first.options), label="Method options (name=value, …)")
                 method_about = gr.Markdown(text.method_markdown(first))
         with gr.Row():
             model_md = gr.Markdown("Loading the embedded model…", elem_id="model-info")
             analysis_md = gr.Markdown("", elem_id="analysis-info")
-        banner = gr.Markdown(text.cut_markdown(None), elem_id="cut-banner")
+        banner = gr.Markdown(text.banner_markdown(Session()), elem_id="cut-banner")
 
         with gr.Tabs():
             # -------------------------------------------------- 2-4. see, drag, cut
             with gr.Tab("Analyze & cut", id="cut"):
+                with gr.Row(equal_height=True):
+                    slot = gr.Radio([(f"Cut {s}", s) for s in SLOTS], value=SLOTS[0], scale=3, elem_id="slot",
+                                    label="Which compressed model the range, the heatmap and the presets edit")
+                    clear_btn = gr.Button("Clear this cut", scale=1, min_width=140, elem_id="clear-cut")
                 layer_range = LayerRange(elem_id="layer-range")
                 gr.Markdown(text.INDEX_CONVENTION, elem_id="index-convention")
                 with gr.Row():
@@ -127,15 +145,13 @@ def build_demo(backend=None) -> gr.Blocks:
                         temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
                         top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
                         seed = gr.Number(0, label="Seed", precision=0)
+                gen_outputs = []
                 with gr.Row(equal_height=True):
-                    with gr.Column():
-                        orig_out = gr.Textbox(label="Original model", lines=9, max_lines=20, elem_id="out-original",
-                                              elem_classes="gen-out", interactive=False)
-                        orig_stats = gr.Markdown(elem_id="stats-original")
-                    with gr.Column():
-                        pruned_out = gr.Textbox(label="Cut model", lines=9, max_lines=20, elem_id="out-pruned",
-                                                elem_classes="gen-out", interactive=False)
-                        pruned_stats = gr.Markdown(elem_id="stats-pruned")
+                    for label, title in (("original", "Original model"), *((s, f"{s}: cut") for s in SLOTS)):
+                        with gr.Column(min_width=220):
+                            gen_outputs.append(gr.Textbox(label=title, lines=9, max_lines=20, interactive=False,
+                                                          elem_id=f"out-{label}", elem_classes="gen-out"))
+                            gen_outputs.append(gr.Markdown(elem_id=f"stats-{label}"))
 
             # -------------------------------------------------- 5. compare: speed and memory
             with gr.Tab("Speed & memory", id="speed"):
@@ -200,10 +216,10 @@ def build_demo(backend=None) -> gr.Blocks:
                                                    interactive=False, elem_id="sweep-table", scale=1, min_width=280)
 
         # ------------------------------------------------------------ wiring
-        cut_outputs = [layer_range, banner, heatmap, bars, named, view]
+        cut_outputs = [layer_range, banner, heatmap, bars, named, slot, view]
         load_inputs = [view, model, token, trust, dtype]
         load_outputs = [model_md, block_size, *cut_outputs]
-        analyze_inputs = [view, method, options, cal_source, cal_detail, cal_samples, cal_len, block_size]
+        analyze_inputs = [view, method, options, cal_source, cal_detail, cal_upload, cal_samples, cal_len, block_size]
         analyze_outputs = [*cut_outputs, analysis_md]
 
         method.change(h.method_info, method, [method_about, options], api_name="method_info", queue=False)
@@ -213,9 +229,11 @@ def build_demo(backend=None) -> gr.Blocks:
                                                api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
         analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                           show_progress_on=[heatmap], **DEVICE)
-        start_event = demo.load(gpu(h.startup), [view, method], [*load_outputs, analysis_md],
+        start_event = demo.load(gpu(h.startup), [view, method], [model, *load_outputs, analysis_md],
                                 api_name="startup", show_progress_on=[model_md, heatmap], **DEVICE)
 
+        slot.input(h.edit_slot, [view, slot], cut_outputs, api_name="edit_slot", **LIGHT)
+        clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
         layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
         heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
         best_btn.click(h.best_block, [view, block_size], cut_outputs, api_name="best_block", **LIGHT)
@@ -223,10 +241,10 @@ def build_demo(backend=None) -> gr.Blocks:
         export_btn.click(gpu(h.export), [view, folder], [export_md, export_files], api_name="export",
                          show_progress_on=[export_md], **DEVICE)
 
+        # The streaming text is the progress; "minimal" still shows a waiting visitor its place in the queue.
         gen_event = gr.on([gen_btn.click, prompt.submit], gpu(h.generate),
-                          [view, prompt, max_new, temperature, top_p, seed],
-                          [orig_out, orig_stats, pruned_out, pruned_stats], api_name="generate",
-                          show_progress="hidden", **DEVICE)  # the streaming text is the progress
+                          [view, prompt, max_new, temperature, top_p, seed], gen_outputs, api_name="generate",
+                          show_progress="minimal", **DEVICE)
         speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
                                       [speed_table, speedup_plot, throughput_plot], api_name="speed", **DEVICE)
         memory_event = memory_btn.click(gpu(h.memory), [view], [memory_table, memory_plot], api_name="memory",
@@ -235,7 +253,6 @@ def build_demo(backend=None) -> gr.Blocks:
                                       [bench_table, bench_plot, view], api_name="benchmarks", **DEVICE)
         ppl_event = ppl_btn.click(gpu(h.perplexity), [view, ppl_len, ppl_windows], [bench_table, bench_plot, view],
                                   api_name="perplexity", **DEVICE)
-
         sweep_event = sweep_btn.click(gpu(h.sweep), [view, sweep_task, sweep_k, sweep_limit],
                                       [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
 
@@ -243,12 +260,24 @@ def build_demo(backend=None) -> gr.Blocks:
                    bench_event, ppl_event, sweep_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
+            # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.
             button.click(h.cancel, None, None, api_name=name, cancels=running, queue=False)
     demo.queue(default_concurrency_limit=1)
     return demo
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="LayerCut: depth-prune an LLM and compare it side by side.")
+    parser.add_argument("--model", default=None, help="the model every new page opens with (default: embedded)")
+    parser.add_argument("--shared", action="store_true",
+                        help="a server for many visitors: uploads only, no server paths (also LAYERCUT_SHARED=1)")
+    args = parser.parse_args(argv)
     ensure_embedded_model()
-    build_demo().launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())
+    policy = Policy.from_env(shared=True if args.shared else None)
+    build_demo(policy=policy, default_model=ModelSpec(args.model) if args.model else None).launch(
+        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())
+
+
+if __name__ == "__main__":
+    main()

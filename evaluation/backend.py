@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -49,7 +49,7 @@ class SweepReport:
     sweep: object  # evaluation.sweep.SweepResult
     agreement: dict[str, float]  # method → Spearman rank correlation with the measured loss
     scores: dict[str, list[float]]  # method → its block score at each start of the sweep
-    failed: dict[str, str]  # method → why its analysis failed (the others went on)
+    failed: dict[str, str] = field(default_factory=dict)  # method → why its analysis failed (the others went on)
 
 
 class Backend:

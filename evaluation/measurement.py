@@ -14,6 +14,8 @@ Derived columns, oriented so that "bigger is better" reads the same way everywhe
 * speedup — the same ratio as a factor, for speed metrics (latency: original / pruned;
   throughput: pruned / original), beside the ideal speedup from per-token FLOPs;
 * pruned / original % — the plain ratio, for memory and size (neither better nor worse).
+
+With several compressed models (the app's A and B) each gets its own value and derived columns.
 """
 
 from __future__ import annotations
@@ -153,40 +155,49 @@ def _derived_columns(rows: list[Row]) -> list[str]:
     return [c for c in _COLUMN_TITLES if c in wanted]
 
 
+def column_title(label: str) -> str:
+    """A compared model's column title: "Pruned" for the CLI's single cut, else its label ("A", "B", a mode)."""
+    return "Pruned" if label == PRUNED else label
+
+
 def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *, text: bool = True) -> list[dict]:
-    """The comparison as a list of dicts (one per row), columns that are empty everywhere dropped.
+    """The comparison as a list of dicts, one per metric: the original, then each compared model
+    with its derived columns (titled "Retention % (A)" etc. when there are several).
 
     ``text=True`` formats numbers for display ("71.2 ± 1.3"); ``text=False`` keeps raw
     numbers and puts spreads in their own columns (for CSV and pandas).
     """
     rows = comparison_rows(measurements, reference)
+    variants = list(dict.fromkeys(r.variant for r in rows if r.variant))
     derived = _derived_columns(rows)
-    show_model = len({r.variant for r in rows if r.variant}) > 1
-    records = []
+    metrics: dict[tuple[str, str], dict[str, Row]] = {}
     for row in rows:
-        rec: dict = {"Group": row.group, "Metric": row.name}
-        if show_model:
-            rec["Model"] = row.variant
-        rec["Unit"] = row.unit
-        for side, m in (("Original", row.original), ("Pruned", row.pruned)):
-            if text:
-                rec[side] = _format(m)
-            else:
-                rec[side] = None if m is None else _finite(m.value)
-                rec[f"{side} ±"] = None if m is None else _finite(m.spread)
-        for col in derived:
-            value = getattr(row, col) if col in _GROUP_COLUMNS.get(row.group, _QUALITY_COLUMNS) else None
-            rec[_COLUMN_TITLES[col]] = (_number(value) if text else value)
+        metrics.setdefault((row.group, row.name), {})[row.variant] = row
+    records = []
+    for (group, name), per in metrics.items():
+        sample = next(iter(per.values()))
+        rec: dict = {"Group": group, "Metric": name, "Unit": sample.unit}
+        _put(rec, "Original", sample.original, text)
+        for label in variants:
+            row = per.get(label)
+            _put(rec, column_title(label), row.pruned if row else None, text)
+            for col in derived:
+                value = getattr(row, col) if row and col in _GROUP_COLUMNS.get(group, _QUALITY_COLUMNS) else None
+                title = _COLUMN_TITLES[col] if len(variants) == 1 else f"{_COLUMN_TITLES[col]} ({label})"
+                rec[title] = _number(value) if text else value
         records.append(rec)
-    if not text:
-        return records
-    if not any(r["Pruned"] for r in records):  # no cut: no pruned column
-        for rec in records:
-            rec.pop("Pruned")
-    if len({r["Group"] for r in records}) <= 1:
+    if text and len({r["Group"] for r in records}) <= 1:
         for rec in records:
             rec.pop("Group")
     return records
+
+
+def _put(rec: dict, title: str, m: Measurement | None, text: bool) -> None:
+    if text:
+        rec[title] = _format(m)
+    else:
+        rec[title] = None if m is None else _finite(m.value)
+        rec[f"{title} ±"] = None if m is None else _finite(m.spread)
 
 
 def to_dataframe(measurements: list[Measurement], reference: str = ORIGINAL, *, text: bool = True):

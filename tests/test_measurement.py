@@ -62,11 +62,12 @@ def test_without_a_cut_there_is_no_pruned_column():
     assert "± is the stderr" in M.to_markdown([Measurement("a", 1.0, spread=0.1, spread_kind="stderr")])
 
 
-def test_several_variants_get_a_model_column():
+def test_several_variants_get_columns_side_by_side():
     ms = _pair("acc", 60.0, 45.0) + [Measurement("acc", 50.0, "%", model="persistence_20", group="benchmarks")]
-    records = M.table_records(ms)
-    assert [r["Model"] for r in records] == ["pruned", "persistence_20"]
-    assert [r["Retention %"] for r in records] == ["75.00", "83.33"]
+    (record,) = M.table_records(ms)
+    assert list(record) == ["Metric", "Unit", "Original", "Pruned", "Degradation (pruned)", "Retention % (pruned)",
+                            "persistence_20", "Degradation (persistence_20)", "Retention % (persistence_20)"]
+    assert [record["Retention % (pruned)"], record["Retention % (persistence_20)"]] == ["75.00", "83.33"]
 
 
 def test_measurements_round_trip_through_json_with_non_finite_values():

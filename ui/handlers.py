@@ -1,8 +1,8 @@
 """Event handlers: turn UI inputs into Backend calls and Backend results into UI outputs.
 
-No model code: everything heavy happens in ``evaluation.backend.Backend``. The per-session
-``View`` records what this browser tab shows (analysis, selected block, measurements), so
-charts can be redrawn when the cut changes; the models themselves live in the backend.
+No model code: everything heavy happens in ``evaluation.backend.Backend``. Each handler takes
+the visitor's :class:`~ui.session.Session` (what this browser tab compares) and returns a new
+one; jobs run as the visitor's own (``request.session_hash``), so Stop cancels only them.
 """
 
 from __future__ import annotations
@@ -11,33 +11,26 @@ import functools
 import inspect
 import logging
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import gradio as gr
 
 import prune
+from evaluation import lm_eval_adapter
 from evaluation.measurement import Measurement, to_dataframe
+from evaluation.models import ModelSpec
 from prune.errors import InvalidInput, LayerCutError
-from prune.paths import safe_name
+from prune.paths import cache_root
+from prune.recipe import Recipe
 
-from . import plots, text
+from . import inputs, plots, text
 from .range_control import parse_range, range_update
+from .session import SLOTS, Session
 
 log = logging.getLogger(__name__)
 DOWNLOAD_LIMIT_BYTES = 2 * 2**30  # larger exports are saved but not offered for download
-
-
-@dataclass
-class View:
-    """What one browser session shows; models and caches stay in the backend."""
-
-    info: object | None = None  # ModelInfo
-    result: prune.ImportanceResult | None = None
-    block: tuple[int, int] | None = None  # contiguous cut [start, end)
-    layers: list[int] | None = None  # non-contiguous cut (named cuts)
-    cut: object | None = None  # CutInfo
-    bench: list[Measurement] = field(default_factory=list)
+EXPORTS_LIMIT_BYTES = 8 * 2**30  # older exports are removed past this
 
 
 def user_errors(fn):
@@ -81,47 +74,39 @@ def default_block_size(num_layers: int) -> int:
 
 
 class Handlers:
-    """One method per UI event; app.py wires them with api names."""
+    """One method per UI event; app.py wires them with api names. State comes in and goes out as a Session."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, policy: inputs.Policy | None = None, default_model: ModelSpec | None = None,
+                 default_calibration: prune.Calibration | None = None):
         self.backend = backend
+        self.policy = policy or inputs.Policy()
+        self.default_model = default_model or ModelSpec()
+        self.default_calibration = default_calibration or prune.Calibration()
 
     # ------------------------------------------------------------------ pick
     @user_errors
-    def load_model(self, view: View, name: str, token: str, trust_remote_code: bool, dtype: str,
-                   progress=gr.Progress()):
-        """Load a model (None/empty = the embedded default); clears analysis and cut."""
-        name = (name or "").strip() or None
-        info = self.backend.load(name, token=(token or "").strip() or None, trust_remote_code=bool(trust_remote_code),
-                                 dtype=None if dtype in (None, "", "auto") else dtype, progress=reporter(progress))
-        view = View(info=info)
-        size = default_block_size(info.num_layers)
-        return (text.model_markdown(info), gr.update(maximum=max(1, info.num_layers - 1), value=size),
-                *self._cut_outputs(view))
-
-    @user_errors
-    def startup(self, view: View, method: str, progress=gr.Progress()):
-        """Page opened: show the loaded model (loading the embedded default if none) analyzed by ``method``.
+    def startup(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
+        """Page opened: this server's default model analyzed by ``method``, its best block of a sixth as A.
 
         A demo then needs no clicks to reach the heatmap; analyses are cached on disk, so a
         second visit is instant.
         """
-        info = self.backend.info or self.backend.load(None, progress=reporter(progress))
-        view = View(info=info)
-        size = default_block_size(info.num_layers)
-        started = time.perf_counter()
-        result = self.backend.analyze(method, progress=reporter(progress))
-        cached = time.perf_counter() - started < 0.5 * result.elapsed_s
-        view = replace(view, result=result)
-        current = self.backend.cut_info
-        if current is not None and current.removed == list(range(current.removed[0], current.removed[-1] + 1)):
-            view = self._apply_block(view, (current.removed[0], current.removed[-1] + 1))
-        elif current is not None:
-            view = replace(view, layers=list(current.removed), cut=current)
-        else:
-            view = self._apply_block(view, result.best_block(size))
-        return (text.model_markdown(info), gr.update(maximum=max(1, info.num_layers - 1), value=size),
-                *self._cut_outputs(view), _analysis_status(result, cached))
+        spec = session.spec or self.default_model
+        info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
+        session = session if session.spec == spec else Session().for_model(spec, info)
+        session, status = self._analyze(session, method, {}, self.default_calibration, default_block_size(info.num_layers),
+                                        request, progress)
+        return (gr.update(value=spec.name), text.model_markdown(info), _size_update(info),
+                *self._cut_outputs(session), status)
+
+    @user_errors
+    def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
+                   request: gr.Request = None, progress=gr.Progress()):
+        """Load a model (empty = the embedded default) for this visitor; a failure keeps what was shown."""
+        spec = inputs.model_spec(name, token, trust_remote_code, dtype, self.policy)
+        info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
+        session = session.for_model(spec, info)
+        return text.model_markdown(info), _size_update(info), *self._cut_outputs(session)
 
     @user_errors
     def method_info(self, method: str):
@@ -130,187 +115,231 @@ class Handlers:
         return text.method_markdown(spec), text.options_text(spec.options)
 
     @user_errors
-    def analyze(self, view: View, method: str, options: str, source: str, detail: str, samples: float,
-                seq_len: float, block_size: float, progress=gr.Progress()):
-        """Score every block with ``method``, then select the best block of ``block_size`` layers."""
-        if view.info is None:
-            raise InvalidInput("Load a model first.")
+    def analyze(self, session: Session, method: str, options: str, source: str, detail: str, upload, samples,
+                seq_len, block_size, request: gr.Request = None, progress=gr.Progress()):
+        """Score every block with ``method``, then put the best block of ``block_size`` layers in the edited slot."""
+        info = _need_model(session)
         spec = prune.METHODS[method]
-        calibration = _calibration(source, detail, samples, seq_len)
+        calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
+                                         self.default_calibration)
+        size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=info.num_layers - 1)
+        session, status = self._analyze(session, method, text.parse_options(options, spec.options), calibration,
+                                        size, request, progress)
+        return *self._cut_outputs(session), status
+
+    def _analyze(self, session, method, options, calibration, size, request, progress):
         started = time.perf_counter()
-        result = self.backend.analyze(method, calibration=calibration, progress=reporter(progress),
-                                      **text.parse_options(options, spec.options))
+        result = self.backend.analyze(session.spec, method, calibration=calibration, progress=reporter(progress),
+                                      owner=_owner(request), **options)
         cached = time.perf_counter() - started < 0.5 * result.elapsed_s
-        view = replace(view, result=result)
-        block = result.best_block(min(int(block_size), view.info.num_layers - 1))
-        view = self._apply_block(view, block)
-        return (*self._cut_outputs(view), _analysis_status(result, cached))
+        origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
+        session = replace(session, result=result, origin=origin)
+        start, end = result.best_block(size)
+        recipe = Recipe.block(session.info.num_layers, start, end, origin=f"{origin}: best block of {size} layers")
+        return session.with_cut(recipe), text.analysis_status(result, cached)
 
     # ------------------------------------------------------------------ cut
     @user_errors
-    def set_cut(self, view: View, value):
-        """Cut the block ``value = [start, end]`` (end exclusive)."""
-        info = self._need_model(view)
-        return self._cut_outputs(self._apply_block(view, parse_range(value, info.num_layers)))
+    def edit_slot(self, session: Session, slot: str):
+        """Choose which compressed model (A or B) the range, the heatmap and the presets edit."""
+        if slot not in SLOTS:
+            raise InvalidInput(f"Choose one of {', '.join(SLOTS)}.")
+        return self._cut_outputs(replace(session, editing=slot))
 
     @user_errors
-    def select_cell(self, view: View, evt: gr.EventData):
+    def clear_slot(self, session: Session):
+        """Compare one compressed model fewer: the edited slot goes empty."""
+        return self._cut_outputs(session.with_cut(None))
+
+    @user_errors
+    def set_cut(self, session: Session, value):
+        """Cut the block ``value = [start, end]`` (end exclusive) in the edited slot."""
+        info = _need_model(session)
+        start, end = parse_range(value, info.num_layers)
+        return self._cut_outputs(session.with_cut(Recipe.block(info.num_layers, start, end, origin="chosen by hand")))
+
+    @user_errors
+    def select_cell(self, session: Session, evt: gr.EventData):
         """A heatmap click at (start, block size) selects that block."""
-        info = self._need_model(view)
+        info = _need_model(session)
         try:
             start, size = int(evt.x), int(evt.y)
         except (AttributeError, TypeError, ValueError):
             raise InvalidInput("Click a cell of the heatmap to select its block.") from None
-        return self._cut_outputs(self._apply_block(view, parse_range([start, start + size], info.num_layers)))
+        start, end = parse_range([start, start + size], info.num_layers)
+        recipe = Recipe.block(info.num_layers, start, end, origin=f"{session.origin}: heatmap cell")
+        return self._cut_outputs(session.with_cut(recipe))
 
     @user_errors
-    def best_block(self, view: View, size: float):
-        if view.result is None:
+    def best_block(self, session: Session, size):
+        if session.result is None:
             raise InvalidInput("Analyze first: the best block comes from the importance scores.")
-        return self._cut_outputs(self._apply_block(view, view.result.best_block(int(size))))
+        size = inputs.whole_number(size, "The block size", minimum=1, maximum=session.info.num_layers - 1)
+        start, end = session.result.best_block(size)
+        recipe = Recipe.block(session.info.num_layers, start, end, origin=f"{session.origin}: best block of {size}")
+        return self._cut_outputs(session.with_cut(recipe))
 
     @user_errors
-    def named_cut(self, view: View, name: str):
-        """A named non-contiguous cut of the analysis (e.g. persistence "10%")."""
-        if view.result is None or name not in (view.result.cuts or {}):
+    def named_cut(self, session: Session, name: str):
+        """A named cut of the analysis (e.g. persistence "10%"), contiguous or not."""
+        if session.result is None or name not in (session.result.cuts or {}):
             raise InvalidInput(f"No cut named '{name}' in this analysis.")
-        layers = sorted(view.result.cuts[name])
-        if layers == list(range(layers[0], layers[-1] + 1)):  # contiguous: a block the heatmap can mark
-            return self._cut_outputs(self._apply_block(view, (layers[0], layers[-1] + 1)))
-        cut = self.backend.set_cut_layers(layers)
-        return self._cut_outputs(replace(view, block=None, layers=layers, cut=cut))
+        recipe = Recipe.cut(session.info.num_layers, session.result.cuts[name], origin=f"{session.origin}: {name} cut")
+        if 2 * len(recipe.depth_cut.layers) > session.info.num_layers:
+            gr.Warning(f"The {name} cut removes more than half of the layers "
+                       f"({len(recipe.depth_cut.layers)} of {session.info.num_layers}).")
+        return self._cut_outputs(session.with_cut(recipe))
 
     @user_errors
-    def export(self, view: View, folder: str, progress=gr.Progress()):
-        """Save the pruned model as a Hugging Face checkpoint; offer its files for download."""
-        if view.cut is None:
-            raise InvalidInput("Choose a cut first: there is nothing to export yet.")
-        default = f"{Path(view.info.name).name}-minus-{len(view.cut.removed)}-layers"
-        folder = (folder or "").strip() or safe_name(default)
-        path = Path(self.backend.export(folder)).resolve()
+    def export(self, session: Session, folder: str, request: gr.Request = None, progress=gr.Progress()):
+        """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files."""
+        from evaluation import exports
+
+        recipe = session.cut()
+        if recipe is None:
+            raise InvalidInput(f"Choose a cut for {session.editing} first: there is nothing to export yet.")
+        name = (folder or "").strip() or exports.default_export_name(session.info.name, recipe)
+        root = cache_root() / "exports"
+        target = root / exports.check_export_name(name)
+        scores = [m for m in session.results if m.model in ("original", session.editing)]
+        path = self.backend.export(session.spec, recipe, target, scores=scores, progress=reporter(progress),
+                                   owner=_owner(request))
+        exports.bound_folder(root, EXPORTS_LIMIT_BYTES, keep=path)
         files = sorted(p for p in path.rglob("*") if p.is_file())
         size = sum(p.stat().st_size for p in files)
-        message = (f"Saved to `{path}` ({size / 2**30:.2f} GiB): a normal Hugging Face checkpoint, "
-                   "`AutoModelForCausalLM.from_pretrained` loads it.")
+        where = f"as `{path.name}`" if self.policy.shared else f"to `{path}`"
+        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card, a mergekit config and the llama.cpp "
+                   "`--prune-layers` argument: `AutoModelForCausalLM.from_pretrained` loads it.")
         if size > DOWNLOAD_LIMIT_BYTES:
             return message + " It is too large to offer for download here.", None
         return message, [str(p) for p in files]
 
     # ------------------------------------------------------------------ compare
     @user_errors
-    def generate(self, view: View, prompt: str, max_new_tokens: float, temperature: float, top_p: float,
-                 seed: float, progress=gr.Progress()):
-        """Stream both models' answers to the same prompt, side by side."""
-        if not (prompt or "").strip():
-            raise InvalidInput("The prompt is empty: type something or pick an example.")
-        for state in self.backend.generate(prompt, max_new_tokens=int(max_new_tokens), temperature=float(temperature),
-                                           top_p=float(top_p), seed=int(seed), progress=reporter(progress)):
-            original, pruned = state.get("original") or {}, state.get("pruned") or {}
-            yield (original.get("text", ""), text.generation_stats(original),
-                   pruned.get("text", "") if pruned else "(no cut chosen: only the original runs)",
-                   text.generation_stats(pruned))
+    def generate(self, session: Session, prompt: str, max_new_tokens, temperature, top_p, seed,
+                 request: gr.Request = None, progress=gr.Progress()):
+        """Stream every compared model's answer to the same prompt, side by side."""
+        _need_model(session)
+        prompt = inputs.prompt(prompt, self.policy)
+        settings = dict(max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
+                        temperature=inputs.real_number(temperature, "Temperature", minimum=0, maximum=5),
+                        top_p=inputs.real_number(top_p, "Top-p", minimum=0, maximum=1),
+                        seed=inputs.whole_number(seed, "The seed", minimum=0))
+        variants = session.variants()
+        for state in self.backend.generate(session.spec, variants, prompt, progress=reporter(progress),
+                                           owner=_owner(request), **settings):
+            outputs = []
+            for label in ("original", *SLOTS):
+                side = state.get(label)
+                empty = f"(no {label} cut: choose one under Analyze & cut → Cut {label})"
+                outputs += [gr.update(value=side["text"] if side else empty, label=text.column_label(label, variants)),
+                            text.generation_stats(side)]
+            yield tuple(outputs)
 
     @user_errors
-    def speed(self, view: View, batch_sizes: list, prompt_len: float, new_tokens: float, repeats: float,
+    def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, request: gr.Request = None,
               progress=gr.Progress()):
+        _need_model(session)
         if not batch_sizes:
             raise InvalidInput("Choose at least one batch size.")
-        measurements = self.backend.speed(batch_sizes=tuple(sorted(int(b) for b in batch_sizes)),
-                                          prompt_len=int(prompt_len), new_tokens=(int(new_tokens),),
-                                          repeats=int(repeats), progress=reporter(progress))
-        return (to_dataframe(measurements), plots.speedup_figure(measurements),
-                plots.comparison_figure(measurements, group="speed", unit="tokens/s", title="Throughput"))
+        found = self.backend.speed(
+            session.spec, session.variants(), batch_sizes=tuple(sorted(int(b) for b in batch_sizes)),
+            prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
+            new_tokens=(inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),),
+            repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50), progress=reporter(progress),
+            owner=_owner(request))
+        return (to_dataframe(found), plots.speedup_figure(found),
+                plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput"))
 
     @user_errors
-    def memory(self, view: View, progress=gr.Progress()):
-        measurements = self.backend.memory(progress=reporter(progress))
-        sizes = [m for m in measurements if m.unit]  # the parameter count has no unit and another scale
-        return to_dataframe(measurements), plots.comparison_figure(sizes, unit=_main_unit(sizes), title="Memory")
+    def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
+        _need_model(session)
+        found = self.backend.memory(session.spec, session.variants(), progress=reporter(progress), owner=_owner(request))
+        sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
+        return to_dataframe(found), plots.comparison_figure(sizes, unit=_main_unit(sizes), title="Memory")
 
     @user_errors
-    def benchmarks(self, view: View, tasks: list, limit: float, num_fewshot: float, progress=gr.Progress()):
+    def benchmarks(self, session: Session, tasks: list, limit, num_fewshot, request: gr.Request = None,
+                   progress=gr.Progress()):
+        _need_model(session)
         if not tasks:
             raise InvalidInput("Choose at least one benchmark task.")
-        limit = int(limit) if limit and int(limit) > 0 else None
-        measurements = self.backend.benchmarks(list(tasks), limit=limit, num_fewshot=int(num_fewshot or 0),
-                                               progress=reporter(progress))
-        return self._bench_outputs(view, measurements)
+        task_request = lm_eval_adapter.check_request(
+            list(tasks), limit=inputs.optional_limit(limit, "Questions per task"),
+            num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0, maximum=25),
+            data_dir=self.backend.data_dir)
+        found = self.backend.benchmarks(session.spec, session.variants(), task_request, progress=reporter(progress),
+                                        owner=_owner(request))
+        return self._results_outputs(session.with_results(found))
 
     @user_errors
-    def perplexity(self, view: View, seq_len: float, max_windows: float, progress=gr.Progress()):
-        windows = int(max_windows) if max_windows and int(max_windows) > 0 else None
-        measurements = self.backend.perplexity(seq_lens=(int(seq_len),), max_windows=windows,
-                                               progress=reporter(progress))
-        return self._bench_outputs(view, measurements)
+    def perplexity(self, session: Session, seq_len, max_windows, request: gr.Request = None, progress=gr.Progress()):
+        _need_model(session)
+        found = self.backend.perplexity(session.spec, session.variants(),
+                                        seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2),),
+                                        max_windows=inputs.optional_limit(max_windows, "Windows"),
+                                        progress=reporter(progress), owner=_owner(request))
+        return self._results_outputs(session.with_results(found))
 
     @user_errors
-    def sweep(self, view: View, task: str, block_size: float, limit: float, progress=gr.Progress()):
+    def sweep(self, session: Session, task: str, block_size, limit, request: gr.Request = None,
+              progress=gr.Progress()):
         """Measure every cut of K layers on one task, and rank the methods by agreement with it."""
-        self._need_model(view)
-        limit = int(limit) if limit and int(limit) > 0 else None
-        report = self.backend.sweep(task, int(block_size or 0), limit=limit, progress=reporter(progress))
+        info = _need_model(session)
+        size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=info.num_layers - 1)
+        task_request = lm_eval_adapter.check_request([task], limit=inputs.optional_limit(limit, "Questions"),
+                                                     data_dir=self.backend.data_dir)
+        report = self.backend.sweep(session.spec, task_request, size, calibration=self.default_calibration,
+                                    progress=reporter(progress), owner=_owner(request))
         rows = [[method, None if rho != rho else round(rho, 3)]
                 for method, rho in sorted(report.agreement.items(), key=lambda kv: -(kv[1] if kv[1] == kv[1] else -2))]
-        best, worst = report.sweep.best_start(), report.sweep.worst_start()
-        k = report.sweep.block_size
-        summary = (f"Best cut measured: **[{best}, {best + k})**; worst: **[{worst}, {worst + k})** "
-                   f"({report.sweep.primary_metric}, {report.sweep.limit or 'all'} questions).")
-        return plots.sweep_figure(report), rows, summary
+        rows += [[method, "failed"] for method in report.failed]
+        return plots.sweep_figure(report), rows, text.sweep_summary(report)
 
     @user_errors
-    def cancel(self):
-        self.backend.cancel()
-        gr.Info("Stopping the running job…")
+    def cancel(self, request: gr.Request = None):
+        """Stop this visitor's jobs only."""
+        self.backend.cancel(_owner(request) or "")
+        gr.Info("Stopping your running job…")
 
-    # ------------------------------------------------------------------ helpers
-    def _need_model(self, view: View):
-        if view.info is None:
-            raise InvalidInput("Load a model first.")
-        return view.info
-
-    def _apply_block(self, view: View, block: tuple[int, int]) -> View:
-        cut = self.backend.set_cut(*block)
-        return replace(view, block=tuple(block), layers=None, cut=cut)
-
-    def _cut_outputs(self, view: View) -> tuple:
-        """(range, cut banner, heatmap, layer bars, named-cut radio, view) for the current cut."""
-        info, result = view.info, view.result
+    # ------------------------------------------------------------------ outputs
+    def _cut_outputs(self, session: Session) -> tuple:
+        """(range, cut banner, heatmap, layer bars, named-cut radio, edited slot, session) for the edited slot."""
+        info, result, recipe = session.info, session.result, session.cut()
+        cut = recipe.depth_cut if recipe else None
         layers, params = (info.num_layers, list(info.layer_params)) if info else (0, [])
-        total = info.num_params if info else 0
-        value = view.block or ([min(view.layers), max(view.layers) + 1] if view.layers else [0, 1])
-        slider = range_update(value, layers=layers, layer_params=params, total_params=total, custom=view.layers)
-        removed = view.layers or (list(range(*view.block)) if view.block else [])
+        value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else (0, 1)
+        slider = range_update(value, layers=layers, layer_params=params, total_params=info.num_params if info else 0,
+                              custom=list(cut.layers) if cut and cut.span is None else None)
         if result is None:
             heat = plots.empty_figure("Analyze to see which blocks matter least")
             bars = plots.empty_figure("Per-layer scores appear after the analysis")
         else:
-            heat = plots.heatmap_figure(result, selected=view.block)
-            bars = plots.layer_bar_figure(result, removed)
+            heat = plots.heatmap_figure(result, selected=cut.span if cut else None)
+            bars = plots.layer_bar_figure(result, cut.layers if cut else ())
         names = list((result.cuts or {}) if result else {})
         named = gr.update(choices=names, value=None, visible=bool(names))
-        return slider, text.cut_markdown(view.cut), heat, bars, named, view
+        return slider, text.banner_markdown(session), heat, bars, named, gr.update(value=session.editing), session
 
-    def _bench_outputs(self, view: View, measurements: list[Measurement]):
-        fresh = {(m.group, m.name, m.model) for m in measurements}
-        merged = [m for m in view.bench if (m.group, m.name, m.model) not in fresh] + list(measurements)
-        view = replace(view, bench=merged)
-        return (to_dataframe(merged), plots.comparison_figure(merged, unit=_main_unit(merged), title="Benchmarks"),
-                view)
+    def _results_outputs(self, session: Session):
+        found = list(session.results)
+        return (to_dataframe(found), plots.comparison_figure(found, unit=_main_unit(found), title="Benchmarks"),
+                session)
 
 
-def _calibration(source: str, detail: str, samples: float, seq_len: float) -> prune.Calibration:
-    detail = (detail or "").strip() or None
-    where = {"text": "text", "file": "path", "wikitext2": "path", "hub": "dataset"}.get(source)
-    return prune.Calibration(source=source, n_samples=int(samples), seq_len=int(seq_len),
-                             **({where: detail} if where and detail else {}))
+def _owner(request: gr.Request | None) -> str | None:
+    """Whose job this is: the browser session's id (None outside Gradio)."""
+    return getattr(request, "session_hash", None) if request is not None else None
 
 
-def _analysis_status(result, cached: bool) -> str:
-    spec = prune.METHODS.get(result.method)
-    label = f"**{spec.label}**" if spec else result.method
-    if cached:
-        return f"{label}: from the cache ({result.elapsed_s:.1f} s to compute)"
-    return f"{label}: scored in {result.elapsed_s:.1f} s"
+def _need_model(session: Session):
+    if session.info is None:
+        raise InvalidInput("Load a model first.")
+    return session.info
+
+
+def _size_update(info):
+    return gr.update(maximum=max(1, info.num_layers - 1), value=default_block_size(info.num_layers))
 
 
 def _main_unit(measurements: list[Measurement]) -> str | None:

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 import numpy as np
 import plotly.graph_objects as go
 
-ORIGINAL, PRUNED, IDEAL = "#4c78a8", "#e45756", "#bab0ac"
+ORIGINAL, PRUNED, SECOND, IDEAL = "#4c78a8", "#e45756", "#f58518", "#bab0ac"
+MODEL_COLORS = (ORIGINAL, PRUNED, SECOND)  # the original, A, B
 KEPT, REMOVED, PROTECTED = "#9ecae9", "#e45756", "#bdbdbd"
 FONT = dict(size=15)  # readable on a projector
 # Lower score = more removable: green = cheap to cut, red = expensive.
@@ -179,30 +180,46 @@ def _spread(m) -> float | None:
     return None if m is None or m.spread is None or not np.isfinite(m.spread) else float(m.spread)
 
 
+def _by_model(rows) -> tuple[list[str], list[str], dict]:
+    """Metric names, compared-model labels (original first) and {(label, name): Measurement}."""
+    names = list(dict.fromkeys(r.name for r in rows))
+    labels = ["original", *dict.fromkeys(r.variant for r in rows if r.variant)]
+    found = {}
+    for r in rows:
+        found[("original", r.name)] = r.original
+        if r.variant:
+            found[(r.variant, r.name)] = r.pruned
+    return names, labels, found
+
+
 def comparison_figure(measurements, *, group: str | None = None, unit: str | None = None, title: str,
                       y_title: str | None = None) -> go.Figure:
-    """Original vs pruned, one pair of bars per metric, ± spread as error bars."""
+    """The original and each compressed model, one group of bars per metric, ± spread as error bars."""
     rows = _rows(measurements, group, unit)
     if not rows:
         return empty_figure("Nothing measured yet")
-    names = [r.name for r in rows]
-    series = {"original": [_value(r.original) for r in rows], "pruned": [_value(r.pruned) for r in rows]}
-    errors = {"original": [_spread(r.original) for r in rows], "pruned": [_spread(r.pruned) for r in rows]}
-    if not any(v is not None for v in series["pruned"]):
-        series.pop("pruned")
+    names, labels, found = _by_model(rows)
+    series = {label: [_value(found.get((label, n))) for n in names] for label in labels}
+    errors = {label: [_spread(found.get((label, n))) for n in names] for label in labels}
     return grouped_bars(names, series, errors=errors, title=title, y_title=y_title or rows[0].unit,
-                        colors={"original": ORIGINAL, "pruned": PRUNED})
+                        colors=dict(zip(labels, MODEL_COLORS)))
 
 
 def speedup_figure(measurements) -> go.Figure:
-    """Measured speedup of the cut next to the ideal (FLOPs) speedup, per speed metric."""
+    """Measured speedup of each compressed model next to its ideal (FLOPs) speedup, per speed metric."""
     rows = [r for r in _rows(measurements, "speed") if r.speedup is not None]
     if not rows:
         return empty_figure("Measure speed to see the speedup")
-    fig = grouped_bars([r.name for r in rows], {"measured": [r.speedup for r in rows],
-                                                 "ideal (FLOPs)": [r.ideal_speedup for r in rows]},
-                       title="Speedup of the cut model (× original)", y_title="speedup ×",
-                       colors={"measured": PRUNED, "ideal (FLOPs)": IDEAL})
+    names, labels, _ = _by_model(rows)
+    series, colors = {}, {}
+    for label, color in zip(labels[1:], MODEL_COLORS[1:]):
+        mine = {r.name: r for r in rows if r.variant == label}
+        prefix = "" if len(labels) == 2 else f"{label}: "
+        series[f"{prefix}measured"] = [mine[n].speedup if n in mine else None for n in names]
+        series[f"{prefix}ideal (FLOPs)"] = [mine[n].ideal_speedup if n in mine else None for n in names]
+        colors[f"{prefix}measured"], colors[f"{prefix}ideal (FLOPs)"] = color, IDEAL
+    fig = grouped_bars(names, series, title="Speedup of the compressed models (× original)", y_title="speedup ×",
+                       colors=colors)
     fig.add_hline(y=1, line_dash="dot", line_color="#666")
     return fig
 

@@ -71,12 +71,56 @@ def model_markdown(info) -> str:
             f"{info.device} · {str(info.dtype).replace('torch.', '')}")
 
 
-def cut_markdown(cut) -> str:
-    """One line for the banner above the tabs."""
-    if cut is None:
-        return "**No cut yet** — analyze, then pick a block."
-    return (f"✂️ **{cut.description}** — {cut.layers_removed} layers, "
-            f"{human_count(cut.params_removed)} parameters ({cut.params_removed_pct:.1f} %) removed")
+def banner_markdown(session) -> str:
+    """The banner above the tabs: what A and B remove (the edited one marked), for this visitor only."""
+    if session.info is None:
+        return "**No model yet** — loading…"
+    lines = []
+    for slot, recipe in zip(("A", "B"), session.cuts):
+        mark = " ✎" if slot == session.editing else ""
+        if recipe is None:
+            lines.append(f"**{slot}**{mark}: none — choose *Cut {slot}* below and pick a block to compare it too.")
+            continue
+        removed = session.info.removed_params(recipe)
+        how = f" · *{recipe.origin}*" if recipe.origin else ""
+        lines.append(f"✂️ **{slot}**{mark}: {recipe.describe()} — {human_count(removed)} parameters "
+                     f"({100 * removed / session.info.num_params:.1f} %) removed{how}")
+    return "  \n".join(lines)
+
+
+def column_label(label: str, variants: dict) -> str:
+    """A generation column's title: 'Original model' or 'A: −[13, 18)'."""
+    if label == "original":
+        return "Original model"
+    recipe = variants.get(label)
+    return f"{label}: {recipe.short()}" if recipe else f"{label}: no cut"
+
+
+def calibration_words(cal) -> str:
+    """'WikiText-2 validation, 32 × 128 tokens' for recipe origins and the analysis line."""
+    names = {"builtin": "the built-in text", "text": "your text", "file": "a text file", "wikitext2":
+             "WikiText-2 validation", "hub": f"hub dataset {cal.dataset}"}
+    return f"{names.get(cal.source, cal.source)}, {cal.n_samples} × {cal.seq_len} tokens"
+
+
+def analysis_status(result, cached: bool) -> str:
+    from prune import METHODS
+
+    spec = METHODS.get(result.method)
+    label = f"**{spec.label}**" if spec else result.method
+    if cached:
+        return f"{label}: from the cache ({result.elapsed_s:.1f} s to compute)"
+    return f"{label}: scored in {result.elapsed_s:.1f} s"
+
+
+def sweep_summary(report) -> str:
+    best, worst = report.sweep.best_start(), report.sweep.worst_start()
+    k = report.sweep.block_size
+    text = (f"Best cut measured: **[{best}, {best + k})**; worst: **[{worst}, {worst + k})** "
+            f"({report.sweep.primary_metric}, {report.sweep.limit or 'all'} questions).")
+    if report.failed:
+        text += " Failed: " + "; ".join(f"{m} ({why})" for m, why in report.failed.items())
+    return text
 
 
 def generation_stats(side: dict | None) -> str:

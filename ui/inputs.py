@@ -1,0 +1,159 @@
+"""What a visitor types, checked once where it enters and turned into typed values.
+
+Also the server's policy: on a shared server (a Hugging Face Space, ``--shared`` or
+``LAYERCUT_SHARED=1``) visitors give files by upload only, local model folders must lie
+under ``LAYERCUT_MODEL_ROOT``, and no message names a server path. On a personal machine
+paths stay allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import prune
+from evaluation.models import ModelSpec
+from prune.errors import InvalidInput, ModelNotFound
+from prune.loading import is_default
+
+DEFAULT_MAX_PROMPT_CHARS = 4000
+CALIBRATION_SOURCES = ("default", "builtin", "text", "upload", "file", "wikitext2", "hub")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What this server lets visitors do."""
+
+    shared: bool = False
+    model_root: Path | None = None  # shared servers: local model folders must lie under it
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+
+    @classmethod
+    def from_env(cls, shared: bool | None = None) -> Policy:
+        if shared is None:
+            shared = os.environ.get("LAYERCUT_SHARED", "") not in ("", "0") or bool(os.environ.get("SPACE_ID"))
+        root = os.environ.get("LAYERCUT_MODEL_ROOT")
+        limit = os.environ.get("LAYERCUT_MAX_PROMPT_CHARS")
+        return cls(shared=shared, model_root=Path(root).expanduser().resolve() if root else None,
+                   max_prompt_chars=int(limit) if limit and limit.isdigit() else DEFAULT_MAX_PROMPT_CHARS)
+
+
+def whole_number(value, what: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """An integer from a UI number, or a one-line message (2.5 is refused, never rounded)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{what} must be a whole number, not {value!r}.") from None
+    if not math.isfinite(number) or number != int(number):
+        raise InvalidInput(f"{what} must be a whole number, not {value!r}.")
+    number = int(number)
+    if minimum is not None and number < minimum or maximum is not None and number > maximum:
+        span = f"{minimum}…{maximum}" if maximum is not None else f"at least {minimum}"
+        raise InvalidInput(f"{what} must be {span}, not {number}.")
+    return number
+
+
+def optional_limit(value, what: str) -> int | None:
+    """A limit where 0 or empty means 'all'."""
+    if value in (None, ""):
+        return None
+    number = whole_number(value, what, minimum=0)
+    return number or None
+
+
+def real_number(value, what: str, *, minimum: float, maximum: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{what} must be a number, not {value!r}.") from None
+    if not (math.isfinite(number) and minimum <= number <= maximum):
+        raise InvalidInput(f"{what} must be between {minimum} and {maximum}, not {value!r}.")
+    return number
+
+
+def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dtype: str | None,
+               policy: Policy) -> ModelSpec:
+    """The model a visitor asked for; on a shared server a local folder must lie under the model root."""
+    name = (name or "").strip() or prune.DEFAULT_MODEL
+    if dtype not in (None, "", "auto", "float32", "bfloat16", "float16"):
+        raise InvalidInput(f"Unknown precision '{dtype}'. Choose auto, float32, bfloat16 or float16.")
+    if policy.shared and not is_default(name) and _looks_like_path(name):
+        folder = Path(name).expanduser()
+        root = policy.model_root
+        if root is None or not _inside(folder, root):
+            raise ModelNotFound(f"'{name}' is not a Hugging Face model id, and this shared server loads no "
+                                "local folders outside its model folder.")
+    return ModelSpec(name=name, dtype=dtype or "auto", trust_remote_code=bool(trust_remote_code),
+                     token=(token or "").strip() or None)
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or Path(name).expanduser().exists()
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):
+        return False
+
+
+def prompt(text: str | None, policy: Policy) -> str:
+    """The prompt, or a one-line message when it is empty or longer than this server allows."""
+    if not (text or "").strip():
+        raise InvalidInput("The prompt is empty: type something or pick an example.")
+    if len(text) > policy.max_prompt_chars:
+        raise InvalidInput(f"The prompt has {len(text):,} characters; this server takes at most "
+                           f"{policy.max_prompt_chars:,}.")
+    return text
+
+
+def calibration(source: str, detail: str | None, upload: str | None, samples, seq_len, policy: Policy,
+                default: prune.Calibration) -> prune.Calibration:
+    """The calibration a visitor chose; files come by upload on a shared server, and are read here."""
+    if source not in CALIBRATION_SOURCES:
+        raise InvalidInput(f"Unknown calibration source '{source}'. Choose one of: {', '.join(CALIBRATION_SOURCES)}.")
+    n = whole_number(samples, "Calibration samples", minimum=1, maximum=4096)
+    length = whole_number(seq_len, "Tokens per sample", minimum=2, maximum=8192)
+    detail = (detail or "").strip() or None
+    if source == "default":
+        return prune.Calibration(**{**default.__dict__, "n_samples": n, "seq_len": length})
+    if source == "upload":
+        if not upload:
+            raise InvalidInput("Upload a text file to calibrate on.")
+        return prune.Calibration(source="text", text=_read_upload(upload), n_samples=n, seq_len=length)
+    if source == "file":
+        if policy.shared:
+            raise InvalidInput("This shared server reads no files from its disk: upload a text file instead.")
+        if not detail:
+            raise InvalidInput("Give the path of a text file to calibrate on.")
+        path = Path(detail).expanduser()
+        if path.is_dir():
+            raise InvalidInput(f"'{detail}' is a folder, not a text file.")
+        if not path.is_file():
+            raise InvalidInput(f"Calibration file '{detail}' does not exist.")
+        return prune.Calibration(source="file", path=str(path), n_samples=n, seq_len=length)
+    if source == "hub":
+        from prune.loading import _hub_reachable
+
+        if not _hub_reachable():
+            raise InvalidInput("The Hugging Face Hub cannot be reached (offline?): calibrate on the default or "
+                               "built-in text, or upload a file.")
+        return prune.Calibration(source="hub", dataset=detail, n_samples=n, seq_len=length)
+    if source == "text":
+        return prune.Calibration(source="text", text=detail, n_samples=n, seq_len=length)
+    if source == "wikitext2" and policy.shared and detail:
+        raise InvalidInput("This shared server reads WikiText-2 from its own data folder only.")
+    return prune.Calibration(source=source, n_samples=n, seq_len=length, **({"path": detail} if detail else {}))
+
+
+def _read_upload(path: str, max_bytes: int = 8 * 2**20) -> str:
+    file = Path(path)
+    if file.stat().st_size > max_bytes:
+        raise InvalidInput(f"The uploaded file is larger than {max_bytes // 2**20} MiB.")
+    data = file.read_bytes()
+    if b"\0" in data[:4096]:
+        raise InvalidInput("The uploaded file is not text.")
+    return data.decode("utf-8", errors="replace")
