@@ -22,6 +22,7 @@ from prune.paths import cache_root
 from ui import plots, text
 from ui.handlers import Handlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
+from ui.number_input import NumberInput
 from ui.session import SLOTS, Session
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange
@@ -96,8 +97,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                         + ("" if policy.shared else " / file path"), scale=2)
                 cal_upload = gr.File(label="Upload a text file (source: upload)", file_types=["text"], type="filepath",
                                      scale=1)
-                cal_samples = gr.Number(h.default_calibration.n_samples, label="Samples", precision=0, minimum=1)
-                cal_len = gr.Number(h.default_calibration.seq_len, label="Tokens per sample", precision=0, minimum=2)
+                cal_samples = NumberInput(h.default_calibration.n_samples, label="Samples", minimum=1)
+                cal_len = NumberInput(h.default_calibration.seq_len, label="Tokens per sample", minimum=2)
             with gr.Row(equal_height=True):
                 options = gr.Textbox(text.options_text(first.options), label="Method options (name=value, …)")
                 method_about = gr.Markdown(text.method_markdown(first))
@@ -144,7 +145,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         max_new = gr.Slider(8, 512, value=64, step=8, label="Max new tokens")
                         temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
                         top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
-                        seed = gr.Number(0, label="Seed", precision=0)
+                        seed = NumberInput(0, label="Seed")
                 gen_outputs = []
                 with gr.Row(equal_height=True):
                     for label, title in (("original", "Original model"), *((s, f"{s}: cut") for s in SLOTS)):
@@ -158,9 +159,9 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                 gr.Markdown(text.SPEED_HELP)
                 with gr.Row(equal_height=True):
                     batches = gr.CheckboxGroup([1, 4, 8, 16, 32], value=[1, 8], label="Batch sizes")
-                    prompt_len = gr.Number(128, label="Prompt tokens", precision=0, minimum=1)
-                    new_tokens = gr.Number(32, label="New tokens", precision=0, minimum=2, elem_id="new-tokens")
-                    repeats = gr.Number(3, label="Repeats", precision=0, minimum=1, elem_id="repeats")
+                    prompt_len = NumberInput(128, label="Prompt tokens", minimum=1)
+                    new_tokens = NumberInput(32, label="New tokens", minimum=2, elem_id="new-tokens")
+                    repeats = NumberInput(3, label="Repeats", minimum=1, elem_id="repeats")
                 with gr.Row():
                     speed_btn = gr.Button("Measure speed", variant="primary", elem_id="speed-btn")
                     memory_btn = gr.Button("Measure memory", variant="primary", elem_id="memory-btn")
@@ -184,16 +185,16 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     tasks = gr.CheckboxGroup(list(SUPPORTED_TASKS), value=["arc_easy"], label="Tasks", scale=3,
                                              elem_id="tasks")
                     with gr.Column(scale=1, min_width=180):
-                        limit = gr.Number(100, label="Questions per task (0 = all)", precision=0, minimum=0,
+                        limit = NumberInput(100, label="Questions per task (0 = all)", minimum=0,
                                           elem_id="limit")
-                        fewshot = gr.Number(0, label="Few-shot examples", precision=0, minimum=0)
+                        fewshot = NumberInput(0, label="Few-shot examples", minimum=0)
                 with gr.Row():
                     bench_btn = gr.Button("Run benchmarks", variant="primary", elem_id="bench-btn")
                     bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
                 with gr.Accordion("Perplexity (WikiText-2)", open=False):
                     with gr.Row(equal_height=True):
                         ppl_len = gr.Dropdown([128, 512, 2048], value=512, label="Window (tokens)")
-                        ppl_windows = gr.Number(20, label="Windows (0 = all)", precision=0, minimum=0)
+                        ppl_windows = NumberInput(20, label="Windows (0 = all)", minimum=0)
                         ppl_btn = gr.Button("Measure perplexity")
                 bench_table = gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
                                            elem_id="bench-table")
@@ -203,8 +204,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     gr.Markdown(text.SWEEP_HELP)
                     with gr.Row(equal_height=True):
                         sweep_task = gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task")
-                        sweep_k = gr.Number(6, label="Block size K", precision=0, minimum=1, elem_id="sweep-k")
-                        sweep_limit = gr.Number(50, label="Questions (0 = all)", precision=0, minimum=0,
+                        sweep_k = NumberInput(6, label="Block size K", minimum=1, elem_id="sweep-k")
+                        sweep_limit = NumberInput(50, label="Questions (0 = all)", minimum=0,
                                                 elem_id="sweep-limit")
                         sweep_btn = gr.Button("Run sweep", variant="primary", elem_id="sweep-btn")
                     sweep_md = gr.Markdown(elem_id="sweep-summary")

@@ -30,45 +30,61 @@ def client():
 def test_every_event_is_a_named_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/load_model", "/analyze", "/set_cut", "/select_cell", "/best_block", "/named_cut", "/export",
-            "/generate", "/speed", "/memory", "/benchmarks", "/perplexity", "/cancel", "/startup"} <= names
+            "/generate", "/speed", "/memory", "/benchmarks", "/perplexity", "/cancel", "/startup", "/edit_slot",
+            "/clear_cut", "/sweep"} <= names
 
 
 def test_load_analyze_cut_generate_benchmark(client):
     model_md, block_size, layer_range, banner, *_ = client.predict("", "", False, "auto", api_name="/load_model")
     assert "SmolLM2-135M-Instruct" in model_md and "30 layers" in model_md
-    assert block_size["value"] == 5 and "No cut yet" in banner  # updates come back as dicts
+    assert block_size["value"] == 5 and "**A** ✎: none" in banner and "**B**: none" in banner  # updates are dicts
     assert layer_range["props"]["layers"] == 30 and len(layer_range["props"]["layer_params"]) == 30, layer_range
 
-    _range, banner, heatmap, bars, _named, status = client.predict(
-        "angular", "token=last", "builtin", "", 16, 128, 5, api_name="/analyze")
+    _range, banner, heatmap, bars, _named, _slot, status = client.predict(
+        "angular", "token=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
     assert heatmap["data"][0]["type"] == "heatmap" and len(heatmap["data"][0]["z"]) == 29
-    assert "5 layers" in banner and "Angular" in status
+    assert "(5 of 30)" in banner and "Angular" in status
 
     layer_range, banner, *_ = client.predict([20, 26], api_name="/set_cut")
-    assert "[20, 26)" in banner and "6 layers" in banner and layer_range["value"] == [20, 26]
+    assert "[20, 26)" in banner and "(6 of 30)" in banner and layer_range["value"] == [20, 26]
     with pytest.raises(AppError, match="empty or inverted"):
         client.predict([26, 20], api_name="/set_cut")
     with pytest.raises(AppError, match="outside"):
         client.predict([25, 31], api_name="/set_cut")
     _range, banner, *_ = client.predict(4, api_name="/best_block")
-    assert "4 layers" in banner
+    assert "(4 of 30)" in banner
+    with pytest.raises(AppError, match="whole number"):
+        client.predict(2.5, api_name="/best_block")
+    client.predict("B", api_name="/edit_slot")
+    _range, banner, *_ = client.predict([20, 26], api_name="/set_cut")
+    assert "**A**: layers" in banner and "**B** ✎: layers 20–25" in banner
 
     job = client.submit("What is the capital of France?", 12, 0, 1, 0, api_name="/generate")
-    original, original_stats, pruned, pruned_stats = job.result()
-    assert "Paris" in original and pruned.strip()
-    assert "tokens/s" in original_stats and "tokens/s" in pruned_stats
+    original, original_stats, a, a_stats, b, b_stats = job.result()
+    assert "Paris" in original["value"] and a["value"].strip() and b["value"].strip()
+    assert b["label"] == "B: −[20, 26)"
+    assert "tokens/s" in original_stats and "tokens/s" in a_stats and "tokens/s" in b_stats
     assert len(job.outputs()) > 2  # streamed, not returned at the end
     with pytest.raises(AppError, match="prompt is empty"):
         client.predict("  ", 12, 0, 1, 0, api_name="/generate")
+    with pytest.raises(AppError, match="at most 4,000"):
+        client.predict("x" * 20_000, 12, 0, 1, 0, api_name="/generate")
+    with pytest.raises(AppError, match="seed must be a whole number"):
+        client.predict("Hi", 12, 0, 1, "abc", api_name="/generate")
 
     table, _plot = client.predict(["arc_easy"], 3, 0, api_name="/benchmarks")
     metrics = [row[table["headers"].index("Metric")] for row in table["data"]]
-    assert "arc_easy acc" in metrics and {"Original", "Pruned", "Retention %"} <= set(table["headers"])
+    assert "arc_easy acc" in metrics and {"Original", "A", "Retention % (A)", "B", "Retention % (B)"} <= set(
+        table["headers"])
+    with pytest.raises(AppError, match="whole number"):
+        client.predict(["arc_easy"], 2.5, 0, api_name="/benchmarks")
     with pytest.raises(AppError, match="at least one benchmark"):
         client.predict([], 3, 0, api_name="/benchmarks")
 
     message, files = client.predict("", api_name="/export")
-    assert "Saved to" in message and "from_pretrained" in message
+    assert "Saved" in message and "from_pretrained" in message
+    with pytest.raises(AppError, match="letters, digits"):
+        client.predict("my cut!", api_name="/export")
     names = {str(f["path"] if isinstance(f, dict) else f).rsplit("/", 1)[-1] for f in files}
     assert {"config.json", "model.safetensors"} <= names
 
@@ -85,15 +101,15 @@ def test_a_long_job_can_be_cancelled_and_the_device_is_free_again(client):
     with pytest.raises(AppError, match="Cancel"):
         job.result(timeout=120)
     assert time.monotonic() - started < 60, "the job did not stop soon after cancel"
-    original, _stats, pruned, _ = client.predict("Hi", 8, 0, 1, 0, api_name="/generate")
-    assert original.strip() and pruned.strip()
+    original, _stats, a, *_ = client.predict("Hi", 8, 0, 1, 0, api_name="/generate")
+    assert original["value"].strip() and a["value"].strip()
 
 
 def test_a_missing_model_is_a_message(client):
     with pytest.raises(AppError, match="not found"):
         client.predict("no-such-org/no-such-model", "", False, "auto", api_name="/load_model")
     with pytest.raises(AppError, match="Unknown option"):
-        client.predict("angular", "tokens=last", "builtin", "", 16, 128, 5, api_name="/analyze")
+        client.predict("angular", "tokens=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
 
 
 def test_sweep_measures_every_cut_and_ranks_the_methods(client):

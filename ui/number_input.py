@@ -1,0 +1,17 @@
+"""A number box that hands the value to the handler as typed, so 2.5 or "abc" gets a clear message.
+
+``gr.Number(precision=0)`` rounds 2.5 to 2 without a word, and a non-number fails inside
+Gradio with its generic error; the handlers check every number once (``ui.inputs``).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+
+class NumberInput(gr.Number):
+    def preprocess(self, payload):
+        return payload
+
+    def api_info(self) -> dict:
+        return {"type": "number"}
