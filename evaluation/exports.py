@@ -36,7 +36,7 @@ from torch import nn
 import prune
 from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
-from prune.loading import DEFAULT_MODEL
+from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
 from prune.paths import write_atomic
 from prune.recipe import CONFIG_FIELD, DepthCut, Recipe
 
@@ -123,9 +123,14 @@ def llama_prune_argument(recipe: Recipe) -> str:
     return "--prune-layers " + ",".join(map(str, _depth_only(recipe, "llama.cpp")))
 
 
+def _llama_command(recipe: Recipe, base_name: str) -> str:
+    """The whole command: COPY keeps the GGUF's own tensor types and only drops the blocks."""
+    return f"llama-quantize {llama_prune_argument(recipe)} {_gguf_name(base_name)} pruned.gguf COPY"
+
+
 def _llama_file(recipe: Recipe, base_name: str) -> str:
-    command = f"llama-quantize {llama_prune_argument(recipe)} {_gguf_name(base_name)} pruned.gguf COPY"
-    return f"# Remove the same layers from a GGUF of {base_name}: {command}\n{llama_prune_argument(recipe)}\n"
+    usage = f"# Remove the same layers from a GGUF of {base_name}: {_llama_command(recipe, base_name)}"
+    return f"{usage}\n{llama_prune_argument(recipe)}\n"
 
 
 def _depth_only(recipe: Recipe, tool: str) -> tuple[int, ...]:
@@ -153,6 +158,9 @@ def _hub_id(base_name: str) -> str | None:
 
 
 def _gguf_name(base_name: str) -> str:
+    """The embedded default's own GGUF (pruned, it holds this export's weights, still quantized), else a placeholder."""
+    if base_name == DEFAULT_MODEL:
+        return _DEFAULT_GGUF
     return f"{Path(str(base_name).rstrip('/')).name}.gguf"
 
 
@@ -197,10 +205,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     else:
         lines += ["Both read the base model's own files: the result equals this folder only when those hold the "
                   "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
-                  f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml", mergekit_yaml(recipe, base_name, _dtype(model)).rstrip(),
-                  "```", "", f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
-                  "```sh", f"llama-quantize {llama_prune_argument(recipe)} {_gguf_name(base_name)} pruned.gguf COPY",
-                  "```", ""]
+                  f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
+                  mergekit_yaml(recipe, base_name, _dtype(model)).rstrip(), "```", "",
+                  f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
+                  "```sh", _llama_command(recipe, base_name), "```", ""]
     return "\n".join(lines)
 
 

@@ -101,7 +101,8 @@ def test_chained_cuts_are_written_in_the_base_numbering(base, tiny_tokenizer, tm
     reloaded = AutoModelForCausalLM.from_pretrained(path)
     assert order == [0, 2, 3, 5]
     for new, old in enumerate(order):
-        assert torch.equal(reloaded.model.layers[new].self_attn.q_proj.weight, base.model.layers[old].self_attn.q_proj.weight)
+        q_proj = reloaded.model.layers[new].self_attn.q_proj.weight
+        assert torch.equal(q_proj, base.model.layers[old].self_attn.q_proj.weight)
 
 
 def test_model_card_says_what_was_cut_how_and_with_what_result(base, tiny_tokenizer, tmp_path):
@@ -244,3 +245,28 @@ def test_bound_folder_removes_the_oldest_exports_only(tmp_path):
     assert exports.bound_folder(tmp_path, limit, keep=newest) == [oldest]
     assert exports.bound_folder(tmp_path, 1, keep=middle) == [newest]  # never the kept one, never a foreign one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "mine"]
+
+
+def test_the_saved_config_carries_this_recipe_even_from_a_variant_cached_under_another_origin(base, tiny_tokenizer,
+                                                                                            tmp_path):
+    cached = Recipe.cut(6, [1], origin="first visitor: angular").apply(base)
+    recipe = Recipe.cut(6, [1], origin="second visitor: taylor")
+    path = exports.export(cached, tiny_tokenizer, recipe, base_name=BASE, num_layers=6, target=tmp_path / "cut")
+    assert AutoModelForCausalLM.from_pretrained(path).config.layercut == recipe.to_json()
+    assert cached.config.layercut["origin"] == "first visitor: angular"  # the cached model is left alone
+
+
+def test_a_failed_rename_into_place_restores_the_earlier_export(base, tiny_tokenizer, tmp_path, monkeypatch):
+    earlier = _export(base, tiny_tokenizer, Recipe.cut(6, [1]), tmp_path / "cut")
+    before = (earlier / exports.MARKER).read_text()
+    real = os.replace
+
+    def replace(src, dst):
+        if str(src).endswith(exports.PARTIAL) and dst == earlier:
+            raise OSError("rename failed")
+        return real(src, dst)
+
+    monkeypatch.setattr(exports.os, "replace", replace)
+    with pytest.raises(OSError, match="rename failed"):
+        _export(base, tiny_tokenizer, Recipe.cut(6, [2]), earlier)
+    assert (earlier / exports.MARKER).read_text() == before and _hidden(tmp_path) == []
