@@ -3,6 +3,8 @@ benchmark through the Backend gives exactly what lm-eval's own HFLM gives."""
 
 import pytest
 
+from prune.recipe import Recipe
+
 from conftest import tiny_model
 from evaluation import lm_eval_adapter as adapter
 from evaluation import offline_tasks
@@ -25,8 +27,8 @@ def test_unknown_tasks_and_bad_limits_are_refused(data_dir):
 def test_few_shot_offline_is_refused_where_the_pool_is_not_the_hubs(data_dir):
     with pytest.raises(InvalidInput, match="only faithful for arc_easy, arc_challenge, mmlu.*hellaswag, piqa"):
         adapter.check_request(["arc_easy", "hellaswag", "piqa"], num_fewshot=5, data_dir=data_dir)
-    assert adapter.check_request(["arc_challenge"], num_fewshot=5, data_dir=data_dir) == ["arc_challenge"]
-    assert adapter.check_request(["hellaswag"], num_fewshot=5, data_dir=None) == ["hellaswag"]  # online: fine
+    assert adapter.check_request(["arc_challenge"], num_fewshot=5, data_dir=data_dir).names == ("arc_challenge",)
+    assert adapter.check_request(["hellaswag"], num_fewshot=5, data_dir=None).names == ("hellaswag",)  # online: fine
 
 
 def test_a_missing_data_folder_is_a_clear_error(tmp_path):
@@ -47,8 +49,8 @@ def test_a_registered_scorer_is_used_by_name(data_dir, tiny_tokenizer, monkeypat
         return adapter.make_hflm(model, tokenizer, batch_size)
 
     monkeypatch.setitem(adapter.SCORERS, "counting", make_counting)
-    entries = adapter.evaluate(tiny_model("llama", 2), tiny_tokenizer, ["arc_easy"], limit=2, batch_size=3,
-                               scorer="counting", data_dir=data_dir)
+    request = adapter.check_request(["arc_easy"], limit=2, data_dir=data_dir)
+    entries = adapter.evaluate(tiny_model("llama", 2), tiny_tokenizer, request, batch_size=3, scorer="counting")
     assert built == [3]
     assert set(entries["arc_easy"]["results"]) >= {"acc,none", "acc_norm,none", "acc_stderr,none"}
 
@@ -103,13 +105,14 @@ def test_backend_benchmark_equals_lm_eval_hflm_on_the_default_model(default_mode
 
     model, tokenizer = default_model
     backend = Backend(data_dir=str(data_dir), device="cpu")
-    backend.adopt(model, tokenizer)
-    backend.set_cut(10, 26)  # a deep cut keeps the pruned side quick
-    measured = {(m.model, m.name): m for m in backend.benchmarks(["arc_easy"], limit=20, batch_size=16)}
-    ours = backend.benchmark_results(["arc_easy"], limit=20, batch_size=16)  # the raw numbers, from the cache
+    spec = backend.adopt(model, tokenizer)
+    cut = {"pruned": Recipe.block(30, 10, 26)}  # a deep cut keeps the pruned side quick
+    request = adapter.check_request(["arc_easy"], limit=20, data_dir=data_dir)
+    measured = {(m.model, m.name): m for m in backend.benchmarks(spec, cut, request, batch_size=16)}
+    ours = backend.benchmark_results(spec, cut, request, batch_size=16)  # the raw numbers, from the cache
 
     manager, names = offline_tasks.task_manager(["arc_easy"], data_dir=data_dir)
-    for side, lm_model in (("original", model), ("pruned", backend.pruned)):
+    for side, lm_model in (("original", model), ("pruned", backend.model(spec, cut["pruned"]))):
         reference = lm_eval.simple_evaluate(model=HFLM(pretrained=lm_model, tokenizer=tokenizer, batch_size=16),
                                             tasks=names, limit=20, task_manager=manager)
         expected = reference["results"][names[0]]
