@@ -108,7 +108,7 @@ def test_dragging_a_handle_changes_the_cut(page):
     assert f"[{start}, {end})" in banner(page)  # the server has not been asked yet
     page.mouse.up()
     wait_banner(page, f"[{start}, {end + 4})")
-    assert f"{end + 4 - start} layers" in banner(page)
+    assert f"({end + 4 - start} of 30)" in banner(page)
     assert "parameters" in banner(page) and "%" in banner(page)
 
 
@@ -136,7 +136,7 @@ def test_analyze_with_another_method_redraws_the_heatmap(page):
     page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.includes('cos')", timeout=300_000)
     TIMINGS["Analyze → heatmap (block influence)"] = time.perf_counter() - started
     page.wait_for_timeout(500)
-    assert "5 layers" in banner(page)  # the best block of N = 5 by the new method
+    assert "(5 of 30)" in banner(page)  # the best block of N = 5 by the new method
     page.screenshot(path=str(ASSETS / "screenshot-cut.png"), full_page=True)
 
 
@@ -146,10 +146,10 @@ def test_generation_streams_both_outputs_side_by_side(page):
     seen: list[tuple[str, str]] = []
     deadline = time.perf_counter() + 180
     while time.perf_counter() < deadline:
-        pair = (page.input_value("#out-original textarea"), page.input_value("#out-pruned textarea"))
+        pair = (page.input_value("#out-original textarea"), page.input_value("#out-A textarea"))
         if not seen or pair != seen[-1]:
             seen.append(pair)
-        stats = page.inner_text("#stats-original") + page.inner_text("#stats-pruned")
+        stats = page.inner_text("#stats-original") + page.inner_text("#stats-A")
         if stats.count("tokens/s") == 2 and "generating" not in stats:
             break
         page.wait_for_timeout(50)
@@ -158,7 +158,8 @@ def test_generation_streams_both_outputs_side_by_side(page):
     assert "Paris" in final[0]
     growing = [pair for pair in seen if pair[0] and pair[1] and pair != final]
     assert len(growing) >= 2, seen  # both columns showed partial text before the end
-    assert page.inner_text("#stats-pruned").count("time to first token") == 1
+    assert page.inner_text("#stats-A").count("time to first token") == 1
+    assert "no B cut" in page.input_value("#out-B textarea")
     page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)
 
 
@@ -169,7 +170,7 @@ def test_benchmark_with_a_small_limit_fills_the_table(page):
     page.wait_for_function("document.querySelector('#bench-table').innerText.includes('arc_easy acc')",
                            timeout=300_000)
     table = page.inner_text("#bench-table")
-    assert "Pruned" in table and "Retention %" in table
+    assert "Original" in table and "Retention %" in table
     page.wait_for_selector("#bench-plot .lc-plot .barlayer", timeout=30_000)
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-benchmarks.png"), full_page=True)
@@ -207,3 +208,37 @@ def test_speed_and_memory_tab(page, capsys):
         print("\nLayerCut browser timings on the default model:")
         for name, seconds in TIMINGS.items():
             print(f"  {name}: {seconds:.1f} s")
+
+
+def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, page):
+    """A second page on the same server: its own cut; its Stop cancels its job, not the first page's."""
+    mine = banner(page)
+    other = browser.new_page(viewport=VIEWPORT)
+    try:
+        other.goto(page.url)
+        other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
+        other.get_by_role("radio", name="Cut B").click()
+        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B ✎')", timeout=30_000)
+        point = other.evaluate("""() => {
+            const gd = document.querySelector('#heatmap .lc-plot');
+            const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+            return {x: area.left + gd._fullLayout.xaxis.l2p(2), y: area.top + gd._fullLayout.yaxis.l2p(3)};
+        }""")
+        other.mouse.click(point["x"], point["y"])
+        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('[2, 5)')", timeout=30_000)
+        assert banner(page) == mine  # the first visitor's comparison is untouched
+        tab(page, "Generate")
+        page.fill("#prompt textarea", "Tell me a long story about a lighthouse keeper.")
+        page.locator("#generate-btn").click()  # the first visitor's job, running
+        tab(other, "Benchmarks")
+        other.fill("#limit input", "400")
+        other.click("#bench-btn")  # the second visitor's job, waiting for the device
+        other.wait_for_timeout(1500)
+        other.get_by_role("button", name="Stop").last.click()
+        page.wait_for_function("document.querySelector('#stats-original').innerText.includes('tokens/s') && "
+                               "!document.querySelector('#stats-original').innerText.includes('generating')",
+                               timeout=300_000)
+        assert len(page.input_value("#out-original textarea")) > 40  # it ran to the end
+        assert "arc_easy" not in other.inner_text("#bench-table") or "400" not in other.inner_text("#bench-table")
+    finally:
+        other.close()
