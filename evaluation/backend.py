@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from prune.paths import digest
 from prune.recipe import Recipe
 
 from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed
-from .jobs import Cancelled, Job, JobRunner, Progress
+from .jobs import Cancelled, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from .models import Loaded, ModelInfo, ModelPool, ModelSpec
@@ -223,7 +222,7 @@ class Backend:
                     for s in sides}
             found = {label: {t: store.get(key) for t, key in per.items()} for label, per in keys.items()}
             missing = {label: tuple(t for t, entry in per.items() if entry is None) for label, per in found.items()}
-            scorers = _paired_scorers(base, sides, missing, scorer, batch_size)
+            scorers = reuse.paired_scorers(base.model, base.tokenizer, sides, missing, scorer, batch_size)
             for i, side in enumerate(sides):
                 sub = job.sub(i / len(sides), (i + 1) / len(sides))
                 if not missing[side.label]:
@@ -317,25 +316,3 @@ class Backend:
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""
         self.jobs.cancel(owner)
-
-
-def _paired_scorers(base: Loaded, sides: list[Side], missing: dict[str, tuple], scorer: str, batch_size: int) -> dict:
-    """Original and cut scorers that share the prefix, for the first variant that is one contiguous cut."""
-    if scorer != "fast" or not missing[ORIGINAL]:
-        return {}
-    for side in sides[1:]:
-        cut = side.recipe.depth_cut
-        if len(side.recipe.steps) == 1 and cut is not None and cut.span and missing[side.label] == missing[ORIGINAL]:
-            original, pruned = reuse.make_fast_pair(base.model, base.tokenizer, *cut.span, batch_size)
-            return {ORIGINAL: original, side.label: pruned}
-    return {}
-
-
-@contextmanager
-def cancellable(model: torch.nn.Module, job: Job):
-    """Make every forward of ``model`` a safe point of ``job`` (for code that takes no job)."""
-    hook = model.register_forward_pre_hook(lambda _m, _a: job.check())
-    try:
-        yield
-    finally:
-        hook.remove()

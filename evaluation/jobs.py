@@ -125,3 +125,13 @@ class JobRunner:
         """Whether ``owner`` (None: anyone) has a job running or waiting."""
         with self._guard:
             return any(owner is None or who == owner for who in self._events.values())
+
+
+@contextmanager
+def cancellable(model, job: Job):
+    """Make every forward of ``model`` a safe point of ``job`` (for code that takes no job)."""
+    hook = model.register_forward_pre_hook(lambda _m, _a: job.check())
+    try:
+        yield
+    finally:
+        hook.remove()

@@ -15,19 +15,19 @@ sample from another split than the hub does. arc (train) and mmlu (dev) match th
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from prune.errors import InvalidInput
+
+from . import task_sources
 
 if TYPE_CHECKING:
     from lm_eval.tasks import TaskManager
@@ -54,7 +54,6 @@ LOCAL_PREFIX = "layercut_"
 CONVERTER_VERSION = "1"
 
 _REPO_ROOT = Path(__file__).resolve().parents[1]
-_MMLU_LETTERS = "ABCD"
 
 
 # ---------------------------------------------------------------- public helpers
@@ -85,249 +84,6 @@ def standard_name(local_name: str) -> str:
 def local_name(name: str) -> str:
     """The name a standard task has in the offline TaskManager."""
     return LOCAL_PREFIX + name
-
-
-# ---------------------------------------------------------------- readers (upstream layouts)
-
-
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of a jsonl file in file order."""
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
-
-
-def _read_lines(path: Path) -> list[str]:
-    """Non-empty stripped lines, for the one-label-per-line files."""
-    with path.open(encoding="utf-8") as f:
-        return [line.strip() for line in f if line.strip()]
-
-
-# ---------------------------------------------------------------- converters (-> hub layouts)
-# Each takes the source paths (in the order its spec lists them) and yields hub-layout rows.
-
-
-def _hellaswag(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """Rowan/hellaswag: the loader's fields, with `label` as a string like the hub has it."""
-    for path in paths:
-        for d in _read_jsonl(path):
-            yield {
-                "ind": int(d["ind"]),
-                "activity_label": d["activity_label"],
-                "ctx_a": d.get("ctx_a", ""),
-                "ctx_b": d.get("ctx_b", ""),
-                "ctx": d["ctx"],
-                "endings": d.get("endings", []),
-                "source_id": d["source_id"],
-                "split": d["split"],
-                "split_type": d["split_type"],
-                "label": str(d.get("label", "")),
-            }
-
-
-def _arc(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """allenai/ai2_arc: question stem flattened, choices as {text, label} lists."""
-    for d in _read_jsonl(paths[0]):
-        choices = d["question"]["choices"]
-        yield {
-            "id": d["id"],
-            "question": d["question"]["stem"],
-            "choices": {
-                "text": [c["text"] for c in choices],
-                "label": [c["label"] for c in choices],
-            },
-            "answerKey": d["answerKey"],
-        }
-
-
-def _winogrande(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """allenai/winogrande: drop qID, keep answer as the string "1"/"2"."""
-    for d in _read_jsonl(paths[0]):
-        yield {
-            "sentence": d["sentence"],
-            "option1": d["option1"],
-            "option2": d["option2"],
-            "answer": str(d["answer"]),
-        }
-
-
-def _piqa(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """baber/piqa: questions joined line by line with the separate labels file."""
-    docs = list(_read_jsonl(paths[0]))
-    labels = _read_lines(paths[1])
-    if len(docs) != len(labels):
-        raise InvalidInput(
-            f"{paths[0]} has {len(docs)} questions but {paths[1]} has {len(labels)} labels."
-        )
-    for d, label in zip(docs, labels):
-        yield {"goal": d["goal"], "sol1": d["sol1"], "sol2": d["sol2"], "label": int(label)}
-
-
-def _boolq(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """super_glue boolq: CSV to typed rows (label 1 = yes)."""
-    with paths[0].open(encoding="utf-8", newline="") as f:
-        for row in csv.DictReader(f):
-            yield {
-                "question": row["question"],
-                "passage": row["passage"],
-                "idx": int(row["idx"]),
-                "label": int(row["label"]),
-            }
-
-
-def _openbookqa(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """allenai/openbookqa main: already in the hub layout, keep only its fields."""
-    for d in _read_jsonl(paths[0]):
-        yield {k: d[k] for k in ("id", "question_stem", "choices", "answerKey")}
-
-
-def _mmlu_csv(path: Path, subject: str) -> Iterator[dict[str, Any]]:
-    """cais/mmlu: headerless CSV rows to question/subject/choices/answer(int)."""
-    with path.open(encoding="utf-8", newline="") as f:
-        for row in csv.reader(f):
-            if row[5] not in _MMLU_LETTERS:
-                raise InvalidInput(f"{path}: answer {row[5]!r} is not one of A-D.")
-            yield {
-                "question": row[0],
-                "subject": subject,
-                "choices": row[1:5],
-                "answer": _MMLU_LETTERS.index(row[5]),
-            }
-
-
-def _truthfulqa(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """truthful_qa multiple_choice: {answer: label} dicts to ordered choices/labels lists."""
-    with paths[0].open(encoding="utf-8") as f:
-        rows = json.load(f)
-    for row in rows:
-        yield {
-            "question": row["question"],
-            "mc1_targets": {
-                "choices": list(row["mc1_targets"].keys()),
-                "labels": list(row["mc1_targets"].values()),
-            },
-            "mc2_targets": {
-                "choices": list(row["mc2_targets"].keys()),
-                "labels": list(row["mc2_targets"].values()),
-            },
-        }
-
-
-def _lambada(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """EleutherAI/lambada_openai default: OpenAI's file, text field only."""
-    for d in _read_jsonl(paths[0]):
-        yield {"text": d["text"]}
-
-
-def _wikitext_pages(paths: list[Path]) -> Iterator[dict[str, Any]]:
-    """EleutherAI/wikitext_document_level: split the raw file into articles like its loader."""
-    with paths[0].open(encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    page: list[str] = []
-    for line in lines:
-        heading = line.replace("= = =", "===").replace("= =", "==").strip()
-        if heading.startswith("= ") and heading.endswith(" ="):
-            text = "\n".join(page)
-            if text.strip():
-                yield {"page": text}
-            page = []
-        page.append(line)
-    yield {"page": "\n".join(page)}
-
-
-# ---------------------------------------------------------------- task specs
-
-
-@dataclass(frozen=True)
-class _Split:
-    """One split of a local task: its source files and how to convert them."""
-
-    sources: tuple[str, ...]
-    convert: Callable[[list[Path]], Iterable[dict[str, Any]]]
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """How one standard task is rebuilt from the local data folder."""
-
-    yaml: str  # lm-eval's task YAML, relative to lm_eval/tasks
-    splits: dict[str, _Split]
-    overrides: dict[str, Any] = field(default_factory=dict)
-
-
-_NO_TRAIN = {"training_split": None}
-
-
-def _arc_spec(kind: str) -> _Spec:
-    """ARC-Easy / ARC-Challenge with all three splits, so few-shot matches the hub."""
-    base = f"arc/ARC-{kind}/ARC-{kind}"
-    return _Spec(
-        yaml=f"arc/arc_{kind.lower()}.yaml",
-        splits={
-            "train": _Split((f"{base}-Train.jsonl",), _arc),
-            "validation": _Split((f"{base}-Dev.jsonl",), _arc),
-            "test": _Split((f"{base}-Test.jsonl",), _arc),
-        },
-    )
-
-
-def _truthfulqa_spec(name: str) -> _Spec:
-    """TruthfulQA mc1/mc2 read the same v0 mc_task.json."""
-    return _Spec(
-        yaml=f"truthfulqa/{name}.yaml",
-        splits={"validation": _Split(("truthfulqa/v0/mc_task.json",), _truthfulqa)},
-    )
-
-
-_SPECS: dict[str, _Spec] = {
-    "hellaswag": _Spec(
-        yaml="hellaswag/hellaswag.yaml",
-        splits={
-            "validation": _Split(
-                tuple(f"hellaswag/hellaswag_val.part{i}of4.jsonl" for i in range(1, 5)),
-                _hellaswag,
-            )
-        },
-        overrides=_NO_TRAIN,
-    ),
-    "arc_easy": _arc_spec("Easy"),
-    "arc_challenge": _arc_spec("Challenge"),
-    "winogrande": _Spec(
-        yaml="winogrande/default.yaml",
-        splits={"validation": _Split(("winogrande/dev.jsonl",), _winogrande)},
-        overrides=_NO_TRAIN,
-    ),
-    "piqa": _Spec(
-        yaml="piqa/piqa.yaml",
-        splits={"validation": _Split(("piqa/valid.jsonl", "piqa/valid-labels.lst"), _piqa)},
-        overrides=_NO_TRAIN,
-    ),
-    "boolq": _Spec(
-        yaml="super_glue/boolq/default.yaml",
-        splits={"validation": _Split(("boolq/validation.csv",), _boolq)},
-        overrides=_NO_TRAIN,
-    ),
-    "openbookqa": _Spec(
-        yaml="openbookqa/openbookqa.yaml",
-        splits={
-            "validation": _Split(("openbookqa/validation.jsonl",), _openbookqa),
-            "test": _Split(("openbookqa/test.jsonl",), _openbookqa),
-        },
-        overrides=_NO_TRAIN,
-    ),
-    "truthfulqa_mc1": _truthfulqa_spec("truthfulqa_mc1"),
-    "truthfulqa_mc2": _truthfulqa_spec("truthfulqa_mc2"),
-    "lambada_openai": _Spec(
-        yaml="lambada/lambada_openai.yaml",
-        splits={"test": _Split(("lambada/lambada_openai_test.jsonl",), _lambada)},
-    ),
-    "wikitext": _Spec(
-        yaml="wikitext/wikitext.yaml",
-        splits={"test": _Split(("wikitext2/wiki.test.raw",), _wikitext_pages)},
-        overrides={"training_split": None, "validation_split": None},
-    ),
-}
 
 
 # ---------------------------------------------------------------- fingerprint and atomic writes
@@ -427,7 +183,7 @@ def _data_overrides(data_files: dict[str, Path], out_dir: Path) -> dict[str, Any
 
 
 def _convert_splits(
-    data_dir: Path, out_dir: Path, splits: dict[str, _Split]
+    data_dir: Path, out_dir: Path, splits: dict[str, task_sources.Split]
 ) -> dict[str, Path]:
     """Convert each split to jsonl (after checking all its sources exist)."""
     sources = {s: [_require_file(data_dir, rel) for rel in sp.sources] for s, sp in splits.items()}
@@ -440,7 +196,7 @@ def _convert_splits(
 
 def _prepare_simple(name: str, data_dir: Path, out_dir: Path) -> None:
     """Convert one ordinary task and write its YAML."""
-    spec = _SPECS[name]
+    spec = task_sources.SPECS[name]
     files = _convert_splits(data_dir, out_dir, spec.splits)
     cfg = {
         "include": str(_lm_eval_tasks_dir() / spec.yaml),
@@ -470,7 +226,7 @@ def _prepare_mmlu(data_dir: Path, out_dir: Path) -> None:
         for split in ("test", "dev"):
             files[split] = out_dir / "data" / f"{subject}_{split}.jsonl"
             src = data_dir / "mmlu" / split / f"{subject}_{split}.csv"
-            _write_jsonl(files[split], _mmlu_csv(src, subject))
+            _write_jsonl(files[split], task_sources.mmlu_csv(src, subject))
         original = folder / f"mmlu_{subject}.yaml"
         tag = yaml.safe_load(original.read_text(encoding="utf-8"))["tag"]
         cfg = {

@@ -153,6 +153,18 @@ def make_fast_pair(model: nn.Module, tokenizer, start: int, end: int, batch_size
     return original, resumed
 
 
+def paired_scorers(model: nn.Module, tokenizer, sides, missing: dict[str, tuple], scorer: str, batch_size: int) -> dict:
+    """Scorers for the original (``sides[0]``) and the first side that is one contiguous cut, sharing the prefix."""
+    if scorer != "fast" or not missing[sides[0].label]:
+        return {}
+    for side in sides[1:]:
+        cut = side.recipe.depth_cut
+        if len(side.recipe.steps) == 1 and cut is not None and cut.span and missing[side.label] == missing[sides[0].label]:
+            original, pruned = make_fast_pair(model, tokenizer, *cut.span, batch_size)
+            return {sides[0].label: original, side.label: pruned}
+    return {}
+
+
 # ---------------------------------------------------------------- many cuts (the sweep)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 from evaluation import offline_tasks as ot  # noqa: E402
+from evaluation import task_sources  # noqa: E402
 from prune.errors import InvalidInput  # noqa: E402
 
 # Row counts from shared/benchdata/README.md.
@@ -261,7 +262,7 @@ def test_wikitext_first_request(load_task):
 
 def test_wikitext_pages_split_like_the_hub_loader(data_dir):
     raw = (data_dir / "wikitext2" / "wiki.test.raw").read_text(encoding="utf-8")
-    pages = [r["page"] for r in ot._wikitext_pages([data_dir / "wikitext2" / "wiki.test.raw"])]
+    pages = [r["page"] for r in task_sources.wikitext_pages([data_dir / "wikitext2" / "wiki.test.raw"])]
     assert len(pages) == 62
     # Nothing lost but the blank line before the first title.
     assert "\n".join(pages) == raw[len(" \n") :]

@@ -12,7 +12,6 @@ import inspect
 import logging
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import gradio as gr
 

@@ -1,0 +1,109 @@
+"""What visitors type: checked once where it enters, with a one-line message; the shared-server policy."""
+
+from __future__ import annotations
+
+import pytest
+
+import prune
+from conftest import tiny_model
+from evaluation.backend import Backend
+from evaluation.models import ModelSpec
+from prune.errors import InvalidInput, ModelNotFound
+from ui import inputs
+from ui.session import Session
+
+SHARED = inputs.Policy(shared=True)
+PERSONAL = inputs.Policy(shared=False)
+DEFAULT = prune.Calibration()
+
+
+@pytest.mark.parametrize("value, message", [(2.5, "whole number, not 2.5"), ("abc", "whole number, not 'abc'"),
+                                            (None, "whole number"), (float("nan"), "whole number"),
+                                            (0, "must be 1…29, not 0"), (30, "must be 1…29, not 30")])
+def test_numbers_are_whole_and_in_range_or_refused(value, message):
+    with pytest.raises(InvalidInput, match=message):
+        inputs.whole_number(value, "The block size", minimum=1, maximum=29)
+
+
+def test_whole_numbers_pass_through_as_ints():
+    assert inputs.whole_number(6.0, "n", minimum=1) == 6 and isinstance(inputs.whole_number("7", "n"), int)
+    assert inputs.optional_limit(0, "limit") is None and inputs.optional_limit("", "limit") is None
+    assert inputs.optional_limit(200, "limit") == 200
+    with pytest.raises(InvalidInput, match="whole number, not 2.5"):
+        inputs.optional_limit(2.5, "Questions per task")
+
+
+def test_prompts_over_the_limit_are_refused():
+    policy = inputs.Policy(max_prompt_chars=100)
+    assert inputs.prompt("x" * 100, policy) == "x" * 100
+    with pytest.raises(InvalidInput, match="101 characters; this server takes at most 100"):
+        inputs.prompt("x" * 101, policy)
+    with pytest.raises(InvalidInput, match="empty"):
+        inputs.prompt("  ", policy)
+
+
+def test_a_shared_server_reads_no_server_files(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("server-side secret")
+    for path in ("/etc/passwd", "/proc/self/environ", str(secret)):
+        with pytest.raises(InvalidInput, match="upload a text file instead"):
+            inputs.calibration("file", path, None, 16, 128, SHARED, DEFAULT)
+    with pytest.raises(InvalidInput, match="own data folder"):
+        inputs.calibration("wikitext2", str(tmp_path), None, 16, 128, SHARED, DEFAULT)
+    uploaded = inputs.calibration("upload", None, str(secret), 16, 128, SHARED, DEFAULT)
+    assert (uploaded.source, uploaded.text) == ("text", "server-side secret")  # an upload is the visitor's own file
+
+
+def test_a_personal_machine_reads_files_and_says_what_is_wrong(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    assert inputs.calibration("file", str(tmp_path / "notes.txt"), None, 4, 8, PERSONAL, DEFAULT).path
+    with pytest.raises(InvalidInput, match="is a folder, not a text file"):
+        inputs.calibration("file", str(tmp_path), None, 4, 8, PERSONAL, DEFAULT)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        inputs.calibration("file", str(tmp_path / "nope.txt"), None, 4, 8, PERSONAL, DEFAULT)
+    with pytest.raises(InvalidInput, match="whole number"):
+        inputs.calibration("builtin", None, None, 2.5, 8, PERSONAL, DEFAULT)
+
+
+def test_hub_calibration_offline_fails_at_once(monkeypatch):
+    monkeypatch.setattr("prune.loading._hub_reachable", lambda timeout_s=3.0: False)
+    with pytest.raises(InvalidInput, match="cannot be reached"):
+        inputs.calibration("hub", "wikitext:wikitext-2-raw-v1:validation:text", None, 4, 8, PERSONAL, DEFAULT)
+
+
+def test_a_shared_server_loads_local_folders_only_from_its_model_root(tiny_folder, tmp_path):
+    with pytest.raises(ModelNotFound) as refused:
+        inputs.model_spec(tiny_folder, None, False, "auto", SHARED)
+    assert tiny_folder not in str(refused.value).replace(f"'{tiny_folder}'", "")  # no server path beyond the input
+    with pytest.raises(ModelNotFound):
+        inputs.model_spec("/etc", None, False, "auto", SHARED)
+    root = inputs.Policy(shared=True, model_root=tmp_path.parent.parent.resolve())
+    assert inputs.model_spec(tiny_folder, "tok", False, "auto", root) == ModelSpec(tiny_folder)
+    assert inputs.model_spec("org/model", None, False, "bfloat16", SHARED).dtype == "bfloat16"
+    assert inputs.model_spec(tiny_folder, None, False, "auto", PERSONAL).name == tiny_folder
+    with pytest.raises(InvalidInput, match="Unknown precision"):
+        inputs.model_spec("org/model", None, False, "float8", SHARED)
+
+
+def test_a_token_is_no_part_of_a_models_identity_and_never_shown():
+    spec = inputs.model_spec("org/model", " hf_secret ", False, "auto", PERSONAL)
+    assert spec.token == "hf_secret" and spec == ModelSpec("org/model") and "hf_secret" not in repr(spec)
+
+
+def test_a_failed_load_keeps_every_loaded_model(tiny_folder, tmp_path):
+    backend = Backend(device="cpu")
+    good = ModelSpec(tiny_folder)
+    backend.load(good)
+    broken = tmp_path / "only-config"
+    broken.mkdir()
+    tiny_model("llama", 2).config.save_pretrained(broken)  # a config.json and nothing else
+    with pytest.raises(Exception):
+        backend.load(ModelSpec(str(broken)))
+    assert backend.pool.loaded() == [good] and backend.load(good).num_layers == 4
+
+
+def test_sessions_are_independent_values():
+    first = Session()
+    second = first.with_cut(prune.recipe.Recipe.block(4, 0, 1))
+    assert first.cuts == (None, None) and second.cuts[0].depth_cut.layers == (0,)
+    assert second.variants() == {"A": prune.recipe.Recipe.block(4, 0, 1)}
