@@ -5,18 +5,7 @@ An export is built in a hidden staging folder beside its target and renamed into
 reader never sees half a checkpoint; a killed export leaves only a hidden ``*.layercut-partial``
 folder that :func:`remove_leftovers` clears. A folder is a LayerCut export when it holds the
 marker file ``layercut.json``; nothing else is ever replaced or removed.
-
-Layer numbering in the mergekit and llama.cpp texts is the base model's, 0-based:
-
-* mergekit (arcee-ai/mergekit ``mergekit/config.py``, ``mergekit/plan.py``): a passthrough merge
-  concatenates ``slices``, each ``sources: [{model, layer_range: [start, end]}]`` with ``end``
-  exclusive (``plan_slice`` takes ``layer_range[1] - layer_range[0]`` layers from
-  ``layer_range[0]``); ``dtype`` is ``bfloat16``, ``float16`` or ``float32``
-  (``mergekit/common.py`` ``dtype_from_name``).
-* llama.cpp (ggml-org/llama.cpp ``tools/quantize/quantize.cpp`` ``parse_layer_prune``,
-  ``src/llama-quant.cpp`` ``remap_layer``): ``--prune-layers L0,L1,...`` is a comma-separated
-  list of non-negative block ids (``blk.N``); those blocks are dropped, the rest renumbered and
-  the block count updated. The output type ``COPY`` copies tensors without requantizing.
+The texts inside (card, mergekit config, llama.cpp argument) come from :mod:`evaluation.export_texts`.
 """
 
 from __future__ import annotations
@@ -30,31 +19,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
-import yaml
 from torch import nn
 
 import prune
-from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
-from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
 from prune.paths import write_atomic
-from prune.recipe import CONFIG_FIELD, DepthCut, Recipe
+from prune.recipe import CONFIG_FIELD, Recipe
 
-from .measurement import Measurement, to_markdown
-from .memory import folder_bytes, num_params, save_checkpoint
+from .export_texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text, mergekit_yaml,
+                           model_card, model_dtype)
+from .measurement import Measurement
+from .memory import folder_bytes, save_checkpoint
 
 MARKER = "layercut.json"  # present in every finished export, and only there
 CARD = "README.md"
-MERGEKIT_FILE = "mergekit.yml"
-LLAMA_FILE = "llama-quantize-prune-layers.txt"
 PARTIAL = ".layercut-partial"  # suffix of staging folders and of exports being replaced or removed
-MAX_NAME = 80
 
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,%d}" % (MAX_NAME - 1))
 _LEFTOVER = re.compile(r"\..+-(?P<pid>\d+)-[0-9a-f]{8}" + re.escape(PARTIAL))
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_HUB_IDS = {DEFAULT_MODEL: "HuggingFaceTB/SmolLM2-135M-Instruct"}  # the embedded GGUF's source model
-_MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
 
 
 # ---------------------------------------------------------------- names
@@ -68,164 +50,6 @@ def check_export_name(name: str) -> str:
             "not starting with '.'."
         )
     return name
-
-
-def default_export_name(base_name: str, recipe: Recipe) -> str:
-    """'SmolLM2-135M-Instruct-minus-6-layers-20-25': base model and cut, within the name rules."""
-    base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(base_name).rstrip("/")).name).lstrip(".") or "model"
-    removed = base_layers_removed(recipe)
-    if removed is None:
-        what = f"layercut-{recipe.key[:8]}"
-    else:
-        plural = "layer" if len(removed) == 1 else "layers"
-        runs = _runs(removed)
-        ids = f"{runs[0][0]}-{runs[0][1] - 1}" if len(runs) == 1 else "_".join(map(str, removed))
-        what = f"minus-{len(removed)}-{plural}-{ids}"
-        if len(what) > MAX_NAME // 2:
-            what = f"minus-{len(removed)}-{plural}-{recipe.key[:8]}"
-    return f"{base[:MAX_NAME - len(what) - 1]}-{what}"
-
-
-# ---------------------------------------------------------------- the cut in other tools' terms
-
-
-def base_layers_removed(recipe: Recipe) -> tuple[int, ...] | None:
-    """The base model's removed layers when every step is a depth cut (chained cuts composed), else None."""
-    if recipe.is_original or not all(isinstance(s, DepthCut) for s in recipe.steps):
-        return None
-    kept = list(range(recipe.steps[0].num_layers))  # base index of each current layer
-    for cut in recipe.steps:
-        if cut.num_layers != len(kept):
-            raise InvalidCut(f"A step made for {cut.num_layers} layers follows one that leaves {len(kept)}.")
-        kept = [k for i, k in enumerate(kept) if i not in cut.layers]
-    return tuple(i for i in range(recipe.steps[0].num_layers) if i not in kept)
-
-
-def mergekit_yaml(recipe: Recipe, base_name: str, dtype=None) -> str:
-    """A mergekit passthrough config that rebuilds the cut from the base model's own weights."""
-    removed = _depth_only(recipe, "mergekit")
-    num_layers = recipe.steps[0].num_layers
-    kept = [i for i in range(num_layers) if i not in removed]
-    model = _hub_id(base_name) or str(base_name)
-    config = {"slices": [{"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in _runs(kept)],
-              "merge_method": "passthrough"}
-    name = str(dtype).removeprefix("torch.") if dtype is not None else ""
-    if name in _MERGEKIT_DTYPES:
-        config["dtype"] = name
-    header = (f"# The LayerCut cut {recipe.short()} of {base_name} as a mergekit passthrough merge:\n"
-              f"# kept layers as slices, layer_range [start, end) 0-based, end exclusive.\n"
-              f"# Run: mergekit-yaml {MERGEKIT_FILE} ./pruned-model\n")
-    return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
-
-
-def llama_prune_argument(recipe: Recipe) -> str:
-    """``--prune-layers 20,21,...``: the removed blocks, 0-based, as llama-quantize parses them."""
-    return "--prune-layers " + ",".join(map(str, _depth_only(recipe, "llama.cpp")))
-
-
-def _llama_command(recipe: Recipe, base_name: str) -> str:
-    """The whole command: COPY keeps the GGUF's own tensor types and only drops the blocks."""
-    return f"llama-quantize {llama_prune_argument(recipe)} {_gguf_name(base_name)} pruned.gguf COPY"
-
-
-def _llama_file(recipe: Recipe, base_name: str) -> str:
-    usage = f"# Remove the same layers from a GGUF of {base_name}: {_llama_command(recipe, base_name)}"
-    return f"{usage}\n{llama_prune_argument(recipe)}\n"
-
-
-def _depth_only(recipe: Recipe, tool: str) -> tuple[int, ...]:
-    removed = base_layers_removed(recipe)
-    if removed is None:
-        raise InvalidInput(f"Only depth cuts can be written for {tool}; this recipe is: {recipe.describe()}.")
-    return removed
-
-
-def _runs(indices) -> list[tuple[int, int]]:
-    """Sorted indices as contiguous [start, end) runs."""
-    runs: list[list[int]] = []
-    for i in sorted(indices):
-        if runs and runs[-1][1] == i:
-            runs[-1][1] = i + 1
-        else:
-            runs.append([i, i + 1])
-    return [(a, b) for a, b in runs]
-
-
-def _hub_id(base_name: str) -> str | None:
-    """The Hub id a model card can name as ``base_model``; None for a local folder."""
-    name = _HUB_IDS.get(str(base_name), str(base_name))
-    return name if _HUB_ID.fullmatch(name) and not Path(name).exists() else None
-
-
-def _gguf_name(base_name: str) -> str:
-    """The embedded default's own GGUF (pruned, it holds this export's weights, still quantized), else a placeholder."""
-    if base_name == DEFAULT_MODEL:
-        return _DEFAULT_GGUF
-    return f"{Path(str(base_name).rstrip('/')).name}.gguf"
-
-
-# ---------------------------------------------------------------- the model card
-
-
-def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: int, name: str = "",
-               scores: list[Measurement] | None = None, origin: str = "") -> str:
-    """README.md: what was cut from which model and how it was chosen, scores, loading, other tools."""
-    name = name or default_export_name(base_name, recipe)
-    removed = base_layers_removed(recipe)
-    hub = _hub_id(base_name)
-    front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
-             "tags": ["layercut", "pruned"] + (["depth-pruning"] if removed is not None else [])}
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
-             f"Derived from **{base_name}** by LayerCut {prune.__version__}"
-             + (": whole decoder layers removed, the kept layers unchanged." if removed is not None else "."), "",
-             "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
-    if origin:
-        lines.append(f"- Base weights from: {origin}")
-    lines.append(f"- Recipe: {recipe.describe()}")
-    if removed is not None:
-        kept = [i for i in range(num_layers) if i not in removed]
-        lines.append(f"- Removed layers (0-based, base model numbering): {', '.join(map(str, removed))} "
-                     f"— {len(removed)} of {num_layers}; kept: "
-                     + ", ".join(f"[{a}, {b})" for a, b in _runs(kept)) + " (end exclusive)")
-        counts = _parameter_counts(model, len(removed))
-        if counts:
-            before, after = counts
-            lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
-    lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
-    lines += ["", "The saved config records the recipe under `layercut`.", ""]
-    if scores:
-        lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
-    lines += ["## How to load", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-              f'model = AutoModelForCausalLM.from_pretrained("./{name}")',
-              f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
-    lines += ["## The same cut with other tools", ""]
-    if removed is None:
-        lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
-                  f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
-    else:
-        lines += ["Both read the base model's own files: the result equals this folder only when those hold the "
-                  "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
-                  f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
-                  mergekit_yaml(recipe, base_name, _dtype(model)).rstrip(), "```", "",
-                  f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
-                  "```sh", _llama_command(recipe, base_name), "```", ""]
-    return "\n".join(lines)
-
-
-def _dtype(model: nn.Module):
-    return next(model.parameters()).dtype
-
-
-def _parameter_counts(model: nn.Module, removed: int) -> tuple[int, int] | None:
-    """(base, derived) parameters, inferred when all layers have the same size (else None)."""
-    sizes = {sum(p.numel() for p in layer.parameters()) for layer in decoder_layers(model)}
-    if len(sizes) != 1:
-        return None
-    after = num_params(model)
-    return after + removed * sizes.pop(), after
-
-
-# ---------------------------------------------------------------- the export
 
 
 def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_layers: int, target: Path,
@@ -254,8 +78,8 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
         write_atomic(staging / CARD, model_card(model, recipe, base_name=base_name, num_layers=num_layers,
                                                 name=target.name, scores=scores, origin=origin))
         if removed is not None:
-            write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, _dtype(model)))
-            write_atomic(staging / LLAMA_FILE, _llama_file(recipe, base_name))
+            write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, model_dtype(model)))
+            write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))
         write_atomic(staging / MARKER, json.dumps({
             "base_model": base_name, "origin": origin, "recipe": recipe.to_json(), "description": recipe.describe(),
             "removed_layers": list(removed) if removed is not None else None,

@@ -14,7 +14,7 @@ import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from conftest import tiny_model
-from evaluation import exports
+from evaluation import export_texts, exports
 from evaluation.measurement import ORIGINAL, PRUNED, Measurement
 from evaluation.memory import num_params
 from prune.errors import InvalidInput
@@ -74,7 +74,7 @@ def test_export_reloads_as_the_derived_model(base, tiny_tokenizer, tmp_path):
 def test_mergekit_config_keeps_exactly_the_kept_layers(base, tiny_tokenizer, tmp_path, removed, slices):
     recipe = Recipe.cut(6, removed)
     path = _export(base, tiny_tokenizer, recipe, tmp_path / "cut")
-    order, config = _layers_from_yaml((path / exports.MERGEKIT_FILE).read_text())
+    order, config = _layers_from_yaml((path / export_texts.MERGEKIT_FILE).read_text())
     assert order == [i for i in range(6) if i not in removed]
     assert len(config["slices"]) == slices and config["dtype"] == "float32"
     reloaded = AutoModelForCausalLM.from_pretrained(path)
@@ -85,7 +85,7 @@ def test_mergekit_config_keeps_exactly_the_kept_layers(base, tiny_tokenizer, tmp
 
 def test_llama_argument_lists_exactly_the_removed_layers(base, tiny_tokenizer, tmp_path):
     path = _export(base, tiny_tokenizer, Recipe.cut(6, [4, 1]), tmp_path / "cut")
-    lines = (path / exports.LLAMA_FILE).read_text().splitlines()
+    lines = (path / export_texts.LLAMA_FILE).read_text().splitlines()
     assert lines[0].startswith("#") and "llama-quantize --prune-layers 1,4 " in lines[0]
     (argument,) = [line for line in lines if not line.startswith("#")]
     flag, ids = argument.split(" ")
@@ -94,10 +94,10 @@ def test_llama_argument_lists_exactly_the_removed_layers(base, tiny_tokenizer, t
 
 def test_chained_cuts_are_written_in_the_base_numbering(base, tiny_tokenizer, tmp_path):
     recipe = Recipe((DepthCut.of(6, [1]), DepthCut.of(5, [3])))  # the second cut's layer 3 is base layer 4
-    assert exports.base_layers_removed(recipe) == (1, 4)
-    assert exports.llama_prune_argument(recipe) == "--prune-layers 1,4"
+    assert export_texts.base_layers_removed(recipe) == (1, 4)
+    assert export_texts.llama_prune_argument(recipe) == "--prune-layers 1,4"
     path = _export(base, tiny_tokenizer, recipe, tmp_path / "cut")
-    order, _ = _layers_from_yaml((path / exports.MERGEKIT_FILE).read_text())
+    order, _ = _layers_from_yaml((path / export_texts.MERGEKIT_FILE).read_text())
     reloaded = AutoModelForCausalLM.from_pretrained(path)
     assert order == [0, 2, 3, 5]
     for new, old in enumerate(order):
@@ -142,12 +142,12 @@ def test_a_recipe_that_is_not_a_depth_cut_gets_a_card_but_no_tool_configs(base, 
     recipe = Recipe((_Reweighted(),))
     path = exports.export(recipe.apply(base), tiny_tokenizer, recipe, base_name=BASE, num_layers=6,
                           target=tmp_path / "other")
-    assert not (path / exports.MERGEKIT_FILE).exists() and not (path / exports.LLAMA_FILE).exists()
+    assert not (path / export_texts.MERGEKIT_FILE).exists() and not (path / export_texts.LLAMA_FILE).exists()
     assert "no mergekit or llama.cpp equivalent" in (path / exports.CARD).read_text()
     with pytest.raises(InvalidInput, match="Only depth cuts"):
-        exports.mergekit_yaml(recipe, BASE)
+        export_texts.mergekit_yaml(recipe, BASE)
     with pytest.raises(InvalidInput, match="Only depth cuts"):
-        exports.llama_prune_argument(recipe)
+        export_texts.llama_prune_argument(recipe)
 
 
 def test_names_are_checked_never_changed():
@@ -156,9 +156,9 @@ def test_names_are_checked_never_changed():
     for bad in ("", ".hidden", "..", "a/b", "../x", "a b", "x" * 81, "naïve", "cut\n"):
         with pytest.raises(InvalidInput, match="letters, digits"):
             exports.check_export_name(bad)
-    name = exports.default_export_name("HuggingFaceTB/SmolLM2-135M-Instruct", Recipe.block(30, 20, 26))
+    name = export_texts.default_export_name("HuggingFaceTB/SmolLM2-135M-Instruct", Recipe.block(30, 20, 26))
     assert name == "SmolLM2-135M-Instruct-minus-6-layers-20-25"
-    scattered = exports.default_export_name("x" * 200, Recipe.cut(30, range(0, 30, 2)))
+    scattered = export_texts.default_export_name("x" * 200, Recipe.cut(30, range(0, 30, 2)))
     assert exports.check_export_name(scattered) == scattered
 
 

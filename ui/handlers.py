@@ -192,12 +192,12 @@ class Handlers:
     @user_errors
     def export(self, session: Session, folder: str, request: gr.Request = None, progress=gr.Progress()):
         """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files."""
-        from evaluation import exports
+        from evaluation import export_texts, exports
 
         recipe = session.cut()
         if recipe is None:
             raise InvalidInput(f"Choose a cut for {session.editing} first: there is nothing to export yet.")
-        name = (folder or "").strip() or exports.default_export_name(session.info.name, recipe)
+        name = (folder or "").strip() or export_texts.default_export_name(session.info.name, recipe)
         root = cache_root() / "exports"
         target = root / exports.check_export_name(name)
         scores = [m for m in session.results if m.model in ("original", session.editing)]
