@@ -224,8 +224,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         analyze_outputs = [*cut_outputs, analysis_md]
 
         method.change(h.method_info, method, [method_about, options], api_name="method_info", queue=False)
-        load_event = load_btn.click(gpu(h.load_model), load_inputs, load_outputs, api_name="load_model",
-                                    show_progress_on=[model_md], **DEVICE)
+        load_event = load_btn.click(gpu(h.load_model), load_inputs, [*load_outputs, analysis_md],
+                                    api_name="load_model", show_progress_on=[model_md], **DEVICE)
         load_then_analyze = load_event.success(gpu(h.analyze), analyze_inputs, analyze_outputs,
                                                api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
         analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",

@@ -110,7 +110,8 @@ class Backend:
     def _key(self, base: Loaded, recipe: Recipe) -> dict:
         """What identifies one compared model in result caches."""
         info = base.info
-        return {"model": base.fingerprint, "recipe": recipe.key, "dtype": info.dtype, "device": info.device.split(":")[0]}
+        return {"model": base.fingerprint, "recipe": recipe.key, "dtype": info.dtype,
+                "device": info.device.split(":")[0]}
 
     # ------------------------------------------------------------ analysis
 

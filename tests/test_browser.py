@@ -233,7 +233,9 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
         tab(other, "Benchmarks")
         other.fill("#limit input", "400")
         other.click("#bench-btn")  # the second visitor's job, waiting for the device
-        other.wait_for_timeout(1500)
+        other.wait_for_function("document.querySelector('#bench-table').closest('.block')"
+                                ".parentElement.innerText.includes('queue')", timeout=20_000)
+        other.screenshot(path=str(ASSETS / "screenshot-queue.png"), full_page=False)  # its place in the queue
         other.get_by_role("button", name="Stop").last.click()
         page.wait_for_function("document.querySelector('#stats-original').innerText.includes('tokens/s') && "
                                "!document.querySelector('#stats-original').innerText.includes('generating')",

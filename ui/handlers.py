@@ -93,8 +93,8 @@ class Handlers:
         spec = session.spec or self.default_model
         info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
         session = session if session.spec == spec else Session().for_model(spec, info)
-        session, status = self._analyze(session, method, {}, self.default_calibration, default_block_size(info.num_layers),
-                                        request, progress)
+        size = default_block_size(info.num_layers)
+        session, status = self._analyze(session, method, {}, self.default_calibration, size, request, progress)
         return (gr.update(value=spec.name), text.model_markdown(info), _size_update(info),
                 *self._cut_outputs(session), status)
 
@@ -105,7 +105,7 @@ class Handlers:
         spec = inputs.model_spec(name, token, trust_remote_code, dtype, self.policy)
         info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
         session = session.for_model(spec, info)
-        return text.model_markdown(info), _size_update(info), *self._cut_outputs(session)
+        return text.model_markdown(info), _size_update(info), *self._cut_outputs(session), "Analyzing…"
 
     @user_errors
     def method_info(self, method: str):
@@ -253,7 +253,8 @@ class Handlers:
     @user_errors
     def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
         _need_model(session)
-        found = self.backend.memory(session.spec, session.variants(), progress=reporter(progress), owner=_owner(request))
+        found = self.backend.memory(session.spec, session.variants(), progress=reporter(progress),
+                                    owner=_owner(request))
         sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
         return to_dataframe(found), plots.comparison_figure(sizes, unit=_main_unit(sizes), title="Memory")
 
