@@ -89,6 +89,17 @@ def test_heatmap_renders_with_best_blocks_and_selection(page):
     assert f"[{start}, {end})" in banner(page)
 
 
+def click_cell(page, start: int, size: int) -> None:
+    """Click the heatmap cell of the block [start, start + size)."""
+    page.locator("#heatmap .lc-plot").scroll_into_view_if_needed()
+    point = page.evaluate("""([start, size]) => {
+        const gd = document.querySelector('#heatmap .lc-plot');
+        const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return {x: area.left + gd._fullLayout.xaxis.l2p(start), y: area.top + gd._fullLayout.yaxis.l2p(size)};
+    }""", [start, size])
+    page.mouse.click(point["x"], point["y"])
+
+
 def test_dragging_a_handle_changes_the_cut(page):
     control = page.locator("#layer-range .lc-track")
     box = control.bounding_box()
@@ -114,13 +125,7 @@ def test_dragging_a_handle_changes_the_cut(page):
 
 def test_clicking_a_heatmap_cell_selects_that_block(page):
     start, size = 10, 4
-    page.locator("#heatmap .lc-plot").scroll_into_view_if_needed()
-    point = page.evaluate("""([start, size]) => {
-        const gd = document.querySelector('#heatmap .lc-plot');
-        const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
-        return {x: area.left + gd._fullLayout.xaxis.l2p(start), y: area.top + gd._fullLayout.yaxis.l2p(size)};
-    }""", [start, size])
-    page.mouse.click(point["x"], point["y"])
+    click_cell(page, start, size)
     wait_banner(page, f"[{start}, {start + size})")
     page.wait_for_function("document.querySelector('#layer-range .lc-range').dataset.start === '10'")
     assert page.get_attribute("#layer-range .lc-range", "data-end") == str(start + size)
@@ -219,12 +224,8 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
         other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
         other.get_by_role("radio", name="Cut B").click()
         other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B ✎')", timeout=30_000)
-        point = other.evaluate("""() => {
-            const gd = document.querySelector('#heatmap .lc-plot');
-            const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
-            return {x: area.left + gd._fullLayout.xaxis.l2p(2), y: area.top + gd._fullLayout.yaxis.l2p(3)};
-        }""")
-        other.mouse.click(point["x"], point["y"])
+        other.wait_for_timeout(1000)  # the heatmap redraws for B
+        click_cell(other, 2, 3)
         other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('[2, 5)')", timeout=30_000)
         assert banner(page) == mine  # the first visitor's comparison is untouched
         tab(page, "Generate")

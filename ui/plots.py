@@ -102,7 +102,8 @@ def heatmap_figure(result, selected: tuple[int, int] | None = None, title: str |
     fig.update_yaxes(title="block size n (layers removed)", dtick=dtick, range=[0.5, layers - 0.5],
                      showgrid=False, zeroline=False)
     return _layout(fig, title=dict(text=title or f"Importance: {result.score_label} (lower = more removable)"),
-                   clickmode="event", hovermode="closest", dragmode=False)
+                   clickmode="event", hovermode="closest", dragmode=False,
+                   hoverdistance=4)  # a click beside a ○ marker selects the cell clicked, not the marker's block
 
 
 def _nullable(array: np.ndarray) -> list:
