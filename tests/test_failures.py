@@ -111,3 +111,12 @@ def test_unknown_failures_and_user_errors_pass_through_unchanged():
     with pytest.raises(InvalidCut) as caught, as_user_errors("x"):
         raise mine
     assert caught.value is mine
+
+
+def test_a_job_turns_out_of_memory_into_one_line():
+    from evaluation.jobs import JobRunner
+
+    with pytest.raises(OutOfMemory) as caught, JobRunner("cpu").run("the memory measurement"):
+        raise RuntimeError(CPU_OOM)
+    assert_one_line_without_chain(caught.value)
+    assert str(caught.value).startswith("Out of memory during the memory measurement (it tried to allocate 16.0 GiB).")
