@@ -1,5 +1,8 @@
 """One heavy job at a time per device, with progress reporting and cooperative cancellation.
 
+A failure the user can act on (out of memory, a broken model file) leaves a job as a one-line
+:class:`~prune.errors.LayerCutError` (see :mod:`prune.failures`).
+
 A job gets a :class:`Job` handle: ``job.update(fraction, message)`` reports progress and is
 also a safe point where a pending cancellation raises :class:`Cancelled`; ``job.check()``
 is a safe point without a report. The per-device lock is a plain ``threading.Lock`` (not
@@ -15,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from prune.errors import LayerCutError
+from prune.failures import as_user_errors
 
 Progress = Callable[[float, str], object]
 
@@ -89,11 +93,12 @@ class JobRunner:
             self._events[event] = owner
         job = Job(label, progress, event)
         try:
-            if hold:
-                with self.holding(job):
+            with as_user_errors(label):  # out of memory, a broken file: one line for the user, not a traceback
+                if hold:
+                    with self.holding(job):
+                        yield job
+                else:
                     yield job
-            else:
-                yield job
         finally:
             with self._guard:
                 self._events.pop(event, None)

@@ -1,5 +1,8 @@
 """Memory: parameters, weight bytes, peak memory while generating, and the checkpoint size on disk.
 
+The checkpoint size is computed from the tensors' shapes and dtypes, exactly as save_pretrained
+would write it, instead of writing gigabytes to measure them.
+
 Peak memory while generating is reported as what the model would need on its own: its
 weight bytes plus the largest growth over the memory in use just before the generation
 (activations, KV cache, temporaries), because the original and the pruned model share
@@ -15,9 +18,10 @@ their weights in one process.
 
 from __future__ import annotations
 
+import copy
 import ctypes
-import shutil
-import tempfile
+import inspect
+import json
 import threading
 from pathlib import Path
 
@@ -25,7 +29,6 @@ import psutil
 import torch
 
 from prune.errors import InvalidInput
-from prune.paths import cache_root
 
 from .measurement import Measurement
 
@@ -142,15 +145,89 @@ def folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
 
 
+# safetensors' dtype names in the order of its Rust ``Dtype`` enum: a file holds its tensors by
+# descending dtype, then by name (checked against the library by tests/test_checkpoint_size.py).
+_SAFETENSORS_DTYPES = {
+    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.float8_e5m2: "F8_E5M2",
+    torch.float8_e4m3fn: "F8_E4M3", torch.float8_e8m0fnu: "F8_E8M0", torch.float8_e4m3fnuz: "F8_E4M3FNUZ",
+    torch.float8_e5m2fnuz: "F8_E5M2FNUZ", torch.int16: "I16", torch.uint16: "U16", torch.float16: "F16",
+    torch.bfloat16: "BF16", torch.int32: "I32", torch.uint32: "U32", torch.float32: "F32",
+    torch.complex64: "C64", torch.float64: "F64", torch.int64: "I64", torch.uint64: "U64",
+}
+_DTYPE_RANK = {dtype: rank for rank, dtype in enumerate(_SAFETENSORS_DTYPES)}
+
+
+def safetensors_bytes(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> int:
+    """Size of the file ``safetensors.torch.save_file(tensors, metadata=metadata)`` writes, without writing it.
+
+    The format is 8 bytes of header length, the JSON header (compact, padded with spaces to a
+    multiple of 8) and the raw tensor bytes; only shapes and dtypes are read, never the data.
+    """
+    header: dict = {} if metadata is None else {"__metadata__": metadata}
+    offset = 0
+    for name in sorted(tensors, key=lambda n: (-_DTYPE_RANK[tensors[n].dtype], n)):
+        tensor = tensors[name]
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    length = len(json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode())
+    return 8 + length + (-length) % 8 + offset
+
+
+def checkpoint_files(model, max_shard_size: int | str | None = None) -> dict[str, int]:
+    """File name → bytes of what ``model.save_pretrained(folder)`` writes, computed from the tensors.
+
+    Follows save_pretrained step by step: the state dict without ignored keys and tied
+    duplicates, in its original naming; shards by ``max_shard_size`` (None: save_pretrained's
+    own default) with their index; config.json and generation_config.json. Not counted: the
+    tokenizer, and the code files of remote-code models.
+    """
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
+    from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and not quantizer.is_serializable():
+        raise InvalidInput("This model cannot be saved as a checkpoint: its quantized weights are not serializable.")
+    state_dict, metadata = quantizer.get_state_dict_and_metadata(model) if quantizer else (model.state_dict(), {})
+    metadata = {**metadata, "format": "pt"}
+    for key in model._keys_to_ignore_on_save or ():
+        state_dict.pop(key, None)
+    state_dict = revert_weight_conversion(model, remove_tied_weights_from_state_dict(state_dict, model))
+    if max_shard_size is None:
+        max_shard_size = inspect.signature(model.save_pretrained).parameters["max_shard_size"].default
+    pattern = SAFE_WEIGHTS_NAME.replace(".safetensors", "{suffix}.safetensors")
+    split = split_torch_state_dict_into_shards(state_dict, filename_pattern=pattern, max_shard_size=max_shard_size)
+    files = {name: safetensors_bytes({key: state_dict[key] for key in keys}, metadata)
+             for name, keys in split.filename_to_tensors.items()}
+    if split.is_sharded:
+        index = {"metadata": {"total_parameters": model.num_parameters(), **split.metadata},
+                 "weight_map": split.tensor_to_filename}
+        files[SAFE_WEIGHTS_INDEX_NAME] = len((json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+    return {**files, **config_files(model)}
+
+
+def config_files(model) -> dict[str, int]:
+    """Bytes of config.json and generation_config.json as save_pretrained writes them (it stamps dtype and class)."""
+    from transformers.utils import CONFIG_NAME, GENERATION_CONFIG_NAME
+
+    config = copy.deepcopy(model.config)
+    config.dtype = str(model.dtype).split(".")[1]
+    config.architectures = [type(model).__name__.removeprefix("FSDP")]
+    if "transformers_weights" in config:
+        delattr(config, "transformers_weights")
+    files = {CONFIG_NAME: len(config.to_json_string(use_diff=True).encode())}
+    if model.can_generate():
+        text = model.generation_config.to_json_string(use_diff=True, keys_to_pop=["compile_config"])
+        files[GENERATION_CONFIG_NAME] = len(text.encode())
+    return files
+
+
 def checkpoint_bytes(model) -> int:
-    """Size on disk of the model saved with ``save_pretrained`` (weights and config), measured by saving it."""
-    scratch = cache_root() / "tmp"
-    scratch.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(dir=scratch, prefix="checkpoint-"))
-    try:
-        return folder_bytes(save_checkpoint(model, None, folder))
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    """Size on disk of the model saved with ``save_pretrained`` (weights and config), computed: nothing is written."""
+    return sum(checkpoint_files(model).values())
 
 
 def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: int = 64,

@@ -31,3 +31,11 @@ class MissingDependency(LayerCutError):
 
 class InvalidInput(LayerCutError):
     """Any other bad input: an empty prompt, a missing data folder, a bad option."""
+
+
+class OutOfMemory(LayerCutError):
+    """A job ran out of CPU or GPU memory part-way, though the model itself was loaded."""
+
+
+class BrokenModel(LayerCutError):
+    """The model's files are incomplete or damaged: truncated weights, no weights, no usable tokenizer."""

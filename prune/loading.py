@@ -18,6 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from .architectures import architecture_of
 from .devices import available_memory_bytes, default_device, parse_dtype
 from .errors import ModelNotFound, ModelTooLarge
+from .failures import as_user_errors
 from .paths import cache_root
 
 log = logging.getLogger(__name__)
@@ -49,13 +50,14 @@ def load_model(
     source, config, hub = _source_and_config(name_or_path, hub)
     _check_fits(config, torch_dtype, device, name_or_path)
 
-    tokenizer = AutoTokenizer.from_pretrained(source, **hub)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    placement = {"device_map": "auto"} if device.startswith("cuda") else {}
-    model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
-    if not placement:
-        model.to(device)
+    with as_user_errors(f"the load of '{DEFAULT_MODEL if is_default(name_or_path) else name_or_path}'"):
+        tokenizer = AutoTokenizer.from_pretrained(source, **hub)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        placement = {"device_map": "auto"} if device.startswith("cuda") else {}
+        model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
+        if not placement:
+            model.to(device)
     model.eval()
     model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
     return model, tokenizer

@@ -52,9 +52,17 @@ class ImportanceResult:
         return best
 
     def best_layers(self, k: int) -> list[int]:
-        """The ``k`` most removable single layers (not necessarily contiguous)."""
-        scores = self.layer_scores if self.layer_scores is not None else self.block_scores[0]
-        return sorted(int(i) for i in np.argsort(scores, kind="stable")[:k])
+        """The ``k`` most removable single layers (not necessarily contiguous), never a protected one.
+
+        A layer is protected when its single-layer block is +inf; only the other layers' scores
+        (NaN ones left out) are ranked, so a raw score of a protected layer never wins.
+        """
+        scores = np.asarray(self.layer_scores if self.layer_scores is not None else self.block_scores[0], float)
+        allowed = np.flatnonzero(~np.isposinf(self.block_scores[0]) & ~np.isnan(scores))
+        if not 0 <= k <= len(allowed):
+            raise InvalidCut(f"Only {len(allowed)} of {self.num_layers} layers may be removed, not {k}.")
+        ranked = allowed[np.argsort(scores[allowed], kind="stable")]
+        return sorted(int(i) for i in ranked[:k])
 
     def to_json(self) -> dict:
         def encode(array):

@@ -1,0 +1,108 @@
+"""Peak memory of Taylor+ over the weight memory, on a 1B-class random Llama and on the default model.
+
+    .venv/bin/python benchmarks/taylor_memory.py [--only 1b|default] [--reference]
+
+Peak is measured the way evaluation/memory.py measures it on a CPU: the kernel's high-water
+mark of the resident set (VmHWM) after resetting it with /proc/self/clear_refs, taken over
+the scoring alone; the figure is weights + that growth, over the weights. The 1B-class model
+has Llama-3.2-1B's shape with the default model's tokenizer (vocabulary 49,152, tied
+embeddings), random weights, float32; the calibration is the default one. ``--reference``
+also runs the textbook computation (one backward keeping every gradient and activation) and
+checks that the scores agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import time
+
+import numpy as np
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["1b", "default"], help="measure one model only")
+    parser.add_argument("--reference", action="store_true", help="also measure the plain full backward pass")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoTokenizer
+
+    import prune
+    from prune.loading import default_checkpoint
+
+    print(f"torch threads: {torch.get_num_threads()}")
+    if args.only in (None, "1b"):
+        tokenizer = AutoTokenizer.from_pretrained(default_checkpoint())
+        model = one_billion_llama(len(tokenizer))
+        report("1B-class random Llama", model, tokenizer, args.reference)
+        del model
+        gc.collect()
+    if args.only in (None, "default"):
+        model, tokenizer = prune.load_model()
+        report("default model (SmolLM2-135M)", model, tokenizer, args.reference)
+
+
+def one_billion_llama(vocab_size: int):
+    """Llama-3.2-1B's shape (16 layers, hidden 2048, MLP 8192, GQA 32/8), tied embeddings, random float32 weights."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(vocab_size=vocab_size, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=2048,
+                         tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.layercut_name = "random-llama-1b"
+    return model
+
+
+def report(label: str, model, tokenizer, reference: bool) -> None:
+    import prune
+    from evaluation.memory import weight_bytes
+
+    weights = weight_bytes(model)
+    print(f"\n{label}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters, "
+          f"weights {weights / 2**20:,.0f} MiB")
+    result, extra, seconds = peak_while(lambda: prune.score(model, tokenizer, "taylor", use_cache=False))
+    print(f"  Taylor+            peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
+          f"  ({seconds:.0f} s)  best 6-layer block {result.best_block(6)}")
+    if reference:
+        ids = prune.Context(model, tokenizer, prune.Calibration()).input_ids[:result.params["max_samples"]]
+        plain, extra, seconds = peak_while(lambda: plain_saliency(model, ids))
+        print(f"  plain full backward peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
+              f"  ({seconds:.0f} s)  max relative difference {np.max(np.abs(result.layer_scores / plain - 1)):.1e}")
+
+
+def peak_while(run):
+    """(result, growth of peak RSS over the RSS before, seconds) of ``run()``."""
+    from evaluation.memory import _proc_status, _reset_peak_rss
+
+    gc.collect()
+    if not _reset_peak_rss():
+        raise SystemExit("This benchmark needs /proc/self/clear_refs (Linux).")
+    base = _proc_status("VmRSS")
+    started = time.perf_counter()
+    result = run()
+    seconds = time.perf_counter() - started
+    return result, _proc_status("VmHWM") - base, seconds
+
+
+def plain_saliency(model, ids) -> np.ndarray:
+    """The textbook computation: one backward keeping every gradient, then Σ |W·g| per layer's weights."""
+    from prune.architectures import decoder_layers
+
+    with torch.enable_grad():
+        model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    scores = np.array([
+        sum(float((p.detach().float() * p.grad.float()).abs().sum()) for name, p in layer.named_parameters()
+            if name.endswith("weight"))
+        for layer in decoder_layers(model)
+    ])
+    model.zero_grad(set_to_none=True)
+    return scores
+
+
+if __name__ == "__main__":
+    main()
