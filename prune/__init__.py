@@ -8,7 +8,7 @@ Public API::
     pruned = prune.cut(model, start, end)            # the original stays untouched
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 from .calibration import Calibration  # noqa: E402
 from .errors import LayerCutError  # noqa: E402

@@ -8,7 +8,7 @@ import prune
 from conftest import tiny_model
 from evaluation.backend import Backend
 from evaluation.models import ModelSpec
-from prune.errors import InvalidInput, ModelNotFound
+from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from ui import inputs
 from ui.session import Session
 
@@ -97,8 +97,9 @@ def test_a_failed_load_keeps_every_loaded_model(tiny_folder, tmp_path):
     broken = tmp_path / "only-config"
     broken.mkdir()
     tiny_model("llama", 2).config.save_pretrained(broken)  # a config.json and nothing else
-    with pytest.raises(Exception):
+    with pytest.raises(LayerCutError) as failed:
         backend.load(ModelSpec(str(broken)))
+    assert "\n" not in str(failed.value)  # one line for the visitor
     assert backend.pool.loaded() == [good] and backend.load(good).num_layers == 4
 
 
