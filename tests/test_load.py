@@ -47,7 +47,7 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys):
             client = Client(url, verbose=False, download_files=False)
             client.submit("angular", api_name="/startup").result(timeout=CALL_TIMEOUT_S)
             _range, banner, *_ = client.predict([start, start + size], api_name="/set_cut")
-            generated = client.submit("What is the capital of France?", 6, 0, 1, 0,
+            generated = client.submit("What is the capital of France?", 8, 0, 1, 0,
                                       api_name="/generate").result(timeout=CALL_TIMEOUT_S)
             table, _plot = client.submit(api_name="/memory").result(timeout=CALL_TIMEOUT_S)
             with lock:
