@@ -156,3 +156,15 @@ def test_bad_zigzag_flags_exit_with_a_one_line_reason(capsys, no_model_loading, 
     assert code == 2
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1 and reason in errors[0], err
+
+
+def test_persistence_mode_evaluates_the_cuts_of_a_zigzag_file(capsys, tiny_folder, tmp_path):
+    rows = [(0, 1, 10)] + [(1, 3, 8)] * 3 + [(1, 3, 6), (1, 1, 2), (1, 9, 10)]  # test_topology's small file
+    (tmp_path / "small.csv").write_text("dimension,birth,death\n" + "".join(f"{d},{b},{e}\n" for d, b, e in rows))
+    code, _, err = _cli(capsys, "--persistence", "--zigzag_output", tmp_path / "small.csv", "--model", tiny_folder,
+                        "--task", "arc_easy", "--limit", 2, "--output_folder", tmp_path / "out")
+    assert code == 0, err
+    removed = {mode: json.loads((tmp_path / "out" / f"results_{mode}.json").read_text())["config"]["removed_layers"]
+               for mode in ("persistence_10", "persistence_20")}
+    assert removed == {"persistence_10": [1, 2], "persistence_20": [1, 2, 3]}
+    assert "removes 3 of 4 layers (75 %)" in err
