@@ -78,7 +78,7 @@ __all__ = [
 ]
 
 # Cut name → threshold on r / max r (the authors' ``p``). The names are theirs and name the
-# threshold: "10%" keeps layers within 10 % of the most persistent one, whatever their number.
+# threshold: the "10%" cut takes every layer within 10 % of the most persistent, however many.
 PERSISTENCE_THRESHOLDS = {"10%": 0.9, "20%": 0.8}
 
 _INSTALL_HINT = (

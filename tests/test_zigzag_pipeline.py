@@ -12,6 +12,7 @@ import transformers
 from conftest import TINY_CONFIGS, tiny_model
 from evaluation import benchmark
 from evaluation.backend import Backend
+from evaluation.zigzag_output import result_from_csv, write_bars_csv
 from prune.architectures import decoder_layers, final_norm, get_path
 from prune.calibration import BUILTIN_TEXT, Calibration
 from prune.errors import UnsupportedArchitecture
@@ -87,6 +88,19 @@ def test_the_method_scores_layer_i_by_r_i_and_never_cuts_the_final_norm(monkeypa
     assert result.best_layers(len(cut)) == cut
     fewer = zigzag_module.zigzag(ctx, texts=1000, max_tokens=2048, k=5)
     assert asked[-1] == 38 and "gives 38 texts" in fewer.warnings[0]
+
+
+def test_our_diagrams_written_as_the_authors_csv_give_the_same_result(monkeypatch, tiny_tokenizer, tmp_path):
+    monkeypatch.setattr(zigzag_module, "norm_last_tokens",
+                        lambda _model, _ids: torch.from_numpy(_scrambled_states(2, representations=9, seed=5)))
+    ctx = Context(tiny_model("llama", 8), tiny_tokenizer, Calibration())
+    diagrams, params, _ = zigzag_module.text_diagrams(ctx, texts=30)
+    assert params["representations"] == 9 and set(diagrams) == {0, 1}
+    write_bars_csv(diagrams, 9, tmp_path / "ours.csv")
+    from_file = result_from_csv(tmp_path / "ours.csv", 8)
+    direct = zigzag_module.zigzag(ctx, texts=30, max_tokens=2048, k=5)
+    assert from_file.cuts == direct.cuts == {"10%": [2, 3], "20%": [2, 3]}
+    np.testing.assert_allclose(from_file.layer_scores, direct.layer_scores)
 
 
 def test_identity_layers_give_flat_persistence_and_no_usable_cut(tiny_tokenizer):

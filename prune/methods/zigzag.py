@@ -19,6 +19,15 @@ from . import register
 @register("zigzag", "Zigzag persistence (Gardinazzi et al. 2024)")
 def zigzag(ctx, *, texts: int = 1000, max_tokens: int = 2048, k: int = 5) -> ImportanceResult:
     """The authors' zigzag persistence (last token after each layer's post-attention norm, k-NN clique complexes, H1 inter-layer persistence r; cuts "10%"/"20%" = layers with r ≥ 0.9/0.8·max r, any number of them), on one point per line of the calibration text instead of their SST sentences or Pile documents."""
+    diagrams, params, notes = text_diagrams(ctx, texts=texts, max_tokens=max_tokens, k=k)
+    return persistence_result(diagrams[1], params["representations"] - 1, params=params, warnings=notes)
+
+
+def text_diagrams(ctx, *, texts: int = 1000, max_tokens: int = 2048, k: int = 5):
+    """(H0 and H1 bars over the L + 1 representations, params, warnings) for the calibration's texts.
+
+    ``evaluation.zigzag_output.write_bars_csv`` writes the bars as the authors' CSV.
+    """
     chunks = whole_texts(load_text(ctx.calibration))[:texts]
     ids = [row[:max_tokens] for row in ctx.tokenizer(chunks, add_special_tokens=False)["input_ids"]]
     ids = [row for row in ids if row]
@@ -28,9 +37,8 @@ def zigzag(ctx, *, texts: int = 1000, max_tokens: int = 2048, k: int = 5) -> Imp
                      "the authors used thousands (SST sentences, Pile documents), so expect noisier cuts. "
                      "WikiText-2 validation gives about 1,800.")
     states = norm_last_tokens(ctx.model, ids)  # [L+1, N, D]
-    bars = knn_zigzag(states.numpy(), k=k)[1]
-    params = {"texts": len(ids), "max_tokens": max_tokens, "k": k}
-    return persistence_result(bars, states.shape[0] - 1, params=params, warnings=notes)
+    params = {"texts": len(ids), "max_tokens": max_tokens, "k": k, "representations": int(states.shape[0])}
+    return knn_zigzag(states.numpy(), k=k), params, notes
 
 
 def whole_texts(text: str) -> list[str]:
