@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="evaluate the unpruned model")
     mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
-    mode.add_argument("--persistence", action="store_true", help="the zigzag-persistence cuts at 10%% and 20%%")
+    mode.add_argument("--persistence", action="store_true",
+                      help="the zigzag-persistence cuts \"10%%\" and \"20%%\": layers with r ≥ 0.9 / 0.8·max r, however many")
     mode.add_argument("--method", metavar="NAME", help="cut the best block of --num_layers layers by this method")
     mode.add_argument("--sweep", type=int, metavar="K",
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
