@@ -40,6 +40,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "olmo2": replace(_DECODER, ffn_norm=None),  # norms only sublayer outputs; the MLP reads the raw residual
     "granite": _DECODER,
     "smollm3": _DECODER,
+    # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)
     "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm"),
     "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2"),
     # OPT-350m normalises after each sublayer; there the per-layer final_layer_norm is the layer's output
