@@ -3,7 +3,8 @@
 Modes (one of):
   --full                                        the unpruned model only
   --personalized --start_block S --end_block E  cut layers S…E, E inclusive ("last layer that will be cut")
-  --persistence                                 the zigzag-persistence cuts at 10% and 20%
+  --persistence                                 the zigzag-persistence cuts "10%" and "20%" (thresholds r ≥ 0.9 / 0.8·max r)
+      [--zigzag_output FILE [--dry_run] [--num_hidden_layers N]]   … read from the authors' CSV
   --method NAME --num_layers K                  the best contiguous block of K layers by any method
   --sweep K                                     every block of K layers measured, beside each method's ranking
 
@@ -40,14 +41,13 @@ from prune.methods import METHODS
 from prune.paths import write_atomic
 from prune.recipe import Recipe
 
-from . import lm_eval_adapter
+from . import lm_eval_adapter, zigzag_output
 from .backend import Backend
 from .measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from .models import ModelSpec
 from .offline_tasks import SUPPORTED_TASKS
 
 DEFAULT_TASKS = "arc_easy"
-PERSISTENCE_CUTS = {"persistence_10": "10%", "persistence_20": "20%"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="evaluate the unpruned model")
     mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
-    mode.add_argument("--persistence", action="store_true", help="the zigzag-persistence cuts at 10%% and 20%%")
+    mode.add_argument("--persistence", action="store_true",
+                      help="the zigzag-persistence cuts \"10%%\" and \"20%%\": layers with r ≥ 0.9 / 0.8·max r, however many")
     mode.add_argument("--method", metavar="NAME", help="cut the best block of --num_layers layers by this method")
     mode.add_argument("--sweep", type=int, metavar="K",
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="fast: each context run once (same log-likelihoods as hflm); hflm: lm-eval's own")
     parser.add_argument("--no_cache", action="store_true", help="neither read nor write the results cache")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
+    zigzag_output.add_arguments(parser)
     return parser
 
 
@@ -131,14 +133,7 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
         layers = _personalized_layers(args.start_block, args.end_block, info.num_layers)
         return {"personalized": Recipe.cut(info.num_layers, layers, origin="chosen by hand")}
     if args.persistence:
-        result = backend.analyze(spec, "zigzag", progress=progress)
-        cuts = {mode: result.cuts.get(key, []) for mode, key in PERSISTENCE_CUTS.items()}
-        empty = [key for mode, key in PERSISTENCE_CUTS.items() if not cuts[mode]]
-        if empty:
-            raise InvalidCut(f"Zigzag persistence found no removable layers for the {', '.join(empty)} cut(s) "
-                             "of this model.")
-        return {mode: Recipe.cut(info.num_layers, layers, origin=f"zigzag persistence, the {key} threshold cut")
-                for (mode, layers), key in zip(cuts.items(), PERSISTENCE_CUTS.values())}
+        return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
     result = backend.analyze(spec, args.method, progress=progress)
     start, end = result.best_block(args.num_layers)
     return {args.method: Recipe.block(info.num_layers, start, end,
@@ -159,9 +154,11 @@ def _results_json(entries: dict[str, dict], config: dict) -> dict:
             "versions": versions, "config": config}
 
 
-def run(args, progress=None) -> Path:
+def run(args, progress=None) -> Path | None:
     """Run one invocation; returns the output folder."""
     _check_mode(args)
+    if zigzag_output.handled_early(args):  # --dry_run: the cuts are printed; nothing is loaded or evaluated
+        return None
     progress = progress or _Printer()
     backend = Backend(data_dir=args.data_dir, device=args.device)
     request = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,

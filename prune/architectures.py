@@ -5,7 +5,7 @@ Adding an architecture is one row here; nothing else in LayerCut branches on mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from torch import nn
 
@@ -18,9 +18,13 @@ class Architecture:
 
     layers: str  # the nn.ModuleList of decoder layers
     final_norm: str  # applied to the last residual state before the LM head
+    # In each decoder layer: the norm of the residual stream entering the feed-forward block
+    # (Llama's post_attention_layernorm, whose output the zigzag authors read); None: no such norm.
+    ffn_norm: str | None = "post_attention_layernorm"
 
 
 _DECODER = Architecture(layers="model.layers", final_norm="model.norm")
+_SANDWICH = replace(_DECODER, ffn_norm="pre_feedforward_layernorm")  # post_attention_layernorm normalises attn's output
 
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": _DECODER,
@@ -29,16 +33,19 @@ ARCHITECTURES: dict[str, Architecture] = {
     "qwen2": _DECODER,
     "qwen3": _DECODER,
     "gemma": _DECODER,
-    "gemma2": _DECODER,
-    "gemma3_text": _DECODER,
+    "gemma2": _SANDWICH,
+    "gemma3_text": _SANDWICH,
     "phi3": _DECODER,
     "olmo": _DECODER,
-    "olmo2": _DECODER,
+    "olmo2": replace(_DECODER, ffn_norm=None),  # norms only sublayer outputs; the MLP reads the raw residual
     "granite": _DECODER,
     "smollm3": _DECODER,
+    # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)
     "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm"),
-    "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f"),
-    "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm"),
+    "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2"),
+    # OPT-350m normalises after each sublayer; there the per-layer final_layer_norm is the layer's output
+    "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm",
+                        ffn_norm="final_layer_norm"),
 }
 
 # Config fields that hold one entry per layer besides the generic "list as long as the

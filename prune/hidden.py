@@ -2,7 +2,8 @@
 
 ``residual_stream`` returns h_0 … h_L: h_l is the input of layer l and h_L the output of
 the last layer, *before* the final norm (``output_hidden_states`` would give the normed
-one for the last entry on many architectures).
+one for the last entry on many architectures). ``norm_last_tokens`` returns what the zigzag
+authors read instead: each layer's pre-feed-forward norm output, then the final norm's.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from .architectures import decoder_layers, final_norm
+from .architectures import architecture_of, decoder_layers, final_norm, get_path
+from .errors import InvalidInput, UnsupportedArchitecture
 
 
 def _hidden_arg(args, kwargs):
@@ -42,6 +44,66 @@ def residual_stream(model: nn.Module, input_ids: torch.Tensor, batch_size: int =
                 hook.remove()
         chunks.append(torch.stack(states))  # [L+1, B, (T,) D]
     return torch.cat(chunks, dim=1)
+
+
+@torch.no_grad()
+def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch: int = 4096) -> torch.Tensor:
+    """[L+1, N, D] float32: each text's last token after every layer's pre-feed-forward norm, then the final norm.
+
+    The zigzag authors' representations: one point per whole text. Texts of similar length are
+    batched with right padding (causal attention keeps real tokens blind to it).
+    """
+    arch = architecture_of(model)
+    if arch.ffn_norm is None:
+        raise UnsupportedArchitecture(f"Model type '{model.config.model_type}' has no norm before its feed-forward "
+                                      "block, which zigzag persistence reads.")
+    if not texts or min(len(t) for t in texts) < 1:
+        raise InvalidInput("Zigzag persistence needs texts of at least one token.")
+    norms = [get_path(layer, arch.ffn_norm) for layer in decoder_layers(model)] + [final_norm(model)]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chunks: list[list[torch.Tensor]] = [[] for _ in norms]
+    for batch in _length_batches([len(texts[i]) for i in order], tokens_per_batch):
+        rows = [texts[order[j]] for j in batch]
+        lengths = torch.tensor([len(t) for t in rows])
+        ids = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)  # right padding
+        for row, tokens in enumerate(rows):
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+        mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+        last = (torch.arange(len(rows)), lengths - 1)
+
+        def keep(position, shape=ids.shape, last=last):
+            def hook(_module, _args, output):  # OPT's per-layer norm sees [B*T, D]: reshape
+                chunks[position].append(output.reshape(*shape, -1)[last].float().cpu())
+                if position == len(norms) - 1:
+                    raise _Done  # the LM head's logits are not needed
+            return hook
+
+        hooks = [norm.register_forward_hook(keep(p)) for p, norm in enumerate(norms)]
+        try:
+            model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), use_cache=False)
+        except _Done:
+            pass
+        finally:
+            for hook in hooks:
+                hook.remove()
+    states = torch.stack([torch.cat(c) for c in chunks])  # [L+1, N, D] in length order
+    return states[:, torch.argsort(torch.tensor(order))]
+
+
+class _Done(Exception):
+    """Stops a forward pass once the final norm has run."""
+
+
+def _length_batches(lengths: list[int], tokens_per_batch: int) -> list[range]:
+    """Consecutive index ranges over ascending ``lengths`` whose padded size fits the budget."""
+    batches, start = [], 0
+    while start < len(lengths):
+        stop = start + 1
+        while stop < len(lengths) and (stop + 1 - start) * lengths[stop] <= tokens_per_batch:
+            stop += 1
+        batches.append(range(start, stop))
+        start = stop
+    return batches
 
 
 @contextmanager

@@ -26,6 +26,13 @@ class ImportanceResult:
     cuts: dict[str, list[int]] = field(default_factory=dict)  # named non-contiguous layer sets
     block_exact: bool = True  # False when blocks are the sum of single-layer scores
     elapsed_s: float = 0.0
+    warnings: list[str] = field(default_factory=list)  # what the user should know before trusting it
+
+    @property
+    def cut_sizes(self) -> dict[str, dict]:
+        """What each named cut removes: ``{"10%": {"layers": 12, "fraction": 0.4}}``."""
+        return {name: {"layers": len(layers), "fraction": len(layers) / self.num_layers}
+                for name, layers in self.cuts.items()}
 
     @property
     def num_layers(self) -> int:
@@ -72,7 +79,8 @@ class ImportanceResult:
             "method": self.method, "score_label": self.score_label, "params": self.params,
             "block_scores": encode(self.block_scores),
             "layer_scores": None if self.layer_scores is None else encode(self.layer_scores)[0],
-            "cuts": self.cuts, "block_exact": self.block_exact, "elapsed_s": self.elapsed_s,
+            "cuts": self.cuts, "cut_sizes": self.cut_sizes, "block_exact": self.block_exact,
+            "elapsed_s": self.elapsed_s, "warnings": self.warnings,
         }
 
     @classmethod
@@ -84,6 +92,7 @@ class ImportanceResult:
             layer_scores=None if layer is None else np.array([_unnum(v) for v in layer]),
             cuts={k: list(v) for k, v in data.get("cuts", {}).items()},
             block_exact=data.get("block_exact", True), elapsed_s=data.get("elapsed_s", 0.0),
+            warnings=list(data.get("warnings", [])),
         )
 
 

@@ -60,12 +60,13 @@ def identity_model(request, tiny_tokenizer):
     return train_with_identity(request.param, tiny_tokenizer), tiny_tokenizer
 
 
-@pytest.mark.parametrize("method", sorted(prune.METHODS))
+# zigzag reads each layer's norm output, which an all-zero layer (norm weights included) makes
+# 0 for every text: its known answers are in test_topology.py.
+@pytest.mark.parametrize("method", sorted(set(prune.METHODS) - {"zigzag"}))
 def test_every_method_finds_the_identity_layer(identity_model, method):
     model, tokenizer = identity_model
-    options = {"prompts": 96, "prompt_len": 12} if method == "zigzag" else {}
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    result = prune.score(model, tokenizer, method, calibration=CAL, use_cache=False, **options)
+    result = prune.score(model, tokenizer, method, calibration=CAL, use_cache=False)
 
     assert result.num_layers == 8
     assert result.best_block(1) == (IDENTITY, IDENTITY + 1)
