@@ -1,8 +1,10 @@
-"""Calibration text: small, deterministic and offline by default.
+"""Calibration text: deterministic and offline by default.
 
-Sources: ``builtin`` (assets/calibration.txt, ships with LayerCut), ``text`` (given inline),
-``file`` (a text file), ``wikitext2`` (WikiText-2 validation from the benchmark data
-folder), or ``hub`` (a Hugging Face dataset, online only).
+Sources: ``builtin`` (ships with LayerCut: assets/calibration.txt, short varied modern prose,
+then assets/alice.txt, Lewis Carroll's *Alice's Adventures in Wonderland*, public domain),
+``text`` (given inline), ``file`` (a text file), ``wikitext2`` (WikiText-2 validation from
+the benchmark data folder), or ``hub`` (a Hugging Face dataset, online only).
+:func:`default_calibration` picks WikiText-2 when the data folder has it, else ``builtin``.
 """
 
 from __future__ import annotations
@@ -16,19 +18,21 @@ import torch
 
 from .errors import InvalidInput
 
-BUILTIN_TEXT = Path(__file__).resolve().parent.parent / "assets" / "calibration.txt"
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
+WIKITEXT2_VALID = Path("wikitext2") / "pytorch_examples_wikitext-2" / "valid.txt"  # inside the data folder
 SOURCES = ("builtin", "text", "file", "wikitext2", "hub")
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """What to calibrate on; windows are consecutive non-overlapping token chunks."""
+    """What to calibrate on: ``n_samples`` windows of ``seq_len`` tokens spread evenly over the text."""
 
     source: str = "builtin"
     text: str | None = None  # for source="text"
     path: str | None = None  # for source="file", or the data folder for "wikitext2"
     dataset: str | None = None  # for source="hub": "name[:config]:split:column"
-    n_samples: int = 16
+    n_samples: int = 32
     seq_len: int = 128
 
     def key(self) -> dict:
@@ -38,10 +42,17 @@ class Calibration:
         return data
 
 
+def default_calibration(data_dir: Path | str | None) -> Calibration:
+    """WikiText-2 validation when the data folder has it, else the built-in text: short texts mislead methods."""
+    if data_dir is not None and (Path(data_dir) / WIKITEXT2_VALID).is_file():
+        return Calibration(source="wikitext2", path=str(data_dir))
+    return Calibration()
+
+
 def load_text(cal: Calibration) -> str:
     """The raw calibration text for a source."""
     if cal.source == "builtin":
-        return BUILTIN_TEXT.read_text()
+        return "\n\n".join(path.read_text() for path in BUILTIN_TEXTS)
     if cal.source == "text":
         if not (cal.text or "").strip():
             raise InvalidInput("The calibration text is empty.")
@@ -49,22 +60,27 @@ def load_text(cal: Calibration) -> str:
     if cal.source == "file":
         return _read_file(cal.path)
     if cal.source == "wikitext2":
-        return _read_file(Path(_data_dir(cal.path)) / "wikitext2" / "pytorch_examples_wikitext-2" / "valid.txt")
+        return _read_file(Path(_data_dir(cal.path)) / WIKITEXT2_VALID)
     if cal.source == "hub":
         return _hub_text(cal.dataset or "")
     raise InvalidInput(f"Unknown calibration source '{cal.source}'. Choose one of: {', '.join(SOURCES)}.")
 
 
 def token_windows(tokenizer, cal: Calibration) -> torch.Tensor:
-    """Up to ``n_samples`` windows of ``seq_len`` tokens → [N, T] input ids (no padding)."""
+    """Up to ``n_samples`` non-overlapping windows of ``seq_len`` tokens → [N, T] input ids (no padding).
+
+    The windows are spread evenly from the text's start to its end, so a long text is sampled
+    across all its topics rather than read only from its first pages.
+    """
     if cal.n_samples < 1 or cal.seq_len < 2:
         raise InvalidInput("Calibration needs at least 1 sample of at least 2 tokens.")
-    ids = tokenizer(load_text(cal), add_special_tokens=False)["input_ids"]
+    ids = torch.tensor(tokenizer(load_text(cal), add_special_tokens=False)["input_ids"])
     if len(ids) < 2:
         raise InvalidInput("The calibration text is too short: it needs at least a few words.")
     seq_len = min(cal.seq_len, len(ids))
     count = max(1, min(cal.n_samples, len(ids) // seq_len))
-    return torch.tensor(ids[: count * seq_len]).view(count, seq_len)
+    starts = torch.linspace(0, len(ids) - seq_len, count).round().long() if count > 1 else torch.zeros(1).long()
+    return torch.stack([ids[start : start + seq_len] for start in starts.tolist()])
 
 
 def _read_file(path) -> str:
