@@ -92,7 +92,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                 dtype = gr.Dropdown(["auto", "float32", "bfloat16", "float16"], value="auto", label="Precision")
                 trust = gr.Checkbox(label="Trust remote code", value=False)
             with gr.Row():
-                cal_source = gr.Dropdown(sources, value="default", label="Calibration source")
+                cal_source = gr.Dropdown(sources, value="default", label="Calibration source (default: "
+                                         f"{text.calibration_words(h.default_calibration)})")
                 cal_detail = gr.Textbox(label="Text / hub dataset (name[:config]:split:column)"
                                         + ("" if policy.shared else " / file path"), scale=2)
                 cal_upload = gr.File(label="Upload a text file (source: upload)", file_types=["text"], type="filepath",
@@ -124,6 +125,12 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         with gr.Group():
                             block_size = gr.Slider(1, 29, value=5, step=1, label="Best block of N layers")
                             best_btn = gr.Button("Select the best block of N", elem_id="best-btn")
+                        with gr.Group():
+                            with gr.Row(equal_height=True):
+                                resamples = NumberInput(20, label="Bootstrap resamples", minimum=2, scale=1)
+                                stability_btn = gr.Button("How stable is the best block of N?", scale=2,
+                                                          elem_id="stability-btn")
+                            stability_md = gr.Markdown(text.STABILITY_HELP, elem_id="stability")
                         named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
                         bars = PlotView(height=300, elem_id="layer-bars")
                         with gr.Accordion("Export the cut model", open=False):
@@ -230,7 +237,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
         analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                           show_progress_on=[heatmap], **DEVICE)
-        start_event = demo.load(gpu(h.startup), [view, method], [model, *load_outputs, analysis_md],
+        start_event = demo.load(gpu(h.startup), [view, method], [model, *load_outputs, analysis_md, stability_md],
                                 api_name="startup", show_progress_on=[model_md, heatmap], **DEVICE)
 
         slot.input(h.edit_slot, [view, slot], cut_outputs, api_name="edit_slot", **LIGHT)
@@ -239,6 +246,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
         best_btn.click(h.best_block, [view, block_size], cut_outputs, api_name="best_block", **LIGHT)
         named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
+        stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
+                                              api_name="stability", show_progress_on=[stability_md], **DEVICE)
         export_btn.click(gpu(h.export), [view, folder], [export_md, export_files], api_name="export",
                          show_progress_on=[export_md], **DEVICE)
 
@@ -258,7 +267,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                       [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
 
         running = [load_event, load_then_analyze, analyze_event, start_event, gen_event, speed_event, memory_event,
-                   bench_event, ppl_event, sweep_event]
+                   bench_event, ppl_event, sweep_event, stability_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

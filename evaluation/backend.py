@@ -18,13 +18,14 @@ from pathlib import Path
 import torch
 
 import prune
-from prune.calibration import Calibration, load_text
+from prune.calibration import Calibration, default_calibration, load_text
 from prune.devices import default_device
 from prune.errors import InvalidInput, LayerCutError
 from prune.methods import get_method
 from prune.methods.context import Context
 from prune.paths import digest
 from prune.recipe import Recipe
+from prune.stability import Stability, block_stability
 
 from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed
 from .jobs import Cancelled, JobRunner, Progress, cancellable
@@ -68,6 +69,7 @@ class Backend:
         self.jobs = JobRunner(self.device)
         self.pool = ModelPool(self.device, model_budget_bytes)
         self.variants = VariantCache()
+        self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
         self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()
 
     # ------------------------------------------------------------ models
@@ -123,9 +125,20 @@ class Backend:
         with self.jobs.run(f"the {method_spec.label} analysis", progress, owner=owner) as job:
             base = self._base(spec)
             job.update(0.0, f"Scoring layers with {method_spec.label}…")
+            context = self._context(base, calibration or self.default_calibration)
             with cancellable(base.model, job):
-                return prune.score(None, None, method, context=self._context(base, calibration or Calibration()),
-                                   use_cache=use_cache, **options)
+                return prune.score(None, None, method, context=context, use_cache=use_cache, **options)
+
+    def stability(self, spec: ModelSpec, method: str, block_size: int, *, calibration: Calibration | None = None,
+                  resamples: int = 20, progress: Progress | None = None, owner: str | None = None,
+                  **options) -> Stability:
+        """How often each block of ``block_size`` wins over bootstrap resamples of the calibration windows."""
+        with self.jobs.run("the stability check", progress, owner=owner) as job:
+            base = self._base(spec)
+            job.update(0.0, f"Re-scoring {resamples} resamples of the calibration windows…")
+            context = self._context(base, calibration or self.default_calibration)
+            with cancellable(base.model, job):
+                return block_stability(context, method, block_size, resamples=resamples, **options)
 
     def _context(self, base: Loaded, calibration: Calibration) -> Context:
         """The method context of (model, calibration): its residual stream is computed once and kept."""

@@ -44,6 +44,10 @@ def test_load_analyze_cut_generate_benchmark(client):
         "angular", "token=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
     assert heatmap["data"][0]["type"] == "heatmap" and len(heatmap["data"][0]["z"]) == 29
     assert "(5 of 30)" in banner and "Angular" in status
+    stability = client.predict(5, 10, api_name="/stability")
+    assert "wins" in stability and "of 10 resamples" in stability and "Angular" in stability
+    with pytest.raises(AppError, match="Resamples must be 2…200"):
+        client.predict(5, 1, api_name="/stability")
 
     layer_range, banner, *_ = client.predict([20, 26], api_name="/set_cut")
     assert "[20, 26)" in banner and "(6 of 30)" in banner and layer_range["value"] == [20, 26]

@@ -75,12 +75,11 @@ def default_block_size(num_layers: int) -> int:
 class Handlers:
     """One method per UI event; app.py wires them with api names. State comes in and goes out as a Session."""
 
-    def __init__(self, backend, policy: inputs.Policy | None = None, default_model: ModelSpec | None = None,
-                 default_calibration: prune.Calibration | None = None):
+    def __init__(self, backend, policy: inputs.Policy | None = None, default_model: ModelSpec | None = None):
         self.backend = backend
         self.policy = policy or inputs.Policy()
         self.default_model = default_model or ModelSpec()
-        self.default_calibration = default_calibration or prune.Calibration()
+        self.default_calibration = backend.default_calibration
 
     # ------------------------------------------------------------------ pick
     @user_errors
@@ -95,8 +94,10 @@ class Handlers:
         session = session if session.spec == spec else Session().for_model(spec, info)
         size = default_block_size(info.num_layers)
         session, status = self._analyze(session, method, {}, self.default_calibration, size, request, progress)
+        found = self.backend.stability(spec, method, size, calibration=self.default_calibration,
+                                       progress=reporter(progress), owner=_owner(request))  # seconds for angular
         return (gr.update(value=spec.name), text.model_markdown(info), _size_update(info),
-                *self._cut_outputs(session), status)
+                *self._cut_outputs(session), status, text.stability_markdown(found))
 
     @user_errors
     def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
@@ -132,10 +133,23 @@ class Handlers:
                                       owner=_owner(request), **options)
         cached = time.perf_counter() - started < 0.5 * result.elapsed_s
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
-        session = replace(session, result=result, origin=origin)
+        session = replace(session, result=result, origin=origin, calibration=calibration,
+                          options=tuple(sorted(options.items())))
         start, end = result.best_block(size)
         recipe = Recipe.block(session.info.num_layers, start, end, origin=f"{origin}: best block of {size} layers")
         return session.with_cut(recipe), text.analysis_status(result, cached)
+
+    @user_errors
+    def stability(self, session: Session, block_size, resamples, request: gr.Request = None, progress=gr.Progress()):
+        """How often the analysis's best block of N wins over bootstrap resamples of the calibration windows."""
+        info = _need_model(session)
+        if session.result is None:
+            raise InvalidInput("Analyze first: stability re-scores the analysis on resampled calibration windows.")
+        size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=info.num_layers - 1)
+        found = self.backend.stability(session.spec, session.result.method, size, calibration=session.calibration,
+                                       resamples=inputs.whole_number(resamples, "Resamples", minimum=2, maximum=200),
+                                       progress=reporter(progress), owner=_owner(request), **dict(session.options))
+        return text.stability_markdown(found)
 
     # ------------------------------------------------------------------ cut
     @user_errors

@@ -22,6 +22,8 @@ class Session:
     info: ModelInfo | None = None
     result: prune.ImportanceResult | None = None  # the analysis on show
     origin: str = ""  # how the analysis was made: method and calibration, for the recipes it picks
+    calibration: prune.Calibration | None = None  # the analysis's calibration and options, for its stability
+    options: tuple[tuple[str, object], ...] = ()
     cuts: tuple[Recipe | None, Recipe | None] = (None, None)  # A, B
     editing: str = SLOTS[0]  # the slot the range, the heatmap and the presets edit
     results: tuple[Measurement, ...] = ()  # benchmark and perplexity results shown

@@ -113,6 +113,17 @@ def analysis_status(result, cached: bool) -> str:
     return f"{label}: scored in {result.elapsed_s:.1f} s"
 
 
+def stability_markdown(found) -> str:
+    """'Best block of 5: [13, 18) wins 17 of 20 resamples (85 %); …' with the other winners' shares."""
+    from prune import METHODS
+
+    head = f"**{METHODS[found.method].label}, best block of {found.block_size}**: {found.summary()}"
+    if found.resamples == 0:
+        return head
+    shares = ", ".join(f"[{a}, {b}) {100 * share:.0f} %" for (a, b), share in list(found.fractions.items())[:5])
+    return f"{head}  \nWinners over {found.resamples} bootstrap resamples of {found.windows} windows: {shares}"
+
+
 def sweep_summary(report) -> str:
     best, worst = report.sweep.best_start(), report.sweep.worst_start()
     k = report.sweep.block_size
@@ -175,6 +186,13 @@ def parse_options(text: str, defaults: dict) -> dict:
             raise InvalidInput(f"Option '{name}' must be a {kind.__name__}, got '{raw}'.") from None
         options[name] = value
     return options
+
+STABILITY_HELP = (
+    "How shaky is the choice? The analysis is re-scored on bootstrap resamples of its calibration "
+    "windows (drawn with replacement); the share of resamples each block wins is its stability. "
+    "Angular distance, Block Influence and relative magnitude reuse the stored states (seconds); "
+    "PPL and Taylor+ rerun the model on every resample."
+)
 
 SWEEP_HELP = (
     "Removes every block of **K** consecutive layers in turn and measures the task on each cut "
