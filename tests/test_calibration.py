@@ -52,9 +52,10 @@ def test_the_builtin_text_fills_the_default_windows(tiny_tokenizer):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="measured: angular's best 5 layers on any large calibration tried (WikiText-2, "
-                   "the built-in text, chat-formatted ARC; 16-128 windows of 128-512 tokens) are [11, 16) or [12, 17), "
-                   "and neither answers Paris; of the 5-layer cuts only [3, 8), [14, 19) and [16, 21) do")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "measured: angular's best 5 layers on any large calibration tried (WikiText-2, the built-in text, "
+    "chat-formatted ARC; 16-128 windows of 128-512 tokens) are [11, 16) or [12, 17), and neither answers "
+    "Paris; of the 5-layer cuts only [3, 8), [14, 19) and [16, 21) do"))
 def test_the_opening_cut_of_the_default_calibration_answers_paris(default_model, data_dir):
     """The app opens on angular's best block of a sixth of the layers; that cut should still know Paris."""
     from evaluation.generation import TokenStream, encode_prompt
@@ -63,8 +64,9 @@ def test_the_opening_cut_of_the_default_calibration_answers_paris(default_model,
     size = round(model.config.num_hidden_layers / 6)  # the app's opening block size: 5 of 30
     result = prune.score(model, tokenizer, "angular", calibration=default_calibration(data_dir))
     start, end = result.best_block(size)
-    stream = TokenStream(prune.cut(model, start, end), tokenizer, encode_prompt(tokenizer, "What is the capital of France?"),
-                         max_new_tokens=24, temperature=0.0, top_p=1.0, seed=0)
+    prompt = encode_prompt(tokenizer, "What is the capital of France?")
+    stream = TokenStream(prune.cut(model, start, end), tokenizer, prompt, max_new_tokens=24, temperature=0.0, top_p=1.0,
+                         seed=0)
     while not stream.done:
         stream.step()
     assert "Paris" in stream.state()["text"], (start, end, stream.state()["text"])

@@ -1,4 +1,4 @@
-"""Bootstrap stability of a block choice: exact fractions on a handmade stream, a certain winner on an identity layer."""
+"""Bootstrap stability of a block choice: exact fractions on a handmade stream, a sure winner on an identity layer."""
 
 from __future__ import annotations
 
