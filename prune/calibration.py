@@ -1,7 +1,9 @@
 """Calibration text: deterministic and offline by default.
 
 Sources: ``builtin`` (ships with LayerCut: assets/calibration.txt, short varied modern prose,
-then assets/alice.txt, Lewis Carroll's *Alice's Adventures in Wonderland*, public domain),
+then assets/alice.txt, Lewis Carroll's *Alice's Adventures in Wonderland*, public domain: the
+Canterbury corpus's alice29.txt from PyPI's brotli 1.2.1 sdist, one line per paragraph,
+backquotes made apostrophes),
 ``text`` (given inline), ``file`` (a text file), ``wikitext2`` (WikiText-2 validation from
 the benchmark data folder), or ``hub`` (a Hugging Face dataset, online only).
 :func:`default_calibration` picks WikiText-2 when the data folder has it, else ``builtin``.

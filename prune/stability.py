@@ -2,9 +2,10 @@
 
 Each resample draws N of the N windows with replacement and re-scores on a view that reuses
 the residual stream already computed (no model pass for the methods that only read it).
-``ppl`` and ``taylor`` run model passes on every resample, so a resample costs what their
-analysis costs; ``zigzag`` draws its own prompts instead of reading the windows, so resampling
-cannot move its choice and it gets a reason instead of fractions.
+``ppl`` and ``taylor`` read only the first ``max_samples`` windows of a resample (so a random
+subset) and run the model on every resample: a resample costs what their analysis costs.
+``zigzag`` draws its own prompts instead of reading the windows, so resampling cannot move
+its choice: it gets a reason instead of fractions.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class Stability:
 
     method: str
     block_size: int
-    chosen: Block  # the choice on all windows
+    chosen: Block  # the choice on the calibration as it is
     wins: tuple[tuple[Block, int], ...]  # (block, resamples won), most wins first
     resamples: int
     windows: int  # calibration windows each resample draws from
@@ -52,7 +53,7 @@ class Stability:
         if rest:
             line += f"; runner-up {_text(rest[0][0])} {_percent(rest[0][1] / self.resamples)}"
         if top != self.chosen:
-            line += f"; all {self.windows} windows pick {_text(self.chosen)}"
+            line += f"; without resampling {_text(self.chosen)}"
         return line
 
 

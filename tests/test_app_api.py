@@ -37,7 +37,7 @@ def test_every_event_is_a_named_endpoint(client):
 def test_load_analyze_cut_generate_benchmark(client):
     model_md, block_size, layer_range, banner, *_ = client.predict("", "", False, "auto", api_name="/load_model")
     assert "SmolLM2-135M-Instruct" in model_md and "30 layers" in model_md
-    assert block_size["value"] == 5 and "**A** ✎: none" in banner and "**B**: none" in banner  # updates are dicts
+    assert block_size["value"] == 3 and "**A** ✎: none" in banner and "**B**: none" in banner  # updates are dicts
     assert layer_range["props"]["layers"] == 30 and len(layer_range["props"]["layer_params"]) == 30, layer_range
 
     _range, banner, heatmap, bars, _named, _slot, status = client.predict(
@@ -91,6 +91,16 @@ def test_load_analyze_cut_generate_benchmark(client):
         client.predict("my cut!", api_name="/export")
     names = {str(f["path"] if isinstance(f, dict) else f).rsplit("/", 1)[-1] for f in files}
     assert {"config.json", "model.safetensors"} <= names
+
+
+def test_the_page_opens_on_a_cut_that_still_answers(client):
+    """A fresh visitor: the default model, angular's best block of a tenth of the layers as A, and A knows Paris."""
+    fresh = Client(client.src, verbose=False, download_files=False)
+    model, _md, _size, _range, banner, *_rest, status, stability = fresh.predict("angular", api_name="/startup")
+    assert model["value"] == "SmolLM2-135M-Instruct" and "(3 of 30)" in banner and "WikiText-2" in banner
+    assert "wins" in stability
+    original, _stats, a, *_ = fresh.predict("What is the capital of France?", 24, 0, 1, 0, api_name="/generate")
+    assert "Paris" in original["value"] and "Paris" in a["value"], (banner, a)
 
 
 def test_a_long_job_can_be_cancelled_and_the_device_is_free_again(client):

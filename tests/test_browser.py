@@ -85,7 +85,8 @@ def test_heatmap_renders_with_best_blocks_and_selection(page):
     assert page.locator("#heatmap .scatterlayer .point").count() >= 29  # a best-block marker per size, + selection
     start = page.get_attribute("#layer-range .lc-range", "data-start")
     end = page.get_attribute("#layer-range .lc-range", "data-end")
-    assert int(end) - int(start) == 5  # the best block of a sixth of the layers, chosen at startup
+    assert int(end) - int(start) == 3  # the best block of a tenth of the layers, chosen at startup
+    assert "wins" in page.inner_text("#stability")  # how stable that choice is, shown at once
     assert f"[{start}, {end})" in banner(page)
 
 
@@ -141,7 +142,7 @@ def test_analyze_with_another_method_redraws_the_heatmap(page):
     page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.includes('cos')", timeout=300_000)
     TIMINGS["Analyze → heatmap (block influence)"] = time.perf_counter() - started
     page.wait_for_timeout(500)
-    assert "(5 of 30)" in banner(page)  # the best block of N = 5 by the new method
+    assert "(3 of 30)" in banner(page)  # the best block of N = 3 by the new method
     page.screenshot(path=str(ASSETS / "screenshot-cut.png"), full_page=True)
 
 

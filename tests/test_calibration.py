@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import prune
+from ui.handlers import default_block_size
 from prune.calibration import Calibration, default_calibration, load_text, token_windows
 
 
@@ -53,15 +54,17 @@ def test_the_builtin_text_fills_the_default_windows(tiny_tokenizer):
 
 @pytest.mark.slow
 def test_the_opening_cut_of_the_default_calibration_answers_paris(default_model, data_dir):
-    """The app opens on angular's best block of a sixth of the layers; that cut still knows Paris."""
+    """The app opens on angular's best block of a tenth of the layers; that cut still knows Paris."""
     from evaluation.generation import TokenStream, encode_prompt
 
     model, tokenizer = default_model
-    size = round(model.config.num_hidden_layers / 6)  # the app's opening block size: 5 of 30
+    size = default_block_size(model.config.num_hidden_layers)  # the app's opening block size: 3 of 30
+    assert size == 3
     result = prune.score(model, tokenizer, "angular", calibration=default_calibration(data_dir))
     start, end = result.best_block(size)
-    stream = TokenStream(prune.cut(model, start, end), tokenizer, encode_prompt(tokenizer, "What is the capital of France?"),
-                         max_new_tokens=24, temperature=0.0, top_p=1.0, seed=0)
+    prompt = encode_prompt(tokenizer, "What is the capital of France?")
+    stream = TokenStream(prune.cut(model, start, end), tokenizer, prompt, max_new_tokens=24, temperature=0.0, top_p=1.0,
+                         seed=0)
     while not stream.done:
         stream.step()
     assert "Paris" in stream.state()["text"], (start, end, stream.state()["text"])

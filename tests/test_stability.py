@@ -1,4 +1,4 @@
-"""Bootstrap stability of a block choice: exact fractions on a handmade stream, a certain winner on an identity layer."""
+"""Bootstrap stability of a block choice: exact fractions on a handmade stream, a sure winner on an identity layer."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def test_summary_line():
     assert stability.summary() == "[13, 18) wins 17 of 20 resamples (85 %); runner-up [14, 19) 15 %"
     assert stability.agreement == pytest.approx(0.85)
     other = Stability("angular", 5, chosen=(14, 19), wins=(((13, 18), 20),), resamples=20, windows=32)
-    assert other.summary() == "[13, 18) wins 20 of 20 resamples (100 %); all 32 windows pick [14, 19)"
+    assert other.summary() == "[13, 18) wins 20 of 20 resamples (100 %); without resampling [14, 19)"
     assert other.agreement == 0.0
 
 

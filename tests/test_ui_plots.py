@@ -178,7 +178,7 @@ def test_user_errors_show_messages_not_tracebacks():
 
 
 def test_default_block_size_and_formatting():
-    assert default_block_size(30) == 5 and default_block_size(2) == 1
+    assert default_block_size(30) == 3 and default_block_size(80) == 8 and default_block_size(2) == 1
     assert text.human_count(134_515_008) == "134.5 M"
     assert "tokens/s" in text.generation_stats({"ttft_s": 0.2, "tokens_per_s": 12.0, "done": True})
     assert text.generation_stats({"ttft_s": None, "tokens_per_s": None, "done": False}) == "generating…"
