@@ -4,7 +4,7 @@ Each resample draws N of the N windows with replacement and re-scores on a view 
 the residual stream already computed (no model pass for the methods that only read it).
 ``ppl`` and ``taylor`` read only the first ``max_samples`` windows of a resample (so a random
 subset) and run the model on every resample: a resample costs what their analysis costs.
-``zigzag`` draws its own prompts instead of reading the windows, so resampling cannot move
+``zigzag`` reads whole texts of the calibration, not its windows, so resampling cannot move
 its choice: it gets a reason instead of fractions.
 """
 
@@ -76,7 +76,7 @@ def block_stability(context: Context, method: str, block_size: int, *, resamples
     stability = dict(method=method, block_size=block_size, chosen=chosen, windows=count)
     if not every.reads_windows():
         return Stability(**stability, wins=(), resamples=0,
-                         reason=f"{method} draws its own prompts, so resampling the windows cannot move its choice")
+                         reason=f"{method} reads whole texts, not the windows, so resampling them cannot move its choice")
     wins = Counter(spec.func(context.resample(draw), **options).best_block(block_size)
                    for draw in resample_indices(count, resamples, seed))
     ranked = tuple(sorted(wins.items(), key=lambda item: (-item[1], item[0])))

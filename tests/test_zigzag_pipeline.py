@@ -14,7 +14,7 @@ from evaluation import benchmark
 from evaluation.backend import Backend
 from evaluation.zigzag_output import result_from_csv, write_bars_csv
 from prune.architectures import decoder_layers, final_norm, get_path
-from prune.calibration import BUILTIN_TEXT, Calibration
+from prune.calibration import BUILTIN_TEXTS, Calibration, load_text
 from prune.errors import UnsupportedArchitecture
 from prune.hidden import norm_last_tokens, residual_stream
 from prune.methods import get_method
@@ -78,7 +78,8 @@ def test_the_method_scores_layer_i_by_r_i_and_never_cuts_the_final_norm(monkeypa
         return torch.from_numpy(_scrambled_states(pair, representations=9, seed=pair))
 
     monkeypatch.setattr(zigzag_module, "norm_last_tokens", fake_states)
-    ctx = Context(tiny_model("llama", 8), tiny_tokenizer, Calibration())  # the built-in text: 38 paragraphs
+    ctx = Context(tiny_model("llama", 8), tiny_tokenizer, Calibration())  # the built-in texts
+    paragraphs = len(zigzag_module.whole_texts(load_text(Calibration())))  # one text per non-empty line
     result = zigzag_module.zigzag(ctx, texts=30, max_tokens=2048, k=5)
     assert asked == [30] and result.params["texts"] == 30 and not result.warnings
     cut = [m for m in (pair, pair + 1) if m < 8]
@@ -86,8 +87,8 @@ def test_the_method_scores_layer_i_by_r_i_and_never_cuts_the_final_norm(monkeypa
     assert result.block_scores.shape == (8, 8) and result.layer_scores.shape == (8,)
     assert np.all(result.layer_scores[cut] == 0) and np.all(np.delete(result.layer_scores, cut) > 0.2)
     assert result.best_layers(len(cut)) == cut
-    fewer = zigzag_module.zigzag(ctx, texts=1000, max_tokens=2048, k=5)
-    assert asked[-1] == 38 and "gives 38 texts" in fewer.warnings[0]
+    fewer = zigzag_module.zigzag(ctx, texts=paragraphs + 100, max_tokens=2048, k=5)
+    assert asked[-1] == paragraphs and f"gives {paragraphs} texts" in fewer.warnings[0]
 
 
 def test_our_diagrams_written_as_the_authors_csv_give_the_same_result(monkeypatch, tiny_tokenizer, tmp_path):
@@ -109,7 +110,7 @@ def test_identity_layers_give_flat_persistence_and_no_usable_cut(tiny_tokenizer)
         for module in layer.modules():
             if isinstance(module, torch.nn.Linear):
                 module.weight.data.zero_()
-    words = sorted(set(BUILTIN_TEXT.read_text().split()))
+    words = sorted(set(BUILTIN_TEXTS[0].read_text().split()))
     rng = np.random.default_rng(0)
     lines = [" ".join(rng.choice(words, size=4)) for _ in range(80)]
     ctx = Context(model, tiny_tokenizer, Calibration(source="text", text="\n".join(lines)))
