@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -27,29 +27,20 @@ from prune.paths import digest
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed
+from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed, sweep
 from .jobs import Cancelled, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from .models import Loaded, ModelInfo, ModelPool, ModelSpec
 from .offline_tasks import default_data_dir
 from .store import ResultStore
+from .sweep import SweepReport
 from .variants import Side, VariantCache
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
 MAX_VARIANTS = 2
 _MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
-
-
-@dataclass
-class SweepReport:
-    """A cut sweep and how well each importance method predicts it."""
-
-    sweep: object  # evaluation.sweep.SweepResult
-    agreement: dict[str, float]  # method → Spearman rank correlation with the measured loss
-    scores: dict[str, list[float]]  # method → its block score at each start of the sweep
-    failed: dict[str, str] = field(default_factory=dict)  # method → why its analysis failed (the others went on)
 
 
 class Backend:
@@ -298,8 +289,6 @@ class Backend:
         original and ranked by agreement with the measurement. A method whose analysis fails is
         reported in ``failed`` and the others go on.
         """
-        from . import sweep as sweeps
-
         base = self._base(spec)
         if not 1 <= block_size < base.info.num_layers:
             raise InvalidInput(f"A block must have 1…{base.info.num_layers - 1} layers, not {block_size}.")
@@ -309,11 +298,11 @@ class Backend:
                "limit": request.limit, "batch_size": batch_size, "data": request.data}
         cached = store.get(key)
         if cached is not None:
-            result = sweeps.SweepResult.from_json(cached)
+            result = sweep.SweepResult.from_json(cached)
         else:
             with self.jobs.run(f"the sweep over blocks of {block_size}", progress, owner=owner) as job:
                 with cancellable(base.model, job):
-                    result = sweeps.sweep(base.model, base.tokenizer, task, block_size, limit=request.limit,
+                    result = sweep.sweep(base.model, base.tokenizer, task, block_size, limit=request.limit,
                                           data_dir=request.data_dir, batch_size=batch_size, progress=job.update)
             store.put(key, result.to_json())
         analyses, failed = {}, {}
@@ -325,7 +314,7 @@ class Backend:
             except LayerCutError as err:
                 failed[method] = str(err)
         scores = {m: [float(v) for v in r.block_scores[block_size - 1, result.starts]] for m, r in analyses.items()}
-        return SweepReport(result, sweeps.rank_agreement(result, analyses), scores, failed)
+        return SweepReport(result, sweep.rank_agreement(result, analyses), scores, failed)
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""

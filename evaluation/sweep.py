@@ -98,6 +98,17 @@ def _unfinite(value) -> float:
     return math.nan if value is None else float(value)
 
 
+@dataclass
+class SweepReport:
+    """A cut sweep and how well each importance method predicts it."""
+
+    sweep: SweepResult
+    agreement: dict[str, float]  # method → Spearman rank correlation with the measured loss
+    scores: dict[str, list[float]]  # method → its block score at each start of the sweep
+    failed: dict[str, str] = field(default_factory=dict)  # method → why its analysis failed (the others went on)
+
+
+
 # ---------------------------------------------------------------- the LM that sweeps
 
 

@@ -185,7 +185,7 @@ def test_default_block_size_and_formatting():
 
 
 def test_sweep_figure_shows_the_measurement_and_each_method_scaled_with_its_rank_agreement():
-    from evaluation.backend import SweepReport
+    from evaluation.sweep import SweepReport
     from evaluation.sweep import SweepResult
 
     sweep = SweepResult(task="arc_easy", block_size=2, num_layers=4, limit=5, starts=[0, 1, 2],
