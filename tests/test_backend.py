@@ -293,7 +293,8 @@ def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, spec,
     first = backend.analyze(spec, "angular")
     backend.analyze(spec, "block_influence")
     assert len(calls) == 2 and len(residuals) == 1  # one residual stream for both methods
-    again = prune.score(backend.model(spec), backend.pool.peek(spec).tokenizer, "angular")  # the same disk cache
+    again = prune.score(backend.model(spec), backend.pool.peek(spec).tokenizer, "angular",
+                        calibration=backend.default_calibration)  # the same disk cache
     assert len(calls) == 2
     assert first.best_block(2) == again.best_block(2)
 

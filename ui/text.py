@@ -10,8 +10,9 @@ TITLE = "LayerCut — cut whole blocks of layers out of an LLM"
 
 INTRO = (
     "**Pick** a model and an importance method, **see** which blocks of consecutive layers matter "
-    "least, **drag** the range to cut one, and **compare** the cut model with the original side by "
-    "side. Cutting is instant: the cut model shares the original's weights."
+    "least, **drag** the range to cut one (cut **A**, and a second one as **B**), and **compare** them "
+    "with the original side by side. Cutting is instant: a cut model shares the original's weights. "
+    "Your comparison is yours alone: other visitors of this page do not see or change it."
 )
 
 INDEX_CONVENTION = (
