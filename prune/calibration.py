@@ -81,7 +81,7 @@ def token_windows(tokenizer, cal: Calibration) -> torch.Tensor:
         raise InvalidInput("The calibration text is too short: it needs at least a few words.")
     seq_len = min(cal.seq_len, len(ids))
     count = max(1, min(cal.n_samples, len(ids) // seq_len))
-    starts = torch.linspace(0, len(ids) - seq_len, count).round().long() if count > 1 else torch.zeros(1).long()
+    starts = torch.linspace(0, len(ids) - seq_len, count).round().long()  # one window: the start
     return torch.stack([ids[start : start + seq_len] for start in starts.tolist()])
 
 

@@ -41,13 +41,13 @@ class Stability:
 
     @property
     def agreement(self) -> float:
-        """Share of resamples that pick the same block as all windows do."""
+        """Share of resamples that pick the block the calibration as it is picks."""
         return self.fractions.get(self.chosen, 0.0)
 
     def summary(self) -> str:
         """One line for a status bar, e.g. "[13, 18) wins 17 of 20 resamples (85 %); runner-up [14, 19) 15 %"."""
         if self.reason:
-            return f"{_text(self.chosen)} on all windows; {self.reason}"
+            return f"{_text(self.chosen)}; {self.reason}"
         (top, count), *rest = self.wins
         line = f"{_text(top)} wins {count} of {self.resamples} resamples ({_percent(count / self.resamples)})"
         if rest:
