@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import prune
@@ -72,11 +74,12 @@ def test_hub_calibration_offline_fails_at_once(monkeypatch):
 
 
 def test_a_shared_server_loads_local_folders_only_from_its_model_root(tiny_folder, tmp_path):
-    with pytest.raises(ModelNotFound) as refused:
-        inputs.model_spec(tiny_folder, None, False, "auto", SHARED)
-    assert tiny_folder not in str(refused.value).replace(f"'{tiny_folder}'", "")  # no server path beyond the input
-    with pytest.raises(ModelNotFound):
-        inputs.model_spec("/etc", None, False, "auto", SHARED)
+    messages = []
+    for name in (tiny_folder, "/etc", "/no/such/folder"):  # existing or not: the same words
+        with pytest.raises(ModelNotFound) as refused:
+            inputs.model_spec(name, None, False, "auto", SHARED)
+        messages.append(str(refused.value).replace(name, "NAME"))
+    assert len(set(messages)) == 1 and "can load" in messages[0]
     root = inputs.Policy(shared=True, model_root=tmp_path.parent.parent.resolve())
     assert inputs.model_spec(tiny_folder, "tok", False, "auto", root) == ModelSpec(tiny_folder)
     assert inputs.model_spec("org/model", None, False, "bfloat16", SHARED).dtype == "bfloat16"
@@ -108,3 +111,17 @@ def test_sessions_are_independent_values():
     second = first.with_cut(prune.recipe.Recipe.block(4, 0, 1))
     assert first.cuts == (None, None) and second.cuts[0].depth_cut.layers == (0,)
     assert second.variants() == {"A": prune.recipe.Recipe.block(4, 0, 1)}
+
+
+def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(tiny_folder, monkeypatch):
+    from ui.handlers import Handlers
+
+    monkeypatch.chdir(Path(tiny_folder).parent)
+    handlers = Handlers(Backend(device="cpu"), SHARED)
+    local = Path(tiny_folder).name  # a bare name that exists here as a folder
+    said = []
+    for name in (local, "no-such-org/no-such-model"):
+        with pytest.raises(Exception) as refused:
+            handlers.load_model(Session(), name, "", False, "auto")
+        said.append(str(refused.value).replace(name, "NAME"))
+    assert said[0] == said[1] and "can load" in said[0]

@@ -19,7 +19,7 @@ import prune
 from evaluation import lm_eval_adapter
 from evaluation.measurement import Measurement, to_dataframe
 from evaluation.models import ModelSpec
-from prune.errors import InvalidInput, LayerCutError
+from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.paths import cache_root
 from prune.recipe import Recipe
 
@@ -105,7 +105,12 @@ class Handlers:
                    request: gr.Request = None, progress=gr.Progress()):
         """Load a model (empty = the embedded default) for this visitor; a failure keeps what was shown."""
         spec = inputs.model_spec(name, token, trust_remote_code, dtype, self.policy)
-        info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
+        try:
+            info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
+        except ModelNotFound:
+            if self.policy.shared:  # the same words whether or not a folder of that name exists here
+                raise inputs.shared_not_found(spec.name) from None
+            raise
         session = session.for_model(spec, info)
         return text.model_markdown(info), _size_update(info), *self._cut_outputs(session), "Analyzing…"
 

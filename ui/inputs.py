@@ -83,10 +83,15 @@ def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dty
         folder = Path(name).expanduser()
         root = policy.model_root
         if root is None or not _inside(folder, root):
-            raise ModelNotFound(f"'{name}' is not a Hugging Face model id, and this shared server loads no "
-                                "local folders outside its model folder.")
+            raise shared_not_found(name)
     return ModelSpec(name=name, dtype=dtype or "auto", trust_remote_code=bool(trust_remote_code),
                      token=(token or "").strip() or None)
+
+
+def shared_not_found(name: str) -> ModelNotFound:
+    """The one message a shared server gives for any model it cannot load, so it tells nothing of its disk."""
+    return ModelNotFound(f"'{name}' is not a model this server can load: give a Hugging Face model id "
+                         "(gated models need a token).")
 
 
 def _looks_like_path(name: str) -> bool:
