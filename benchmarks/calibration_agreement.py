@@ -6,7 +6,7 @@ For the default calibration (WikiText-2 validation from the data folder, else th
 text; --samples/--seq_len/--source override it) it prints each method's analysis time, its
 best block of --block layers, how often that block wins over bootstrap resamples of the
 windows, and its Spearman ρ against the measured quality of every such cut; then angular's
-opening cut (a sixth of the layers, as the app opens) and whether it still answers "What is
+opening cut (a tenth of the layers, as the app opens) and whether it still answers "What is
 the capital of France?" with Paris. The sweep takes minutes on 2 cores and is cached.
 """
 
@@ -44,6 +44,7 @@ def run(args) -> None:
     from evaluation.sweep import format_sweep, rank_agreement
     from prune.calibration import default_calibration, token_windows
     from prune.stability import block_stability
+    from ui.handlers import default_block_size
 
     data_dir = default_data_dir()
     calibration = default_calibration(data_dir)
@@ -82,7 +83,7 @@ def run(args) -> None:
               f"{-loss[start]:>+9.3f}{rho[name]:>+8.3f}  {stable}")
 
     if "angular" in results:
-        size = round(count / 6)  # the app opens on angular's best block of a sixth of the layers
+        size = default_block_size(count)  # the app opens on angular's best block of a tenth of the layers
         start, end = results["angular"].best_block(size)
         answer = greedy_answer(prune.cut(model, start, end), tokenizer, PROMPT)
         stable = block_stability(context, "angular", size, resamples=args.resamples).summary() if args.resamples else ""
