@@ -322,3 +322,40 @@ def test_fast_scorer_reuses_the_original_prefix_and_equals_hflm(backend, spec, m
     for side in ("original", "pruned"):
         for metric in ("acc,none", "acc_norm,none"):
             assert fast[side]["arc_easy"]["results"][metric] == reference[side]["arc_easy"]["results"][metric]
+
+
+def test_several_base_models_stay_loaded_within_the_budget(tmp_path, tiny_tokenizer):
+    folders = []
+    for arch in ("llama", "gpt2", "opt"):
+        folder = tmp_path / arch
+        tiny_model(arch, 2).save_pretrained(folder)
+        tiny_tokenizer.save_pretrained(folder)
+        folders.append(ModelSpec(str(folder)))
+    roomy = Backend(device="cpu")
+    for spec in folders:
+        roomy.load(spec)
+    assert roomy.pool.loaded() == folders  # every visitor's model stays
+    one_model = roomy.pool.peek(folders[0]).info.weight_bytes
+    tight = Backend(device="cpu", model_budget_bytes=int(2.5 * one_model))
+    for spec in folders:
+        tight.load(spec)
+    assert tight.pool.loaded() == folders[1:]  # the least recently used went first
+    tight.load(folders[1])  # used again: now the most recent
+    tight.load(folders[0])  # loaded again on demand
+    assert tight.pool.loaded() == [folders[1], folders[0]]
+
+
+def test_a_sweep_reports_a_failing_method_and_ranks_the_others(backend, spec, monkeypatch):
+    from prune.errors import OutOfMemory
+
+    real = backend.analyze
+
+    def analyze(spec_, method, **kwargs):
+        if method == "taylor":
+            raise OutOfMemory("Out of memory during the Taylor+ analysis: try a smaller model or fewer windows.")
+        return real(spec_, method, **kwargs)
+
+    monkeypatch.setattr(backend, "analyze", analyze)
+    report = backend.sweep(spec, arc(3), 1, methods=["angular", "taylor", "block_influence"], batch_size=4)
+    assert set(report.agreement) == {"angular", "block_influence"} and list(report.failed) == ["taylor"]
+    assert "Out of memory" in report.failed["taylor"] and len(report.scores["angular"]) == 4
