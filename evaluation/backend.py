@@ -67,8 +67,8 @@ class Backend:
 
     def load(self, spec: ModelSpec, *, progress: Progress | None = None, owner: str | None = None) -> ModelInfo:
         """Make sure ``spec`` is loaded (shared with every visitor); a failed load unloads nothing it need not."""
-        if self.pool.peek(spec) is not None:
-            return self.pool.peek(spec).info
+        if (loaded := self.pool.peek(spec)) is not None:
+            return loaded.info
         with self.jobs.run("loading the model", progress, owner=owner) as job:
             job.update(0.0, f"Loading {spec.label}…")
             info = self.pool.get(spec).info

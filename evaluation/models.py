@@ -109,13 +109,10 @@ class ModelPool:
         model, tokenizer = prune.load_model(None if is_default(spec.name) else spec.name, device=self.device,
                                             dtype=None if spec.dtype == "auto" else spec.dtype, token=spec.token,
                                             revision=spec.revision, trust_remote_code=spec.trust_remote_code)
-        loaded = Loaded(spec, model, tokenizer, describe(model, spec.label), model_fingerprint(model))
-        with self._guard:
-            self._loaded[spec] = loaded
-        return loaded
+        return self.adopt(spec, model, tokenizer)
 
     def adopt(self, spec: ModelSpec, model, tokenizer) -> Loaded:
-        """Serve an already loaded model under ``spec`` (tests, notebooks)."""
+        """Serve a loaded model under ``spec`` (a fresh load, or one from ``prune.load_model`` in a notebook)."""
         loaded = Loaded(spec, model, tokenizer, describe(model, spec.label), model_fingerprint(model))
         with self._guard:
             self._loaded[spec] = loaded
