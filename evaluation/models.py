@@ -18,7 +18,7 @@ import torch
 import prune
 from prune.architectures import decoder_layers
 from prune.devices import available_memory_bytes, parse_dtype
-from prune.loading import check_model, is_default
+from prune.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
 from prune.scoring import model_fingerprint
 
 from . import memory
@@ -103,11 +103,10 @@ class ModelPool:
         found = self.peek(spec)
         if found is not None:
             return found
-        check_model(None if is_default(spec.name) else spec.name, token=spec.token, revision=spec.revision,
-                    trust_remote_code=spec.trust_remote_code)  # cheap: fails before anything is unloaded
-        self._make_room_for(spec)
-        model, tokenizer = prune.load_model(None if is_default(spec.name) else spec.name, device=self.device,
-                                            dtype=None if spec.dtype == "auto" else spec.dtype, token=spec.token,
+        config = check_model(spec.name, token=spec.token, revision=spec.revision,
+                             trust_remote_code=spec.trust_remote_code)  # cheap: fails before anything is unloaded
+        self._make_room_for(weight_bytes_needed(config, parse_dtype(spec.dtype, self.device)))
+        model, tokenizer = prune.load_model(spec.name, device=self.device, dtype=spec.dtype, token=spec.token,
                                             revision=spec.revision, trust_remote_code=spec.trust_remote_code)
         return self.adopt(spec, model, tokenizer)
 
@@ -122,14 +121,13 @@ class ModelPool:
         with self._guard:
             return list(self._loaded)
 
-    def _make_room_for(self, spec: ModelSpec) -> None:
-        """Unload least recently used models until the new one's estimated weights fit."""
-        needed = _estimated_bytes(spec, self.device)
+    def _make_room_for(self, needed: int) -> None:
+        """Unload least recently used models until ``needed`` more bytes of weights fit."""
         while True:
             with self._guard:
                 held = sum(item.info.weight_bytes for item in self._loaded.values())
                 over_budget = self.budget_bytes is not None and held + needed > self.budget_bytes
-                short = needed * 1.2 > available_memory_bytes(self.device)
+                short = needed * MEMORY_HEADROOM > available_memory_bytes(self.device)
                 if not self._loaded or not (over_budget or short):
                     return
                 self._loaded.popitem(last=False)
@@ -137,19 +135,3 @@ class ModelPool:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-
-def _estimated_bytes(spec: ModelSpec, device: str) -> int:
-    """The new model's weight bytes from its config (no weights read); 0 when unknown."""
-    try:
-        from accelerate import init_empty_weights
-        from transformers import AutoConfig, AutoModelForCausalLM
-
-        source = prune.loading.default_checkpoint() if is_default(spec.name) else spec.name
-        config = AutoConfig.from_pretrained(source, token=spec.token, revision=spec.revision,
-                                            trust_remote_code=spec.trust_remote_code)
-        with init_empty_weights():
-            meta = AutoModelForCausalLM.from_config(config)
-        dtype = parse_dtype(None if spec.dtype == "auto" else spec.dtype, device)
-        return sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
-    except Exception:  # the load itself reports what is wrong with the model
-        return 0

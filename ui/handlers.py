@@ -85,7 +85,7 @@ class Handlers:
     # ------------------------------------------------------------------ pick
     @user_errors
     def startup(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
-        """Page opened: this server's default model analyzed by ``method``, its best block of a sixth as A.
+        """Page opened: this server's default model analyzed by ``method``, its best block of a tenth as A.
 
         A demo then needs no clicks to reach the heatmap; analyses are cached on disk, so a
         second visit is instant.
