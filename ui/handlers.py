@@ -142,8 +142,8 @@ class Handlers:
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))
         start, end = result.best_block(size)
-        recipe = Recipe.block(session.info.num_layers, start, end, origin=f"{origin}: best block of {size} layers")
-        return session.with_cut(recipe), text.analysis_status(result, cached)
+        session = session.with_block(start, end, f"{origin}: best block of {size} layers")
+        return session, text.analysis_status(result, cached)
 
     @user_errors
     def stability(self, session: Session, block_size, resamples, request: gr.Request = None, progress=gr.Progress()):
@@ -175,7 +175,7 @@ class Handlers:
         """Cut the block ``value = [start, end]`` (end exclusive) in the edited slot."""
         info = _need_model(session)
         start, end = parse_range(value, info.num_layers)
-        return self._cut_outputs(session.with_cut(Recipe.block(info.num_layers, start, end, origin="chosen by hand")))
+        return self._cut_outputs(session.with_block(start, end, "chosen by hand"))
 
     @user_errors
     def select_cell(self, session: Session, evt: gr.EventData):
@@ -186,8 +186,7 @@ class Handlers:
         except (AttributeError, TypeError, ValueError):
             raise InvalidInput("Click a cell of the heatmap to select its block.") from None
         start, end = parse_range([start, start + size], info.num_layers)
-        recipe = Recipe.block(info.num_layers, start, end, origin=f"{session.origin}: heatmap cell")
-        return self._cut_outputs(session.with_cut(recipe))
+        return self._cut_outputs(session.with_block(start, end, f"{session.origin}: heatmap cell"))
 
     @user_errors
     def best_block(self, session: Session, size):
@@ -195,8 +194,7 @@ class Handlers:
             raise InvalidInput("Analyze first: the best block comes from the importance scores.")
         size = inputs.whole_number(size, "The block size", minimum=1, maximum=session.info.num_layers - 1)
         start, end = session.result.best_block(size)
-        recipe = Recipe.block(session.info.num_layers, start, end, origin=f"{session.origin}: best block of {size}")
-        return self._cut_outputs(session.with_cut(recipe))
+        return self._cut_outputs(session.with_block(start, end, f"{session.origin}: best block of {size}"))
 
     @user_errors
     def named_cut(self, session: Session, name: str):

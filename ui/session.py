@@ -41,6 +41,10 @@ class Session:
         cuts = tuple(recipe if s == slot else c for s, c in zip(SLOTS, self.cuts))
         return replace(self, cuts=cuts, results=tuple(m for m in self.results if m.model != slot))
 
+    def with_block(self, start: int, end: int, origin: str) -> Session:
+        """This session with the block ``[start, end)`` of its model as the edited slot's cut."""
+        return self.with_cut(Recipe.block(self.info.num_layers, start, end, origin=origin))
+
     def with_results(self, measurements: list[Measurement]) -> Session:
         """Fresh results replace the ones they measure again; others stay."""
         fresh = {(m.group, m.name, m.model) for m in measurements}
