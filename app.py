@@ -17,8 +17,10 @@ import pandas as pd
 import prune
 from evaluation.models import ModelSpec
 from evaluation.offline_tasks import SUPPORTED_TASKS, default_data_dir
+from prune.calibration import BOS_CHOICES
 from prune.loading import ensure_embedded_model
 from prune.paths import cache_root
+from prune.selection import SELECTIONS
 from ui import plots, text
 from ui.handlers import Handlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
@@ -100,6 +102,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                      scale=1)
                 cal_samples = NumberInput(h.default_calibration.n_samples, label="Samples", minimum=1)
                 cal_len = NumberInput(h.default_calibration.seq_len, label="Tokens per sample", minimum=2)
+                cal_bos = gr.Dropdown(list(BOS_CHOICES), value="auto", label="Prepend BOS (auto: as the tokenizer)",
+                                      min_width=120)
             with gr.Row(equal_height=True):
                 options = gr.Textbox(text.options_text(first.options), label="Method options (name=value, …)")
                 method_about = gr.Markdown(text.method_markdown(first))
@@ -123,8 +127,10 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         gr.Markdown(text.HEATMAP_HELP)
                     with gr.Column(scale=1):
                         with gr.Group():
-                            block_size = gr.Slider(1, 29, value=5, step=1, label="Best block of N layers")
-                            best_btn = gr.Button("Select the best block of N", elem_id="best-btn")
+                            block_size = gr.Slider(1, 29, value=5, step=1, label="N layers to cut")
+                            selection = gr.Radio([(words, name) for name, words in SELECTIONS.items()],
+                                                 value="paper", label="Which N layers", elem_id="selection")
+                            best_btn = gr.Button("Select the N layers", elem_id="best-btn")
                         with gr.Group():
                             with gr.Row(equal_height=True):
                                 resamples = NumberInput(20, label="Bootstrap resamples", minimum=2, scale=1)
@@ -227,7 +233,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         cut_outputs = [layer_range, banner, heatmap, bars, named, slot, view]
         load_inputs = [view, model, token, trust, dtype]
         load_outputs = [model_md, block_size, *cut_outputs]
-        analyze_inputs = [view, method, options, cal_source, cal_detail, cal_upload, cal_samples, cal_len, block_size]
+        analyze_inputs = [view, method, options, cal_source, cal_detail, cal_upload, cal_samples, cal_len, block_size,
+                          selection, cal_bos]
         analyze_outputs = [*cut_outputs, analysis_md]
 
         method.change(h.method_info, method, [method_about, options], api_name="method_info", queue=False)
@@ -244,7 +251,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
         layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
         heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
-        best_btn.click(h.best_block, [view, block_size], cut_outputs, api_name="best_block", **LIGHT)
+        best_btn.click(h.best_block, [view, block_size, selection], cut_outputs, api_name="best_block", **LIGHT)
         named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
         stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
                                               api_name="stability", show_progress_on=[stability_md], **DEVICE)

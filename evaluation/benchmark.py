@@ -5,7 +5,9 @@ Modes (one of):
   --personalized --start_block S --end_block E  cut layers S…E, E inclusive ("last layer that will be cut")
   --persistence                                 the zigzag-persistence cuts "10%" and "20%" (thresholds r ≥ 0.9 / 0.8·max r)
       [--zigzag_output FILE [--dry_run] [--num_hidden_layers N]]   … read from the authors' CSV
-  --method NAME --num_layers K                  the best contiguous block of K layers by any method
+  --method NAME --num_layers K [--selection paper|block]
+                                                K layers by any method: as its paper picks them (default), or
+                                                the best contiguous block
   --sweep K                                     every block of K layers measured, beside each method's ranking
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
@@ -33,13 +35,16 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import prune
 from prune.errors import InvalidCut, InvalidInput, LayerCutError
 from prune.methods import METHODS
 from prune.paths import write_atomic
+from prune.calibration import BOS_CHOICES
 from prune.recipe import Recipe
+from prune.selection import SELECTIONS, chosen_recipe
 
 from . import lm_eval_adapter, zigzag_output
 from .backend import Backend
@@ -61,12 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
     mode.add_argument("--persistence", action="store_true",
                       help="the zigzag-persistence cuts \"10%%\" and \"20%%\": layers with r ≥ 0.9 / 0.8·max r, however many")
-    mode.add_argument("--method", metavar="NAME", help="cut the best block of --num_layers layers by this method")
+    mode.add_argument("--method", metavar="NAME", help="cut --num_layers layers chosen by this method")
     mode.add_argument("--sweep", type=int, metavar="K",
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
     parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
     parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
-    parser.add_argument("--num_layers", type=int, help="block size for --method")
+    parser.add_argument("--num_layers", type=int, help="how many layers --method cuts")
+    parser.add_argument("--selection", default="paper", choices=list(SELECTIONS),
+                        help="paper: as the method's paper picks them (ShortGPT, Shortened LLaMA: the K least "
+                             "important layers anywhere; angular distance: a block); block: the best contiguous block")
+    parser.add_argument("--bos", default="auto", choices=list(BOS_CHOICES),
+                        help="prepend BOS to calibration windows (auto: when the tokenizer adds one, e.g. Gemma)")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
@@ -110,7 +120,7 @@ def _check_mode(args) -> None:
         if args.method not in METHODS:
             raise InvalidInput(f"Unknown method '{args.method}'. Known methods: {', '.join(METHODS)}.")
         if args.num_layers is None or args.num_layers < 1:
-            raise InvalidInput("--method needs --num_layers K ≥ 1 (the size of the block to cut).")
+            raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
     if args.full and args.export_dir:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut, not --full.")
     if args.batch_size < 1:
@@ -134,10 +144,9 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
         return {"personalized": Recipe.cut(info.num_layers, layers, origin="chosen by hand")}
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
-    result = backend.analyze(spec, args.method, progress=progress)
-    start, end = result.best_block(args.num_layers)
-    return {args.method: Recipe.block(info.num_layers, start, end,
-                                      origin=f"{METHODS[args.method].label}, best block of {args.num_layers} layers")}
+    calibration = replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
+    result = backend.analyze(spec, args.method, calibration=calibration, progress=progress)
+    return {args.method: chosen_recipe(result, args.num_layers, args.selection, origin=METHODS[args.method].label)}
 
 
 def _results_json(entries: dict[str, dict], config: dict) -> dict:

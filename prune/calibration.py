@@ -24,6 +24,7 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
 WIKITEXT2_VALID = Path("wikitext2") / "pytorch_examples_wikitext-2" / "valid.txt"  # inside the data folder
 SOURCES = ("builtin", "text", "file", "wikitext2", "hub")
+BOS_CHOICES = {"auto": None, "on": True, "off": False}  # how the UI and the CLI name Calibration.bos
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Calibration:
     dataset: str | None = None  # for source="hub": "name[:config]:split:column"
     n_samples: int = 32
     seq_len: int = 128
+    # Prepend the tokenizer's BOS to every window (Gemma needs it; the papers' codes tokenise with it).
+    # None: when the tokenizer adds one by default.
+    bos: bool | None = None
 
     def key(self) -> dict:
         """What identifies the calibration in caches (the text by hash, not by value)."""
@@ -79,10 +83,25 @@ def token_windows(tokenizer, cal: Calibration) -> torch.Tensor:
     ids = torch.tensor(tokenizer(load_text(cal), add_special_tokens=False)["input_ids"])
     if len(ids) < 2:
         raise InvalidInput("The calibration text is too short: it needs at least a few words.")
-    seq_len = min(cal.seq_len, len(ids))
+    bos = bos_token(tokenizer, cal)
+    seq_len = min(cal.seq_len - (bos is not None), len(ids))  # a window with BOS still has seq_len tokens
     count = max(1, min(cal.n_samples, len(ids) // seq_len))
     starts = torch.linspace(0, len(ids) - seq_len, count).round().long()  # one window: the start
-    return torch.stack([ids[start : start + seq_len] for start in starts.tolist()])
+    windows = torch.stack([ids[start : start + seq_len] for start in starts.tolist()])
+    return windows if bos is None else torch.cat([torch.full((count, 1), bos), windows], dim=1)
+
+
+def bos_token(tokenizer, cal: Calibration) -> int | None:
+    """The BOS id to prepend to each window or text, or None (``cal.bos`` None: as the tokenizer does)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if cal.bos is True and bos is None:
+        raise InvalidInput("This tokenizer has no BOS token to prepend: set BOS to auto or off.")
+    if bos is None or cal.bos is False:
+        return None
+    if cal.bos is None:
+        first = tokenizer("a")["input_ids"][:1]
+        return bos if first == [bos] else None
+    return bos
 
 
 def _read_file(path) -> str:

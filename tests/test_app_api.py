@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
 from conftest import free_port
 from gradio_client import Client
 from gradio_client.exceptions import AppError
+
+import prune
+from prune.recipe import Recipe
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +63,19 @@ def test_load_analyze_cut_generate_benchmark(client):
     assert "(4 of 30)" in banner
     with pytest.raises(AppError, match="whole number"):
         client.predict(2.5, api_name="/best_block")
+
+    # Block Influence as ShortGPT picks: the 4 lowest-BI layers wherever they are; or the best block of 4
+    _range, banner, *_ = client.predict("block_influence", "", "builtin", "", None, 16, 128, 4, "paper", "auto",
+                                        api_name="/analyze")
+    model, tokenizer = prune.load_model()
+    scores = prune.score(model, tokenizer, "block_influence", calibration=prune.Calibration(n_samples=16),
+                         use_cache=False).layer_scores
+    lowest = sorted(np.argsort(scores, kind="stable")[:4].tolist())
+    assert Recipe.cut(30, lowest).describe() in banner
+    _range, banner, *_ = client.predict(4, "block", api_name="/best_block")
+    assert "(4 of 30), end exclusive [" in banner
+    with pytest.raises(AppError, match="not in the list of choices"):
+        client.predict(4, "greedy", api_name="/best_block")
     client.predict("B", api_name="/edit_slot")
     _range, banner, *_ = client.predict([20, 26], api_name="/set_cut")
     assert "**A**: layers" in banner and "**B** ✎: layers 20–25" in banner

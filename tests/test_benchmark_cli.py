@@ -7,11 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import transformers
 
+import prune
+
 from conftest import REPO
 from evaluation import benchmark
+from prune.calibration import default_calibration
 
 
 def _run(capsys, *args):
@@ -49,6 +53,23 @@ def test_method_mode_cuts_the_best_block(tiny_folder, tmp_path, capsys):
     result = json.loads((tmp_path / "results_angular.json").read_text())
     removed = result["config"]["removed_layers"]
     assert len(removed) == 2 and removed[1] == removed[0] + 1
+
+
+@pytest.mark.parametrize("selection", ["paper", "block"])
+def test_method_mode_chooses_layers_by_the_selection_rule(tiny_folder, tmp_path, capsys, data_dir, selection):
+    code, _, err = _run(capsys, "--method", "block_influence", "--num_layers", 2, "--selection", selection,
+                        "--model", tiny_folder, "--task", "arc_easy", "--limit", 2, "--output_folder", tmp_path,
+                        "--data_dir", data_dir)
+    assert code == 0, err
+    removed = json.loads((tmp_path / "results_block_influence.json").read_text())["config"]["removed_layers"]
+    model, tokenizer = prune.load_model(str(tiny_folder))
+    result = prune.score(model, tokenizer, "block_influence", calibration=default_calibration(data_dir),
+                         use_cache=False)
+    if selection == "paper":  # ShortGPT removes the two lowest-BI layers, wherever they are
+        assert removed == sorted(np.argsort(result.layer_scores, kind="stable")[:2].tolist())
+    else:  # the block of two whose input and output are most alike: 1 − cos(h_l, h_{l+2})
+        start = int(np.nanargmin(result.block_scores[1]))
+        assert removed == [start, start + 1]
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from evaluation.models import ModelSpec
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.paths import cache_root
 from prune.recipe import Recipe
+from prune.selection import check_selection, chosen_recipe
 
 from . import inputs, plots, text
 from .range_control import parse_range, range_update
@@ -94,7 +95,8 @@ class Handlers:
         info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
         session = session if session.spec == spec else Session().for_model(spec, info)
         size = default_block_size(info.num_layers)
-        session, status = self._analyze(session, method, {}, self.default_calibration, size, request, progress)
+        session, status = self._analyze(session, method, {}, self.default_calibration, size, "paper", request,
+                                        progress)
         found = self.backend.stability(spec, method, size, calibration=self.default_calibration,
                                        progress=reporter(progress), owner=_owner(request))  # seconds for angular
         return (gr.update(value=spec.name), text.model_markdown(info), _size_update(info),
@@ -122,18 +124,19 @@ class Handlers:
 
     @user_errors
     def analyze(self, session: Session, method: str, options: str, source: str, detail: str, upload, samples,
-                seq_len, block_size, request: gr.Request = None, progress=gr.Progress()):
-        """Score every block with ``method``, then put the best block of ``block_size`` layers in the edited slot."""
+                seq_len, block_size, selection: str = "paper", bos: str = "auto", request: gr.Request = None,
+                progress=gr.Progress()):
+        """Score every block with ``method``, then put ``block_size`` layers it picks in the edited slot."""
         info = _need_model(session)
         spec = prune.METHODS[method]
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
-                                         self.default_calibration)
-        size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=info.num_layers - 1)
+                                         self.default_calibration, bos)
+        size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=info.num_layers - 1)
         session, status = self._analyze(session, method, text.parse_options(options, spec.options), calibration,
-                                        size, request, progress)
+                                        size, check_selection(selection), request, progress)
         return *self._cut_outputs(session), status
 
-    def _analyze(self, session, method, options, calibration, size, request, progress):
+    def _analyze(self, session, method, options, calibration, size, selection, request, progress):
         started = time.perf_counter()
         result = self.backend.analyze(session.spec, method, calibration=calibration, progress=reporter(progress),
                                       owner=_owner(request), **options)
@@ -141,8 +144,7 @@ class Handlers:
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))
-        start, end = result.best_block(size)
-        session = session.with_block(start, end, f"{origin}: best block of {size} layers")
+        session = session.with_cut(chosen_recipe(result, size, selection, origin))
         return session, text.analysis_status(result, cached)
 
     @user_errors
@@ -189,12 +191,13 @@ class Handlers:
         return self._cut_outputs(session.with_block(start, end, f"{session.origin}: heatmap cell"))
 
     @user_errors
-    def best_block(self, session: Session, size):
+    def best_block(self, session: Session, size, selection: str = "paper"):
+        """The N layers the analysis picks (as its paper does, or the best contiguous block) in the edited slot."""
         if session.result is None:
-            raise InvalidInput("Analyze first: the best block comes from the importance scores.")
-        size = inputs.whole_number(size, "The block size", minimum=1, maximum=session.info.num_layers - 1)
-        start, end = session.result.best_block(size)
-        return self._cut_outputs(session.with_block(start, end, f"{session.origin}: best block of {size}"))
+            raise InvalidInput("Analyze first: the choice comes from the importance scores.")
+        size = inputs.whole_number(size, "The number of layers", minimum=1, maximum=session.info.num_layers - 1)
+        return self._cut_outputs(session.with_cut(chosen_recipe(session.result, size, check_selection(selection),
+                                                                session.origin)))
 
     @user_errors
     def named_cut(self, session: Session, name: str):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import prune
 from evaluation.models import ModelSpec
+from prune.calibration import BOS_CHOICES
 from prune.errors import InvalidInput, ModelNotFound
 from prune.loading import is_default
 
@@ -116,8 +117,14 @@ def prompt(text: str | None, policy: Policy) -> str:
 
 
 def calibration(source: str, detail: str | None, upload: str | None, samples, seq_len, policy: Policy,
-                default: prune.Calibration) -> prune.Calibration:
+                default: prune.Calibration, bos: str = "auto") -> prune.Calibration:
     """The calibration a visitor chose; files come by upload on a shared server, and are read here."""
+    if bos not in BOS_CHOICES:
+        raise InvalidInput(f"BOS is one of: {', '.join(BOS_CHOICES)}.")
+    return replace(_calibration(source, detail, upload, samples, seq_len, policy, default), bos=BOS_CHOICES[bos])
+
+
+def _calibration(source, detail, upload, samples, seq_len, policy: Policy, default: prune.Calibration):
     if source not in CALIBRATION_SOURCES:
         raise InvalidInput(f"Unknown calibration source '{source}'. Choose one of: {', '.join(CALIBRATION_SOURCES)}.")
     n = whole_number(samples, "Calibration samples", minimum=1, maximum=4096)

@@ -99,10 +99,12 @@ class LayerRange(gr.HTML):
     """Two handles over the layers; value ``[start, end]`` (end exclusive); ``release`` on drop."""
 
     def __init__(self, value: list[int] | None = None, *, layers: int = 0, layer_params: list[int] | None = None,
-                 total_params: int = 0, **kwargs):
+                 total_params: int = 0, custom: list[int] | None = None, **kwargs):
+        # custom: the removed layers of a scattered cut, shown instead of the block (Gradio rebuilds the
+        # component from an update's props, so every prop is an argument here)
         super().__init__(value=list(value) if value else [0, 1], html_template=_TEMPLATE, css_template=_CSS,
                          js_on_load=_JS, layers=layers, layer_params=list(layer_params or []),
-                         total_params=int(total_params), custom=None, **kwargs)
+                         total_params=int(total_params), custom=list(custom) if custom else None, **kwargs)
 
     def api_info(self) -> dict:
         return {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2,

@@ -154,7 +154,9 @@ def _number(value) -> bool:
 
 
 def method_markdown(method) -> str:
-    return f"**{method.label}**: *{method.description}*"
+    from prune.selection import paper_rule_words
+
+    return f"**{method.label}**: *{method.description}* ({paper_rule_words(method.name)}.)"
 
 
 def options_text(options: dict) -> str:

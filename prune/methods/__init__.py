@@ -20,6 +20,7 @@ class Method:
     label: str
     func: Callable
     description: str
+    selection: str = "layers"  # what the method's paper removes: "layers" (the N lowest, anywhere) or "block"
 
     @property
     def options(self) -> dict[str, object]:
@@ -31,14 +32,20 @@ class Method:
 METHODS: dict[str, Method] = {}
 
 
-def register(name: str, label: str):
-    """Decorator: add a method under ``name``; its docstring's first line is its description."""
+def register(name: str, label: str, selection: str = "layers"):
+    """Decorator: add a method under ``name``; its docstring's first line is its description.
+
+    ``selection`` says how the method's paper picks N layers from the scores: ``"layers"``, the
+    N individually least important (anywhere), or ``"block"``, the best contiguous block.
+    """
+    if selection not in ("layers", "block"):
+        raise ValueError(f"Unknown selection rule '{selection}' for method '{name}'.")
 
     def add(func: Callable) -> Callable:
         if name in METHODS:
             raise ValueError(f"Importance method '{name}' is registered twice.")
         description = (inspect.getdoc(func) or "").splitlines()[0]
-        METHODS[name] = Method(name=name, label=label, func=func, description=description)
+        METHODS[name] = Method(name=name, label=label, func=func, description=description, selection=selection)
         return func
 
     return add

@@ -11,7 +11,7 @@ from . import register
 from .similarity import block_matrix
 
 
-@register("angular", "Angular distance (Gromov et al. 2024)")
+@register("angular", "Angular distance (Gromov et al. 2024)", selection="block")
 def angular_distance(ctx, *, token: str = "last") -> ImportanceResult:
     """arccos(cos(h_l, h_{l+n}))/π averaged over samples; small = the block barely turns the stream."""
     if token not in ("last", "mean"):

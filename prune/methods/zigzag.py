@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..calibration import load_text
+from ..calibration import bos_token, load_text
 from ..hidden import norm_last_tokens
 from ..result import ImportanceResult, blocks_from_layers
 from ..topology import betti_numbers, inter_layer_persistence, knn_zigzag, persistence_cuts
@@ -29,8 +29,9 @@ def text_diagrams(ctx, *, texts: int = 1000, max_tokens: int = 2048, k: int = 5)
     ``evaluation.zigzag_output.write_bars_csv`` writes the bars as the authors' CSV.
     """
     chunks = whole_texts(load_text(ctx.calibration))[:texts]
-    ids = [row[:max_tokens] for row in ctx.tokenizer(chunks, add_special_tokens=False)["input_ids"]]
-    ids = [row for row in ids if row]
+    bos = bos_token(ctx.tokenizer, ctx.calibration)
+    start = [] if bos is None else [bos]
+    ids = [(start + row)[:max_tokens] for row in ctx.tokenizer(chunks, add_special_tokens=False)["input_ids"] if row]
     notes = []
     if len(ids) < texts:
         notes.append(f"The calibration text gives {len(ids)} texts (one per non-empty line) where {texts} were asked; "

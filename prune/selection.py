@@ -1,0 +1,54 @@
+"""Which N layers a result removes: as the method's paper picks them, or as the best contiguous block.
+
+ShortGPT (Block Influence), Shortened LLaMA (PPL, Taylor+) and the relative-magnitude and
+greedy papers remove the N individually least important layers, wherever they are; Gromov et
+al. (angular distance) remove the best contiguous block. Zigzag persistence's own rule is a
+threshold (its "10%"/"20%" named cuts); for a given N its "paper" choice is the N layers of
+lowest score. The rule of each method is written once, in its registration.
+"""
+
+from __future__ import annotations
+
+from .errors import InvalidInput
+from .methods import get_method
+from .recipe import Recipe
+from .result import ImportanceResult
+
+SELECTIONS = {  # name → how it is offered in the UI and the CLI
+    "paper": "as in the method's paper",
+    "block": "best contiguous block",
+}
+
+
+def check_selection(selection: str) -> str:
+    if selection not in SELECTIONS:
+        raise InvalidInput(f"Unknown selection '{selection}'. Choose one of: {', '.join(SELECTIONS)}.")
+    return selection
+
+
+def rule(method: str, selection: str) -> str:
+    """``"layers"`` or ``"block"``: what ``selection`` means for ``method``."""
+    return get_method(method).selection if check_selection(selection) == "paper" else "block"
+
+
+def paper_rule_words(method: str) -> str:
+    """'its paper removes the N individually least important layers' (or the best contiguous block)."""
+    if get_method(method).selection == "block":
+        return "its paper removes the best contiguous block of N layers"
+    return "its paper removes the N individually least important layers, wherever they are"
+
+
+def chosen_layers(result: ImportanceResult, n: int, selection: str = "paper") -> list[int]:
+    """The ``n`` layers ``result`` removes under ``selection``, sorted; never a protected one."""
+    if rule(result.method, selection) == "block":
+        start, end = result.best_block(n)
+        return list(range(start, end))
+    return result.best_layers(n)
+
+
+def chosen_recipe(result: ImportanceResult, n: int, selection: str, origin: str) -> Recipe:
+    """The cut of :func:`chosen_layers`, with how it was chosen appended to ``origin``."""
+    layers = chosen_layers(result, n, selection)
+    how = (f"best block of {n} layers" if rule(result.method, selection) == "block"
+           else f"{n} least important layers")
+    return Recipe.cut(result.num_layers, layers, origin=f"{origin}: {how}")
