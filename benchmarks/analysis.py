@@ -1,9 +1,12 @@
-"""Default-model figures for the foundation: load times, and time and best block per method.
+"""Default-model figures: load times, and per method its time and the N layers it cuts under both rules.
 
-    .venv/bin/python benchmarks/analysis.py [--block 6]
+    .venv/bin/python benchmarks/analysis.py [--block 6] [--data_dir ../shared/benchdata]
 
 The first load runs against an empty cache folder (GGUF → safetensors), the second reads the
-cache. Each method runs with a fresh context (its own residual stream), no analysis cache.
+cache. Each method runs with a fresh context (its own residual stream), no analysis cache, on
+the default calibration (WikiText-2 validation from the data folder, else the built-in text).
+"paper" is the method's paper's rule (the N least important layers, or a block for angular);
+"block" the best contiguous block.
 """
 
 from __future__ import annotations
@@ -17,20 +20,25 @@ import time
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--block", type=int, default=6, help="block size whose best start is reported")
+    parser.add_argument("--block", type=int, default=6, help="how many layers to cut")
+    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
     args = parser.parse_args()
     cache = tempfile.mkdtemp(prefix="layercut-bench-")
     os.environ["LAYERCUT_CACHE"] = cache
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        run(args.block)
+        run(args.block, args.data_dir)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
 
 
-def run(block: int) -> None:
+def run(block: int, data_dir: str | None) -> None:
     import prune
+    from evaluation.offline_tasks import default_data_dir
+    from prune.calibration import default_calibration
+    from prune.selection import chosen_layers
 
+    calibration = default_calibration(data_dir or default_data_dir())
     started = time.perf_counter()
     prune.load_model()
     first = time.perf_counter() - started
@@ -38,13 +46,13 @@ def run(block: int) -> None:
     model, tokenizer = prune.load_model()
     second = time.perf_counter() - started
     print(f"load: first (dequantize GGUF + cache) {first:.1f} s, second (from cache) {second:.1f} s")
-    print(f"{'method':<20} {'time (s)':>9}  best {block}-layer block [start, end)  most removable layers")
+    print(f"calibration: {calibration.source}, {calibration.n_samples} × {calibration.seq_len} tokens")
+    print(f"{'method':<20} {'time (s)':>9}  {block} layers: paper's rule | best block")
     for name in prune.METHODS:
-        result = prune.score(model, tokenizer, name, use_cache=False)
-        start, end = result.best_block(block)
+        result = prune.score(model, tokenizer, name, calibration=calibration, use_cache=False)
         cuts = "  cuts " + ", ".join(f"{k}: {v}" for k, v in result.cuts.items()) if result.cuts else ""
-        print(f"{name:<20} {result.elapsed_s:>9.1f}  [{start}, {end}) = layers {start}…{end - 1}"
-              f"{'' if result.block_exact else ' (sum of layers)'}  {result.best_layers(block)}{cuts}")
+        print(f"{name:<20} {result.elapsed_s:>9.1f}  {chosen_layers(result, block, 'paper')} | "
+              f"{chosen_layers(result, block, 'block')}{'' if result.block_exact else ' (sum of layers)'}{cuts}")
 
 
 if __name__ == "__main__":
