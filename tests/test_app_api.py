@@ -137,8 +137,15 @@ def test_a_long_job_can_be_cancelled_and_the_device_is_free_again(client):
 
 
 def test_a_missing_model_is_a_message(client):
+    """While a model loads nothing of the previous one shows; when the load fails the previous one is back."""
+    _model, _md, _size, _range, before, *_ = client.predict("angular", api_name="/startup")
+    job = client.submit("no-such-org/no-such-model", "", False, "auto", api_name="/load_model")
     with pytest.raises(AppError, match="not found"):
-        client.predict("no-such-org/no-such-model", "", False, "auto", api_name="/load_model")
+        job.result(timeout=120)
+    loading, restored = job.outputs()[0], job.outputs()[-1]
+    assert "Loading no-such-org/no-such-model" in loading[3] and loading[-1].startswith("Loading")
+    assert not [t for t in loading[4]["data"] if t.get("type") == "heatmap"]  # no stale heatmap
+    assert restored[3] == before and "Angular" in restored[-1]
     with pytest.raises(AppError, match="Unknown option"):
         client.predict("angular", "tokens=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
 

@@ -105,16 +105,23 @@ class Handlers:
     @user_errors
     def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
                    request: gr.Request = None, progress=gr.Progress()):
-        """Load a model (empty = the embedded default) for this visitor; a failure keeps what was shown."""
+        """Load a model (empty = the embedded default) for this visitor.
+
+        Nothing of the previous model shows while it loads; a failure shows the previous model again.
+        """
         spec = inputs.model_spec(name, token, trust_remote_code, dtype, self.policy)
+        yield (gr.update(), gr.update(), *self._cut_outputs(session.while_loading(spec.name)),
+               f"Loading {spec.name}…")
         try:
             info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
-        except ModelNotFound:
-            if self.policy.shared:  # the same words whether or not a folder of that name exists here
+        except Exception as err:
+            status = text.analysis_status(session.result, cached=False) if session.result else ""
+            yield (gr.update(), gr.update(), *self._cut_outputs(session), status)
+            if isinstance(err, ModelNotFound) and self.policy.shared:  # the same words whether or not a folder exists
                 raise inputs.shared_not_found(spec.name) from None
             raise
         session = session.for_model(spec, info)
-        return text.model_markdown(info), _size_update(info), *self._cut_outputs(session), "Analyzing…"
+        yield text.model_markdown(info), _size_update(info), *self._cut_outputs(session), "Analyzing…"
 
     @user_errors
     def method_info(self, method: str):
@@ -193,6 +200,7 @@ class Handlers:
     @user_errors
     def best_block(self, session: Session, size, selection: str = "paper"):
         """The N layers the analysis picks (as its paper does, or the best contiguous block) in the edited slot."""
+        _need_model(session)
         if session.result is None:
             raise InvalidInput("Analyze first: the choice comes from the importance scores.")
         size = inputs.whole_number(size, "The number of layers", minimum=1, maximum=session.info.num_layers - 1)
@@ -202,6 +210,7 @@ class Handlers:
     @user_errors
     def named_cut(self, session: Session, name: str):
         """A named cut of the analysis (e.g. persistence "10%"), contiguous or not."""
+        _need_model(session)
         if session.result is None or name not in (session.result.cuts or {}):
             raise InvalidInput(f"No cut named '{name}' in this analysis.")
         recipe = Recipe.cut(session.info.num_layers, session.result.cuts[name], origin=f"{session.origin}: {name} cut")
@@ -215,6 +224,7 @@ class Handlers:
         """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files."""
         from evaluation import export_texts, exports
 
+        _need_model(session)
         recipe = session.cut()
         if recipe is None:
             raise InvalidInput(f"Choose a cut for {session.editing} first: there is nothing to export yet.")
@@ -332,7 +342,10 @@ class Handlers:
         value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else (0, 1)
         slider = range_update(value, layers=layers, layer_params=params, total_params=info.num_params if info else 0,
                               custom=list(cut.layers) if cut and cut.span is None else None)
-        if result is None:
+        if session.loading:
+            heat = plots.empty_figure(f"Loading {session.loading}…")
+            bars = plots.empty_figure("")
+        elif result is None:
             heat = plots.empty_figure("Analyze to see which blocks matter least")
             bars = plots.empty_figure("Per-layer scores appear after the analysis")
         else:
@@ -354,6 +367,8 @@ def _owner(request: gr.Request | None) -> str | None:
 
 
 def _need_model(session: Session):
+    if session.loading:
+        raise InvalidInput(f"{session.loading} is still loading: wait until its heatmap shows.")
     if session.info is None:
         raise InvalidInput("Load a model first.")
     return session.info

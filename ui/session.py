@@ -27,6 +27,7 @@ class Session:
     cuts: tuple[Recipe | None, Recipe | None] = (None, None)  # A, B
     editing: str = SLOTS[0]  # the slot the range, the heatmap and the presets edit
     results: tuple[Measurement, ...] = ()  # benchmark and perplexity results shown
+    loading: str = ""  # a model being loaded: nothing of the previous model shows meanwhile
 
     def variants(self) -> dict[str, Recipe]:
         """The compressed models to compare, label → recipe."""
@@ -50,6 +51,10 @@ class Session:
         fresh = {(m.group, m.name, m.model) for m in measurements}
         kept = [m for m in self.results if (m.group, m.name, m.model) not in fresh]
         return replace(self, results=(*kept, *measurements))
+
+    def while_loading(self, name: str) -> Session:
+        """What the page shows while ``name`` loads: no model, no analysis, no cut."""
+        return Session(editing=self.editing, loading=name)
 
     def for_model(self, spec: ModelSpec, info: ModelInfo) -> Session:
         """A session on another model: nothing of the previous model's stays."""

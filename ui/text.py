@@ -74,6 +74,8 @@ def model_markdown(info) -> str:
 
 def banner_markdown(session) -> str:
     """The banner above the tabs: what A and B remove (the edited one marked), for this visitor only."""
+    if session.loading:
+        return f"**Loading {session.loading}…** — its heatmap and cuts appear when it is ready."
     if session.info is None:
         return "**No model yet** — loading…"
     lines = []
