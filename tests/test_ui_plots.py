@@ -110,6 +110,22 @@ def test_comparison_and_speedup_figures():
     assert [t.name for t in only_original.data] == ["original"]
 
 
+@pytest.mark.parametrize("value, unit, label", [
+    (1530.4, "MiB", "1,530 MiB"), (134515008.0, "", "135,000,000"), (60.46, "%", "60.5%"), (99.96, "%", "100%"),
+    (0.01234, "", "0.0123"), (2.5, "tokens/s", "2.5 tokens/s"), (None, "MiB", ""), (float("nan"), "", ""),
+])
+def test_bar_labels_are_readable_numbers(value, unit, label):
+    assert plots.bar_label(value, unit) == label
+
+
+def test_memory_bars_read_in_mib_not_in_exponents():
+    ms = [_m("weight memory", 1530.4, "original", unit="MiB", higher=False, group="memory"),
+          _m("weight memory", 1148.0, "pruned", unit="MiB", higher=False, group="memory")]
+    fig = plots.comparison_figure(ms, unit="MiB", title="Memory")
+    assert [t.text[0] for t in fig.data] == ["1,530 MiB", "1,150 MiB"]
+    assert "e+" not in json.dumps([t.text for t in fig.data])
+
+
 @pytest.mark.parametrize("value, expected", [
     ([20, 26], (20, 26)), ((0, 1), (0, 1)), ([3.0, 5.0], (3, 5)), ({"start": 2, "end": 4}, (2, 4)),
     ("20, 26", (20, 26)), ("[20, 26)", (20, 26)), ("20-26", (20, 26)), ("20..26", (20, 26)),
@@ -199,3 +215,4 @@ def test_sweep_figure_shows_the_measurement_and_each_method_scaled_with_its_rank
     assert list(angular.y) == [1.0, 0.0, 0.5] and angular.name == "angular (ρ = +1.00)"
     assert list(taylor.y) == [None, 0.0, 1.0] and taylor.name == "taylor"  # protected block left out
     assert "every cut of 2 layers" in fig.layout.title.text
+
