@@ -135,6 +135,7 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
     result = backend.analyze(spec, args.method, progress=progress)
+    progress(1.0, f"{METHODS[args.method].label}: {result.timing()}.")
     start, end = result.best_block(args.num_layers)
     return {args.method: Recipe.block(info.num_layers, start, end,
                                       origin=f"{METHODS[args.method].label}, best block of {args.num_layers} layers")}

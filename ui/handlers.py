@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import time
 from dataclasses import replace
 
 import gradio as gr
@@ -98,7 +97,8 @@ class Handlers:
         found = self.backend.stability(spec, method, size, calibration=self.default_calibration,
                                        progress=reporter(progress), owner=_owner(request))  # seconds for angular
         return (gr.update(value=spec.name), text.model_markdown(info), _size_update(info),
-                *self._cut_outputs(session), status, text.stability_markdown(found))
+                *self._cut_outputs(session), text.index_convention(info.num_layers), status,
+                text.stability_markdown(found))
 
     @user_errors
     def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
@@ -112,7 +112,8 @@ class Handlers:
                 raise inputs.shared_not_found(spec.name) from None
             raise
         session = session.for_model(spec, info)
-        return text.model_markdown(info), _size_update(info), *self._cut_outputs(session), "Analyzing…"
+        return (text.model_markdown(info), _size_update(info), *self._cut_outputs(session),
+                text.index_convention(info.num_layers), "Analyzing…")
 
     @user_errors
     def method_info(self, method: str):
@@ -134,16 +135,14 @@ class Handlers:
         return *self._cut_outputs(session), status
 
     def _analyze(self, session, method, options, calibration, size, request, progress):
-        started = time.perf_counter()
         result = self.backend.analyze(session.spec, method, calibration=calibration, progress=reporter(progress),
                                       owner=_owner(request), **options)
-        cached = time.perf_counter() - started < 0.5 * result.elapsed_s
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))
         start, end = result.best_block(size)
         session = session.with_block(start, end, f"{origin}: best block of {size} layers")
-        return session, text.analysis_status(result, cached)
+        return session, text.analysis_status(result)
 
     @user_errors
     def stability(self, session: Session, block_size, resamples, request: gr.Request = None, progress=gr.Progress()):
