@@ -120,7 +120,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                     label="Which compressed model the range, the heatmap and the presets edit")
                     clear_btn = gr.Button("Clear this cut", scale=1, min_width=140, elem_id="clear-cut")
                 layer_range = LayerRange(elem_id="layer-range")
-                gr.Markdown(text.INDEX_CONVENTION, elem_id="index-convention")
+                convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
                 with gr.Row():
                     with gr.Column(scale=2):
                         heatmap = PlotView(height=520, elem_id="heatmap")
@@ -232,7 +232,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         # ------------------------------------------------------------ wiring
         cut_outputs = [layer_range, banner, heatmap, bars, named, slot, view]
         load_inputs = [view, model, token, trust, dtype]
-        load_outputs = [model_md, block_size, *cut_outputs]
+        load_outputs = [model_md, block_size, *cut_outputs, convention]
         analyze_inputs = [view, method, options, cal_source, cal_detail, cal_upload, cal_samples, cal_len, block_size,
                           selection, cal_bos]
         analyze_outputs = [*cut_outputs, analysis_md]

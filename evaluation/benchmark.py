@@ -146,6 +146,7 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
     calibration = replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
     result = backend.analyze(spec, args.method, calibration=calibration, progress=progress)
+    progress(1.0, f"{METHODS[args.method].label}: {result.timing()}.")
     return {args.method: chosen_recipe(result, args.num_layers, args.selection, origin=METHODS[args.method].label)}
 
 

@@ -19,8 +19,10 @@ Packing layout of one row (context ``c0 c1 c2``, continuations ``a0 a1 a2`` and 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +35,29 @@ TOKENS_PER_REQUEST = 128  # batch_size requests ≈ batch_size × this many toke
 PACKED_ROW_CAP = 2048  # longer groups are split over rows: a row's 4-D mask grows as T²
 HEAD_CHUNK_ELEMENTS = 1 << 24  # logits per chunk (64 MB in float32): bigger chunks spill out of cache
 BATCH_OVERHEAD_TOKENS = 64  # a forward pass costs about this many tokens beyond its own (planning only)
+
+# HFLM warns on every construction with an in-memory model (once per compared model, so twice per
+# run): that other model arguments are ignored, and that distributed setup is skipped. LayerCut
+# passes an in-memory model on purpose and no other model arguments, so both are always true and
+# never useful; only these two are dropped, and only while an HFLM is being built.
+_IN_MEMORY_NOTES = ("`pretrained` model kwarg is not of type `str`",
+                    "Passed an already-initialized model through `pretrained`")
+
+
+@contextmanager
+def building_in_memory_hflm() -> Iterator[None]:
+    """While an HFLM is built on an in-memory model: its two notes about that are not printed."""
+    logger = logging.getLogger(HFLM.__module__)
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_IN_MEMORY_NOTES)
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
 
 Pair = tuple[tuple[int, ...], tuple[int, ...]]  # (context tokens, continuation tokens)
 Runner = Callable[["PackedBatch"], torch.Tensor]  # batch -> LM-head input [B, T, D]
@@ -272,7 +297,8 @@ class FastLM(HFLM):
 
     def __init__(self, model: nn.Module, tokenizer, batch_size: int = 16, *,
                  batch_tokens: int | None = None, runner: Runner | None = None, **hflm_kwargs):
-        super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **hflm_kwargs)
+        with building_in_memory_hflm():
+            super().__init__(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, **hflm_kwargs)
         per_batch = batch_size if isinstance(batch_size, int) else 16
         self.batch_tokens = batch_tokens or per_batch * TOKENS_PER_REQUEST
         self.runner: Runner = runner or (lambda batch: head_input(self.model, batch))

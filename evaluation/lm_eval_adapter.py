@@ -35,7 +35,10 @@ def make_hflm(model, tokenizer, batch_size: int):
     """lm-eval's own HFLM on the in-memory model."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    from .fast_lm import building_in_memory_hflm
+
+    with building_in_memory_hflm():
+        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
 
 
 # name → function(model, tokenizer, batch_size) -> lm_eval.api.model.LM; adding a scorer is one line.

@@ -10,7 +10,7 @@ Derived columns, oriented so that "bigger is better" reads the same way everywhe
 * degradation — how much worse the pruned value is, in the metric's own unit (points for %):
   ``original − pruned`` when higher is better, ``pruned − original`` when lower is better;
 * retention % — ``100 · pruned / original`` (higher is better) or ``100 · original / pruned``
-  (lower is better): below 100 means the cut lost something;
+  (lower is better): below 100 means the cut lost something; "—" when the denominator is 0;
 * speedup — the same ratio as a factor, for speed metrics (latency: original / pruned;
   throughput: pruned / original), beside the ideal speedup from per-token FLOPs;
 * pruned / original % — the plain ratio, for memory and size (neither better nor worse).
@@ -150,9 +150,25 @@ def _derived_columns(rows: list[Row]) -> list[str]:
     wanted = []
     for row in rows:
         for col in _GROUP_COLUMNS.get(row.group, _QUALITY_COLUMNS):
-            if col not in wanted and getattr(row, col) is not None:
+            if col not in wanted and (getattr(row, col) is not None or _undefined_ratio(row, col)):
                 wanted.append(col)
     return [c for c in _COLUMN_TITLES if c in wanted]
+
+
+def _undefined_ratio(row: Row, col: str) -> bool:
+    """A ratio that both values were measured for but whose denominator is 0 (an original scoring 0)."""
+    ratios = {"retention_pct": row.higher_is_better is not None, "speedup": row.higher_is_better is not None,
+              "ratio_pct": True}
+    both = row._value(row.original) is not None and row._value(row.pruned) is not None
+    return ratios.get(col, False) and both and getattr(row, col) is None
+
+
+def _cell(row: Row | None, col: str, text: bool):
+    """A derived cell: a number, "—" where the ratio is undefined (shown, not dropped), else empty."""
+    value = getattr(row, col) if row is not None else None
+    if not text:
+        return value
+    return "—" if row is not None and _undefined_ratio(row, col) else _number(value)
 
 
 def column_title(label: str) -> str:
@@ -182,9 +198,9 @@ def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *,
             row = per.get(label)
             _put(rec, column_title(label), row.pruned if row else None, text)
             for col in derived:
-                value = getattr(row, col) if row and col in _GROUP_COLUMNS.get(group, _QUALITY_COLUMNS) else None
+                applies = row is not None and col in _GROUP_COLUMNS.get(group, _QUALITY_COLUMNS)
                 title = _COLUMN_TITLES[col] if len(variants) == 1 else f"{_COLUMN_TITLES[col]} ({label})"
-                rec[title] = _number(value) if text else value
+                rec[title] = _cell(row if applies else None, col, text)
         records.append(rec)
     if text and len({r["Group"] for r in records}) <= 1:
         for rec in records:

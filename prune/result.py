@@ -25,8 +25,14 @@ class ImportanceResult:
     params: dict = field(default_factory=dict)
     cuts: dict[str, list[int]] = field(default_factory=dict)  # named non-contiguous layer sets
     block_exact: bool = True  # False when blocks are the sum of single-layer scores
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # how long scoring took when it ran, also for a result read back from the cache
     warnings: list[str] = field(default_factory=list)  # what the user should know before trusting it
+    from_cache: bool = field(default=False, compare=False)  # read back by prune.score, not computed now; never saved
+
+    def timing(self) -> str:
+        """'scored in 14.8 s', or 'read from the cache (scored in 14.8 s earlier)': the UI's and the CLI's words."""
+        scored = f"scored in {self.elapsed_s:.1f} s"
+        return f"read from the cache ({scored} earlier)" if self.from_cache else scored
 
     @property
     def cut_sizes(self) -> dict[str, dict]:

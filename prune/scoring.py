@@ -40,7 +40,9 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
                   "calibration": calibration.key(), "version": __version__})
     path = cache_root() / "analyses" / f"{method}-{key}.json"
     if use_cache and (cached := read_json(path)) is not None:
-        return ImportanceResult.from_json(cached)
+        result = ImportanceResult.from_json(cached)
+        result.from_cache = True
+        return result
     started = time.perf_counter()
     result = spec.func(context or Context(model, tokenizer, calibration), **options)
     result.elapsed_s = time.perf_counter() - started

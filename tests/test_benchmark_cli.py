@@ -46,13 +46,20 @@ def test_personalized_cut_writes_results_tables_and_checkpoint(tiny_folder, tmp_
     assert saved.num_hidden_layers == 2 and (export / "layercut.json").is_file()
 
 
-def test_method_mode_cuts_the_best_block(tiny_folder, tmp_path, capsys):
-    code, _, err = _run(capsys, "--method", "angular", "--num_layers", 2, "--model", tiny_folder, "--task",
-                        "arc_easy", "--limit", 2, "--output_folder", tmp_path)
+def test_method_mode_cuts_the_best_block_and_says_when_the_analysis_came_from_the_cache(tiny_folder, tmp_path,
+                                                                                         capsys, monkeypatch):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))  # no other test's analysis in it
+    args = ("--method", "angular", "--num_layers", 2, "--model", tiny_folder, "--task", "arc_easy", "--limit", 2,
+            "--output_folder", tmp_path)
+    code, _, err = _run(capsys, *args)
     assert code == 0, err
     result = json.loads((tmp_path / "results_angular.json").read_text())
     removed = result["config"]["removed_layers"]
     assert len(removed) == 2 and removed[1] == removed[0] + 1
+    assert "Angular distance (Gromov et al. 2024): scored in " in err and "cache" not in err
+    code, _, err = _run(capsys, *args)
+    assert code == 0, err
+    assert "Angular distance (Gromov et al. 2024): read from the cache (scored in " in err and " s earlier)." in err
 
 
 @pytest.mark.parametrize("selection", ["paper", "block"])

@@ -109,6 +109,25 @@ def test_make_fast_builds_a_fastlm(tiny_tokenizer):
     assert isinstance(lm, FastLM) and lm.batch_size == 8
 
 
+def test_building_a_scorer_on_an_in_memory_model_prints_no_in_memory_notes(tiny_tokenizer, caplog, capfd):
+    """HFLM's two notes about an in-memory ``pretrained`` are dropped while a scorer is built; nothing else is."""
+    import logging
+
+    from evaluation.lm_eval_adapter import SCORERS
+
+    logger = logging.getLogger(HFLM.__module__)
+    model = tiny_model("llama", layers=2)
+    with caplog.at_level(logging.WARNING, logger=HFLM.__module__):
+        for make in SCORERS.values():
+            make(model, tiny_tokenizer, 4)
+        logger.warning("`pretrained` model kwarg is not of type `str` (logged after building: kept)")
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any("already-initialized" in m for m in messages)
+    assert messages.count("`pretrained` model kwarg is not of type `str` (logged after building: kept)") == 1
+    assert len(messages) == 1 and not logger.filters  # the filter is gone once the scorer is built
+    assert "not of type `str`. Many" not in capfd.readouterr().err
+
+
 # ---------------------------------------------------------------- the default model, real tasks
 
 

@@ -56,6 +56,20 @@ def test_tables_show_the_columns_that_apply():
     assert rows[1].startswith("benchmarks,arc_easy acc,%,60.0,,45.0,,15.0,75.0")
 
 
+def test_a_zero_original_keeps_the_retention_column_with_a_dash():
+    """Retention of a task the original scores 0 on is undefined: the column stays, the cell says so."""
+    (record,) = M.table_records(_pair("gsm8k exact_match", 0.0, 0.0))
+    assert record["Retention %"] == "—" and record["Degradation"] == "0"
+    both = M.table_records(_pair("gsm8k exact_match", 0.0, 2.0) + _pair("arc_easy acc", 60.0, 45.0))
+    assert [r["Retention %"] for r in both] == ["—", "75.00"]
+    assert "| gsm8k exact_match | % | 0 | 2.00 | -2.00 | — |" in M.to_markdown(_pair("gsm8k exact_match", 0.0, 2.0))
+    assert M.to_csv(_pair("gsm8k exact_match", 0.0, 2.0)).splitlines()[1].endswith(",-2.0,")  # raw: empty, no dash
+    (memory,) = M.table_records(_pair("peak memory", 0.0, 3.0, "MiB", False, "memory"))
+    assert memory["Pruned / original %"] == "—"
+    (no_pair,) = M.table_records([Measurement("gsm8k exact_match", 0.0, "%")])
+    assert "Retention %" not in no_pair  # nothing to compare: no column
+
+
 def test_without_a_cut_there_is_no_pruned_column():
     records = M.table_records([Measurement("arc_easy acc", 60.0, "%", spread=1.5, spread_kind="stderr")])
     assert records == [{"Metric": "arc_easy acc", "Unit": "%", "Original": "60.00 ± 1.50"}]

@@ -139,6 +139,10 @@ def test_results_are_cached_on_disk_and_round_trip(tiny_tokenizer, monkeypatch):
     second = prune.score(model, tiny_tokenizer, "block_influence", calibration=CAL)
     assert calls == [1]
     np.testing.assert_array_equal(first.block_scores, second.block_scores)
+    assert not first.from_cache and second.from_cache and second.elapsed_s == first.elapsed_s
+    assert first.timing() == f"scored in {first.elapsed_s:.1f} s"
+    assert second.timing() == f"read from the cache (scored in {first.elapsed_s:.1f} s earlier)"
+    assert "from_cache" not in second.to_json()
     other = tiny_model("llama", layers=4, seed=9)  # same name and config, other weights
     prune.score(other, tiny_tokenizer, "block_influence", calibration=CAL)
     assert calls == [1, 1]

@@ -110,6 +110,43 @@ def test_comparison_and_speedup_figures():
     assert [t.name for t in only_original.data] == ["original"]
 
 
+@pytest.mark.parametrize("value, unit, label", [
+    (1530.4, "MiB", "1,530 MiB"), (134515008.0, "", "135,000,000"), (60.46, "%", "60.5%"), (99.96, "%", "100%"),
+    (0.01234, "", "0.0123"), (2.5, "tokens/s", "2.5 tokens/s"), (None, "MiB", ""), (float("nan"), "", ""),
+])
+def test_bar_labels_are_readable_numbers(value, unit, label):
+    assert plots.bar_label(value, unit) == label
+
+
+def test_memory_bars_read_in_mib_not_in_exponents():
+    ms = [_m("weight memory", 1530.4, "original", unit="MiB", higher=False, group="memory"),
+          _m("weight memory", 1148.0, "pruned", unit="MiB", higher=False, group="memory")]
+    fig = plots.comparison_figure(ms, unit="MiB", title="Memory")
+    assert [t.text[0] for t in fig.data] == ["1,530 MiB", "1,150 MiB"]
+    assert "e+" not in json.dumps([t.text for t in fig.data])
+
+
+@pytest.mark.parametrize("layers, words", [
+    (30, "**[20, 26)** removes layers 20–25, six layers."),
+    (12, "**[9, 11)** removes layers 9–10, two layers."),
+    (4, "**[2, 3)** removes layer 2 only."),
+    (80, "**[53, 69)** removes layers 53–68, 16 layers."),
+])
+def test_the_index_example_is_a_block_the_loaded_model_has(layers, words):
+    convention = text.index_convention(layers)
+    assert convention.endswith(words)
+    start, end = text.example_block(layers)
+    assert 0 <= start < end < layers  # a real block, and a layer is left after it
+    assert parse_range([start, end], layers) == (start, end)
+
+
+def test_the_index_convention_before_a_model_and_in_the_range_error():
+    assert "[" not in text.index_convention(None).split("removes", 1)[1]  # no example without a model
+    assert text.example_block(1) is None
+    with pytest.raises(InvalidCut, match=r"e\.g\. \[9, 11\]"):
+        parse_range("layers", 12)
+
+
 @pytest.mark.parametrize("value, expected", [
     ([20, 26], (20, 26)), ((0, 1), (0, 1)), ([3.0, 5.0], (3, 5)), ({"start": 2, "end": 4}, (2, 4)),
     ("20, 26", (20, 26)), ("[20, 26)", (20, 26)), ("20-26", (20, 26)), ("20..26", (20, 26)),
@@ -199,3 +236,12 @@ def test_sweep_figure_shows_the_measurement_and_each_method_scaled_with_its_rank
     assert list(angular.y) == [1.0, 0.0, 0.5] and angular.name == "angular (ρ = +1.00)"
     assert list(taylor.y) == [None, 0.0, 1.0] and taylor.name == "taylor"  # protected block left out
     assert "every cut of 2 layers" in fig.layout.title.text
+
+
+def test_the_analysis_line_says_when_it_came_from_the_cache():
+    result = _result()
+    result.elapsed_s = 14.84
+    assert text.analysis_status(result) == "**Angular distance (Gromov et al. 2024)**: scored in 14.8 s"
+    result.from_cache = True
+    assert text.analysis_status(result) == ("**Angular distance (Gromov et al. 2024)**: read from the cache "
+                                            "(scored in 14.8 s earlier)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import time
 from dataclasses import replace
 
 import gradio as gr
@@ -100,7 +99,8 @@ class Handlers:
         found = self.backend.stability(spec, method, size, calibration=self.default_calibration,
                                        progress=reporter(progress), owner=_owner(request))  # seconds for angular
         return (gr.update(value=spec.name), text.model_markdown(info), _size_update(info),
-                *self._cut_outputs(session), status, text.stability_markdown(found))
+                *self._cut_outputs(session), text.index_convention(info.num_layers), status,
+                text.stability_markdown(found))
 
     @user_errors
     def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
@@ -110,18 +110,19 @@ class Handlers:
         Nothing of the previous model shows while it loads; a failure shows the previous model again.
         """
         spec = inputs.model_spec(name, token, trust_remote_code, dtype, self.policy)
-        yield (gr.update(), gr.update(), *self._cut_outputs(session.while_loading(spec.name)),
+        yield (gr.update(), gr.update(), *self._cut_outputs(session.while_loading(spec.name)), gr.update(),
                f"Loading {spec.name}…")
         try:
             info = self.backend.load(spec, progress=reporter(progress), owner=_owner(request))
         except Exception as err:
-            status = text.analysis_status(session.result, cached=False) if session.result else ""
-            yield (gr.update(), gr.update(), *self._cut_outputs(session), status)
+            status = text.analysis_status(session.result) if session.result else ""
+            yield (gr.update(), gr.update(), *self._cut_outputs(session), gr.update(), status)
             if isinstance(err, ModelNotFound) and self.policy.shared:  # the same words whether or not a folder exists
                 raise inputs.shared_not_found(spec.name) from None
             raise
         session = session.for_model(spec, info)
-        yield text.model_markdown(info), _size_update(info), *self._cut_outputs(session), "Analyzing…"
+        yield (text.model_markdown(info), _size_update(info), *self._cut_outputs(session),
+               text.index_convention(info.num_layers), "Analyzing…")
 
     @user_errors
     def method_info(self, method: str):
@@ -144,15 +145,13 @@ class Handlers:
         return *self._cut_outputs(session), status
 
     def _analyze(self, session, method, options, calibration, size, selection, request, progress):
-        started = time.perf_counter()
         result = self.backend.analyze(session.spec, method, calibration=calibration, progress=reporter(progress),
                                       owner=_owner(request), **options)
-        cached = time.perf_counter() - started < 0.5 * result.elapsed_s
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))
         session = session.with_cut(chosen_recipe(result, size, selection, origin))
-        return session, text.analysis_status(result, cached)
+        return session, text.analysis_status(result)
 
     @user_errors
     def stability(self, session: Session, block_size, resamples, request: gr.Request = None, progress=gr.Progress()):

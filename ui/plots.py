@@ -131,8 +131,8 @@ def layer_bar_figure(result, removed: Iterable[int] = ()) -> go.Figure:
 
 def grouped_bars(groups: list[str], series: dict[str, list[float | None]], *, title: str, y_title: str,
                  errors: dict[str, list[float | None]] | None = None, colors: dict[str, str] | None = None,
-                 y_range: list[float] | None = None) -> go.Figure:
-    """Bars grouped by ``groups`` with one bar per series (e.g. original vs pruned)."""
+                 y_range: list[float] | None = None, unit: str = "") -> go.Figure:
+    """Bars grouped by ``groups`` with one bar per series (e.g. original vs pruned), labelled in ``unit``."""
     palette = colors or {}
     defaults = iter([ORIGINAL, PRUNED, IDEAL, "#72b7b2", "#f58518"])
     fig = go.Figure()
@@ -142,18 +142,21 @@ def grouped_bars(groups: list[str], series: dict[str, list[float | None]], *, ti
         fig.add_trace(go.Bar(
             name=name, x=labels, y=values, marker_color=palette.get(name) or next(defaults),
             error_y=dict(type="data", array=[e or 0 for e in err], visible=True, color="#333") if err else None,
-            text=[_short(v) for v in values], textposition="inside", insidetextanchor="start",
-            textfont=dict(color="white"), hovertemplate=f"{name}<br>%{{x}}: %{{y:.4g}}<extra></extra>",
+            text=[bar_label(v, unit) for v in values], textposition="inside", insidetextanchor="start",
+            textfont=dict(color="white"), hovertemplate=f"{name}<br>%{{x}}: %{{y:,.4~r}}<extra></extra>",
         ))
     fig.update_xaxes(tickangle=0)
     fig.update_yaxes(title=y_title, range=y_range)
     return _layout(fig, title=dict(text=title), barmode="group")
 
 
-def _short(value) -> str:
+def bar_label(value, unit: str = "") -> str:
+    """Three significant digits a person reads at a glance: "1,530 MiB", "60.5%", "0.0123" (never "1.53e+03")."""
     if value is None or not np.isfinite(value):
         return ""
-    return f"{value:.3g}"
+    rounded = float(f"{value:.3g}")
+    number = f"{rounded:,.0f}" if abs(rounded) >= 100 else f"{rounded:.3g}"
+    return number + (unit if unit == "%" else f" {unit}" if unit else "")
 
 
 def empty_figure(message: str) -> go.Figure:
@@ -202,8 +205,9 @@ def comparison_figure(measurements, *, group: str | None = None, unit: str | Non
     names, labels, found = _by_model(rows)
     series = {label: [_value(found.get((label, n))) for n in names] for label in labels}
     errors = {label: [_spread(found.get((label, n))) for n in names] for label in labels}
+    units = {r.unit for r in rows}
     return grouped_bars(names, series, errors=errors, title=title, y_title=y_title or rows[0].unit,
-                        colors=dict(zip(labels, MODEL_COLORS)))
+                        colors=dict(zip(labels, MODEL_COLORS)), unit=units.pop() if len(units) == 1 else "")
 
 
 def speedup_figure(measurements) -> go.Figure:

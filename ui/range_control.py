@@ -17,6 +17,8 @@ import gradio as gr
 from prune.errors import InvalidCut
 from prune.surgery import check_block
 
+from .text import example_block
+
 _TEMPLATE = r"""${(() => {
   const L = Number(layers) || 0;
   if (L < 2) return `<div class="lc-range lc-empty">Load a model to choose a block of layers to cut.</div>`;
@@ -131,7 +133,8 @@ def parse_range(value, num_layers: int) -> tuple[int, int]:
     if isinstance(value, str):
         value = _NUMBER.findall(value)
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise InvalidCut(f"A block is two numbers [start, end), e.g. [20, 26]; got {value!r}.")
+        start, end = example_block(int(num_layers)) or (0, 1)
+        raise InvalidCut(f"A block is two numbers [start, end), e.g. [{start}, {end}]; got {value!r}.")
     bounds = []
     for part in value:
         try:

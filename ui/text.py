@@ -15,10 +15,30 @@ INTRO = (
     "Your comparison is yours alone: other visitors of this page do not see or change it."
 )
 
-INDEX_CONVENTION = (
-    "Layers count from **0**; a block **[start, end)** removes `start` up to but not including "
-    "`end`: **[20, 26)** removes layers 20–25, six layers."
-)
+_WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+
+
+def example_block(num_layers: int | None) -> tuple[int, int] | None:
+    """A block the loaded model has, for examples: about a fifth of the layers, near the top ([20, 26) of 30)."""
+    if not num_layers or num_layers < 2:
+        return None
+    size = max(1, num_layers // 5)
+    end = num_layers - max(1, num_layers // 7)
+    return end - size, end
+
+
+def index_convention(num_layers: int | None = None) -> str:
+    """The index convention, with an example block of the loaded model (none before one is loaded)."""
+    words = ("Layers count from **0**; a block **[start, end)** removes `start` up to but not including "
+             "`end`")
+    block = example_block(num_layers)
+    if block is None:
+        return words + "."
+    start, end = block
+    size = end - start
+    what = f"layer {start} only" if size == 1 else (
+        f"layers {start}–{end - 1}, {_WORDS[size] if size < len(_WORDS) else size} layers")
+    return f"{words}: **[{start}, {end})** removes {what}."
 
 HEATMAP_HELP = (
     "Each cell is the block of *n* layers starting at *start*. Colour is scaled per row "
@@ -106,14 +126,11 @@ def calibration_words(cal) -> str:
     return f"{names.get(cal.source, cal.source)}, {cal.n_samples} × {cal.seq_len} tokens"
 
 
-def analysis_status(result, cached: bool) -> str:
+def analysis_status(result) -> str:
     from prune import METHODS
 
     spec = METHODS.get(result.method)
-    label = f"**{spec.label}**" if spec else result.method
-    if cached:
-        return f"{label}: from the cache ({result.elapsed_s:.1f} s to compute)"
-    return f"{label}: scored in {result.elapsed_s:.1f} s"
+    return f"{f'**{spec.label}**' if spec else result.method}: {result.timing()}"
 
 
 def stability_markdown(found) -> str:

@@ -8,6 +8,7 @@ and options from here and nowhere else.
 from __future__ import annotations
 
 import inspect
+from importlib import import_module
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -70,5 +71,6 @@ def check_options(method: Method, options: dict) -> dict:
     return {**method.options, **options}
 
 
-# Registration happens on import; this list is the one place that names the method modules.
-from . import angular, block_influence, relative_magnitude, ppl, taylor, zigzag  # noqa: E402,F401
+# Registration happens on import; this tuple is the one place that names the method modules.
+for _module in ("angular", "block_influence", "relative_magnitude", "ppl", "taylor", "zigzag"):
+    import_module(f".{_module}", __name__)
