@@ -122,7 +122,7 @@ def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(t
     said = []
     for name in (local, "no-such-org/no-such-model"):
         with pytest.raises(Exception) as refused:
-            handlers.load_model(Session(), name, "", False, "auto")
+            list(handlers.load_model(Session(), name, "", False, "auto"))  # the updates it streams, then the error
         said.append(str(refused.value).replace(name, "NAME"))
     assert said[0] == said[1] and "can load" in said[0]
 
@@ -133,6 +133,6 @@ def test_loading_a_12_layer_model_gives_an_index_example_it_has(tmp_path, tiny_t
     folder = tmp_path / "twelve"
     tiny_model("llama", 12).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
-    outputs = Handlers(Backend(device="cpu")).load_model(Session(), str(folder), "", False, "auto")
+    *_loading, outputs = Handlers(Backend(device="cpu")).load_model(Session(), str(folder), "", False, "auto")
     convention, status = outputs[-2:]
     assert convention.endswith("**[9, 11)** removes layers 9–10, two layers.") and status == "Analyzing…"
