@@ -7,6 +7,7 @@ and options from here and nowhere else.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,4 +65,5 @@ def check_options(method: Method, options: dict) -> dict:
 
 
 # Registration happens on import; this list is the one place that names the method modules.
-from . import angular, block_influence, relative_magnitude, ppl, taylor, zigzag  # noqa: E402,F401
+for _module in ("angular", "block_influence", "relative_magnitude", "ppl", "taylor", "zigzag", "sublayer"):
+    importlib.import_module(f".{_module}", __name__)
