@@ -124,6 +124,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     with gr.Column(scale=1):
                         with gr.Group():
                             block_size = gr.Slider(1, 29, value=5, step=1, label="Best block of N layers")
+                            remove = gr.Radio(text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
                             best_btn = gr.Button("Select the best block of N", elem_id="best-btn")
                         with gr.Group():
                             with gr.Row(equal_height=True):
@@ -244,7 +245,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
         layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
         heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
-        best_btn.click(h.best_block, [view, block_size], cut_outputs, api_name="best_block", **LIGHT)
+        best_btn.click(h.best_block, [view, block_size, remove], cut_outputs, api_name="best_block", **LIGHT)
         named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
         stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
                                               api_name="stability", show_progress_on=[stability_md], **DEVICE)

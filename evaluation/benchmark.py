@@ -6,6 +6,7 @@ Modes (one of):
   --persistence                                 the zigzag-persistence cuts "10%" and "20%" (thresholds r ≥ 0.9 / 0.8·max r)
       [--zigzag_output FILE [--dry_run] [--num_hidden_layers N]]   … read from the authors' CSV
   --method NAME --num_layers K                  the best contiguous block of K layers by any method
+  --method sublayer --num_layers N --drop attention|mlp   drop the N lowest-scored attention (or MLP) blocks
   --sweep K                                     every block of K layers measured, beside each method's ranking
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
@@ -14,6 +15,7 @@ Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparis
 Examples::
 
     python -m evaluation.benchmark --full --task arc_easy,piqa --limit 200
+    python -m evaluation.benchmark --method sublayer --num_layers 10 --drop attention --task hellaswag
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
@@ -40,6 +42,7 @@ from prune.errors import InvalidCut, InvalidInput, LayerCutError
 from prune.methods import METHODS
 from prune.paths import write_atomic
 from prune.recipe import Recipe
+from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
 
 from . import lm_eval_adapter, zigzag_output
 from .backend import Backend
@@ -66,7 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
     parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
     parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
-    parser.add_argument("--num_layers", type=int, help="block size for --method")
+    parser.add_argument("--num_layers", type=int, help="block size for --method (with --drop: how many blocks)")
+    parser.add_argument("--drop", choices=DROP_KINDS, default=None,
+                        help="with --method sublayer: drop the --num_layers lowest-scored attention (or MLP) blocks, "
+                             "wherever they are, instead of cutting whole layers (He et al. 2024)")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
@@ -111,6 +117,8 @@ def _check_mode(args) -> None:
             raise InvalidInput(f"Unknown method '{args.method}'. Known methods: {', '.join(METHODS)}.")
         if args.num_layers is None or args.num_layers < 1:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (the size of the block to cut).")
+    if args.drop and args.method is None:
+        raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
     if args.full and args.export_dir:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut, not --full.")
     if args.batch_size < 1:
@@ -135,6 +143,11 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
     result = backend.analyze(spec, args.method, progress=progress)
+    if args.drop:
+        what = "attention" if args.drop == ATTENTION else "MLP"
+        layers = result.best_sublayers(args.drop, args.num_layers)
+        return {f"{args.method}-{args.drop}": Recipe.drop(info.num_layers, **{args.drop: layers}, origin=(
+            f"{METHODS[args.method].label}, {args.num_layers} lowest-scored {what} blocks"))}
     start, end = result.best_block(args.num_layers)
     return {args.method: Recipe.block(info.num_layers, start, end,
                                       origin=f"{METHODS[args.method].label}, best block of {args.num_layers} layers")}
@@ -175,7 +188,7 @@ def run(args, progress=None) -> Path | None:
     cuts = _cuts(args, backend, spec, info, progress)
     for mode, recipe in cuts.items():
         progress(0.0, f"{mode}: removes {info.describe_cut(recipe)}")
-        if 2 * len(recipe.depth_cut.layers) > info.num_layers:
+        if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
@@ -190,7 +203,8 @@ def run(args, progress=None) -> Path | None:
     measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
     for mode, recipe in cuts.items():
         _write_json(out_dir / f"results_{mode}.json", _results_json(results[mode], {
-            **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers), "cut": recipe.describe(),
+            **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers) if recipe.depth_cut else [],
+            "dropped_blocks": _dropped_blocks(recipe), "cut": recipe.describe(),
             "recipe": recipe.to_json(),
             "params_removed_pct": round(100 * info.removed_params(recipe) / info.num_params, 3)}))
         label = PRUNED if len(cuts) == 1 else mode
@@ -225,6 +239,11 @@ def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, prog
         print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
+
+
+def _dropped_blocks(recipe: Recipe) -> dict[str, list[int]]:
+    drop = recipe.sublayer_drop
+    return {ATTENTION: list(drop.attention), MLP: list(drop.mlp)} if drop else {ATTENTION: [], MLP: []}
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -178,6 +178,11 @@ class Recipe:
         """The first depth cut, which decides the layers the UI shows as removed."""
         return next((s for s in self.steps if isinstance(s, DepthCut)), None)
 
+    @property
+    def sublayer_drop(self) -> SubLayerDrop | None:
+        """The first attention/MLP drop, which decides the blocks the UI shows as dropped."""
+        return next((s for s in self.steps if isinstance(s, SubLayerDrop)), None)
+
     def then(self, item) -> Recipe:
         """This recipe followed by one more step."""
         return Recipe((*self.steps, item), self.origin)

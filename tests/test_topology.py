@@ -19,7 +19,6 @@ from prune.topology import (
     knn_zigzag,
     persistence_cuts,
     zigzag_bars,
-    zigzag_diagrams,
 )
 
 SHARED = REPO.parent / "shared" / "zigzag"  # two of the authors' released diagrams (see its README)

@@ -22,6 +22,7 @@ from evaluation.models import ModelSpec
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.paths import cache_root
 from prune.recipe import Recipe
+from prune.sublayers import ATTENTION, MLP
 
 from . import inputs, plots, text
 from .range_control import parse_range, range_update
@@ -189,10 +190,19 @@ class Handlers:
         return self._cut_outputs(session.with_block(start, end, f"{session.origin}: heatmap cell"))
 
     @user_errors
-    def best_block(self, session: Session, size):
+    def best_block(self, session: Session, size, remove: str = "layers"):
+        """The best block of N whole layers, or (``remove`` = "attention" / "mlp") the N most removable such blocks."""
         if session.result is None:
             raise InvalidInput("Analyze first: the best block comes from the importance scores.")
         size = inputs.whole_number(size, "The block size", minimum=1, maximum=session.info.num_layers - 1)
+        if remove in (ATTENTION, MLP):
+            layers = session.result.best_sublayers(remove, size)
+            what = "attention" if remove == ATTENTION else "MLP"
+            recipe = Recipe.drop(session.info.num_layers, **{remove: layers},
+                                 origin=f"{session.origin}: {size} lowest-scored {what} blocks")
+            return self._cut_outputs(session.with_cut(recipe))
+        if remove != "layers":
+            raise InvalidInput(f"Remove whole layers, attention only or MLP only, not '{remove}'.")
         start, end = session.result.best_block(size)
         return self._cut_outputs(session.with_block(start, end, f"{session.origin}: best block of {size}"))
 
@@ -225,8 +235,10 @@ class Handlers:
         files = sorted(p for p in path.rglob("*") if p.is_file())
         size = sum(p.stat().st_size for p in files)
         where = f"as `{path.name}`" if self.policy.shared else f"to `{path}`"
-        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card, a mergekit config and the llama.cpp "
-                   "`--prune-layers` argument: `AutoModelForCausalLM.from_pretrained` loads it.")
+        tools = (", a mergekit config and the llama.cpp `--prune-layers` argument"
+                 if (path / export_texts.MERGEKIT_FILE).exists() else "")
+        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card{tools}: "
+                   "`AutoModelForCausalLM.from_pretrained` loads it.")
         if size > DOWNLOAD_LIMIT_BYTES:
             return message + " It is too large to offer for download here.", None
         return message, [str(p) for p in files]
@@ -325,16 +337,19 @@ class Handlers:
         """(range, cut banner, heatmap, layer bars, named-cut radio, edited slot, session) for the edited slot."""
         info, result, recipe = session.info, session.result, session.cut()
         cut = recipe.depth_cut if recipe else None
+        drop = recipe.sublayer_drop if recipe else None
         layers, params = (info.num_layers, list(info.layer_params)) if info else (0, [])
         value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else (0, 1)
+        custom = list(cut.layers) if cut and cut.span is None else [] if recipe and not cut else None
         slider = range_update(value, layers=layers, layer_params=params, total_params=info.num_params if info else 0,
-                              custom=list(cut.layers) if cut and cut.span is None else None)
+                              custom=custom)
         if result is None:
             heat = plots.empty_figure("Analyze to see which blocks matter least")
             bars = plots.empty_figure("Per-layer scores appear after the analysis")
         else:
             heat = plots.heatmap_figure(result, selected=cut.span if cut else None)
-            bars = plots.layer_bar_figure(result, cut.layers if cut else ())
+            bars = plots.layer_bar_figure(result, cut.layers if cut else (),
+                                          {ATTENTION: drop.attention, MLP: drop.mlp} if drop else None)
         names = list((result.cuts or {}) if result else {})
         named = gr.update(choices=names, value=None, visible=bool(names))
         return slider, text.banner_markdown(session), heat, bars, named, gr.update(value=session.editing), session

@@ -39,7 +39,7 @@ Sink = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], N
 
 @register("sublayer", "Attention / MLP drop (He et al. 2024)")
 def sublayer_drop(ctx) -> ImportanceResult:
-    """1 − cos(x, x + f(x)) of every attention and MLP block over all tokens; whole layers as the authors' Block Drop."""
+    """1 − cos(x, x + f(x)) of every attention and MLP block, all tokens; whole layers as the authors' Block Drop."""
     scores, residual = block_scores(ctx.model, ctx.input_ids)
     blocks = block_matrix(residual, influence)
     parallel = parallel_residual(ctx.model)
