@@ -54,7 +54,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "gemma3_text": _SANDWICH,
     "phi3": _DECODER,
     "olmo": _DECODER,
-    "olmo2": replace(_DECODER, ffn_norm=None, sublayers=_POST_NORMS),  # norms only sublayer outputs; the MLP reads the raw residual
+    # norms only sublayer outputs; the MLP reads the raw residual
+    "olmo2": replace(_DECODER, ffn_norm=None, sublayers=_POST_NORMS),
     "granite": replace(_DECODER, sublayers=SubLayers(residual_scale="residual_multiplier")),
     "smollm3": _DECODER,
     # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)

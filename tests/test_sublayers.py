@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import DummyLayer
 
@@ -233,6 +234,34 @@ def test_block_additions_add_up_to_each_layers_output(arch):
     assert all(np.isfinite(row).all() and (row > 0).all() for row in scores.values())
 
 
+_MORE = dict(vocab_size=320, hidden_size=32, num_attention_heads=4, max_position_embeddings=256,
+             intermediate_size=64, num_hidden_layers=4, num_key_value_heads=2)
+MORE_CONFIGS = {  # the table's other rows: post-norms, a residual multiplier, experts
+    "mixtral": lambda: transformers.MixtralConfig(**_MORE, num_local_experts=4, num_experts_per_tok=2),
+    "qwen3": lambda: transformers.Qwen3Config(**_MORE, head_dim=8),
+    "gemma3_text": lambda: transformers.Gemma3TextConfig(**_MORE, head_dim=8, sliding_window=16),
+    "olmo2": lambda: transformers.Olmo2Config(**_MORE),
+    "granite": lambda: transformers.GraniteConfig(**_MORE, residual_multiplier=0.22),
+}
+
+
+@pytest.mark.parametrize("arch", sorted(MORE_CONFIGS))
+def test_the_other_table_rows_add_up_and_drop_exactly(arch):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(MORE_CONFIGS[arch](), dtype=torch.float32).eval()
+
+    def sink(i, h, attention, mlp, out):
+        torch.testing.assert_close(h + attention + mlp, out, rtol=1e-5, atol=1e-6)
+
+    with reading_blocks(model, sink), torch.no_grad():
+        model(input_ids=LONG, use_cache=False)
+    view = Recipe.drop(4, attention=(0, 2), mlp=(1,)).apply(model)
+    torch.testing.assert_close(logits(view, LONG), logits(zeroed_reference(model, (0, 2), (1,)), LONG), rtol=0,
+                               atol=1e-6)
+    cached, _ = stepwise_logits(view)
+    torch.testing.assert_close(cached, logits(view, LONG)[:, -20:], rtol=1e-5, atol=1e-5)
+
+
 def test_a_block_that_adds_nothing_scores_zero_and_goes_first(tiny_tokenizer):
     model = tiny_model("llama", layers=6, seed=2)
     layers = decoder_layers(model)
@@ -306,3 +335,29 @@ def test_cli_drops_the_lowest_attention_blocks_and_exports_them(tiny_folder, tmp
     assert [i for i, flag in enumerate(saved["layercut_dropped_attention"]) if flag] == \
         config["dropped_blocks"][ATTENTION]
     assert benchmark.main(["--full", "--drop", "mlp", "--model", tiny_folder]) == 2
+
+
+def test_a_drop_is_a_compared_column_everywhere(tiny_folder, data_dir):
+    """Analysis, generation, speed, memory (smaller KV cache), perplexity and benchmarks through the backend."""
+    from evaluation import lm_eval_adapter
+    from evaluation.backend import Backend
+    from evaluation.models import ModelSpec
+
+    backend, spec = Backend(device="cpu"), ModelSpec(tiny_folder)
+    backend.load(spec)
+    result = backend.analyze(spec, "sublayer", calibration=prune.Calibration(n_samples=4, seq_len=32))
+    variants = {"A": Recipe.drop(4, attention=result.best_sublayers(ATTENTION, 2)),
+                "B": Recipe.drop(4, mlp=result.best_sublayers(MLP, 1))}
+    *_, final = backend.generate(spec, variants, "The", max_new_tokens=6)
+    assert set(final) == {"original", "A", "B"} and all(side["done"] for side in final.values())
+    found = backend.speed(spec, variants, batch_sizes=(1,), prompt_len=8, new_tokens=(3,), repeats=1)
+    assert {m.model for m in found} == {"original", "A", "B"}
+    sizes = {(m.model, m.name.split(" (")[0]): m.value for m in backend.memory(spec, variants, new_tokens=4)}
+    kv = "KV cache after generating"
+    assert sizes[("A", kv)] == pytest.approx(sizes[("original", kv)] / 2)
+    assert sizes[("B", kv)] == sizes[("original", kv)]
+    ppl = backend.perplexity(spec, variants, seq_lens=(32,), bos=(False,), max_windows=2, use_cache=False)
+    assert {m.model for m in ppl} == {"original", "A", "B"}
+    request = lm_eval_adapter.check_request(["arc_easy"], limit=2, data_dir=data_dir)
+    bench = backend.benchmarks(spec, variants, request, batch_size=2, use_cache=False)
+    assert {m.model for m in bench} == {"original", "A", "B"}
