@@ -80,10 +80,19 @@ class DroppedBlock(nn.Module):
         return clone
 
 
+def _dummy_layer() -> type:
+    """transformers' cache slot for a layer without attention, or a clear error on a transformers without one."""
+    try:
+        from transformers.cache_utils import DummyLayer
+    except ImportError:
+        raise UnsupportedArchitecture("Dropping attention needs a transformers whose cache_utils has DummyLayer "
+                                      "(LayerCut is tested with 5.23): upgrade transformers.") from None
+    return DummyLayer
+
+
 def _store_nothing(cache, layer_idx: int) -> None:
     """Make this layer's KV-cache slot a DummyLayer: it stores nothing and is skipped for lengths and masks."""
-    from transformers.cache_utils import DummyLayer
-
+    DummyLayer = _dummy_layer()
     cache = getattr(cache, "self_attention_cache", cache)  # inside an encoder-decoder wrapper
     layers = getattr(cache, "layers", None)
     if layers is None:
@@ -141,6 +150,8 @@ def drop(model: nn.Module, attention: Iterable[int] = (), mlp: Iterable[int] = (
     already = dropped(model)
     wanted = check_drop(count, attention, mlp, already)
     names = {kind: block_name(model, kind) for kind in KINDS if wanted[kind]}
+    if wanted[ATTENTION]:
+        _dummy_layer()  # fail now, not at the first forward pass
     config = copy.deepcopy(model.config)
     for kind in KINDS:
         flags = set(already[kind]) | set(wanted[kind])

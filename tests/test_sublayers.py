@@ -361,3 +361,26 @@ def test_a_drop_is_a_compared_column_everywhere(tiny_folder, data_dir):
     request = lm_eval_adapter.check_request(["arc_easy"], limit=2, data_dir=data_dir)
     bench = backend.benchmarks(spec, variants, request, batch_size=2, use_cache=False)
     assert {m.model for m in bench} == {"original", "A", "B"}
+
+
+@pytest.mark.slow
+def test_default_model_attention_drop_saves_and_reloads_exactly(default_model, tmp_path):
+    """The measured drop on the default model (README): exports, reloads both ways, still answers Paris."""
+    model, tokenizer = default_model
+    recipe = Recipe.drop(30, attention=[6, 7, 9, 12, 14, 22, 25, 26, 28, 29])
+    view = recipe.apply(model)
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
+                                         add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = chat["input_ids"]
+    with torch.no_grad():
+        answer = view.generate(ids, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert "Paris" in tokenizer.decode(answer[0, ids.shape[1]:])
+    target = exports.export(view, tokenizer, recipe, base_name=prune.DEFAULT_MODEL, num_layers=30,
+                            target=tmp_path / "attn-drop")
+    plain = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
+    loaded, _ = prune.load_model(str(target))
+    torch.testing.assert_close(logits(plain, ids), logits(view, ids), rtol=0, atol=1e-5)
+    torch.testing.assert_close(logits(loaded, ids), logits(view, ids), rtol=0, atol=1e-5)
+    assert dropped(loaded)[ATTENTION] == list(recipe.steps[0].attention)
+    assert memory.kv_cache_bytes(stepwise_logits(loaded, ids, steps=4)[1]) * 3 == \
+        memory.kv_cache_bytes(stepwise_logits(plain, ids, steps=4)[1]) * 2
