@@ -130,6 +130,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                             block_size = gr.Slider(1, 29, value=5, step=1, label="N layers to cut")
                             selection = gr.Radio([(words, name) for name, words in SELECTIONS.items()],
                                                  value="paper", label="Which N layers", elem_id="selection")
+                            remove = gr.Radio(text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
                             best_btn = gr.Button("Select the N layers", elem_id="best-btn")
                         with gr.Group():
                             with gr.Row(equal_height=True):
@@ -234,7 +235,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         load_inputs = [view, model, token, trust, dtype]
         load_outputs = [model_md, block_size, *cut_outputs, convention]
         analyze_inputs = [view, method, options, cal_source, cal_detail, cal_upload, cal_samples, cal_len, block_size,
-                          selection, cal_bos]
+                          selection, cal_bos, remove]
         analyze_outputs = [*cut_outputs, analysis_md]
 
         method.change(h.method_info, method, [method_about, options], api_name="method_info", queue=False)
@@ -251,7 +252,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
         layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
         heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
-        best_btn.click(h.best_block, [view, block_size, selection], cut_outputs, api_name="best_block", **LIGHT)
+        best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs, api_name="best_block",
+                       **LIGHT)
         named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
         stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
                                               api_name="stability", show_progress_on=[stability_md], **DEVICE)

@@ -8,6 +8,7 @@ Modes (one of):
   --method NAME --num_layers K [--selection paper|block]
                                                 K layers by any method: as its paper picks them (default), or
                                                 the best contiguous block
+  --method sublayer --num_layers N --drop attention|mlp   drop the N lowest-scored attention (or MLP) blocks
   --sweep K                                     every block of K layers measured, beside each method's ranking
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
@@ -16,6 +17,7 @@ Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparis
 Examples::
 
     python -m evaluation.benchmark --full --task arc_easy,piqa --limit 200
+    python -m evaluation.benchmark --method sublayer --num_layers 10 --drop attention --task hellaswag
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
@@ -44,7 +46,8 @@ from prune.methods import METHODS
 from prune.paths import write_atomic
 from prune.calibration import BOS_CHOICES
 from prune.recipe import Recipe
-from prune.selection import SELECTIONS, chosen_recipe
+from prune.selection import LAYERS, SELECTIONS, chosen_recipe
+from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
 
 from . import lm_eval_adapter, zigzag_output
 from .backend import Backend
@@ -77,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "important layers anywhere; angular distance: a block); block: the best contiguous block")
     parser.add_argument("--bos", default="auto", choices=list(BOS_CHOICES),
                         help="prepend BOS to calibration windows (auto: when the tokenizer adds one, e.g. Gemma)")
+    parser.add_argument("--drop", choices=DROP_KINDS, default=None,
+                        help="with --method sublayer: drop the --num_layers lowest-scored attention (or MLP) blocks, "
+                             "wherever they are, instead of cutting whole layers (He et al. 2024)")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
@@ -121,6 +127,8 @@ def _check_mode(args) -> None:
             raise InvalidInput(f"Unknown method '{args.method}'. Known methods: {', '.join(METHODS)}.")
         if args.num_layers is None or args.num_layers < 1:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
+    if args.drop and args.method is None:
+        raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
     if args.full and args.export_dir:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut, not --full.")
     if args.batch_size < 1:
@@ -147,7 +155,9 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     calibration = replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
     result = backend.analyze(spec, args.method, calibration=calibration, progress=progress)
     progress(1.0, f"{METHODS[args.method].label}: {result.timing()}.")
-    return {args.method: chosen_recipe(result, args.num_layers, args.selection, origin=METHODS[args.method].label)}
+    name = f"{args.method}-{args.drop}" if args.drop else args.method
+    return {name: chosen_recipe(result, args.num_layers, args.selection, origin=METHODS[args.method].label,
+                                remove=args.drop or LAYERS)}
 
 
 def _results_json(entries: dict[str, dict], config: dict) -> dict:
@@ -185,7 +195,7 @@ def run(args, progress=None) -> Path | None:
     cuts = _cuts(args, backend, spec, info, progress)
     for mode, recipe in cuts.items():
         progress(0.0, f"{mode}: removes {info.describe_cut(recipe)}")
-        if 2 * len(recipe.depth_cut.layers) > info.num_layers:
+        if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
@@ -200,7 +210,8 @@ def run(args, progress=None) -> Path | None:
     measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
     for mode, recipe in cuts.items():
         _write_json(out_dir / f"results_{mode}.json", _results_json(results[mode], {
-            **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers), "cut": recipe.describe(),
+            **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers) if recipe.depth_cut else [],
+            "dropped_blocks": _dropped_blocks(recipe), "cut": recipe.describe(),
             "recipe": recipe.to_json(),
             "params_removed_pct": round(100 * info.removed_params(recipe) / info.num_params, 3)}))
         label = PRUNED if len(cuts) == 1 else mode
@@ -235,6 +246,11 @@ def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, prog
         print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
+
+
+def _dropped_blocks(recipe: Recipe) -> dict[str, list[int]]:
+    drop = recipe.sublayer_drop
+    return {ATTENTION: list(drop.attention), MLP: list(drop.mlp)} if drop else {ATTENTION: [], MLP: []}
 
 
 def _write_json(path: Path, data: dict) -> None:

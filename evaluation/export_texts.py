@@ -25,7 +25,8 @@ import prune
 from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
-from prune.recipe import DepthCut, Recipe
+from prune.recipe import DepthCut, Recipe, SubLayerDrop
+from prune.sublayers import dropped_numel
 
 from .measurement import Measurement, to_markdown
 from .memory import num_params
@@ -42,7 +43,11 @@ def default_export_name(base_name: str, recipe: Recipe) -> str:
     """'SmolLM2-135M-Instruct-minus-6-layers-20-25': base model and cut, within the name rules."""
     base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(base_name).rstrip("/")).name).lstrip(".") or "model"
     removed = base_layers_removed(recipe)
-    if removed is None:
+    drops = _only_drop(recipe)
+    if drops is not None:
+        what = "-".join(f"minus-{len(layers)}-{word}" for word, layers in (("attn", drops.attention),
+                                                                          ("mlp", drops.mlp)) if layers)
+    elif removed is None:
         what = f"layercut-{recipe.key[:8]}"
     else:
         plural = "layer" if len(removed) == 1 else "layers"
@@ -59,6 +64,11 @@ def default_export_name(base_name: str, recipe: Recipe) -> str:
 
 
 # ---------------------------------------------------------------- the cut in other tools' terms
+
+
+def _only_drop(recipe: Recipe) -> SubLayerDrop | None:
+    """The recipe's one step when it only drops attention/MLP blocks, else None."""
+    return recipe.steps[0] if len(recipe.steps) == 1 and isinstance(recipe.steps[0], SubLayerDrop) else None
 
 
 def base_layers_removed(recipe: Recipe) -> tuple[int, ...] | None:
@@ -144,12 +154,18 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     """README.md: what was cut from which model and how it was chosen, scores, loading, other tools."""
     name = name or default_export_name(base_name, recipe)
     removed = base_layers_removed(recipe)
+    drops = _only_drop(recipe)
     hub = _hub_id(base_name)
+    tags, how = [], "."
+    if removed is not None:
+        tags, how = ["depth-pruning"], ": whole decoder layers removed, the kept layers unchanged."
+    elif drops is not None:
+        tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
+        how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
-             "tags": ["layercut", "pruned"] + (["depth-pruning"] if removed is not None else [])}
+             "tags": ["layercut", "pruned"] + tags}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
-             f"Derived from **{base_name}** by LayerCut {prune.__version__}"
-             + (": whole decoder layers removed, the kept layers unchanged." if removed is not None else "."), "",
+             f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
              "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
     if origin:
         lines.append(f"- Base weights from: {origin}")
@@ -163,15 +179,24 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         if counts:
             before, after = counts
             lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
+    if drops is not None:
+        lines += _drop_lines(model, drops)
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
     if scores:
         lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
+    if drops is not None:
+        lines += ["## How it is saved", "", DROP_FORMAT, ""]
     lines += ["## How to load", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
               f'model = AutoModelForCausalLM.from_pretrained("./{name}")',
               f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
+    if drops is not None:
+        lines += ["With LayerCut the dropped blocks are dropped again on load (faster, smaller KV cache):", "",
+                  "```python", "import prune", "", f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
     lines += ["## The same cut with other tools", ""]
-    if removed is None:
+    if drops is not None:
+        lines += [DROP_TOOLS.format(mergekit=MERGEKIT_FILE, llama=LLAMA_FILE), ""]
+    elif removed is None:
         lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
                   f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
     else:
@@ -182,6 +207,30 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
                   f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
                   "```sh", _llama_command(recipe, base_name), "```", ""]
     return "\n".join(lines)
+
+
+DROP_FORMAT = (
+    "A standard transformers config cannot say that a layer has no attention or no MLP, so this folder holds the "
+    "dense model: every weight of each dropped block is saved as zero, so that block adds exactly 0 to the residual "
+    "stream and any transformers version loads the folder as a normal model with the same outputs, at the original's "
+    "size and speed. The config records the dropped blocks (`layercut_dropped_attention`, `layercut_dropped_mlp`, one "
+    "flag per layer, and the recipe under `layercut`); LayerCut's `prune.load_model` reads them and removes the blocks "
+    "again, so a dropped attention costs no compute and stores no keys or values in the KV cache.")
+DROP_TOOLS = (
+    "mergekit and llama.cpp describe a model by whole layers: neither can express a layer without its attention or "
+    "its MLP, so `{mergekit}` and `{llama}` are not written. Converting this folder to GGUF keeps the zeroed blocks: "
+    "the same outputs, without the savings.")
+
+
+def _drop_lines(model: nn.Module, drops: SubLayerDrop) -> list[str]:
+    """The dropped blocks and the parameter count, for 'What was done'."""
+    lines = [f"- Dropped {what} (0-based layers): {', '.join(map(str, layers))} — {len(layers)} of {drops.num_layers}"
+             for what, layers in (("attention", drops.attention), ("MLP", drops.mlp)) if layers]
+    after = num_params(model)
+    before = after + dropped_numel(model)
+    lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed; saved as "
+                 "zeros, see below)")
+    return lines
 
 
 def model_dtype(model: nn.Module):

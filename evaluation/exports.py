@@ -1,6 +1,9 @@
 """Exports: a derived model saved as a normal Hugging Face folder, with a model card and the same
 cut written for mergekit and llama.cpp, made atomically and kept within a disk budget.
 
+Dropped attention/MLP blocks are saved as zeros and recorded in the config (``prune.sublayers``):
+any transformers loads the folder with the same outputs, ``prune.load_model`` drops them again.
+
 An export is built in a hidden staging folder beside its target and renamed into place, so a
 reader never sees half a checkpoint; a killed export leaves only a hidden ``*.layercut-partial``
 folder that :func:`remove_leftovers` clears. A folder is a LayerCut export when it holds the
@@ -25,6 +28,7 @@ import prune
 from prune.errors import InvalidCut, InvalidInput
 from prune.paths import write_atomic
 from prune.recipe import CONFIG_FIELD, Recipe
+from prune.sublayers import dropped
 
 from .export_texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text, mergekit_yaml,
                            model_card, model_dtype)
@@ -66,8 +70,9 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     if (getattr(model.config, CONFIG_FIELD, None) or {}).get("steps") != recipe.to_json()["steps"]:
         raise InvalidInput(f"The model given was not derived by this recipe ({recipe.describe()}).")
     removed = base_layers_removed(recipe)
-    if removed is not None and recipe.steps[0].num_layers != num_layers:
-        raise InvalidCut(f"This cut was made for a {recipe.steps[0].num_layers}-layer model, not {num_layers}.")
+    made_for = getattr(recipe.steps[0], "num_layers", num_layers)
+    if made_for != num_layers:
+        raise InvalidCut(f"This recipe was made for a {made_for}-layer model, not {num_layers}.")
     target.parent.mkdir(parents=True, exist_ok=True)
     _check_replaceable(target)
     staging = _partial_path(target)
@@ -82,7 +87,7 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
             write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))
         write_atomic(staging / MARKER, json.dumps({
             "base_model": base_name, "origin": origin, "recipe": recipe.to_json(), "description": recipe.describe(),
-            "removed_layers": list(removed) if removed is not None else None,
+            "removed_layers": list(removed) if removed is not None else None, "dropped_blocks": dropped(model),
             "layercut_version": prune.__version__, "created": datetime.now(timezone.utc).isoformat()}, indent=1))
         _swap_in(staging, target)
     except BaseException:

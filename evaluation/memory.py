@@ -1,7 +1,8 @@
-"""Memory: parameters, weight bytes, peak memory while generating, and the checkpoint size on disk.
+"""Memory: parameters, weight bytes, peak memory and KV cache while generating, and the checkpoint size on disk.
 
 The checkpoint size is computed from the tensors' shapes and dtypes, exactly as save_pretrained
-would write it, instead of writing gigabytes to measure them.
+would write it, instead of writing gigabytes to measure them. The KV cache is read from the cache
+the generation built (keys and values of every layer; a dropped attention holds none).
 
 Peak memory while generating is reported as what the model would need on its own: its
 weight bytes plus the largest growth over the memory in use just before the generation
@@ -29,6 +30,7 @@ import psutil
 import torch
 
 from prune.errors import InvalidInput
+from prune.sublayers import attention_layers, savable
 
 from .measurement import Measurement
 
@@ -95,10 +97,19 @@ class _RssSampler:
 
 
 @torch.no_grad()
-def _generate(model, input_ids: torch.Tensor, new_tokens: int) -> None:
+def _generate(model, input_ids: torch.Tensor, new_tokens: int):
+    """Greedy generation; returns the KV cache it built."""
     pad = getattr(model.generation_config, "pad_token_id", None) or getattr(model.generation_config, "eos_token_id", 0)
-    model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
-                   min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad)
+    return model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
+                          min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad,
+                          return_dict_in_generate=True).past_key_values
+
+
+def kv_cache_bytes(cache) -> int:
+    """Bytes of the keys and values a transformers cache holds, over every layer (a dropped attention's is empty)."""
+    cache = getattr(cache, "self_attention_cache", cache)
+    tensors = [getattr(layer, name, None) for layer in getattr(cache, "layers", ()) for name in ("keys", "values")]
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
 def peak_generation_bytes(model, input_ids: torch.Tensor, new_tokens: int = 64) -> tuple[int, dict]:
@@ -109,30 +120,34 @@ def peak_generation_bytes(model, input_ids: torch.Tensor, new_tokens: int = 64) 
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
         base = torch.cuda.memory_allocated(device)
-        _generate(model, input_ids, new_tokens)
+        cache = _generate(model, input_ids, new_tokens)
         torch.cuda.synchronize(device)
         extra = torch.cuda.max_memory_allocated(device) - base
         how = "cuda max_memory_allocated"
     elif _reset_peak_rss():
         base = _proc_status("VmRSS")
-        _generate(model, input_ids, new_tokens)
+        cache = _generate(model, input_ids, new_tokens)
         extra = _proc_status("VmHWM") - base
         how = "VmHWM after clear_refs"
     else:
         base = psutil.Process().memory_info().rss
         with _RssSampler() as sampler:
-            _generate(model, input_ids, new_tokens)
+            cache = _generate(model, input_ids, new_tokens)
         extra = sampler.peak - base
         how = "RSS sampled every 1 ms"
     extra = max(int(extra), 0)
     return weight_bytes(model) + extra, {"extra_bytes": extra, "method": how, "device": str(device),
-                                          "prompt_tokens": int(input_ids.shape[-1]), "new_tokens": new_tokens}
+                                          "prompt_tokens": int(input_ids.shape[-1]), "new_tokens": new_tokens,
+                                          "kv_cache_bytes": kv_cache_bytes(cache)}
 
 
 def save_checkpoint(model, tokenizer, folder: Path) -> Path:
-    """Save a normal Hugging Face folder (safetensors + config, and the tokenizer if given)."""
+    """Save a normal Hugging Face folder (safetensors + config, and the tokenizer if given).
+
+    Dropped attention/MLP blocks are written as zeros and recorded in the config (``prune.sublayers``).
+    """
     try:
-        model.save_pretrained(folder)
+        savable(model).save_pretrained(folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
     except (ValueError, NotImplementedError, RuntimeError) as err:  # e.g. quantized weights
@@ -226,8 +241,11 @@ def config_files(model) -> dict[str, int]:
 
 
 def checkpoint_bytes(model) -> int:
-    """Size on disk of the model saved with ``save_pretrained`` (weights and config), computed: nothing is written."""
-    return sum(checkpoint_files(model).values())
+    """Size on disk of the model as LayerCut saves it (weights and config), computed: nothing is written.
+
+    Dropped attention/MLP blocks are saved as zeros (``prune.sublayers.savable``), so they count.
+    """
+    return sum(checkpoint_files(savable(model, allocate=False)).values())
 
 
 def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: int = 64,
@@ -240,5 +258,8 @@ def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: in
         Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP),
         Measurement(f"peak memory while generating ({new_tokens} tokens)", peak / _MIB, "MiB", False, model=label,
                     group=GROUP, details=how),
+        Measurement(f"KV cache after generating ({new_tokens} tokens)", how["kv_cache_bytes"] / _MIB, "MiB", False,
+                    model=label, group=GROUP,
+                    details={"bytes": how["kv_cache_bytes"], "attention_layers": attention_layers(model)}),
         Measurement("checkpoint size on disk", disk / _MIB, "MiB", False, model=label, group=GROUP),
     ]

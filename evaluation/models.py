@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 import torch
 
 import prune
-from prune.architectures import decoder_layers
+from prune.architectures import architecture_of, decoder_layers, get_path
 from prune.devices import available_memory_bytes, parse_dtype
 from prune.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
+from prune.recipe import DepthCut, SubLayerDrop
 from prune.scoring import model_fingerprint
+from prune.sublayers import ATTENTION, MLP
 
 from . import memory
 
@@ -48,11 +50,18 @@ class ModelInfo:
     device: str
     dtype: str
     weight_bytes: int
+    # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
+    block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
 
     def removed_params(self, recipe) -> int:
-        """Parameters of the decoder layers a recipe's depth cut removes."""
-        cut = recipe.depth_cut
-        return sum(self.layer_params[i] for i in cut.layers) if cut else 0
+        """Parameters a recipe removes: whole layers of its cuts, attention and MLP blocks of its drops."""
+        removed = 0
+        for layer, kinds in removed_blocks(recipe, self.num_layers).items():
+            if "layer" in kinds:
+                removed += self.layer_params[layer]
+            else:
+                removed += sum(self.block_params.get(kind, (0,) * self.num_layers)[layer] for kind in kinds)
+        return removed
 
     def describe_cut(self, recipe) -> str:
         """'layers 20–25 (6 of 30), end exclusive [20, 26) — 16.9 M parameters (12.6 %)'."""
@@ -71,6 +80,22 @@ class Loaded:
     fingerprint: str
 
 
+def removed_blocks(recipe, num_layers: int) -> dict[int, set[str]]:
+    """Base layer → what the recipe removes of it: {"layer"}, or some of {"attention", "mlp"}."""
+    base = list(range(num_layers))  # the base index of each current layer
+    gone: dict[int, set[str]] = {}
+    for step in recipe.steps:
+        if isinstance(step, DepthCut):
+            for i in step.layers:
+                gone[base[i]] = {"layer"}
+            base = [b for i, b in enumerate(base) if i not in step.layers]
+        elif isinstance(step, SubLayerDrop):
+            for kind, layers in ((ATTENTION, step.attention), (MLP, step.mlp)):
+                for i in layers:
+                    gone.setdefault(base[i], set()).add(kind)
+    return gone
+
+
 def describe(model, name: str) -> ModelInfo:
     """The facts the UI and the tables show about a model."""
     layers = decoder_layers(model)  # fails clearly for an architecture we cannot cut
@@ -78,7 +103,14 @@ def describe(model, name: str) -> ModelInfo:
     return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
                      layer_params=tuple(sum(p.numel() for p in layer.parameters()) for layer in layers),
                      device=str(first.device), dtype=str(first.dtype).removeprefix("torch."),
-                     weight_bytes=memory.weight_bytes(model))
+                     weight_bytes=memory.weight_bytes(model), block_params=_block_params(model))
+
+
+def _block_params(model) -> dict[str, tuple[int, ...]]:
+    sub = architecture_of(model).sublayers
+    names = {ATTENTION: sub.attention, MLP: sub.mlp}
+    return {kind: tuple(sum(p.numel() for p in get_path(layer, name).parameters()) if name else 0
+                        for layer in decoder_layers(model)) for kind, name in names.items()}
 
 
 class ModelPool:

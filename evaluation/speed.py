@@ -5,9 +5,9 @@ median with the interquartile range as spread. On CUDA the device is timed with 
 synchronised; on CPU with ``perf_counter``. The prefill computes logits for the last position
 only (as ``generate`` does). The ideal speedup is the ratio of matmul FLOPs of the two models
 for the same work: every 2-D weight of every decoder layer (2 FLOPs per weight and token),
-the attention scores and values (4 · context · heads · head_dim per layer and token) and the
-LM head (2 · hidden · vocab per token whose logits are computed). Norms, activations and the
-embedding lookup are ignored; a mixture-of-experts layer counts all its experts.
+the attention scores and values (4 · context · heads · head_dim per token and layer that still
+has attention) and the LM head (2 · hidden · vocab per token whose logits are computed). Norms,
+activations and the embedding lookup are ignored; a mixture-of-experts layer counts all its experts.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 from prune.architectures import decoder_layers
 from prune.errors import InvalidInput
+from prune.sublayers import attention_layers
 
 from .jobs import Job
 from .measurement import Measurement
@@ -54,7 +55,7 @@ def forward_flops(model, tokens: int, past: int = 0, head_tokens: int | None = N
     layers = layer_matmul_flops(model)
     # Σ over the new tokens of their context lengths past+1 … past+tokens
     contexts = tokens * past + tokens * (tokens + 1) / 2
-    attention = 4 * _attention_width(model.config) * contexts * len(layers)
+    attention = 4 * _attention_width(model.config) * contexts * attention_layers(model)  # a dropped one has none
     head_tokens = tokens if head_tokens is None else head_tokens
     return tokens * sum(layers) + attention + head_tokens * head_flops(model)
 

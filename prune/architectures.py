@@ -1,4 +1,4 @@
-"""One table: where each architecture keeps its decoder layers and final norm.
+"""One table: where each architecture keeps its decoder layers, final norm, attention and MLP.
 
 Adding an architecture is one row here; nothing else in LayerCut branches on model type.
 """
@@ -13,6 +13,20 @@ from .errors import UnsupportedArchitecture
 
 
 @dataclass(frozen=True)
+class SubLayers:
+    """Names inside one decoder layer: its attention and feed-forward blocks, and what each adds to the residual."""
+
+    attention: str = "self_attn"  # the module a dropped attention replaces
+    mlp: str | None = "mlp"  # the module a dropped MLP replaces; None: no single module (OPT's loose fc1/fc2)
+    # The module whose output is added to the residual stream, when not the block itself (a post-norm).
+    attention_out: str | None = None
+    mlp_out: str | None = None
+    cache_argument: str = "past_key_values"  # the keyword by which the attention block receives the KV cache
+    parallel_flag: str | None = None  # config flag: attention and MLP both read the layer's input (Pythia)
+    residual_scale: str | None = None  # config field that scales each block's output before the add (Granite)
+
+
+@dataclass(frozen=True)
 class Architecture:
     """Attribute paths from the top-level *ForCausalLM module."""
 
@@ -21,10 +35,13 @@ class Architecture:
     # In each decoder layer: the norm of the residual stream entering the feed-forward block
     # (Llama's post_attention_layernorm, whose output the zigzag authors read); None: no such norm.
     ffn_norm: str | None = "post_attention_layernorm"
+    sublayers: SubLayers = SubLayers()
 
 
 _DECODER = Architecture(layers="model.layers", final_norm="model.norm")
-_SANDWICH = replace(_DECODER, ffn_norm="pre_feedforward_layernorm")  # post_attention_layernorm normalises attn's output
+_POST_NORMS = SubLayers(attention_out="post_attention_layernorm", mlp_out="post_feedforward_layernorm")
+_SANDWICH = replace(_DECODER, ffn_norm="pre_feedforward_layernorm",  # post_attention_layernorm normalises attn's output
+                    sublayers=_POST_NORMS)
 
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": _DECODER,
@@ -37,15 +54,19 @@ ARCHITECTURES: dict[str, Architecture] = {
     "gemma3_text": _SANDWICH,
     "phi3": _DECODER,
     "olmo": _DECODER,
-    "olmo2": replace(_DECODER, ffn_norm=None),  # norms only sublayer outputs; the MLP reads the raw residual
-    "granite": _DECODER,
+    # norms only sublayer outputs; the MLP reads the raw residual
+    "olmo2": replace(_DECODER, ffn_norm=None, sublayers=_POST_NORMS),
+    "granite": replace(_DECODER, sublayers=SubLayers(residual_scale="residual_multiplier")),
     "smollm3": _DECODER,
     # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)
-    "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm"),
-    "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2"),
+    "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm",
+                             sublayers=SubLayers(attention="attention", cache_argument="layer_past",
+                                                 parallel_flag="use_parallel_residual")),
+    "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2",
+                         sublayers=SubLayers(attention="attn")),
     # OPT-350m normalises after each sublayer; there the per-layer final_layer_norm is the layer's output
     "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm",
-                        ffn_norm="final_layer_norm"),
+                        ffn_norm="final_layer_norm", sublayers=SubLayers(mlp=None, mlp_out="fc2")),
 }
 
 # Config fields that hold one entry per layer besides the generic "list as long as the

@@ -20,6 +20,7 @@ from .devices import available_memory_bytes, default_device, parse_dtype
 from .errors import ModelNotFound, ModelTooLarge
 from .failures import as_user_errors
 from .paths import cache_root
+from .sublayers import restore
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,11 @@ def load_model(
     revision: str | None = None,
     trust_remote_code: bool = False,
 ):
-    """Return ``(model, tokenizer)``; ``None`` means the embedded default model."""
+    """Return ``(model, tokenizer)``; ``None`` means the embedded default model.
+
+    A LayerCut export whose config records dropped attention or MLP blocks comes back with them
+    dropped (``prune.sublayers``): faster, and no KV cache for the dropped attention.
+    """
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
     hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
@@ -59,6 +64,7 @@ def load_model(
         if not placement:
             model.to(device)
     model.eval()
+    model = restore(model)  # a LayerCut checkpoint with dropped attention/MLP blocks (saved as zeros) drops them again
     model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
     return model, tokenizer
 

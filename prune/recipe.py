@@ -1,6 +1,6 @@
 """A recipe: how a compared model is derived from the original, as one frozen, hashable value.
 
-A recipe is a tuple of steps applied in order (cut, then sparsify, then heal, …). Each kind of
+A recipe is a tuple of steps applied in order (cut, drop attention or MLP blocks, then heal, …). Each kind of
 step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
 checked once, when it is made for the model it applies to, and trusted afterwards. The
 recipe's :attr:`Recipe.key` names every cache of what it derives, and
@@ -20,6 +20,7 @@ from torch import nn
 from .architectures import decoder_layers
 from .errors import InvalidCut, InvalidInput
 from .paths import digest
+from .sublayers import ATTENTION, MLP, check_drop, drop
 from .surgery import check_block, check_layers, remove_layers
 
 CONFIG_FIELD = "layercut"  # the derived model's config records its recipe here
@@ -88,6 +89,45 @@ class DepthCut:
         return "−{" + ", ".join(map(str, self.layers)) + "}"
 
 
+@step("drop")
+@dataclass(frozen=True)
+class SubLayerDrop:
+    """Drop the attention and/or the MLP of some layers (He et al. 2024); each keeps its residual path.
+
+    The view shares every kept weight with the model it applies to; a dropped attention stores no
+    keys or values (see ``prune.sublayers``).
+    """
+
+    kind: ClassVar[str]
+    attention: tuple[int, ...] = ()  # layers whose attention is dropped, 0-based, in the numbering of the model
+    mlp: tuple[int, ...] = ()  # layers whose MLP is dropped
+    num_layers: int = 0  # layers of the model the step applies to
+
+    @classmethod
+    def of(cls, num_layers: int, attention: Iterable[int] = (), mlp: Iterable[int] = ()) -> SubLayerDrop:
+        """A checked drop (at least one block; never every attention)."""
+        wanted = check_drop(int(num_layers), attention, mlp)
+        return cls(wanted[ATTENTION], wanted[MLP], int(num_layers))
+
+    def apply(self, model: nn.Module) -> nn.Module:
+        found = len(decoder_layers(model))
+        if found != self.num_layers:
+            raise InvalidCut(f"This drop was made for a {self.num_layers}-layer model; this one has {found}.")
+        return drop(model, self.attention, self.mlp)
+
+    def describe(self) -> str:
+        """'attention dropped in layers 3, 7, 9 (3 of 30)', and the MLP's likewise."""
+        parts = [f"{what} dropped in layer{'s' if len(layers) > 1 else ''} {', '.join(map(str, layers))} "
+                 f"({len(layers)} of {self.num_layers})"
+                 for what, layers in (("attention", self.attention), ("MLP", self.mlp)) if layers]
+        return " and ".join(parts)
+
+    def short(self) -> str:
+        """A column title: '−attn{20, 21}', '−mlp{3}' or both."""
+        return " ".join(f"−{what}{{{', '.join(map(str, layers))}}}"
+                        for what, layers in (("attn", self.attention), ("mlp", self.mlp)) if layers)
+
+
 def _step_to_json(item) -> dict:
     return {"kind": item.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(item).items()}}
 
@@ -119,6 +159,11 @@ class Recipe:
         """The one-step recipe that removes the block ``[start, end)`` (checked)."""
         return cls((DepthCut.block(num_layers, start, end),), origin)
 
+    @classmethod
+    def drop(cls, num_layers: int, attention: Iterable[int] = (), mlp: Iterable[int] = (), origin: str = "") -> Recipe:
+        """The one-step recipe that drops the attention of layers ``attention`` and the MLP of ``mlp`` (checked)."""
+        return cls((SubLayerDrop.of(num_layers, attention, mlp),), origin)
+
     @property
     def is_original(self) -> bool:
         return not self.steps
@@ -132,6 +177,11 @@ class Recipe:
     def depth_cut(self) -> DepthCut | None:
         """The first depth cut, which decides the layers the UI shows as removed."""
         return next((s for s in self.steps if isinstance(s, DepthCut)), None)
+
+    @property
+    def sublayer_drop(self) -> SubLayerDrop | None:
+        """The first attention/MLP drop, which decides the blocks the UI shows as dropped."""
+        return next((s for s in self.steps if isinstance(s, SubLayerDrop)), None)
 
     def then(self, item) -> Recipe:
         """This recipe followed by one more step."""

@@ -1,4 +1,4 @@
-"""The result every importance method returns, and the pure choice of a block from it."""
+"""The result every importance method returns, and the pure choices of a block or of sub-layers from it."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ class ImportanceResult:
         """'scored in 14.8 s', or 'read from the cache (scored in 14.8 s earlier)': the UI's and the CLI's words."""
         scored = f"scored in {self.elapsed_s:.1f} s"
         return f"read from the cache ({scored} earlier)" if self.from_cache else scored
+    # {"attention": [L], "mlp": [L]}: one score per attention / MLP block, lower = more removable
+    sublayer_scores: dict[str, np.ndarray] | None = None
 
     @property
     def cut_sizes(self) -> dict[str, dict]:
@@ -77,6 +79,13 @@ class ImportanceResult:
         ranked = allowed[np.argsort(scores[allowed], kind="stable")]
         return sorted(int(i) for i in ranked[:k])
 
+    def best_sublayers(self, kind: str, n: int) -> list[int]:
+        """The layers whose ``kind`` block ("attention" or "mlp") is among the ``n`` most removable."""
+        if not self.sublayer_scores or kind not in self.sublayer_scores:
+            raise InvalidCut(f"This analysis ({self.method}) has no {kind} scores: analyze with the sub-layer "
+                             "method (attention / MLP drop) to drop blocks inside layers.")
+        return lowest(self.sublayer_scores[kind], n)
+
     def to_json(self) -> dict:
         def encode(array):
             return None if array is None else [[_num(v) for v in row] for row in np.atleast_2d(array)]
@@ -87,11 +96,13 @@ class ImportanceResult:
             "layer_scores": None if self.layer_scores is None else encode(self.layer_scores)[0],
             "cuts": self.cuts, "cut_sizes": self.cut_sizes, "block_exact": self.block_exact,
             "elapsed_s": self.elapsed_s, "warnings": self.warnings,
+            "sublayer_scores": None if self.sublayer_scores is None else
+            {kind: encode(row)[0] for kind, row in self.sublayer_scores.items()},
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "ImportanceResult":
-        layer = data.get("layer_scores")
+        layer, sub = data.get("layer_scores"), data.get("sublayer_scores")
         return cls(
             method=data["method"], score_label=data["score_label"], params=data.get("params", {}),
             block_scores=np.array([[_unnum(v) for v in row] for row in data["block_scores"]]),
@@ -99,7 +110,20 @@ class ImportanceResult:
             cuts={k: list(v) for k, v in data.get("cuts", {}).items()},
             block_exact=data.get("block_exact", True), elapsed_s=data.get("elapsed_s", 0.0),
             warnings=list(data.get("warnings", [])),
+            sublayer_scores=None if sub is None else {k: np.array([_unnum(v) for v in row]) for k, row in sub.items()},
         )
+
+
+def lowest(scores: np.ndarray, n: int) -> list[int]:
+    """The indices of the ``n`` lowest finite scores, sorted (non-contiguous; NaN and +inf never chosen).
+
+    He et al.'s Attention Drop and MLP Drop: drop the ``n`` blocks whose output changes their input least.
+    """
+    scores = np.asarray(scores, dtype=float)
+    allowed = np.flatnonzero(np.isfinite(scores))
+    if not 1 <= n <= len(allowed):
+        raise InvalidCut(f"Choose 1…{len(allowed)} blocks, not {n}.")
+    return sorted(int(i) for i in allowed[np.argsort(scores[allowed], kind="stable")][:n])
 
 
 def _num(value) -> float | str | None:

@@ -13,11 +13,14 @@ from .errors import InvalidInput
 from .methods import get_method
 from .recipe import Recipe
 from .result import ImportanceResult
+from .sublayers import ATTENTION, MLP
 
 SELECTIONS = {  # name → how it is offered in the UI and the CLI
     "paper": "as in the method's paper",
     "block": "best contiguous block",
 }
+LAYERS = "layers"  # what a cut removes: whole layers, or (sub-layer scores) attention or MLP blocks
+REMOVE = (LAYERS, ATTENTION, MLP)
 
 
 def check_selection(selection: str) -> str:
@@ -46,8 +49,22 @@ def chosen_layers(result: ImportanceResult, n: int, selection: str = "paper") ->
     return result.best_layers(n)
 
 
-def chosen_recipe(result: ImportanceResult, n: int, selection: str, origin: str) -> Recipe:
-    """The cut of :func:`chosen_layers`, with how it was chosen appended to ``origin``."""
+def check_remove(remove: str) -> str:
+    if remove not in REMOVE:
+        raise InvalidInput(f"Remove whole layers, attention only or MLP only, not '{remove}'.")
+    return remove
+
+
+def chosen_recipe(result: ImportanceResult, n: int, selection: str, origin: str, remove: str = LAYERS) -> Recipe:
+    """The cut of :func:`chosen_layers`, with how it was chosen appended to ``origin``.
+
+    ``remove`` = "attention" / "mlp" drops the ``n`` lowest-scored such blocks instead (He et al.
+    drop them wherever they are, so ``selection`` does not apply).
+    """
+    if check_remove(remove) != LAYERS:
+        what = "attention" if remove == ATTENTION else "MLP"
+        return Recipe.drop(result.num_layers, **{remove: result.best_sublayers(remove, n)},
+                           origin=f"{origin}: {n} lowest-scored {what} blocks")
     layers = chosen_layers(result, n, selection)
     how = (f"best block of {n} layers" if rule(result.method, selection) == "block"
            else f"{n} least important layers")

@@ -56,22 +56,32 @@ def cut(model: nn.Module, start: int, end: int) -> nn.Module:
 
 def remove_layers(model: nn.Module, layers: Iterable[int]) -> nn.Module:
     """Remove any set of layers; kept layers share their parameters with ``model``."""
-    path = architecture_of(model).layers
-    original_layers = decoder_layers(model)
-    removed = check_layers(len(original_layers), layers)
-    kept = [i for i in range(len(original_layers)) if i not in removed]
+    count = len(decoder_layers(model))
+    removed = check_layers(count, layers)
+    kept = [i for i in range(count) if i not in removed]
 
     config = _pruned_config(model.config, kept)
-    pruned = _clone_along(model, path.split("."), config)
-    parent = pruned
-    for name in path.split(".")[:-1]:
-        parent = getattr(parent, name)
-    new_layers = nn.ModuleList(_renumbered(original_layers[i], new_idx) for new_idx, i in enumerate(kept))
-    parent._modules[path.split(".")[-1]] = new_layers
-    if getattr(model, "generation_config", None) is not None:
-        pruned.generation_config = copy.deepcopy(model.generation_config)
+    pruned = layer_view(model, kept, config)
     config.layercut_removed_layers = sorted(removed_layers_of(model) + _original_indices(model, removed))
     return pruned
+
+
+def layer_view(model: nn.Module, kept: list[int], config) -> nn.Module:
+    """A view of ``model`` with ``config`` whose layer list holds clones of the layers ``kept``, renumbered.
+
+    Everything on the path to the layer list and every module of a kept layer is a new object
+    (so the view's modules can be replaced or hooked freely); parameters stay shared.
+    """
+    path = architecture_of(model).layers.split(".")
+    original_layers = decoder_layers(model)
+    view = _clone_along(model, path, config)
+    parent = view
+    for name in path[:-1]:
+        parent = getattr(parent, name)
+    parent._modules[path[-1]] = nn.ModuleList(_renumbered(original_layers[i], new) for new, i in enumerate(kept))
+    if getattr(model, "generation_config", None) is not None:
+        view.generation_config = copy.deepcopy(model.generation_config)
+    return view
 
 
 def removed_layers_of(model: nn.Module) -> list[int]:

@@ -21,7 +21,8 @@ from evaluation.models import ModelSpec
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.paths import cache_root
 from prune.recipe import Recipe
-from prune.selection import check_selection, chosen_recipe
+from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
+from prune.sublayers import ATTENTION, MLP
 
 from . import inputs, plots, text
 from .range_control import parse_range, range_update
@@ -132,8 +133,8 @@ class Handlers:
 
     @user_errors
     def analyze(self, session: Session, method: str, options: str, source: str, detail: str, upload, samples,
-                seq_len, block_size, selection: str = "paper", bos: str = "auto", request: gr.Request = None,
-                progress=gr.Progress()):
+                seq_len, block_size, selection: str = "paper", bos: str = "auto", remove: str = LAYERS,
+                request: gr.Request = None, progress=gr.Progress()):
         """Score every block with ``method``, then put ``block_size`` layers it picks in the edited slot."""
         info = _need_model(session)
         spec = prune.METHODS[method]
@@ -141,16 +142,17 @@ class Handlers:
                                          self.default_calibration, bos)
         size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=info.num_layers - 1)
         session, status = self._analyze(session, method, text.parse_options(options, spec.options), calibration,
-                                        size, check_selection(selection), request, progress)
+                                        size, check_selection(selection), request, progress, check_remove(remove))
         return *self._cut_outputs(session), status
 
-    def _analyze(self, session, method, options, calibration, size, selection, request, progress):
+    def _analyze(self, session, method, options, calibration, size, selection, request, progress, remove=LAYERS):
         result = self.backend.analyze(session.spec, method, calibration=calibration, progress=reporter(progress),
                                       owner=_owner(request), **options)
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))
-        session = session.with_cut(chosen_recipe(result, size, selection, origin))
+        remove = remove if result.sublayer_scores else LAYERS  # only the sub-layer method scores blocks in layers
+        session = session.with_cut(chosen_recipe(result, size, selection, origin, remove))
         return session, text.analysis_status(result)
 
     @user_errors
@@ -197,14 +199,15 @@ class Handlers:
         return self._cut_outputs(session.with_block(start, end, f"{session.origin}: heatmap cell"))
 
     @user_errors
-    def best_block(self, session: Session, size, selection: str = "paper"):
-        """The N layers the analysis picks (as its paper does, or the best contiguous block) in the edited slot."""
+    def best_block(self, session: Session, size, selection: str = "paper", remove: str = LAYERS):
+        """The N layers the analysis picks (as its paper does, or the best contiguous block) in the edited slot;
+        with ``remove`` = "attention" / "mlp", its N most removable such blocks."""
         _need_model(session)
         if session.result is None:
             raise InvalidInput("Analyze first: the choice comes from the importance scores.")
         size = inputs.whole_number(size, "The number of layers", minimum=1, maximum=session.info.num_layers - 1)
         return self._cut_outputs(session.with_cut(chosen_recipe(session.result, size, check_selection(selection),
-                                                                session.origin)))
+                                                                session.origin, remove=check_remove(remove))))
 
     @user_errors
     def named_cut(self, session: Session, name: str):
@@ -237,8 +240,10 @@ class Handlers:
         files = sorted(p for p in path.rglob("*") if p.is_file())
         size = sum(p.stat().st_size for p in files)
         where = f"as `{path.name}`" if self.policy.shared else f"to `{path}`"
-        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card, a mergekit config and the llama.cpp "
-                   "`--prune-layers` argument: `AutoModelForCausalLM.from_pretrained` loads it.")
+        tools = (", a mergekit config and the llama.cpp `--prune-layers` argument"
+                 if (path / export_texts.MERGEKIT_FILE).exists() else "")
+        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card{tools}: "
+                   "`AutoModelForCausalLM.from_pretrained` loads it.")
         if size > DOWNLOAD_LIMIT_BYTES:
             return message + " It is too large to offer for download here.", None
         return message, [str(p) for p in files]
@@ -337,10 +342,12 @@ class Handlers:
         """(range, cut banner, heatmap, layer bars, named-cut radio, edited slot, session) for the edited slot."""
         info, result, recipe = session.info, session.result, session.cut()
         cut = recipe.depth_cut if recipe else None
+        drop = recipe.sublayer_drop if recipe else None
         layers, params = (info.num_layers, list(info.layer_params)) if info else (0, [])
         value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else (0, 1)
+        custom = list(cut.layers) if cut and cut.span is None else [] if recipe and not cut else None
         slider = range_update(value, layers=layers, layer_params=params, total_params=info.num_params if info else 0,
-                              custom=list(cut.layers) if cut and cut.span is None else None)
+                              custom=custom)
         if session.loading:
             heat = plots.empty_figure(f"Loading {session.loading}…")
             bars = plots.empty_figure("")
@@ -349,7 +356,8 @@ class Handlers:
             bars = plots.empty_figure("Per-layer scores appear after the analysis")
         else:
             heat = plots.heatmap_figure(result, selected=cut.span if cut else None)
-            bars = plots.layer_bar_figure(result, cut.layers if cut else ())
+            bars = plots.layer_bar_figure(result, cut.layers if cut else (),
+                                          {ATTENTION: drop.attention, MLP: drop.mlp} if drop else None)
         names = list((result.cuts or {}) if result else {})
         named = gr.update(choices=names, value=None, visible=bool(names))
         return slider, text.banner_markdown(session), heat, bars, named, gr.update(value=session.editing), session

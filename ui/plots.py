@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 ORIGINAL, PRUNED, SECOND, IDEAL = "#4c78a8", "#e45756", "#f58518", "#bab0ac"
 MODEL_COLORS = (ORIGINAL, PRUNED, SECOND)  # the original, A, B
@@ -111,8 +112,15 @@ def _nullable(array: np.ndarray) -> list:
     return [[None if not np.isfinite(v) else float(v) for v in row] for row in array]
 
 
-def layer_bar_figure(result, removed: Iterable[int] = ()) -> go.Figure:
-    """One bar per layer; the layers in the current cut in red, protected layers in grey."""
+def layer_bar_figure(result, removed: Iterable[int] = (), dropped: dict[str, Iterable[int]] | None = None
+                     ) -> go.Figure:
+    """One bar per layer; the layers in the current cut in red, protected layers in grey.
+
+    With sub-layer scores: two rows, attention and MLP, one bar per block; red where the cut removes
+    the whole layer or ``dropped`` (``{"attention": [...], "mlp": [...]}``) drops that block.
+    """
+    if result.sublayer_scores:
+        return _block_bar_figure(result, set(removed), dropped or {})
     scores = np.asarray(result.layer_scores if result.layer_scores is not None else result.block_scores[0], float)
     removed = set(removed)
     protected = np.isposinf(np.asarray(result.block_scores, float)[0])
@@ -127,6 +135,29 @@ def layer_bar_figure(result, removed: Iterable[int] = ()) -> go.Figure:
     fig.update_yaxes(title=result.score_label)
     return _layout(fig, title=dict(text="Per-layer score (red = in the cut)"), showlegend=False,
                    margin=dict(l=60, r=20, t=45, b=50))
+
+
+def _block_bar_figure(result, removed: set[int], dropped: dict) -> go.Figure:
+    kinds = [kind for kind in ("attention", "mlp") if kind in result.sublayer_scores]
+    titles = {"attention": "attention blocks", "mlp": "MLP blocks"}
+    fig = make_subplots(rows=len(kinds), cols=1, shared_xaxes=True, vertical_spacing=0.14,
+                        subplot_titles=[titles[kind] for kind in kinds])
+    for row, kind in enumerate(kinds, start=1):
+        scores = np.asarray(result.sublayer_scores[kind], float)
+        gone = removed | set(dropped.get(kind, ()))
+        labels = ["removed" if i in gone else "kept" for i in range(len(scores))]
+        fig.add_trace(go.Bar(
+            x=list(range(len(scores))), y=[float(v) if np.isfinite(v) else None for v in scores],
+            marker_color=[REMOVED if i in gone else KEPT for i in range(len(scores))], customdata=labels,
+            name=titles[kind], hovertemplate=f"layer %{{x}} {kind}: %{{y:.4g}} (%{{customdata}})<extra></extra>",
+        ), row=row, col=1)
+    count = len(result.sublayer_scores[kinds[0]])
+    fig.update_xaxes(dtick=1 if count <= 16 else 2 if count <= 40 else None, tickangle=0)
+    fig.update_xaxes(title="layer", row=len(kinds), col=1)
+    fig.update_yaxes(title="1 − cos", title_font=dict(size=12))
+    fig.update_annotations(font=dict(size=13))
+    return _layout(fig, title=dict(text="Per-block score: 1 − cos(x, x + block(x)) (red = removed)"),
+                   showlegend=False, margin=dict(l=60, r=20, t=60, b=50))
 
 
 def grouped_bars(groups: list[str], series: dict[str, list[float | None]], *, title: str, y_title: str,

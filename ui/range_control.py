@@ -25,14 +25,15 @@ _TEMPLATE = r"""${(() => {
   const v = Array.isArray(value) && value.length === 2 ? value : [0, 1];
   const a = Math.max(0, Math.min(L - 1, Math.round(Number(v[0]) || 0)));
   const b = Math.max(a + 1, Math.min(L, Math.round(Number(v[1]) || 0)));
-  const cut = Array.isArray(custom) && custom.length ? new Set(custom) : null;
+  const cut = Array.isArray(custom) ? new Set(custom) : null;  // [] = no whole layer cut
   const isCut = (i) => cut ? cut.has(i) : (i >= a && i < b);
   const removed = Array.from({length: L}, (_, i) => i).filter(isCut);
   const params = Array.isArray(layer_params) ? layer_params : [];
   const p = removed.reduce((s, i) => s + (Number(params[i]) || 0), 0);
   const pct = Number(total_params) > 0 ? 100 * p / Number(total_params) : 0;
   const fmt = (x) => x >= 1e9 ? (x / 1e9).toFixed(2) + ' B' : (x / 1e6).toFixed(1) + ' M';
-  const what = cut ? `Cut layers ${removed.join(', ')}` : `Cut layers ${a}…${b - 1} = <code>[${a}, ${b})</code>`;
+  const what = !cut ? `Cut layers ${a}…${b - 1} = <code>[${a}, ${b})</code>` :
+    removed.length ? `Cut layers ${removed.join(', ')}` : 'No whole layer cut';
   const cells = Array.from({length: L}, (_, i) =>
     `<div class="lc-cell${isCut(i) ? ' cut' : ''}" title="layer ${i}${isCut(i) ? ' (removed)' : ''}">${i}</div>`).join('');
   const thumb = 22;
@@ -115,9 +116,12 @@ class LayerRange(gr.HTML):
 
 def range_update(value: tuple[int, int] | list[int], *, layers: int, layer_params: list[int], total_params: int,
                  custom: list[int] | None = None) -> dict:
-    """A ``gr.update`` for LayerRange; every prop is sent because an update replaces them all."""
+    """A ``gr.update`` for LayerRange; every prop is sent because an update replaces them all.
+
+    ``custom``: the removed layers when they are not one block; ``[]`` when no whole layer is removed.
+    """
     return gr.update(value=[int(value[0]), int(value[1])], layers=int(layers), layer_params=list(layer_params),
-                     total_params=int(total_params), custom=list(custom) if custom else None)
+                     total_params=int(total_params), custom=list(custom) if custom is not None else None)
 
 
 _NUMBER = re.compile(r"(?<!\d)-?\d+(?:\.\d+)?")

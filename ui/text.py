@@ -46,6 +46,10 @@ HEATMAP_HELP = (
     "selection. **Click a cell** to select that block; hover for the raw score."
 )
 
+# What "Select the best block of N" removes: N whole layers in a row, or the N most removable
+# attention / MLP blocks anywhere (needs the sub-layer method's scores).
+REMOVE_CHOICES = [("whole layers", "layers"), ("attention only", "attention"), ("MLP only", "mlp")]
+
 # (label shown, value passed to Backend.load); any other hub id or folder can be typed in.
 KNOWN_MODELS = [
     (f"{DEFAULT_MODEL} (embedded)", DEFAULT_MODEL),
