@@ -305,7 +305,7 @@ def test_best_n_attention_blocks_fill_the_edited_slot():
     result = ImportanceResult("sublayer", np.ones((6, 6)), "1 − cos", layer_scores=np.ones(6), sublayer_scores=scores)
     session = Session(spec=ModelSpec("tiny"), info=describe(model, "tiny"), result=result, origin="test")
     handlers = Handlers(SimpleNamespace(default_calibration=None))
-    slider, banner, _heat, bars, *_rest, session = handlers.best_block(session, 2, "attention")
+    slider, banner, _heat, bars, *_rest, session = handlers.best_block(session, 2, "paper", "attention")
     recipe = session.cut()
     assert recipe.sublayer_drop.attention == (1, 3) and recipe.depth_cut is None
     assert slider["custom"] == []  # the range shows no whole layer cut
