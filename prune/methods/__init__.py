@@ -72,5 +72,5 @@ def check_options(method: Method, options: dict) -> dict:
 
 
 # Registration happens on import; this tuple is the one place that names the method modules.
-for _module in ("angular", "block_influence", "relative_magnitude", "ppl", "taylor", "zigzag", "sublayer"):
+for _module in ("angular", "block_influence", "relative_magnitude", "ppl", "sleb", "taylor", "zigzag", "sublayer"):
     import_module(f".{_module}", __name__)

@@ -1,0 +1,118 @@
+"""SLEB (greedy layer removal): the resumed passes equal real cuts, and the order equals a brute-force greedy.
+
+The identity-layer known answer (SLEB removes an exact identity layer first) runs with every
+other method in test_methods.py.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+import prune
+from prune.calibration import Calibration, token_windows
+from prune.result import ImportanceResult, chosen_layers
+from prune.surgery import remove_layers
+
+from conftest import _COMMON
+
+CAL = Calibration(n_samples=6, seq_len=40)
+LAYERS = 6
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A tiny Llama whose layers matter: wider initial weights give every removal its own cost
+    (at the usual 0.02 the NLLs of removals differ by ~1e-4, too close to call reliably)."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**_COMMON, intermediate_size=64, num_hidden_layers=LAYERS,
+                                      num_key_value_heads=2, initializer_range=0.2)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    model.layercut_name = "tiny-llama-sleb"
+    return model
+
+
+def full_nll(model, ids) -> float:
+    """Mean next-token NLL of a plain forward pass."""
+    with torch.no_grad():
+        return model(input_ids=ids, labels=ids, use_cache=False).loss.item()
+
+
+def brute_force(model, ids, steps: int, protected=()) -> tuple[list[int], list[float]]:
+    """Greedy by full forwards of really cut models: each step tries every layer left."""
+    chosen, nlls = [], [full_nll(model, ids)]
+    for _ in range(steps):
+        tried = {j: full_nll(remove_layers(model, chosen + [j]), ids)
+                 for j in range(LAYERS) if j not in chosen and j not in protected}
+        ranked = sorted(tried.values())
+        assert len(ranked) == 1 or ranked[1] - ranked[0] > 1e-4  # a clear winner: float noise cannot flip it
+        chosen.append(min(tried, key=tried.get))
+        nlls.append(tried[chosen[-1]])
+    return chosen, nlls
+
+
+def run(model, tokenizer, **options) -> ImportanceResult:
+    return prune.score(model, tokenizer, "sleb", calibration=CAL, use_cache=False, **options)
+
+
+@pytest.mark.parametrize("protect_ends", [False, True])
+def test_order_and_curve_equal_a_brute_force_greedy_of_real_cuts(model, tiny_tokenizer, protect_ends):
+    ids = token_windows(tiny_tokenizer, CAL)[:5]
+    steps = 4
+    result = run(model, tiny_tokenizer, num_removals=steps, max_samples=5, protect_ends=protect_ends)
+    order, nlls = brute_force(model, ids, steps, protected={0, LAYERS - 1} if protect_ends else ())
+    assert result.params["removal_order"] == order
+    np.testing.assert_allclose(np.log(result.params["ppl_curve"]), nlls, rtol=1e-5)
+    # the curve's own definition: each point is a full forward of the cumulative cut
+    for k in range(1, steps + 1):
+        assert math.log(result.params["ppl_curve"][k]) == pytest.approx(
+            full_nll(remove_layers(model, order[:k]), ids), rel=1e-5)
+
+
+def test_best_layers_are_the_first_removals_and_the_curve_starts_at_the_baseline(model, tiny_tokenizer):
+    result = run(model, tiny_tokenizer, num_removals=3, protect_ends=False)
+    order, curve = result.params["removal_order"], result.params["ppl_curve"]
+    assert len(order) == 3 and len(curve) == 4
+    ids = token_windows(tiny_tokenizer, CAL)[:4]  # max_samples=4
+    assert curve[0] == pytest.approx(math.exp(full_nll(model, ids)), rel=1e-5)
+    for k in range(4):
+        assert result.best_layers(k) == sorted(order[:k]) == (chosen_layers(result, k) if k else [])
+    assert result.best_block(1) == (order[0], order[0] + 1)
+    assert list(result.layer_scores[order]) == [0, 1, 2]
+    assert sorted(result.layer_scores[[i for i in range(LAYERS) if i not in order]]) == [3, 4, 5]
+    assert result.cuts == {"greedy 1": sorted(order[:1]), "greedy 3": sorted(order)}
+    assert not result.block_exact and "greedy" in result.score_label
+    with pytest.raises(prune.errors.InvalidCut, match="num_removals=4"):
+        chosen_layers(result, 4)
+
+
+def test_ends_are_protected_and_removals_capped(model, tiny_tokenizer):
+    result = run(model, tiny_tokenizer, num_removals=10)
+    assert result.params["protected"] == [0, LAYERS - 1]
+    assert sorted(result.params["removal_order"]) == [1, 2, 3, 4]  # everything but the two ends
+    assert np.isinf(result.block_scores[0, [0, LAYERS - 1]]).all() and np.isinf(result.layer_scores[[0, -1]]).all()
+    assert "Only 4 of the 10" in result.warnings[0]
+    with pytest.raises(prune.errors.InvalidCut):
+        result.best_layers(5)
+    with pytest.raises(prune.errors.InvalidInput, match="protect_ends"):
+        prune.score(remove_layers(model, [1, 2, 3, 4]), tiny_tokenizer, "sleb", calibration=CAL, use_cache=False)
+
+
+def test_result_round_trips_and_a_full_resample_scores_the_same(model, tiny_tokenizer):
+    context = prune.Context(model, tiny_tokenizer, CAL)
+    func = prune.METHODS["sleb"].func
+    result = func(context, num_removals=2)
+    back = ImportanceResult.from_json(result.to_json())
+    assert back.params["removal_order"] == result.params["removal_order"] and back.cuts == result.cuts
+    assert back.best_layers(2) == result.best_layers(2) and chosen_layers(back, 2) == result.best_layers(2)
+    again = func(context.resample(torch.arange(len(context.input_ids))), num_removals=2)
+    np.testing.assert_array_equal(again.block_scores, result.block_scores)
+
+
+def test_other_methods_choose_their_best_block():
+    result = ImportanceResult("x", np.array([[3.0, 1.0, 2.0], [4.0, 3.0, np.nan], [6.0, np.nan, np.nan]]), "s")
+    assert chosen_layers(result, 2) == [1, 2]
