@@ -7,7 +7,8 @@ Modes (one of):
       [--zigzag_output FILE [--dry_run] [--num_hidden_layers N]]   … read from the authors' CSV
   --method NAME --num_layers K [--selection paper|block]
                                                 K layers by any method: as its paper picks them (default), or
-                                                the best contiguous block
+                                                the best contiguous block (sleb: its first K greedy removals,
+                                                printed step by step)
   --method sublayer --num_layers N --drop attention|mlp   drop the N lowest-scored attention (or MLP) blocks
   --sweep K                                     every block of K layers measured, beside each method's ranking
 
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import prune
 from prune.errors import InvalidCut, InvalidInput, LayerCutError
-from prune.methods import METHODS
+from prune.methods import METHODS, options_for_cut, sleb
 from prune.paths import write_atomic
 from prune.calibration import BOS_CHOICES
 from prune.recipe import Recipe
@@ -153,10 +154,14 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
     calibration = replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
-    result = backend.analyze(spec, args.method, calibration=calibration, progress=progress)
-    progress(1.0, f"{METHODS[args.method].label}: {result.timing()}.")
+    method = METHODS[args.method]
+    result = backend.analyze(spec, args.method, calibration=calibration, progress=progress,
+                             **options_for_cut(method, args.num_layers))
+    progress(1.0, f"{method.label}: {result.timing()}.")
+    if "removal_order" in result.params:  # a greedy order: show how its cut was built
+        print("\n".join(sleb.step_lines(result)), flush=True)
     name = f"{args.method}-{args.drop}" if args.drop else args.method
-    return {name: chosen_recipe(result, args.num_layers, args.selection, origin=METHODS[args.method].label,
+    return {name: chosen_recipe(result, args.num_layers, args.selection, origin=method.label,
                                 remove=args.drop or LAYERS)}
 
 

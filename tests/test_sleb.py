@@ -15,6 +15,7 @@ import transformers
 
 import prune
 from prune.calibration import Calibration, token_windows
+from prune.methods.sleb import spread
 from prune.result import ImportanceResult, chosen_layers
 from prune.surgery import remove_layers
 
@@ -61,7 +62,7 @@ def run(model, tokenizer, **options) -> ImportanceResult:
 
 @pytest.mark.parametrize("protect_ends", [False, True])
 def test_order_and_curve_equal_a_brute_force_greedy_of_real_cuts(model, tiny_tokenizer, protect_ends):
-    ids = token_windows(tiny_tokenizer, CAL)[:5]
+    ids = token_windows(tiny_tokenizer, CAL)[spread(CAL.n_samples, 5)]
     steps = 4
     result = run(model, tiny_tokenizer, num_removals=steps, max_samples=5, protect_ends=protect_ends)
     order, nlls = brute_force(model, ids, steps, protected={0, LAYERS - 1} if protect_ends else ())
@@ -77,7 +78,7 @@ def test_best_layers_are_the_first_removals_and_the_curve_starts_at_the_baseline
     result = run(model, tiny_tokenizer, num_removals=3, protect_ends=False)
     order, curve = result.params["removal_order"], result.params["ppl_curve"]
     assert len(order) == 3 and len(curve) == 4
-    ids = token_windows(tiny_tokenizer, CAL)[:4]  # max_samples=4
+    ids = token_windows(tiny_tokenizer, CAL)[spread(CAL.n_samples, 2)]  # max_samples=2, spread: windows 0 and 5
     assert curve[0] == pytest.approx(math.exp(full_nll(model, ids)), rel=1e-5)
     for k in range(4):
         assert result.best_layers(k) == sorted(order[:k]) == (chosen_layers(result, k) if k else [])
@@ -116,3 +117,30 @@ def test_result_round_trips_and_a_full_resample_scores_the_same(model, tiny_toke
 def test_other_methods_choose_their_best_block():
     result = ImportanceResult("x", np.array([[3.0, 1.0, 2.0], [4.0, 3.0, np.nan], [6.0, np.nan, np.nan]]), "s")
     assert chosen_layers(result, 2) == [1, 2]
+
+
+def test_window_spread_and_options_for_a_cut():
+    from prune.methods import METHODS, options_for_cut
+
+    assert spread(32, 2).tolist() == [0, 31] and spread(3, 5).tolist() == [0, 1, 2] and spread(6, 1).tolist() == [0]
+    default = METHODS["sleb"].options["num_removals"]
+    assert options_for_cut(METHODS["sleb"], default + 1) == {"num_removals": default + 1}
+    assert options_for_cut(METHODS["sleb"], default) == {} and options_for_cut(METHODS["angular"], 20) == {}
+
+
+@pytest.mark.slow  # lm-eval on two questions: about 20 s on a busy 2-core machine
+def test_cli_prints_the_steps_and_cuts_the_first_removals(tiny_folder, tmp_path, capsys):
+    import json
+    import re
+
+    from evaluation import benchmark
+
+    code = benchmark.main(["--method", "sleb", "--num_layers", "1", "--model", tiny_folder, "--task", "arc_easy",
+                           "--limit", "2", "--output_folder", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    steps = re.findall(r"SLEB step (\d+): removes layer (\d+) → calibration perplexity", out)
+    assert "SLEB step 0: calibration perplexity" in out and [s for s, _ in steps] == ["1", "2"]  # 4 layers, ends kept
+    config = json.loads((tmp_path / "results_sleb.json").read_text())["config"]
+    assert config["removed_layers"] == [int(steps[0][1])]
+    assert config["recipe"]["origin"] == "Greedy removal (SLEB), its first 1 greedy removal"

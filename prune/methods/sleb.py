@@ -35,10 +35,13 @@ BATCH = 8  # windows per forward: bounds the [B, T, vocab] logits (49k words on 
 
 
 @register("sleb", "Greedy removal (SLEB)")
-def sleb(ctx, *, num_removals: int = 8, max_samples: int = 4, protect_ends: bool = True) -> ImportanceResult:
+def sleb(ctx, *, num_removals: int = 8, max_samples: int = 2, protect_ends: bool = True) -> ImportanceResult:
     """Remove layers one at a time, each the one whose removal leaves the lowest calibration perplexity."""
-    input_ids = ctx.input_ids[:max_samples]
-    states = list(ctx.residual[:, :max_samples])  # h_0 … h_m of the current model, [N, T, D] each
+    if max_samples < 1:
+        raise InvalidInput("SLEB needs max_samples ≥ 1.")
+    windows = spread(len(ctx.input_ids), max_samples)
+    input_ids = ctx.input_ids[windows]
+    states = list(ctx.residual[:, windows])  # h_0 … h_m of the current model, [N, T, D] each
     count = len(states) - 1
     protected = {0, count - 1} if protect_ends else set()
     candidates = count - len(protected)
@@ -77,6 +80,11 @@ def sleb(ctx, *, num_removals: int = 8, max_samples: int = 4, protect_ends: bool
                 "protected": sorted(protected), "removal_order": order, "ppl_curve": ppl},
         cuts={f"greedy {n}": sorted(order[:n]) for n in sizes}, block_exact=False, warnings=warnings,
     )
+
+
+def spread(total: int, count: int) -> torch.Tensor:
+    """``count`` window indices spread evenly over ``total`` (all of them when ``count ≥ total``)."""
+    return torch.linspace(0, total - 1, min(count, total)).round().long().unique()
 
 
 def step_lines(result: ImportanceResult) -> list[str]:
