@@ -140,6 +140,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                             stability_md = gr.Markdown(text.STABILITY_HELP, elem_id="stability")
                         named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
                         bars = PlotView(height=300, elem_id="layer-bars")
+                        greedy = PlotView(height=300, elem_id="greedy-curve", visible=False)
                         with gr.Accordion("Export the cut model", open=False):
                             folder = gr.Textbox(label="Folder name (empty: <model>-minus-<n>-layers)")
                             export_btn = gr.Button("Save as a Hugging Face checkpoint")
@@ -231,7 +232,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                    interactive=False, elem_id="sweep-table", scale=1, min_width=280)
 
         # ------------------------------------------------------------ wiring
-        cut_outputs = [layer_range, banner, heatmap, bars, named, slot, view]
+        cut_outputs = [layer_range, banner, heatmap, bars, greedy, named, slot, view]
         load_inputs = [view, model, token, trust, dtype]
         load_outputs = [model_md, block_size, *cut_outputs, convention]
         analyze_inputs = [view, method, options, cal_source, cal_detail, cal_upload, cal_samples, cal_len, block_size,

@@ -44,7 +44,7 @@ def test_load_analyze_cut_generate_benchmark(client):
     assert block_size["value"] == 3 and "**A** ✎: none" in banner and "**B**: none" in banner  # updates are dicts
     assert layer_range["props"]["layers"] == 30 and len(layer_range["props"]["layer_params"]) == 30, layer_range
 
-    _range, banner, heatmap, bars, _named, _slot, status = client.predict(
+    _range, banner, heatmap, bars, _greedy, _named, _slot, status = client.predict(
         "angular", "token=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
     assert heatmap["data"][0]["type"] == "heatmap" and len(heatmap["data"][0]["z"]) == 29
     assert "(5 of 30)" in banner and "Angular" in status

@@ -144,3 +144,31 @@ def test_cli_prints_the_steps_and_cuts_the_first_removals(tiny_folder, tmp_path,
     config = json.loads((tmp_path / "results_sleb.json").read_text())["config"]
     assert config["removed_layers"] == [int(steps[0][1])]
     assert config["recipe"]["origin"] == "Greedy removal (SLEB), its first 1 greedy removal"
+
+
+def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer):
+    import json
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from ui import plots
+    from ui.handlers import Handlers
+    from ui.plot_view import PlotView
+    from ui.session import Session
+
+    result = run(model, tiny_tokenizer, num_removals=3, protect_ends=False)
+    order, curve = result.params["removal_order"], result.params["ppl_curve"]
+    trace = plots.greedy_curve_figure(result).data[0]
+    assert list(trace.x) == [0, 1, 2, 3] and list(trace.y) == curve
+    assert list(trace.text) == ["none removed", *(f"−{layer}" for layer in order)]
+    assert f"cut so far: {sorted(order[:2])}" in trace.customdata[2]
+    json.dumps(PlotView().postprocess(plots.greedy_curve_figure(result)), allow_nan=False)
+
+    handlers = Handlers(SimpleNamespace(default_calibration=None))
+    _range, _banner, _heat, _bars, shown, named, *_ = handlers._cut_outputs(Session(result=result))
+    assert shown["visible"] is True and shown["value"].data[0].y == tuple(curve)
+    assert named["label"] == "Cuts named by Greedy removal (SLEB)" and named["choices"] == list(result.cuts)
+    other = replace(result, method="ppl", params={}, cuts={})
+    _range, _banner, _heat, _bars, hidden, named, *_ = handlers._cut_outputs(Session(result=other))
+    assert hidden["visible"] is False and named["visible"] is False and "label" not in named
+    assert handlers._cut_outputs(Session())[4]["visible"] is False

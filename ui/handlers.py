@@ -339,7 +339,7 @@ class Handlers:
 
     # ------------------------------------------------------------------ outputs
     def _cut_outputs(self, session: Session) -> tuple:
-        """(range, cut banner, heatmap, layer bars, named-cut radio, edited slot, session) for the edited slot."""
+        """(range, cut banner, heatmap, layer bars, greedy curve, named-cut radio, edited slot, session) for the edited slot."""
         info, result, recipe = session.info, session.result, session.cut()
         cut = recipe.depth_cut if recipe else None
         drop = recipe.sublayer_drop if recipe else None
@@ -358,9 +358,12 @@ class Handlers:
             heat = plots.heatmap_figure(result, selected=cut.span if cut else None)
             bars = plots.layer_bar_figure(result, cut.layers if cut else (),
                                           {ATTENTION: drop.attention, MLP: drop.mlp} if drop else None)
+        greedy = result is not None and "ppl_curve" in result.params
+        curve = gr.update(value=plots.greedy_curve_figure(result) if greedy else None, visible=greedy)
         names = list((result.cuts or {}) if result else {})
-        named = gr.update(choices=names, value=None, visible=bool(names))
-        return slider, text.banner_markdown(session), heat, bars, named, gr.update(value=session.editing), session
+        named = gr.update(choices=names, value=None, visible=bool(names), **text.named_cuts_label(result))
+        return (slider, text.banner_markdown(session), heat, bars, curve, named, gr.update(value=session.editing),
+                session)
 
     def _results_outputs(self, session: Session):
         found = list(session.results)

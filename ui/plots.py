@@ -160,6 +160,23 @@ def _block_bar_figure(result, removed: set[int], dropped: dict) -> go.Figure:
                    showlegend=False, margin=dict(l=60, r=20, t=60, b=50))
 
 
+def greedy_curve_figure(result) -> go.Figure:
+    """Calibration perplexity after each greedy removal (SLEB), each point labelled with the layer it removed."""
+    curve, order = result.params["ppl_curve"], result.params["removal_order"]
+    labels = ["none removed"] + [f"−{layer}" for layer in order]
+    hover = ["all layers"] + [f"removed layer {layer}; cut so far: {sorted(order[:k])}"
+                              for k, layer in enumerate(order, start=1)]
+    fig = go.Figure(go.Scatter(
+        x=list(range(len(curve))), y=curve, mode="lines+markers+text", text=labels, textposition="top center",
+        customdata=hover, line=dict(color=PRUNED, width=3), marker=dict(size=9),
+        hovertemplate="%{x} removed: perplexity %{y:.4g}<br>%{customdata}<extra></extra>",
+    ))
+    fig.update_xaxes(title="layers removed (greedy steps)", dtick=1)
+    fig.update_yaxes(title="calibration perplexity")
+    return _layout(fig, title=dict(text="Greedy removal: perplexity after each step"), showlegend=False,
+                   margin=dict(l=60, r=20, t=45, b=50))
+
+
 def grouped_bars(groups: list[str], series: dict[str, list[float | None]], *, title: str, y_title: str,
                  errors: dict[str, list[float | None]] | None = None, colors: dict[str, str] | None = None,
                  y_range: list[float] | None = None, unit: str = "") -> go.Figure:

@@ -137,6 +137,16 @@ def analysis_status(result) -> str:
     return f"{f'**{spec.label}**' if spec else result.method}: {result.timing()}"
 
 
+def named_cuts_label(result) -> dict:
+    """The preset radio's label for an analysis with named cuts: the method that named them."""
+    from prune import METHODS
+
+    if result is None or not result.cuts:
+        return {}
+    spec = METHODS.get(result.method)
+    return {"label": f"Cuts named by {spec.label if spec else result.method}"}
+
+
 def stability_markdown(found) -> str:
     """'Best block of 5: [13, 18) wins 17 of 20 resamples (85 %); …' with the other winners' shares."""
     from prune import METHODS
