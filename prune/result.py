@@ -126,21 +126,6 @@ def lowest(scores: np.ndarray, n: int) -> list[int]:
     return sorted(int(i) for i in allowed[np.argsort(scores[allowed], kind="stable")][:n])
 
 
-def chosen_layers(result: ImportanceResult, n: int) -> list[int]:
-    """The ``n`` layers a result's own selection removes: a greedy order's first ``n``, else the best block of ``n``.
-
-    A greedy method (SLEB) records ``params["removal_order"]``; its cut of ``n`` is the cut it
-    built step by step, which ``best_layers`` returns. Every other method picks a contiguous block.
-    """
-    order = result.params.get("removal_order")
-    if order is None:
-        start, end = result.best_block(n)
-        return list(range(start, end))
-    if n > len(order):
-        raise InvalidCut(f"The greedy analysis removed {len(order)} layers, not {n}: run it with num_removals={n}.")
-    return result.best_layers(n)
-
-
 def _num(value) -> float | str | None:
     """JSON has no NaN/inf: encode them as null / "inf"."""
     value = float(value)

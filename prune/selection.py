@@ -9,7 +9,7 @@ lowest score. The rule of each method is written once, in its registration.
 
 from __future__ import annotations
 
-from .errors import InvalidInput
+from .errors import InvalidCut, InvalidInput
 from .methods import get_method
 from .recipe import Recipe
 from .result import ImportanceResult
@@ -42,10 +42,18 @@ def paper_rule_words(method: str) -> str:
 
 
 def chosen_layers(result: ImportanceResult, n: int, selection: str = "paper") -> list[int]:
-    """The ``n`` layers ``result`` removes under ``selection``, sorted; never a protected one."""
+    """The ``n`` layers ``result`` removes under ``selection``, sorted; never a protected one.
+
+    A greedy order (SLEB's ``params["removal_order"]``) ranks its removals first, so its ``n``
+    least important layers are its first ``n`` removals, the cut it built step by step; past
+    its last step that would no longer be true, and asking for it is an error.
+    """
     if rule(result.method, selection) == "block":
         start, end = result.best_block(n)
         return list(range(start, end))
+    order = result.params.get("removal_order")
+    if order is not None and n > len(order):
+        raise InvalidCut(f"The greedy analysis removed {len(order)} layers, not {n}: run it with num_removals={n}.")
     return result.best_layers(n)
 
 
@@ -66,6 +74,10 @@ def chosen_recipe(result: ImportanceResult, n: int, selection: str, origin: str,
         return Recipe.drop(result.num_layers, **{remove: result.best_sublayers(remove, n)},
                            origin=f"{origin}: {n} lowest-scored {what} blocks")
     layers = chosen_layers(result, n, selection)
-    how = (f"best block of {n} layers" if rule(result.method, selection) == "block"
-           else f"{n} least important layers")
+    if rule(result.method, selection) == "block":
+        how = f"best block of {n} layers"
+    elif "removal_order" in result.params:
+        how = f"first {n} greedy removal{'s' if n > 1 else ''}"
+    else:
+        how = f"{n} least important layers"
     return Recipe.cut(result.num_layers, layers, origin=f"{origin}: {how}")

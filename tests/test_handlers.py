@@ -21,7 +21,8 @@ def test_a_cut_while_a_model_loads_is_a_message(handlers, event, args):
 
 
 def test_nothing_of_the_previous_model_shows_while_another_loads(handlers):
-    _range, banner, heat, bars, named, _slot, session = handlers._cut_outputs(Session().while_loading("org/model"))
+    _range, banner, heat, bars, curve, named, _slot, session = handlers._cut_outputs(
+        Session().while_loading("org/model"))
     assert "Loading org/model" in banner and session.info is None and session.result is None
     assert not [t for t in heat.data if t.type == "heatmap"] and not bars.data
-    assert named["visible"] is False
+    assert named["visible"] is False and curve["visible"] is False

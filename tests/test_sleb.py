@@ -16,7 +16,8 @@ import transformers
 import prune
 from prune.calibration import Calibration, token_windows
 from prune.methods.sleb import spread
-from prune.result import ImportanceResult, chosen_layers
+from prune.result import ImportanceResult
+from prune.selection import chosen_layers, chosen_recipe
 from prune.surgery import remove_layers
 
 from conftest import _COMMON
@@ -81,7 +82,7 @@ def test_best_layers_are_the_first_removals_and_the_curve_starts_at_the_baseline
     ids = token_windows(tiny_tokenizer, CAL)[spread(CAL.n_samples, 2)]  # max_samples=2, spread: windows 0 and 5
     assert curve[0] == pytest.approx(math.exp(full_nll(model, ids)), rel=1e-5)
     for k in range(4):
-        assert result.best_layers(k) == sorted(order[:k]) == (chosen_layers(result, k) if k else [])
+        assert result.best_layers(k) == sorted(order[:k]) == chosen_layers(result, k)
     assert result.best_block(1) == (order[0], order[0] + 1)
     assert list(result.layer_scores[order]) == [0, 1, 2]
     assert sorted(result.layer_scores[[i for i in range(LAYERS) if i not in order]]) == [3, 4, 5]
@@ -89,6 +90,10 @@ def test_best_layers_are_the_first_removals_and_the_curve_starts_at_the_baseline
     assert not result.block_exact and "greedy" in result.score_label
     with pytest.raises(prune.errors.InvalidCut, match="num_removals=4"):
         chosen_layers(result, 4)
+    recipe = chosen_recipe(result, 2, "paper", origin="SLEB on test")
+    assert recipe.depth_cut.layers == tuple(sorted(order[:2])) and recipe.origin == "SLEB on test: first 2 greedy removals"
+    start, end = result.best_block(2)
+    assert chosen_layers(result, 2, "block") == [start, start + 1] and end == start + 2
 
 
 def test_ends_are_protected_and_removals_capped(model, tiny_tokenizer):
@@ -112,11 +117,6 @@ def test_result_round_trips_and_a_full_resample_scores_the_same(model, tiny_toke
     assert back.best_layers(2) == result.best_layers(2) and chosen_layers(back, 2) == result.best_layers(2)
     again = func(context.resample(torch.arange(len(context.input_ids))), num_removals=2)
     np.testing.assert_array_equal(again.block_scores, result.block_scores)
-
-
-def test_other_methods_choose_their_best_block():
-    result = ImportanceResult("x", np.array([[3.0, 1.0, 2.0], [4.0, 3.0, np.nan], [6.0, np.nan, np.nan]]), "s")
-    assert chosen_layers(result, 2) == [1, 2]
 
 
 def test_window_spread_and_options_for_a_cut():
@@ -143,7 +143,7 @@ def test_cli_prints_the_steps_and_cuts_the_first_removals(tiny_folder, tmp_path,
     assert "SLEB step 0: calibration perplexity" in out and [s for s, _ in steps] == ["1", "2"]  # 4 layers, ends kept
     config = json.loads((tmp_path / "results_sleb.json").read_text())["config"]
     assert config["removed_layers"] == [int(steps[0][1])]
-    assert config["recipe"]["origin"] == "Greedy removal (SLEB), its first 1 greedy removal"
+    assert config["recipe"]["origin"] == "Greedy removal (SLEB): first 1 greedy removal"
 
 
 def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer):
