@@ -123,9 +123,12 @@ def test_window_spread_and_options_for_a_cut():
     from prune.methods import METHODS, options_for_cut
 
     assert spread(32, 2).tolist() == [0, 31] and spread(3, 5).tolist() == [0, 1, 2] and spread(6, 1).tolist() == [0]
-    default = METHODS["sleb"].options["num_removals"]
-    assert options_for_cut(METHODS["sleb"], default + 1) == {"num_removals": default + 1}
-    assert options_for_cut(METHODS["sleb"], default) == {} and options_for_cut(METHODS["angular"], 20) == {}
+    sleb, default = METHODS["sleb"], METHODS["sleb"].options["num_removals"]
+    assert options_for_cut(sleb, default + 1) == {"num_removals": default + 1}
+    assert options_for_cut(sleb, default) == {} and options_for_cut(METHODS["angular"], 20, {"token": "mean"}) == {
+        "token": "mean"}
+    assert options_for_cut(sleb, 3, {"num_removals": 2, "max_samples": 4}) == {"num_removals": 3, "max_samples": 4}
+    assert options_for_cut(sleb, 3, {"num_removals": 5}) == {"num_removals": 5}
 
 
 @pytest.mark.slow  # lm-eval on two questions: about 20 s on a busy 2-core machine
@@ -172,3 +175,23 @@ def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer
     _range, _banner, _heat, _bars, hidden, named, *_ = handlers._cut_outputs(Session(result=other))
     assert hidden["visible"] is False and named["visible"] is False and "label" not in named
     assert handlers._cut_outputs(Session())[4]["visible"] is False
+
+
+def test_the_app_asks_a_greedy_analysis_for_as_many_steps_as_layers_cut(model, tiny_tokenizer):
+    from types import SimpleNamespace
+
+    from ui.handlers import Handlers
+    from ui.session import Session
+
+    result = run(model, tiny_tokenizer, num_removals=3, protect_ends=False)
+    asked = []
+    backend = SimpleNamespace(default_calibration=CAL,
+                              analyze=lambda spec, method, **kw: asked.append(kw) or result)
+    info = SimpleNamespace(num_layers=LAYERS, layer_params=[1] * LAYERS, num_params=LAYERS, name="tiny",
+                           removed_params=lambda recipe: len(recipe.depth_cut.layers))
+    handlers = Handlers(backend)
+    outputs = handlers.analyze(Session(info=info), "sleb", "num_removals=2", "default", "", None, 6, 40, 3)
+    assert asked[0]["num_removals"] == 3  # raised to the 3 layers cut
+    assert outputs[-2].cut().depth_cut.layers == tuple(sorted(result.params["removal_order"]))
+    handlers.analyze(Session(info=info), "sleb", "max_samples=3", "default", "", None, 6, 40, 2)
+    assert "num_removals" not in asked[1] and asked[1]["max_samples"] == 3  # the default 8 steps cover 2

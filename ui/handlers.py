@@ -19,6 +19,7 @@ from evaluation import lm_eval_adapter
 from evaluation.measurement import Measurement, to_dataframe
 from evaluation.models import ModelSpec
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
+from prune.methods import options_for_cut
 from prune.paths import cache_root
 from prune.recipe import Recipe
 from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
@@ -141,8 +142,9 @@ class Handlers:
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
                                          self.default_calibration, bos)
         size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=info.num_layers - 1)
-        session, status = self._analyze(session, method, text.parse_options(options, spec.options), calibration,
-                                        size, check_selection(selection), request, progress, check_remove(remove))
+        options = options_for_cut(spec, size, text.parse_options(options, spec.options))
+        session, status = self._analyze(session, method, options, calibration, size, check_selection(selection),
+                                        request, progress, check_remove(remove))
         return *self._cut_outputs(session), status
 
     def _analyze(self, session, method, options, calibration, size, selection, request, progress, remove=LAYERS):

@@ -227,7 +227,7 @@ STABILITY_HELP = (
     "How shaky is the choice? The analysis is re-scored on bootstrap resamples of its calibration "
     "windows (drawn with replacement); the share of resamples each block wins is its stability. "
     "Angular distance, Block Influence and relative magnitude reuse the stored states (seconds); "
-    "PPL and Taylor+ rerun the model on every resample."
+    "PPL and Taylor+ rerun the model on every resample; SLEB reruns its whole greedy search on each (minutes)."
 )
 
 SWEEP_HELP = (

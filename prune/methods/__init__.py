@@ -71,14 +71,16 @@ def check_options(method: Method, options: dict) -> dict:
     return {**method.options, **options}
 
 
-def options_for_cut(method: Method, n: int) -> dict:
-    """Options ``method`` needs to choose a cut of ``n`` layers: a greedy one runs at least ``n`` steps.
+def options_for_cut(method: Method, n: int, options: dict | None = None) -> dict:
+    """``options`` with what ``method`` needs to choose a cut of ``n`` layers: a greedy one runs at least ``n`` steps.
 
-    A greedy order's first steps do not depend on how many follow, so a default run that goes
-    further is reused (and shares its cache) rather than asked for exactly ``n``.
+    A greedy order's first steps do not depend on how many follow, so a run that goes further
+    (the default one, sharing its cache) is kept rather than asked for exactly ``n``.
     """
-    steps = method.options.get("num_removals")
-    return {"num_removals": n} if steps is not None and n > steps else {}
+    options = dict(options or {})
+    if "num_removals" in method.options and n > options.get("num_removals", method.options["num_removals"]):
+        options["num_removals"] = n
+    return options
 
 
 # Registration happens on import; this tuple is the one place that names the method modules.
