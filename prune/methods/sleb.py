@@ -6,15 +6,17 @@ measured; the layer whose removal leaves the lowest NLL goes for good (ties: the
 Their early and latter barriers of 1 are kept: the first and last layer are never candidates
 (``protect_ends=False`` lifts that).
 
-*Differs, for speed on a CPU*: it calibrates on LayerCut's windows (by default the first
-``max_samples=4`` of 32 WikiText-2 validation windows of 128 tokens, 512 tokens in all) where
-the authors join 128 shuffled WikiText-2 *training* lines and cut them into 2048-token windows;
-and it stops after ``num_removals`` steps (their ``num_remove_blocks``).
+*Differs, for speed on a CPU*: it calibrates on ``max_samples=2`` of LayerCut's windows, spread
+over them (by default the first and the last of 32 WikiText-2 validation windows of 128 tokens:
+256 tokens), where the authors join 128 shuffled WikiText-2 *training* lines and cut them into
+2048-token windows; it stops after ``num_removals=8`` steps (their ``num_remove_blocks``, the cut
+size); and it takes the mean NLL per token (their sum over equal windows: the same choice).
 
 Only what changes is recomputed: the current model's state at every layer boundary is kept, so
 scoring the removal of layer p runs just the layers after p from the kept h_p, and committing it
-recomputes the states from p on. Each step costs about (m²/2 layers + m LM heads) for m layers
-left, on ``max_samples`` windows.
+recomputes the states from p on. A step with m layers left still runs about m²/2 layers and m LM
+heads on each window: the defaults took 116 s of CPU time on one thread on the default model
+(30 layers), about 7× the forward pass of all 32 windows that every method starts from.
 """
 
 from __future__ import annotations
@@ -36,7 +38,12 @@ BATCH = 8  # windows per forward: bounds the [B, T, vocab] logits (49k words on 
 
 @register("sleb", "Greedy removal (SLEB)")
 def sleb(ctx, *, num_removals: int = 8, max_samples: int = 2, protect_ends: bool = True) -> ImportanceResult:
-    """Remove layers one at a time, each the one whose removal leaves the lowest calibration perplexity."""
+    """Remove layers one at a time, each the one whose removal leaves the lowest calibration perplexity.
+
+    ``layer_scores[i]`` is the step at which layer i went (0 = first), so ``best_layers(k)`` for
+    k ≤ ``num_removals`` is the first k removals; layers never removed come after, as
+    ``num_removals`` + the rank of their perplexity at the last step; protected ones are +inf.
+    """
     if max_samples < 1:
         raise InvalidInput("SLEB needs max_samples ≥ 1.")
     windows = spread(len(ctx.input_ids), max_samples)
