@@ -163,7 +163,7 @@ def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer
     order, curve = result.params["removal_order"], result.params["ppl_curve"]
     trace = plots.greedy_curve_figure(result).data[0]
     assert list(trace.x) == [0, 1, 2, 3] and list(trace.y) == curve
-    assert list(trace.text) == ["none removed", *(f"−{layer}" for layer in order)]
+    assert list(trace.text) == ["", *(f"−{layer}" for layer in order)]
     assert f"cut so far: {sorted(order[:2])}" in trace.customdata[2]
     json.dumps(PlotView().postprocess(plots.greedy_curve_figure(result)), allow_nan=False)
 

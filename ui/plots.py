@@ -163,7 +163,7 @@ def _block_bar_figure(result, removed: set[int], dropped: dict) -> go.Figure:
 def greedy_curve_figure(result) -> go.Figure:
     """Calibration perplexity after each greedy removal (SLEB), each point labelled with the layer it removed."""
     curve, order = result.params["ppl_curve"], result.params["removal_order"]
-    labels = ["none removed"] + [f"−{layer}" for layer in order]
+    labels = [""] + [f"−{layer}" for layer in order]  # the app's notation for a removed layer
     hover = ["all layers"] + [f"removed layer {layer}; cut so far: {sorted(order[:k])}"
                               for k, layer in enumerate(order, start=1)]
     fig = go.Figure(go.Scatter(
@@ -171,8 +171,8 @@ def greedy_curve_figure(result) -> go.Figure:
         customdata=hover, line=dict(color=PRUNED, width=3), marker=dict(size=9),
         hovertemplate="%{x} removed: perplexity %{y:.4g}<br>%{customdata}<extra></extra>",
     ))
-    fig.update_xaxes(title="layers removed (greedy steps)", dtick=1)
-    fig.update_yaxes(title="calibration perplexity")
+    fig.update_xaxes(title="layers removed (greedy steps)", dtick=1, range=[-0.5, len(curve) - 0.5])
+    fig.update_yaxes(title="calibration perplexity", range=[0, max(curve) * 1.15])  # room for the top label
     return _layout(fig, title=dict(text="Greedy removal: perplexity after each step"), showlegend=False,
                    margin=dict(l=60, r=20, t=45, b=50))
 
