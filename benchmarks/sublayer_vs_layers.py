@@ -1,0 +1,75 @@
+"""Attention-only drop against whole-layer cuts of about the same parameter count, on the default model.
+
+    .venv/bin/python benchmarks/sublayer_vs_layers.py [--drop 10] [--limit 200] [--data_dir DIR]
+
+Scores the attention and MLP blocks with the sub-layer method (He et al. 2024) on the default
+calibration, drops the ``--drop`` lowest-scored attention blocks (a third of the layers by
+default), and compares it, through the evaluation backend in one run, with the two whole-layer
+cuts that bracket its parameter count (the best contiguous blocks of angular distance):
+hellaswag acc_norm, decode throughput at batch 1 (measured side by side; ratios to the
+original) beside the FLOPs ideal, and the KV cache measured after generating.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--drop", type=int, default=10, help="attention blocks to drop")
+    parser.add_argument("--limit", type=int, default=200, help="hellaswag questions")
+    parser.add_argument("--data_dir", default=None)
+    args = parser.parse_args()
+
+    import prune
+    from evaluation import lm_eval_adapter
+    from evaluation.backend import Backend
+    from evaluation.models import ModelSpec
+    from evaluation.offline_tasks import default_data_dir
+    from prune.recipe import Recipe
+
+    backend = Backend(data_dir=str(args.data_dir or default_data_dir()))
+    spec = ModelSpec(prune.DEFAULT_MODEL)
+    info = backend.load(spec)
+    drop = backend.analyze(spec, "sublayer")
+    angular = backend.analyze(spec, "angular")
+    attention = drop.best_sublayers("attention", args.drop)
+    variants = {"attention": Recipe.drop(info.num_layers, attention=attention, origin="sublayer")}
+    removed = info.removed_params(variants["attention"])
+    per_layer = removed / max(1, args.drop)
+    for_layers = sorted({int(removed // info.layer_params[0]), int(-(-removed // info.layer_params[0]))})
+    for n in for_layers:
+        start, end = angular.best_block(n)
+        variants[f"cut{n}"] = Recipe.block(info.num_layers, start, end, origin="angular")
+    print(f"attention drop of {args.drop}: layers {attention}; {removed / 1e6:.2f} M parameters "
+          f"({per_layer / 1e6:.3f} M per block)")
+    for label, recipe in variants.items():
+        print(f"  {label:<10} {recipe.describe():<55} removes {info.removed_params(recipe) / 1e6:6.2f} M")
+
+    request = lm_eval_adapter.check_request(["hellaswag"], limit=args.limit, data_dir=backend.data_dir)
+
+    def value(found, model, word):
+        hits = [m for m in found if m.model == model and word in m.name]
+        return hits[0] if hits else None
+
+    print(f"\n{'model':<11} {'hellaswag acc_norm':>19} {'decode ms/token':>16} {'speedup':>8} {'ideal':>6} "
+          f"{'KV cache':>12}")
+    labels = list(variants)
+    for group in (labels[:2], labels[2:]):  # the backend compares at most two with the original at once
+        if not group:
+            continue
+        compared = {label: variants[label] for label in group}
+        scores = backend.benchmarks(spec, compared, request)
+        speed = backend.speed(spec, compared, batch_sizes=(1,), prompt_len=128, new_tokens=(64,), repeats=5)
+        memory = backend.memory(spec, compared)
+        base = value(speed, "original", "decode latency")
+        for label in ("original", *group):
+            acc, dec, kv = value(scores, label, "acc_norm"), value(speed, label, "decode latency"), value(memory, label,
+                                                                                                          "KV")
+            ideal = dec.details.get("ideal_speedup", 1.0) if dec else float("nan")
+            print(f"{label:<11} {acc.value:>19.1f} {dec.value:>16.1f} {base.value / dec.value:>7.2f}× {ideal:>5.2f}× "
+                  f"{(f'{kv.value:.2f} {kv.unit}') if kv else '—':>12}")
+
+if __name__ == "__main__":
+    main()
