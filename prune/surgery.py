@@ -56,22 +56,38 @@ def cut(model: nn.Module, start: int, end: int) -> nn.Module:
 
 def remove_layers(model: nn.Module, layers: Iterable[int]) -> nn.Module:
     """Remove any set of layers; kept layers share their parameters with ``model``."""
-    path = architecture_of(model).layers
-    original_layers = decoder_layers(model)
-    removed = check_layers(len(original_layers), layers)
-    kept = [i for i in range(len(original_layers)) if i not in removed]
+    count = len(decoder_layers(model))
+    removed = check_layers(count, layers)
+    kept = [i for i in range(count) if i not in removed]
 
     config = _pruned_config(model.config, kept)
-    pruned = _clone_along(model, path.split("."), config)
-    parent = pruned
-    for name in path.split(".")[:-1]:
-        parent = getattr(parent, name)
-    new_layers = nn.ModuleList(_renumbered(original_layers[i], new_idx) for new_idx, i in enumerate(kept))
-    parent._modules[path.split(".")[-1]] = new_layers
-    if getattr(model, "generation_config", None) is not None:
-        pruned.generation_config = copy.deepcopy(model.generation_config)
+    pruned = _with_layers(model, config, kept)
     config.layercut_removed_layers = sorted(removed_layers_of(model) + _original_indices(model, removed))
     return pruned
+
+
+def clone_layers(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with every layer's module objects and the config its own, the parameters shared.
+
+    What a step that replaces some weights starts from: assigning a new parameter to one of its
+    modules never reaches ``model``.
+    """
+    return _with_layers(model, copy.deepcopy(model.config), range(len(decoder_layers(model))))
+
+
+def _with_layers(model: nn.Module, config, kept: Iterable[int]) -> nn.Module:
+    """A clone of ``model`` holding clones of the layers ``kept`` (renumbered) and pointing at ``config``."""
+    path = architecture_of(model).layers.split(".")
+    original_layers = decoder_layers(model)
+    derived = _clone_along(model, path, config)
+    parent = derived
+    for name in path[:-1]:
+        parent = getattr(parent, name)
+    parent._modules[path[-1]] = nn.ModuleList(_renumbered(original_layers[i], new_idx)
+                                              for new_idx, i in enumerate(kept))
+    if getattr(model, "generation_config", None) is not None:
+        derived.generation_config = copy.deepcopy(model.generation_config)
+    return derived
 
 
 def removed_layers_of(model: nn.Module) -> list[int]:
