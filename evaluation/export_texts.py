@@ -25,7 +25,8 @@ import prune
 from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
-from prune.recipe import DepthCut, Recipe
+from prune.recipe import DepthCut, Recipe, Sparsify
+from prune.sparsity import zero_fraction
 
 from .measurement import Measurement, to_markdown
 from .memory import num_params
@@ -145,8 +146,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     name = name or default_export_name(base_name, recipe)
     removed = base_layers_removed(recipe)
     hub = _hub_id(base_name)
+    sparse = [item for item in recipe.steps if isinstance(item, Sparsify)]
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
-             "tags": ["layercut", "pruned"] + (["depth-pruning"] if removed is not None else [])}
+             "tags": ["layercut", "pruned"] + (["depth-pruning"] if removed is not None else [])
+             + (["sparse"] if sparse else [])}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
              f"Derived from **{base_name}** by LayerCut {prune.__version__}"
              + (": whole decoder layers removed, the kept layers unchanged." if removed is not None else "."), "",
@@ -163,6 +166,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         if counts:
             before, after = counts
             lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
+    if sparse:
+        lines.append(f"- Sparsity: {100 * zero_fraction(model):.1f} % of the decoder layers' linear weights are zero "
+                     f"(counted; {sparse[-1].describe()}), stored densely: the checkpoint is as large as a dense one "
+                     "and runs no faster with dense kernels")
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
     if scores:
