@@ -20,7 +20,7 @@ from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput, UnknownMethod
 from prune.hidden import residual_stream
 from prune.recipe import Recipe, Sparsify, recipe_of
-from prune.sparsegpt import count, sparsegpt
+from prune.sparsegpt import count, lowest, sparsegpt
 from prune.sparsity import matrices, rows_of, sparse_copy_bytes, zero_fraction
 
 from conftest import REPO, tiny_model
@@ -95,6 +95,12 @@ def test_wanda_scores_weight_times_input_norm_within_each_row():
     # magnitude compares the whole matrix: the two 1s, the two 2s go
     assert torch.equal(sparsity._magnitude_mask(rows, 0.5, None),
                        torch.tensor([[True, True, False, False], [False, False, True, True]]))
+
+
+def test_exactly_k_lowest_go_ties_to_the_first():
+    score = torch.tensor([[3.0, 1.0, 1.0, 1.0, 0.5], [2.0, 2.0, 2.0, 2.0, 2.0]])
+    assert lowest(score, 3).tolist() == [[False, True, True, False, True], [True, True, True, False, False]]
+    assert not lowest(score, 0).any() and lowest(score, 5).all()
 
 
 def test_wanda_mask_on_a_model_layer_equals_one_computed_by_hand(tiny_tokenizer):
