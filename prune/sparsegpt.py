@@ -72,7 +72,7 @@ def sparsegpt(weight: torch.Tensor, hessian: torch.Tensor, sparsity: float, nm: 
             w = block[:, i]
             kept = torch.where(mask[:, i], torch.zeros_like(w), w)
             error = (w - kept) / d[i]  # [rows]
-            block[:, i:] -= error[:, None] * u[i, i:][None, :]
+            block[:, i:].addr_(error, u[i, i:], alpha=-1)  # −= error ⊗ U[i, i:], in place
             block[:, i] = kept  # exact zeros, not w − (w / d) · d
             errors[:, i] = error
         W[:, start:end] = block
