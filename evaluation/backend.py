@@ -28,7 +28,7 @@ from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
 from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed, sweep
-from .jobs import Cancelled, JobRunner, Progress, cancellable
+from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from .models import Loaded, ModelInfo, ModelPool, ModelSpec
@@ -84,15 +84,20 @@ class Backend:
     def _base(self, spec: ModelSpec) -> Loaded:
         return self.pool.get(spec)
 
-    def _sides(self, spec: ModelSpec, variants: Variants) -> tuple[Loaded, list[Side]]:
-        """The base and the compared models: the original first, then each variant in order."""
+    def _sides(self, spec: ModelSpec, variants: Variants, job: Job | None = None) -> tuple[Loaded, list[Side]]:
+        """The base and the compared models: the original first, then each variant in order.
+
+        A variant not cached yet is built here; with ``job`` its build (per layer for sparsity)
+        is reported and can be cancelled.
+        """
         if len(variants) > MAX_VARIANTS:
             raise InvalidInput(f"Compare at most {MAX_VARIANTS} compressed models with the original.")
         if ORIGINAL in variants:
             raise InvalidInput(f"'{ORIGINAL}' names the base model; give the compressed models other labels.")
         base = self._base(spec)
         sides = [Side(ORIGINAL, Recipe(), base.model)]
-        sides += [Side(label, recipe, self.variants.get(base, recipe)) for label, recipe in variants.items()]
+        sides += [Side(label, recipe, self.variants.get(base, recipe, _building(job, label)))
+                  for label, recipe in variants.items()]
         return base, sides
 
     def model(self, spec: ModelSpec, recipe: Recipe | None = None) -> torch.nn.Module:
@@ -153,7 +158,7 @@ class Backend:
         with self.jobs.run("the export", progress, owner=owner) as job:
             base = self._base(spec)
             job.update(0.0, "Saving the checkpoint…")
-            return exports.export(self.variants.get(base, recipe), base.tokenizer, recipe, base_name=base.info.name,
+            return exports.export(self.variants.get(base, recipe, _building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
                                   num_layers=base.info.num_layers, target=target, scores=scores)
 
     # ------------------------------------------------------------ measurements
@@ -173,7 +178,7 @@ class Backend:
         def stream():
             with self.jobs.run("generation", progress, owner=owner, hold=False) as job:
                 with self.jobs.holding(job):
-                    base, sides = self._sides(spec, variants)
+                    base, sides = self._sides(spec, variants, job)
                 models = {side.label: side.model for side in sides}
                 yield from generation.stream_side_by_side(models, base.tokenizer, prompt, job=job,
                                                           hold=lambda: self.jobs.holding(job), **settings)
@@ -185,7 +190,7 @@ class Backend:
               owner: str | None = None) -> list[Measurement]:
         """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each."""
         with self.jobs.run("the speed measurement", progress, owner=owner) as job:
-            _base, sides = self._sides(spec, variants)
+            _base, sides = self._sides(spec, variants, job)
             found = speed.measure_speed({s.label: s.model for s in sides}, batch_sizes=batch_sizes,
                                         prompt_len=prompt_len, new_tokens=new_tokens, repeats=repeats, job=job)
         original = [m for m in found if m.model == ORIGINAL]
@@ -198,7 +203,7 @@ class Backend:
                owner: str | None = None) -> list[Measurement]:
         """Parameters, weight memory, peak memory while generating and checkpoint size of every compared model."""
         with self.jobs.run("the memory measurement", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants)
+            base, sides = self._sides(spec, variants, job)
             ids = base.tokenizer(load_text(Calibration()), add_special_tokens=False, return_tensors="pt")["input_ids"]
             ids = ids[:, :_MEMORY_PROMPT_TOKENS]  # [1, T]
             out = []
@@ -222,7 +227,7 @@ class Backend:
                     "batch_size": batch_size, "scorer": scorer, "seed": seed, "data": request.data,
                     "bootstrap_iters": 1000}
         with self.jobs.run("the benchmarks", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants)
+            base, sides = self._sides(spec, variants, job)
             keys = {s.label: {t: {**settings, **self._key(base, s.recipe), "task": t} for t in request.names}
                     for s in sides}
             found = {label: {t: store.get(key) for t, key in per.items()} for label, per in keys.items()}
@@ -257,7 +262,7 @@ class Backend:
         store = ResultStore(enabled=use_cache)
         text = digest("\n".join(rows))
         with self.jobs.run("the perplexity measurement", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants)
+            base, sides = self._sides(spec, variants, job)
             perplexity.check_seq_lens(base.model, seq_lens)
             settings = [(s, b) for s in seq_lens for b in bos if not (b and base.tokenizer.bos_token_id is None)]
             if not settings:
@@ -319,3 +324,10 @@ class Backend:
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""
         self.jobs.cancel(owner)
+
+
+def _building(job: Job | None, label: str) -> Progress | None:
+    """Progress of building one compared model: messages only (the job's own fraction starts after it)."""
+    if job is None:
+        return None
+    return lambda fraction, message: job.update(0.0, f"Building {label}: {message} ({fraction:.0%})")

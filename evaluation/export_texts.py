@@ -25,7 +25,8 @@ import prune
 from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
-from prune.recipe import DepthCut, Recipe, SubLayerDrop
+from prune.recipe import DepthCut, Recipe, Sparsify, SubLayerDrop
+from prune.sparsity import zero_fraction
 from prune.sublayers import dropped_numel
 
 from .measurement import Measurement, to_markdown
@@ -162,8 +163,9 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     elif drops is not None:
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
+    sparse = [item for item in recipe.steps if isinstance(item, Sparsify)]
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
-             "tags": ["layercut", "pruned"] + tags}
+             "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
              f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
              "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
@@ -181,6 +183,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
             lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
     if drops is not None:
         lines += _drop_lines(model, drops)
+    if sparse:
+        lines.append(f"- Sparsity: {100 * zero_fraction(model):.1f} % of the decoder layers' linear weights are zero "
+                     f"(counted; {sparse[-1].describe()}), stored densely: the checkpoint is as large as a dense one "
+                     "and runs no faster with dense kernels")
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
     if scores:

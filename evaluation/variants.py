@@ -1,9 +1,10 @@
 """Compared models built from recipes, cached by (base model, recipe key) within a memory budget.
 
 A depth cut shares every weight with its base model and costs nothing; later kinds of step
-(sparsity, low-rank, healing) own new tensors. What a variant costs is the bytes of the
-tensors it does not share with its base; when the cached variants cost more than the
-budget, the least recently used go first.
+(sparsity, low-rank, healing) own new tensors: a sparse variant owns a dense copy of every
+matrix it pruned, zeros included. What a variant costs is the bytes of the tensors it does not
+share with its base (:func:`estimated_bytes` tells it before building); when the cached variants
+cost more than the budget, the least recently used go first.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from prune.recipe import Recipe
+from prune.recipe import DepthCut, Recipe, Sparsify
+from prune.sparsity import sparse_copy_bytes
 
+from .jobs import Progress
 from .models import Loaded
 
 DEFAULT_BUDGET_BYTES = 4 * 2**30
@@ -29,6 +32,20 @@ def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
         if tensor.data_ptr() not in shared:
             seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
     return sum(seen.values())
+
+
+def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
+    """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy.
+
+    Depth cuts are applied (they are cheap views) so that a later step counts only kept layers.
+    """
+    model, total = base, 0
+    for item in recipe.steps:
+        if isinstance(item, Sparsify):  # a later sparsify replaces the copies of an earlier one
+            total = sparse_copy_bytes(model)
+        elif isinstance(item, DepthCut):
+            model = item.apply(model)
+    return total
 
 
 @dataclass(frozen=True)
@@ -48,8 +65,12 @@ class VariantCache:
         self._items: OrderedDict[tuple[str, str], tuple[torch.nn.Module, int]] = OrderedDict()
         self._guard = threading.Lock()
 
-    def get(self, base: Loaded, recipe: Recipe) -> torch.nn.Module:
-        """The model ``recipe`` derives from ``base`` (the base itself for the empty recipe)."""
+    def get(self, base: Loaded, recipe: Recipe, progress: Progress | None = None) -> torch.nn.Module:
+        """The model ``recipe`` derives from ``base`` (the base itself for the empty recipe).
+
+        Built outside the cache's lock: a long build (SparseGPT) reports ``progress`` per layer,
+        where a job's cancellation can stop it.
+        """
         if recipe.is_original:
             return base.model
         key = (base.fingerprint, recipe.key)
@@ -57,7 +78,7 @@ class VariantCache:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key][0]
-        model = recipe.apply(base.model)
+        model = recipe.apply(base.model, base.tokenizer, progress)
         cost = own_bytes(model, base.model)
         with self._guard:
             self._items[key] = (model, cost)

@@ -6,6 +6,7 @@ Public API::
     result = prune.score(model, tokenizer, "angular")
     start, end = result.best_block(6)                # end exclusive
     pruned = prune.cut(model, start, end)            # the original stays untouched
+    sparse = prune.sparsify(model, tokenizer, "wanda", 0.5)  # or pattern="2:4"; also untouched
 """
 
 __version__ = "0.2.0"
@@ -17,7 +18,8 @@ from .methods import METHODS  # noqa: E402
 from .methods.context import Context  # noqa: E402
 from .result import ImportanceResult  # noqa: E402
 from .scoring import score  # noqa: E402
+from .sparsity import sparsify  # noqa: E402
 from .surgery import cut, remove_layers  # noqa: E402
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "load_model",
-           "remove_layers", "score"]
+           "remove_layers", "score", "sparsify"]

@@ -2,7 +2,9 @@
 
 A recipe is a tuple of steps applied in order (cut, drop attention or MLP blocks, then heal, …). Each kind of
 step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
-checked once, when it is made for the model it applies to, and trusted afterwards. The
+checked once, when it is made for the model it applies to, and trusted afterwards. A step's
+``apply(model, tokenizer=None, progress=None)`` returns the derived model; steps that read
+calibration text need the tokenizer, and long ones report ``progress(fraction, message)``. The
 recipe's :attr:`Recipe.key` names every cache of what it derives, and
 :meth:`Recipe.apply` records the recipe in the derived model's config (``config.layercut``),
 so a saved checkpoint says what was done to it. The empty recipe is the original model.
@@ -10,20 +12,24 @@ so a saved checkpoint says what was done to it. The empty recipe is the original
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
 from torch import nn
 
 from .architectures import decoder_layers
+from .calibration import Calibration
 from .errors import InvalidCut, InvalidInput
 from .paths import digest
 from .sublayers import ATTENTION, MLP, check_drop, drop
+from .sparsity import check_request, sparsify
 from .surgery import check_block, check_layers, remove_layers
 
 CONFIG_FIELD = "layercut"  # the derived model's config records its recipe here
+Progress = Callable[[float, str], object]
 
 STEPS: dict[str, type] = {}
 
@@ -67,7 +73,7 @@ class DepthCut:
         first, last = self.layers[0], self.layers[-1]
         return (first, last + 1) if last - first + 1 == len(self.layers) else None
 
-    def apply(self, model: nn.Module) -> nn.Module:
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
         found = len(decoder_layers(model))
         if found != self.num_layers:
             raise InvalidCut(f"This cut was made for a {self.num_layers}-layer model; this one has {found}.")
@@ -109,7 +115,7 @@ class SubLayerDrop:
         wanted = check_drop(int(num_layers), attention, mlp)
         return cls(wanted[ATTENTION], wanted[MLP], int(num_layers))
 
-    def apply(self, model: nn.Module) -> nn.Module:
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
         found = len(decoder_layers(model))
         if found != self.num_layers:
             raise InvalidCut(f"This drop was made for a {self.num_layers}-layer model; this one has {found}.")
@@ -128,7 +134,77 @@ class SubLayerDrop:
                         for what, layers in (("attn", self.attention), ("mlp", self.mlp)) if layers)
 
 
+@step("sparsify")
+@dataclass(frozen=True, eq=False)
+class Sparsify:
+    """Zero a fraction of every linear weight in the decoder layers (see :mod:`prune.sparsity`).
+
+    The derived model owns its pruned matrices (stored densely, zeros included). Two steps are
+    equal when their records are: an inline calibration text is recorded by its digest only.
+    """
+
+    kind: ClassVar[str]
+    method: str  # "magnitude", "wanda" or "sparsegpt"
+    sparsity: float  # fraction of each matrix zeroed; N / M for an N:M pattern
+    pattern: str = "unstructured"  # or "2:4", "4:8", …
+    calibration: Calibration | None = None  # None for magnitude, which reads no data
+    text_digest: str | None = None  # sha256 prefix of an inline calibration text (source "text")
+
+    @classmethod
+    def of(cls, method: str, sparsity: float | None = None, pattern: str = "unstructured",
+           calibration: Calibration | None = None) -> Sparsify:
+        """A checked step; Wanda and SparseGPT calibrate on ``calibration`` (None: the built-in text)."""
+        method, sparsity, pattern = check_request(method, sparsity, pattern)
+        calibration = None if method == "magnitude" else calibration or Calibration()
+        text = calibration.text if calibration is not None and calibration.source == "text" else None
+        return cls(method, sparsity, pattern, calibration,
+                   hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None)
+
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        cal = self.calibration
+        if cal is not None and cal.source == "text" and cal.text is None:
+            raise InvalidInput(f"This step was recorded with an inline calibration text kept only as its digest "
+                               f"({self.text_digest}): give the text again to rebuild it.")
+        return sparsify(model, tokenizer, self.method, self.sparsity, pattern=self.pattern, calibration=cal,
+                        progress=progress)
+
+    def describe(self) -> str:
+        """'Wanda, 50 % unstructured sparsity (calibration: wikitext2, 32 × 128 tokens)'."""
+        name = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT"}[self.method]
+        what = f"{100 * self.sparsity:g} % unstructured" if self.pattern == "unstructured" else self.pattern
+        cal = self.calibration
+        data = "" if cal is None else f" (calibration: {cal.source}, {cal.n_samples} × {cal.seq_len} tokens)"
+        return f"{name}, {what} sparsity{data}"
+
+    def short(self) -> str:
+        """A column title: 'wanda 50%' or 'sparsegpt 2:4'."""
+        return f"{self.method} {100 * self.sparsity:g}%" if self.pattern == "unstructured" else f"{self.method} {self.pattern}"
+
+    def record(self) -> dict:
+        """The JSON fields (without ``kind``): an inline text by digest, never megabytes of it."""
+        cal = None if self.calibration is None else asdict(self.calibration)
+        if cal is not None and cal["source"] == "text":
+            cal["text"] = None
+        return {"method": self.method, "sparsity": self.sparsity, "pattern": self.pattern, "calibration": cal,
+                "text_digest": self.text_digest}
+
+    @classmethod
+    def from_record(cls, data: dict) -> Sparsify:
+        cal = data.get("calibration")
+        step = cls.of(data.get("method"), data.get("sparsity"), data.get("pattern", "unstructured"),
+                      Calibration(**cal) if cal else None)
+        return cls(step.method, step.sparsity, step.pattern, step.calibration, data.get("text_digest"))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Sparsify) and self.record() == other.record()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.record(), sort_keys=True))
+
+
 def _step_to_json(item) -> dict:
+    if hasattr(item, "record"):
+        return {"kind": item.kind, **item.record()}
     return {"kind": item.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(item).items()}}
 
 
@@ -137,6 +213,8 @@ def _step_from_json(data: dict):
     if kind not in STEPS:
         raise InvalidInput(f"Unknown recipe step '{kind}'. Known steps: {', '.join(STEPS)}.")
     cls = STEPS[kind]
+    if hasattr(cls, "from_record"):
+        return cls.from_record(data)
     values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     return cls(**values)
@@ -187,11 +265,14 @@ class Recipe:
         """This recipe followed by one more step."""
         return Recipe((*self.steps, item), self.origin)
 
-    def apply(self, model: nn.Module) -> nn.Module:
-        """The derived model (the original itself for the empty recipe; the original is never altered)."""
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        """The derived model (the original itself for the empty recipe; the original is never altered).
+
+        ``tokenizer`` is the model's, for steps that calibrate; ``progress`` spans all the steps.
+        """
         derived = model
-        for item in self.steps:
-            derived = item.apply(derived)
+        for index, item in enumerate(self.steps):
+            derived = item.apply(derived, tokenizer, _span(progress, index, len(self.steps)))
         if derived is not model:
             if derived.config is model.config:
                 raise RuntimeError(f"A recipe step shared the original's config: {self.describe()}")
@@ -212,6 +293,13 @@ class Recipe:
         if isinstance(data, str):
             data = json.loads(data)
         return cls(tuple(_step_from_json(s) for s in data.get("steps", [])), data.get("origin", ""))
+
+
+def _span(progress: Progress | None, index: int, steps: int) -> Progress | None:
+    """Step ``index`` of ``steps``'s share of the whole recipe's progress."""
+    if progress is None:
+        return None
+    return lambda fraction, message: progress((index + fraction) / steps, message)
 
 
 def recipe_of(model: nn.Module) -> Recipe | None:

@@ -84,6 +84,15 @@ def layer_view(model: nn.Module, kept: list[int], config) -> nn.Module:
     return view
 
 
+def clone_layers(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with every layer's module objects and the config its own, the parameters shared.
+
+    What a step that replaces some weights starts from: assigning a new parameter to one of its
+    modules never reaches ``model``.
+    """
+    return layer_view(model, list(range(len(decoder_layers(model)))), copy.deepcopy(model.config))
+
+
 def removed_layers_of(model: nn.Module) -> list[int]:
     """Layers (in the original model's numbering) that earlier cuts removed, as its config records."""
     return list(getattr(model.config, "layercut_removed_layers", None) or [])

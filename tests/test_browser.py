@@ -142,7 +142,11 @@ def test_analyze_with_another_method_redraws_the_heatmap(page):
     page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.includes('cos')", timeout=300_000)
     TIMINGS["Analyze → heatmap (block influence)"] = time.perf_counter() - started
     page.wait_for_timeout(500)
-    assert "(3 of 30)" in banner(page)  # the best block of N = 3 by the new method
+    assert "(3 of 30)" in banner(page) and "3 least important layers" in banner(page)  # ShortGPT's own rule
+    page.locator("#selection").get_by_text("best contiguous block").click()
+    page.click("#best-btn")
+    wait_banner(page, "best block of 3 layers")
+    assert "(3 of 30), end exclusive [" in banner(page)
     page.screenshot(path=str(ASSETS / "screenshot-cut.png"), full_page=True)
 
 

@@ -128,7 +128,7 @@ class _Reweighted:
     kind: ClassVar[str] = "test-reweighted"
     factor: float = 1.0
 
-    def apply(self, model):
+    def apply(self, model, tokenizer=None, progress=None):
         return copy.deepcopy(model)
 
     def describe(self):
