@@ -20,6 +20,7 @@ from prune.architectures import decoder_layers
 from prune.devices import available_memory_bytes, parse_dtype
 from prune.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
 from prune.scoring import model_fingerprint
+from prune.width import Size, size_of
 
 from . import memory
 
@@ -44,15 +45,19 @@ class ModelInfo:
     name: str
     num_layers: int
     num_params: int
-    layer_params: tuple[int, ...]  # parameters of each decoder layer
     device: str
     dtype: str
     weight_bytes: int
+    size: Size  # what recipes change: each layer's parameters, the rest, the width structures
+
+    @property
+    def layer_params(self) -> tuple[int, ...]:
+        """Parameters of each decoder layer."""
+        return self.size.layers
 
     def removed_params(self, recipe) -> int:
-        """Parameters of the decoder layers a recipe's depth cut removes."""
-        cut = recipe.depth_cut
-        return sum(self.layer_params[i] for i in cut.layers) if cut else 0
+        """Parameters a recipe's variant has fewer (depth cuts, width pruning; zeros still count), by arithmetic."""
+        return self.num_params - recipe.size(self.size).total
 
     def describe_cut(self, recipe) -> str:
         """'layers 20–25 (6 of 30), end exclusive [20, 26) — 16.9 M parameters (12.6 %)'."""
@@ -76,9 +81,8 @@ def describe(model, name: str) -> ModelInfo:
     layers = decoder_layers(model)  # fails clearly for an architecture we cannot cut
     first = next(model.parameters())
     return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
-                     layer_params=tuple(sum(p.numel() for p in layer.parameters()) for layer in layers),
                      device=str(first.device), dtype=str(first.dtype).removeprefix("torch."),
-                     weight_bytes=memory.weight_bytes(model))
+                     weight_bytes=memory.weight_bytes(model), size=size_of(model))
 
 
 class ModelPool:
