@@ -11,6 +11,7 @@ import transformers
 from transformers import AutoModelForCausalLM
 
 import prune
+from evaluation import export_texts
 from evaluation.models import describe
 from evaluation.variants import estimated_bytes, own_bytes
 from prune import width
@@ -203,3 +204,13 @@ def test_bad_requests_are_refused_clearly(tiny_tokenizer):
     with pytest.raises(UnsupportedArchitecture, match="mixtral"):
         prune.shrink_width(moe, tiny_tokenizer, param_ratio=0.8)
     assert width.size_of(moe).shape is None  # its depth can still be cut and counted
+
+
+def test_the_model_card_gives_the_new_sizes(tiny_tokenizer):
+    model = tiny_model("llama", 4)
+    recipe = Recipe((WidthPrune.of(0.6, CAL),))
+    narrow = recipe.apply(model, tiny_tokenizer)
+    card = export_texts.model_card(narrow, recipe, base_name="tiny", num_layers=4)
+    assert "- width-pruning" in card
+    assert (f"2 attention heads (1 KV heads, head_dim 8) and {narrow.config.intermediate_size} MLP channels per layer, "
+            f"{count(narrow):,} parameters") in card
