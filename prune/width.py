@@ -195,11 +195,15 @@ class Scores:
 
 
 def importance(model: nn.Module, tokenizer, calibration: Calibration | None = None, *,
-               batch_size: int = 8) -> list[Scores]:
-    """Wanda-sp scores of every layer's KV groups and channels, from one forward pass over the calibration."""
+               batch_size: int = 8, progress: Progress | None = None) -> list[Scores]:
+    """Wanda-sp scores of every layer's KV groups and channels, from one forward pass over the calibration.
+
+    ``progress(fraction, message)`` is called after each batch of windows (raising there cancels).
+    """
     width, shape = width_of(model), layer_shape(model)
     windows = token_windows(tokenizer, calibration or Calibration())
-    squares = _input_squares(model, width, windows.to(next(model.parameters()).device), batch_size)
+    squares = _input_squares(model, width, windows.to(next(model.parameters()).device), batch_size,
+                             progress or (lambda _fraction, _message: None))
     found = []
     for layer, seen in zip(decoder_layers(model), squares):
         groups = None
@@ -222,7 +226,8 @@ class _Stop(Exception):
 
 
 @torch.no_grad()
-def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batch_size: int) -> list[dict]:
+def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batch_size: int,
+                   report: Progress) -> list[dict]:
     """Per layer, per kind ("heads", "channels"): Σ over the calibration tokens of x_j² at its writer's input."""
     layers = decoder_layers(model)
     found: list[dict] = [{} for _ in layers]
@@ -242,11 +247,13 @@ def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batc
                for index, layer in enumerate(layers) for kind, entries in kinds.items()]
     handles.append(layers[-1].register_forward_hook(stop))  # the LM head's logits are not needed
     try:
-        for batch in input_ids.split(batch_size):
+        batches = input_ids.split(batch_size)
+        for index, batch in enumerate(batches):
             try:
                 model(input_ids=batch, use_cache=False)
             except _Stop:
                 pass
+            report((index + 1) / len(batches), f"{IMPORTANCE}: calibration batch {index + 1} of {len(batches)} read")
     finally:
         for handle in handles:
             handle.remove()
@@ -261,7 +268,8 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
     """A copy of ``model`` keeping about ``param_ratio`` of its parameters, its heads and channels fewer; ``model`` is untouched.
 
     ``calibration`` (None: the built-in text) feeds the Wanda-sp importance; nothing is read when
-    nothing is removed. ``progress(fraction, message)`` is called after scoring and each layer.
+    nothing is removed. ``progress(fraction, message)`` is called after each calibration batch and
+    each rebuilt layer (raising there cancels; the original is never touched).
     """
     size = size_of(model)
     size = replace(size, shape=layer_shape(model))  # the clear error for an architecture without widths
@@ -272,8 +280,8 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
     if found.groups or found.channels:
         if tokenizer is None:
             raise InvalidInput("Width pruning reads calibration activations: it needs the model's tokenizer.")
-        scores = importance(model, tokenizer, calibration, batch_size=batch_size)
-        report(0.5, f"Width pruning: {IMPORTANCE} scores of {len(layers)} layers read")
+        scores = importance(model, tokenizer, calibration, batch_size=batch_size,
+                            progress=lambda fraction, message: report(0.9 * fraction, message))
     else:
         scores = [Scores(None, torch.zeros(shape.channels)) for _ in layers]
     derived = clone_layers(model)
@@ -290,7 +298,7 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
             kept["q"] = kept["kv"] = _kept(score.groups if found.groups else torch.zeros(shape.groups),
                                            shape.groups - found.groups)
         shrunk[index] = _rebuilt(layer, config, index, _changed(width, found), shape, kept)
-        report(0.5 + 0.5 * (index + 1) / len(layers), f"Width pruning: layer {index + 1} of {len(layers)} rebuilt")
+        report(0.9 + 0.1 * (index + 1) / len(layers), f"Width pruning: layer {index + 1} of {len(layers)} rebuilt")
     return derived
 
 

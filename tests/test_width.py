@@ -214,3 +214,19 @@ def test_the_model_card_gives_the_new_sizes(tiny_tokenizer):
     assert "- width-pruning" in card
     assert (f"2 attention heads (1 KV heads, head_dim 8) and {narrow.config.intermediate_size} MLP channels per layer, "
             f"{count(narrow):,} parameters") in card
+
+
+def test_progress_is_reported_and_raising_there_cancels(tiny_tokenizer):
+    model = tiny_model("llama", 3)
+    reference = logits(model)
+    seen = []
+    prune.shrink_width(model, tiny_tokenizer, param_ratio=0.6, calibration=CAL,
+                       progress=lambda fraction, message: seen.append(fraction), batch_size=2)
+    assert len(seen) == 3 + 3 and seen == sorted(seen) and seen[-1] == 1.0  # 6 windows in batches of 2, 3 layers
+
+    def stop(fraction, message):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prune.shrink_width(model, tiny_tokenizer, param_ratio=0.6, calibration=CAL, progress=stop)
+    assert torch.equal(logits(model), reference)
