@@ -22,7 +22,7 @@ import time
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ratio", type=float, default=0.8, help="fraction of the parameters kept")
-    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens (0: skip)")
     parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
     parser.add_argument("--repeats", type=int, default=5, help="decode runs per model")
     parser.add_argument("--batch_sizes", type=lambda text: tuple(int(b) for b in text.split(",")), default=(1, 8),
@@ -81,16 +81,18 @@ def run(args) -> None:
     rows["time to prune (s)"] = {ORIGINAL: "—", "depth": f"{depth_s:.1f} (angular scores)",
                                  "width": f"{width_s:.1f} (Wanda-sp + rebuild)"}
 
-    ppl = backend.perplexity(spec, variants, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows)
-    windows = ppl[0].details["windows"]
-    rows[f"WikiText-2 ppl ({windows} × 128 tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
+    if args.ppl_windows:
+        ppl = backend.perplexity(spec, variants, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows)
+        windows = ppl[0].details["windows"]
+        rows[f"WikiText-2 ppl ({windows} × 128 tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
 
     speed = backend.speed(spec, variants, batch_sizes=args.batch_sizes, prompt_len=128, new_tokens=(32,),
                           repeats=args.repeats)
     for batch in args.batch_sizes:
         decode = {m.model: m for m in speed if m.name.startswith(f"decode latency per token (batch {batch},")}
         rate = {k: batch * 1000 / m.value for k, m in decode.items()}  # tokens/s from the median ms per step
-        rows[f"decode tokens/s (batch {batch})"] = {k: f"{v:.1f} (×{v / rate[ORIGINAL]:.2f})" for k, v in rate.items()}
+        rows[f"decode tokens/s (batch {batch}; ms/step IQR)"] = {
+            k: f"{v:.1f} (×{v / rate[ORIGINAL]:.2f}; ±{decode[k].spread:.0f})" for k, v in rate.items()}
     rows["ideal speedup: FLOPs / parameters"] = {
         k: "×1 / ×1" if k == ORIGINAL else f"×{m.details['ideal_speedup']:.2f} / ×{info.num_params / params[k]:.2f}"
         for k, m in decode.items()}
