@@ -25,7 +25,8 @@ import prune
 from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
-from prune.recipe import DepthCut, Recipe, Sparsify, SubLayerDrop
+from prune.architectures import width_of
+from prune.recipe import DepthCut, Recipe, Sparsify, SubLayerDrop, WidthPrune
 from prune.sparsity import zero_fraction
 from prune.sublayers import dropped_numel
 
@@ -164,8 +165,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
     sparse = [item for item in recipe.steps if isinstance(item, Sparsify)]
+    narrow = [item for item in recipe.steps if isinstance(item, WidthPrune)]
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
-             "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])}
+             "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])
+             + (["width-pruning"] if narrow else [])}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
              f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
              "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
@@ -187,6 +190,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines.append(f"- Sparsity: {100 * zero_fraction(model):.1f} % of the decoder layers' linear weights are zero "
                      f"(counted; {sparse[-1].describe()}), stored densely: the checkpoint is as large as a dense one "
                      "and runs no faster with dense kernels")
+    if narrow:
+        lines.append(f"- Width: {_width_words(model)} per layer, {num_params(model):,} parameters ({narrow[-1].describe()}); "
+                     "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
+                     "with any kernels")
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
     if scores:
@@ -237,6 +244,16 @@ def _drop_lines(model: nn.Module, drops: SubLayerDrop) -> list[str]:
     lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed; saved as "
                  "zeros, see below)")
     return lines
+
+
+def _width_words(model: nn.Module) -> str:
+    """'6 attention heads (2 KV heads, head_dim 64) and 1,016 MLP channels', from the derived config."""
+    config, table = model.config, width_of(model)
+    mlp = f"{getattr(config, table.channel_field):,} MLP channels"
+    if table.heads is None:
+        return mlp
+    return (f"{config.num_attention_heads} attention heads ({config.num_key_value_heads} KV heads, head_dim "
+            f"{config.head_dim}) and {mlp}")
 
 
 def model_dtype(model: nn.Module):

@@ -22,6 +22,7 @@ from prune.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes
 from prune.recipe import DepthCut, SubLayerDrop
 from prune.scoring import model_fingerprint
 from prune.sublayers import ATTENTION, MLP
+from prune.width import Size, size_of
 
 from . import memory
 
@@ -46,20 +47,24 @@ class ModelInfo:
     name: str
     num_layers: int
     num_params: int
-    layer_params: tuple[int, ...]  # parameters of each decoder layer
     device: str
     dtype: str
     weight_bytes: int
+    size: Size  # what recipes change: each layer's parameters, the rest, the width structures
     # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
     block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
 
+    @property
+    def layer_params(self) -> tuple[int, ...]:
+        """Parameters of each decoder layer."""
+        return self.size.layers
+
     def removed_params(self, recipe) -> int:
-        """Parameters a recipe removes: whole layers of its cuts, attention and MLP blocks of its drops."""
-        removed = 0
+        """Parameters a recipe's variant has fewer, by arithmetic: depth cuts and width pruning through the
+        steps' ``resize``, attention and MLP drops by their blocks' counts in the original (zeros still count)."""
+        removed = self.num_params - recipe.size(self.size).total
         for layer, kinds in removed_blocks(recipe, self.num_layers).items():
-            if "layer" in kinds:
-                removed += self.layer_params[layer]
-            else:
+            if "layer" not in kinds:  # whole layers are in the size already
                 removed += sum(self.block_params.get(kind, (0,) * self.num_layers)[layer] for kind in kinds)
         return removed
 
@@ -101,9 +106,9 @@ def describe(model, name: str) -> ModelInfo:
     layers = decoder_layers(model)  # fails clearly for an architecture we cannot cut
     first = next(model.parameters())
     return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
-                     layer_params=tuple(sum(p.numel() for p in layer.parameters()) for layer in layers),
                      device=str(first.device), dtype=str(first.dtype).removeprefix("torch."),
-                     weight_bytes=memory.weight_bytes(model), block_params=_block_params(model))
+                     weight_bytes=memory.weight_bytes(model), size=size_of(model),
+                     block_params=_block_params(model))
 
 
 def _block_params(model) -> dict[str, tuple[int, ...]]:

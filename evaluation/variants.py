@@ -1,8 +1,8 @@
 """Compared models built from recipes, cached by (base model, recipe key) within a memory budget.
 
 A depth cut shares every weight with its base model and costs nothing; later kinds of step
-(sparsity, low-rank, healing) own new tensors: a sparse variant owns a dense copy of every
-matrix it pruned, zeros included. What a variant costs is the bytes of the tensors it does not
+(sparsity, width, low-rank, healing) own new tensors: a sparse variant owns a dense copy of every
+matrix it pruned, zeros included; a width-pruned one its smaller matrices. What a variant costs is the bytes of the tensors it does not
 share with its base (:func:`estimated_bytes` tells it before building); when the cached variants
 cost more than the budget, the least recently used go first.
 """
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from prune.recipe import DepthCut, Recipe, Sparsify
+from prune.recipe import DepthCut, Recipe, Sparsify, WidthPrune
 from prune.sparsity import sparse_copy_bytes
+from prune.width import owned_params, size_of
 
 from .jobs import Progress
 from .models import Loaded
@@ -35,16 +36,24 @@ def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
 
 
 def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
-    """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy.
+    """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy,
+    the smaller matrices its width step builds.
 
-    Depth cuts are applied (they are cheap views) so that a later step counts only kept layers.
+    Depth cuts are applied (they are cheap views) so that a later step counts only kept layers; after
+    a width step the matrices are counted by arithmetic (their share of the layers' parameters).
     """
-    model, total = base, 0
+    model, size, total = base, size_of(base), 0
+    built = True  # model is the variant so far (only depth cuts), else the last one built before a width step
+    element = next(base.parameters()).element_size()
     for item in recipe.steps:
+        after = item.resize(size) if hasattr(item, "resize") else size
         if isinstance(item, Sparsify):  # a later sparsify replaces the copies of an earlier one
-            total = sparse_copy_bytes(model)
-        elif isinstance(item, DepthCut):
+            total = sparse_copy_bytes(model) * sum(size.layers) // sum(size_of(model).layers)
+        elif isinstance(item, WidthPrune):
+            total, built = owned_params(size, after) * element, False
+        elif isinstance(item, DepthCut) and built:
             model = item.apply(model)
+        size = after
     return total
 
 

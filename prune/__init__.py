@@ -7,6 +7,7 @@ Public API::
     start, end = result.best_block(6)                # end exclusive
     pruned = prune.cut(model, start, end)            # the original stays untouched
     sparse = prune.sparsify(model, tokenizer, "wanda", 0.5)  # or pattern="2:4"; also untouched
+    narrow = prune.shrink_width(model, tokenizer, param_ratio=0.8)  # fewer heads and MLP channels; untouched
 """
 
 __version__ = "0.2.0"
@@ -20,6 +21,7 @@ from .result import ImportanceResult  # noqa: E402
 from .scoring import score  # noqa: E402
 from .sparsity import sparsify  # noqa: E402
 from .surgery import cut, remove_layers  # noqa: E402
+from .width import shrink_width  # noqa: E402
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "load_model",
-           "remove_layers", "score", "sparsify"]
+           "remove_layers", "score", "shrink_width", "sparsify"]

@@ -1,13 +1,15 @@
 """A recipe: how a compared model is derived from the original, as one frozen, hashable value.
 
-A recipe is a tuple of steps applied in order (cut, drop attention or MLP blocks, then heal, …). Each kind of
-step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
+A recipe is a tuple of steps applied in order (cut, drop attention or MLP blocks, sparsify, shrink
+the width, then heal, …). Each kind of step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
 checked once, when it is made for the model it applies to, and trusted afterwards. A step's
 ``apply(model, tokenizer=None, progress=None)`` returns the derived model; steps that read
 calibration text need the tokenizer, and long ones report ``progress(fraction, message)``. The
 recipe's :attr:`Recipe.key` names every cache of what it derives, and
 :meth:`Recipe.apply` records the recipe in the derived model's config (``config.layercut``),
 so a saved checkpoint says what was done to it. The empty recipe is the original model.
+Steps that change the parameter count say how by arithmetic, ``resize(size) -> size`` on a
+:class:`~prune.width.Size`, so :meth:`Recipe.size` counts a variant's parameters without building it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .paths import digest
 from .sublayers import ATTENTION, MLP, check_drop, drop
 from .sparsity import check_request, sparsify
 from .surgery import check_block, check_layers, remove_layers
+from .width import IMPORTANCE, Size, check_ratio, plan, resized, shrink_width
 
 CONFIG_FIELD = "layercut"  # the derived model's config records its recipe here
 Progress = Callable[[float, str], object]
@@ -78,6 +81,10 @@ class DepthCut:
         if found != self.num_layers:
             raise InvalidCut(f"This cut was made for a {self.num_layers}-layer model; this one has {found}.")
         return remove_layers(model, self.layers)
+
+    def resize(self, size: Size) -> Size:
+        """The size without the removed layers."""
+        return Size(size.other, tuple(n for i, n in enumerate(size.layers) if i not in self.layers), size.shape)
 
     def describe(self) -> str:
         """'layers 20–25 (6 of 30), end exclusive [20, 26)', or the list for a scattered cut."""
@@ -202,6 +209,70 @@ class Sparsify:
         return hash(json.dumps(self.record(), sort_keys=True))
 
 
+@step("width")
+@dataclass(frozen=True, eq=False)
+class WidthPrune:
+    """Remove MLP channels and attention heads (whole KV groups) until ``param_ratio`` of the parameters stay.
+
+    See :mod:`prune.width`: Wanda-sp importance, the same structures from every layer, a standard
+    config. The derived model owns its smaller matrices. An inline calibration text is recorded by
+    its digest only, as in :class:`Sparsify`.
+    """
+
+    kind: ClassVar[str]
+    param_ratio: float  # fraction of the parameters of the model the step applies to, embeddings included
+    calibration: Calibration | None = None
+    text_digest: str | None = None  # sha256 prefix of an inline calibration text (source "text")
+
+    @classmethod
+    def of(cls, param_ratio: float, calibration: Calibration | None = None) -> WidthPrune:
+        """A checked step; the importance calibrates on ``calibration`` (None: the built-in text)."""
+        calibration = calibration or Calibration()
+        text = calibration.text if calibration.source == "text" else None
+        return cls(check_ratio(param_ratio), calibration,
+                   hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None)
+
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        cal = self.calibration
+        if cal is not None and cal.source == "text" and cal.text is None:
+            raise InvalidInput(f"This step was recorded with an inline calibration text kept only as its digest "
+                               f"({self.text_digest}): give the text again to rebuild it.")
+        return shrink_width(model, tokenizer, param_ratio=self.param_ratio, calibration=cal, progress=progress)
+
+    def resize(self, size: Size) -> Size:
+        """Every layer loses the structures :func:`prune.width.plan` chooses."""
+        return resized(size, plan(size, self.param_ratio))
+
+    def describe(self) -> str:
+        """'width pruning to 80 % of the parameters: heads and MLP channels by Wanda-sp (calibration: …)'."""
+        cal = self.calibration
+        data = "" if cal is None else f" (calibration: {cal.source}, {cal.n_samples} × {cal.seq_len} tokens)"
+        return f"width pruning to {100 * self.param_ratio:g} % of the parameters: heads and MLP channels by {IMPORTANCE}{data}"
+
+    def short(self) -> str:
+        """A column title: 'width 80%'."""
+        return f"width {100 * self.param_ratio:g}%"
+
+    def record(self) -> dict:
+        """The JSON fields (without ``kind``): an inline text by digest, never megabytes of it."""
+        cal = None if self.calibration is None else asdict(self.calibration)
+        if cal is not None and cal["source"] == "text":
+            cal["text"] = None
+        return {"param_ratio": self.param_ratio, "calibration": cal, "text_digest": self.text_digest}
+
+    @classmethod
+    def from_record(cls, data: dict) -> WidthPrune:
+        cal = data.get("calibration")
+        made = cls.of(data.get("param_ratio"), Calibration(**cal) if cal else None)
+        return cls(made.param_ratio, made.calibration, data.get("text_digest"))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, WidthPrune) and self.record() == other.record()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.record(), sort_keys=True))
+
+
 def _step_to_json(item) -> dict:
     if hasattr(item, "record"):
         return {"kind": item.kind, **item.record()}
@@ -260,6 +331,11 @@ class Recipe:
     def sublayer_drop(self) -> SubLayerDrop | None:
         """The first attention/MLP drop, which decides the blocks the UI shows as dropped."""
         return next((s for s in self.steps if isinstance(s, SubLayerDrop)), None)
+    def size(self, size: Size) -> Size:
+        """The parameter count of the variant of a model of ``size`` (steps without ``resize`` keep it), by arithmetic."""
+        for item in self.steps:
+            size = item.resize(size) if hasattr(item, "resize") else size
+        return size
 
     def then(self, item) -> Recipe:
         """This recipe followed by one more step."""

@@ -1,0 +1,117 @@
+"""Width against depth at the same size on the default model: perplexity, decode speed, hellaswag, time to prune.
+
+    .venv/bin/python benchmarks/width.py [--ratio 0.8] [--ppl_windows 64] [--hellaswag 200]
+
+The width side is ``prune.shrink_width`` at ``--ratio`` of the parameters; the depth side removes
+``prune.width.matching_depth_layers`` whole layers, the best contiguous block of angular distance,
+both on the default calibration (WikiText-2 validation). Everything is measured through the
+Backend the app uses, the three models side by side in one run: WikiText-2 test perplexity on
+the first windows of 128 tokens, decode speed at batch 1 and 8 after a 128-token prompt (the
+models take turns run by run) with the FLOPs and parameter ideals, and hellaswag acc_norm on the first N questions. Results go to a fresh cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ratio", type=float, default=0.8, help="fraction of the parameters kept")
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens (0: skip)")
+    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
+    parser.add_argument("--repeats", type=int, default=5, help="decode runs per model")
+    parser.add_argument("--batch_sizes", type=lambda text: tuple(int(b) for b in text.split(",")), default=(1, 8),
+                        help="comma list of batch sizes for the decode speed")
+    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
+    args = parser.parse_args()
+    cache = tempfile.mkdtemp(prefix="layercut-bench-")
+    models = os.path.join(os.environ.get("LAYERCUT_CACHE") or os.path.expanduser("~/.cache/layercut"), "models")
+    os.makedirs(os.path.join(cache), exist_ok=True)
+    if os.path.isdir(models):  # reuse the dequantized default model
+        os.symlink(models, os.path.join(cache, "models"))
+    os.environ["LAYERCUT_CACHE"] = cache
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    try:
+        run(args)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def run(args) -> None:
+    from evaluation import lm_eval_adapter
+    from evaluation.backend import Backend
+    from evaluation.measurement import ORIGINAL
+    from evaluation.models import ModelSpec
+    from prune.recipe import Recipe, WidthPrune
+    from prune.width import matching_depth_layers
+
+    backend = Backend(data_dir=args.data_dir)
+    spec = ModelSpec()
+    info = backend.load(spec)
+    base = backend.model(spec)
+    cal = backend.default_calibration
+    n = matching_depth_layers(base, args.ratio)
+
+    started = time.perf_counter()
+    scores = backend.analyze(spec, "angular", calibration=cal, use_cache=False)
+    start, end = scores.best_block(n)
+    depth = Recipe.block(info.num_layers, start, end, origin="angular distance, best block")
+    backend.model(spec, depth)
+    depth_s = time.perf_counter() - started
+    width = Recipe((WidthPrune.of(args.ratio, cal),))
+    started = time.perf_counter()
+    narrow = backend.model(spec, width)
+    width_s = time.perf_counter() - started
+    variants = {"depth": depth, "width": width}
+    labels = {ORIGINAL: "original", "depth": f"depth {depth.short()}", "width": width.short()}
+    print(f"{info.name}: {info.num_layers} layers, {info.num_params:,} parameters; calibration {cal.source}, "
+          f"{cal.n_samples} × {cal.seq_len} tokens; threads {__import__('torch').get_num_threads()}")
+    print(f"width: {narrow.config.num_attention_heads} heads ({narrow.config.num_key_value_heads} KV), "
+          f"MLP {narrow.config.intermediate_size} of {base.config.intermediate_size} channels per layer")
+
+    rows: dict[str, dict[str, str]] = {}
+    params = {ORIGINAL: info.num_params, **{k: info.num_params - info.removed_params(r) for k, r in variants.items()}}
+    rows["parameters"] = {k: f"{v / 1e6:.1f} M ({100 * v / info.num_params:.1f} %)" for k, v in params.items()}
+    rows["time to prune (s)"] = {ORIGINAL: "—", "depth": f"{depth_s:.1f} (angular scores)",
+                                 "width": f"{width_s:.1f} (Wanda-sp + rebuild)"}
+
+    if args.ppl_windows:
+        ppl = backend.perplexity(spec, variants, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows)
+        windows = ppl[0].details["windows"]
+        rows[f"WikiText-2 ppl ({windows} × 128 tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
+
+    speed = backend.speed(spec, variants, batch_sizes=args.batch_sizes, prompt_len=128, new_tokens=(32,),
+                          repeats=args.repeats)
+    for batch in args.batch_sizes:
+        decode = {m.model: m for m in speed if m.name.startswith(f"decode latency per token (batch {batch},")}
+        rate = {k: batch * 1000 / m.value for k, m in decode.items()}  # tokens/s from the median ms per step
+        rows[f"decode tokens/s (batch {batch}; ms/step IQR)"] = {
+            k: f"{v:.1f} (×{v / rate[ORIGINAL]:.2f}; ±{decode[k].spread:.0f})" for k, v in rate.items()}
+    rows["ideal speedup: FLOPs / parameters"] = {
+        k: "×1 / ×1" if k == ORIGINAL else f"×{m.details['ideal_speedup']:.2f} / ×{info.num_params / params[k]:.2f}"
+        for k, m in decode.items()}
+
+    if args.hellaswag:
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+        started = time.perf_counter()
+        found = backend.benchmarks(spec, variants, request, batch_size=16)
+        acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
+        rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
+        print(f"hellaswag: {time.perf_counter() - started:.0f} s for the three models")
+
+    columns = [ORIGINAL, "depth", "width"]
+    print()
+    print("| | " + " | ".join(labels[c] for c in columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(row.get(c, "") for c in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()
