@@ -24,6 +24,9 @@ class SubLayers:
     cache_argument: str = "past_key_values"  # the keyword by which the attention block receives the KV cache
     parallel_flag: str | None = None  # config flag: attention and MLP both read the layer's input (Pythia)
     residual_scale: str | None = None  # config field that scales each block's output before the add (Granite)
+
+
+@dataclass(frozen=True)
 class Width:
     """Where a decoder layer's prunable structures live and how their matrices are laid out (:mod:`prune.width`).
 
