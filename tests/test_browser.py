@@ -147,6 +147,8 @@ def test_analyze_with_another_method_redraws_the_heatmap(page):
     page.click("#best-btn")
     wait_banner(page, "best block of 3 layers")
     assert "(3 of 30), end exclusive [" in banner(page)
+    page.wait_for_function("document.querySelector('#layer-range .lc-summary').innerText.includes('Cut layers')"
+                           " && document.querySelector('#layer-range .lc-summary').innerText.includes('[')")
     page.screenshot(path=str(ASSETS / "screenshot-cut.png"), full_page=True)
 
 

@@ -168,10 +168,12 @@ def test_parse_range_rejects_impossible_blocks_with_a_message(value, message):
 def test_range_control_props_and_api_schema():
     control = LayerRange([2, 5], layers=8, layer_params=[10] * 8, total_params=100)
     assert control.value == [2, 5]
-    assert control.props["layers"] == 8 and control.props["custom"] is None
+    assert control.props["layers"] == 8 and control.props["custom"] is False  # a block, not a scattered cut
     assert control.api_info()["items"] == {"type": "integer"}
     update = range_update((1, 3), layers=8, layer_params=[10] * 8, total_params=100, custom=[1, 4])
     assert update["value"] == [1, 3] and update["custom"] == [1, 4] and update["layers"] == 8
+    # back to a block: an explicit False, since Gradio would keep the scattered cut for a None prop
+    assert range_update((1, 3), layers=8, layer_params=[10] * 8, total_params=100)["custom"] is False
 
 
 def test_plot_view_serves_the_bundled_plotly_js():

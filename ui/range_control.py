@@ -87,7 +87,7 @@ function current(target) {
 const isHandle = (e) => e.target && e.target.matches && e.target.matches('.lc-lo, .lc-hi');
 element.addEventListener('input', (e) => {   // while dragging: re-render the summary only
   if (!isHandle(e)) return;
-  if (props.custom) props.custom = null;
+  if (Array.isArray(props.custom)) props.custom = false;
   props.value = current(e.target);
 });
 element.addEventListener('change', (e) => {  // released: tell Python
@@ -107,7 +107,7 @@ class LayerRange(gr.HTML):
         # component from an update's props, so every prop is an argument here)
         super().__init__(value=list(value) if value else [0, 1], html_template=_TEMPLATE, css_template=_CSS,
                          js_on_load=_JS, layers=layers, layer_params=list(layer_params or []),
-                         total_params=int(total_params), custom=list(custom) if custom else None, **kwargs)
+                         total_params=int(total_params), custom=_custom(custom), **kwargs)
 
     def api_info(self) -> dict:
         return {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2,
@@ -121,7 +121,13 @@ def range_update(value: tuple[int, int] | list[int], *, layers: int, layer_param
     ``custom``: the removed layers when they are not one block; ``[]`` when no whole layer is removed.
     """
     return gr.update(value=[int(value[0]), int(value[1])], layers=int(layers), layer_params=list(layer_params),
-                     total_params=int(total_params), custom=list(custom) if custom is not None else None)
+                     total_params=int(total_params), custom=_custom(custom))
+
+
+def _custom(custom) -> list[int] | bool:
+    """The prop as sent: a list of removed layers, or False for a block (Gradio leaves a None prop unchanged,
+    so a block after a scattered cut would still show the scattered one)."""
+    return [int(i) for i in custom] if isinstance(custom, (list, tuple)) else False
 
 
 _NUMBER = re.compile(r"(?<!\d)-?\d+(?:\.\d+)?")
