@@ -163,15 +163,10 @@ class Sparsify:
         """A checked step; Wanda and SparseGPT calibrate on ``calibration`` (None: the built-in text)."""
         method, sparsity, pattern = check_request(method, sparsity, pattern)
         calibration = None if method == "magnitude" else calibration or Calibration()
-        text = calibration.text if calibration is not None and calibration.source == "text" else None
-        return cls(method, sparsity, pattern, calibration,
-                   hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None)
+        return cls(method, sparsity, pattern, calibration, _text_digest(calibration))
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
-        cal = self.calibration
-        if cal is not None and cal.source == "text" and cal.text is None:
-            raise InvalidInput(f"This step was recorded with an inline calibration text kept only as its digest "
-                               f"({self.text_digest}): give the text again to rebuild it.")
+        cal = _rebuildable(self.calibration, self.text_digest)
         return sparsify(model, tokenizer, self.method, self.sparsity, pattern=self.pattern, calibration=cal,
                         progress=progress)
 
@@ -189,9 +184,7 @@ class Sparsify:
 
     def record(self) -> dict:
         """The JSON fields (without ``kind``): an inline text by digest, never megabytes of it."""
-        cal = None if self.calibration is None else asdict(self.calibration)
-        if cal is not None and cal["source"] == "text":
-            cal["text"] = None
+        cal = _calibration_record(self.calibration)
         return {"method": self.method, "sparsity": self.sparsity, "pattern": self.pattern, "calibration": cal,
                 "text_digest": self.text_digest}
 
@@ -228,15 +221,10 @@ class WidthPrune:
     def of(cls, param_ratio: float, calibration: Calibration | None = None) -> WidthPrune:
         """A checked step; the importance calibrates on ``calibration`` (None: the built-in text)."""
         calibration = calibration or Calibration()
-        text = calibration.text if calibration.source == "text" else None
-        return cls(check_ratio(param_ratio), calibration,
-                   hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None)
+        return cls(check_ratio(param_ratio), calibration, _text_digest(calibration))
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
-        cal = self.calibration
-        if cal is not None and cal.source == "text" and cal.text is None:
-            raise InvalidInput(f"This step was recorded with an inline calibration text kept only as its digest "
-                               f"({self.text_digest}): give the text again to rebuild it.")
+        cal = _rebuildable(self.calibration, self.text_digest)
         return shrink_width(model, tokenizer, param_ratio=self.param_ratio, calibration=cal, progress=progress)
 
     def resize(self, size: Size) -> Size:
@@ -255,9 +243,7 @@ class WidthPrune:
 
     def record(self) -> dict:
         """The JSON fields (without ``kind``): an inline text by digest, never megabytes of it."""
-        cal = None if self.calibration is None else asdict(self.calibration)
-        if cal is not None and cal["source"] == "text":
-            cal["text"] = None
+        cal = _calibration_record(self.calibration)
         return {"param_ratio": self.param_ratio, "calibration": cal, "text_digest": self.text_digest}
 
     @classmethod
@@ -271,6 +257,28 @@ class WidthPrune:
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.record(), sort_keys=True))
+
+
+def _text_digest(cal: Calibration | None) -> str | None:
+    """The sha256 prefix of an inline calibration text, which a step records instead of the text."""
+    text = cal.text if cal is not None and cal.source == "text" else None
+    return hashlib.sha256(text.encode()).hexdigest()[:16] if text is not None else None
+
+
+def _calibration_record(cal: Calibration | None) -> dict | None:
+    """A step's calibration as JSON: an inline text by its digest only, never megabytes of it."""
+    data = None if cal is None else asdict(cal)
+    if data is not None and data["source"] == "text":
+        data["text"] = None
+    return data
+
+
+def _rebuildable(cal: Calibration | None, digest: str | None) -> Calibration | None:
+    """``cal``, or a clear error when a step read back from JSON kept only its inline text's digest."""
+    if cal is not None and cal.source == "text" and cal.text is None:
+        raise InvalidInput(f"This step was recorded with an inline calibration text kept only as its digest "
+                           f"({digest}): give the text again to rebuild it.")
+    return cal
 
 
 def _step_to_json(item) -> dict:
