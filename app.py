@@ -21,7 +21,8 @@ from prune.calibration import BOS_CHOICES
 from prune.loading import ensure_embedded_model
 from prune.paths import cache_root
 from prune.selection import SELECTIONS
-from ui import plots, text
+from prune.sparsity import PATTERNS
+from ui import catalog, plots, text
 from ui.handlers import Handlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
 from ui.number_input import NumberInput
@@ -83,11 +84,20 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         with gr.Row(equal_height=True):
             model = gr.Dropdown(text.KNOWN_MODELS, value=(default_model or ModelSpec()).name, allow_custom_value=True,
                                 scale=4, label="Model (or type a hub id / local folder)", elem_id="model")
-            method = gr.Dropdown([(m.label, m.name) for m in methods], value=first.name, scale=4,
-                                 label="Importance method", elem_id="method")
+            method = gr.Dropdown(catalog.method_choices(), value=first.name, scale=4, elem_id="method",
+                                 label="Method (depth: score the layers, then cut; width: a step on every layer)")
             load_btn = gr.Button("Load model", scale=1, min_width=120)
             analyze_btn = gr.Button("Analyze", variant="primary", scale=1, min_width=120, elem_id="analyze")
+            build_btn = gr.Button("Build", variant="primary", scale=1, min_width=120, elem_id="build",
+                                  visible=False)
             stop_btn = gr.Button("Stop", variant="stop", scale=0, min_width=80)
+        with gr.Row(equal_height=True, visible=False, elem_id="width-row") as width_row:
+            level = gr.Slider(**catalog.level_slider("wanda"), step=1, scale=3, elem_id="level")
+            pattern = gr.Radio(list(PATTERNS), value=PATTERNS[0], label="Pattern", scale=2, elem_id="pattern")
+            stack = gr.Checkbox(label="After the edited slot's cut (else on the original)", value=False, scale=1,
+                                elem_id="stack")
+            versus_btn = gr.Button("Width against depth at this size (A: depth, B: width)", scale=2,
+                                   elem_id="versus-btn", visible=False)
         with gr.Accordion("Advanced: access token, precision, calibration data, method options", open=False):
             with gr.Row():
                 token = gr.Textbox(label="Hugging Face token (gated models)", type="password", scale=2)
@@ -183,6 +193,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     speed_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
                 speed_table = gr.Dataframe(EMPTY_TABLE, label="Speed", interactive=False, wrap=True,
                                            elem_id="speed-table")
+                speed_note = gr.Markdown(elem_id="speed-note")
                 with gr.Row():
                     speedup_plot = PlotView(plots.empty_figure("Measure speed to compare"), height=380,
                                             elem_id="speedup-plot")
@@ -190,6 +201,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                elem_id="throughput-plot")
                 memory_table = gr.Dataframe(EMPTY_TABLE, label="Memory", interactive=False, wrap=True,
                                             elem_id="memory-table")
+                memory_note = gr.Markdown(elem_id="memory-note")
                 memory_plot = PlotView(plots.empty_figure("Measure memory to compare"), height=360,
                                        elem_id="memory-plot")
 
@@ -239,11 +251,17 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                           selection, cal_bos, remove]
         analyze_outputs = [*cut_outputs, analysis_md]
 
-        method.change(h.method_info, method, [method_about, options], api_name="method_info", queue=False)
+        method.change(h.method_info, method, [method_about, options, analyze_btn, build_btn, width_row, level, pattern,
+                                              versus_btn], api_name="method_info", queue=False)
         load_event = load_btn.click(gpu(h.load_model), load_inputs, [*load_outputs, analysis_md],
                                     api_name="load_model", show_progress_on=[model_md], **DEVICE)
         load_then_analyze = load_event.success(gpu(h.analyze), analyze_inputs, analyze_outputs,
                                                api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
+        calibration_inputs = [cal_source, cal_detail, cal_upload, cal_samples, cal_len]
+        build_event = build_btn.click(gpu(h.build), [view, method, level, pattern, stack, *calibration_inputs, cal_bos],
+                                      analyze_outputs, api_name="build", show_progress_on=[banner], **DEVICE)
+        versus_event = versus_btn.click(gpu(h.width_vs_depth), [view, level, selection, *calibration_inputs, cal_bos],
+                                        analyze_outputs, api_name="width_vs_depth", show_progress_on=[banner], **DEVICE)
         analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                           show_progress_on=[heatmap], **DEVICE)
         start_event = demo.load(gpu(h.startup), [view, method], [model, *load_outputs, analysis_md, stability_md],
@@ -266,8 +284,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                           [view, prompt, max_new, temperature, top_p, seed], gen_outputs, api_name="generate",
                           show_progress="minimal", **DEVICE)
         speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
-                                      [speed_table, speedup_plot, throughput_plot], api_name="speed", **DEVICE)
-        memory_event = memory_btn.click(gpu(h.memory), [view], [memory_table, memory_plot], api_name="memory",
+                                      [speed_table, speedup_plot, throughput_plot, speed_note], api_name="speed", **DEVICE)
+        memory_event = memory_btn.click(gpu(h.memory), [view], [memory_table, memory_plot, memory_note], api_name="memory",
                                         **DEVICE)
         bench_event = bench_btn.click(gpu(h.benchmarks), [view, tasks, limit, fewshot],
                                       [bench_table, bench_plot, view], api_name="benchmarks", **DEVICE)
@@ -276,7 +294,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         sweep_event = sweep_btn.click(gpu(h.sweep), [view, sweep_task, sweep_k, sweep_limit],
                                       [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
 
-        running = [load_event, load_then_analyze, analyze_event, start_event, gen_event, speed_event, memory_event,
+        running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event, speed_event, memory_event,
                    bench_event, ppl_event, sweep_event, stability_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):

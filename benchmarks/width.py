@@ -56,7 +56,7 @@ def run(args) -> None:
     info = backend.load(spec)
     base = backend.model(spec)
     cal = backend.default_calibration
-    n = matching_depth_layers(base, args.ratio)
+    n = matching_depth_layers(info.size, args.ratio)
 
     started = time.perf_counter()
     scores = backend.analyze(spec, "angular", calibration=cal, use_cache=False)

@@ -27,7 +27,7 @@ from prune.paths import digest
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import generation, lm_eval_adapter, memory, perplexity, reuse, speed, sweep
+from . import generation, lm_eval_adapter, memory, perplexity, reuse, sparse_kernels, speed, sweep
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
@@ -35,7 +35,7 @@ from .models import Loaded, ModelInfo, ModelPool, ModelSpec
 from .offline_tasks import default_data_dir
 from .store import ResultStore
 from .sweep import SweepReport
-from .variants import Side, VariantCache
+from .variants import Side, VariantCache, estimated_bytes, own_bytes
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
 MAX_VARIANTS = 2
@@ -104,6 +104,23 @@ class Backend:
         """The model a recipe derives from ``spec`` (shares weights where it can; never alters the base)."""
         base = self._base(spec)
         return self.variants.get(base, recipe or Recipe())
+
+    def estimated_bytes(self, spec: ModelSpec, recipe: Recipe) -> int:
+        """What ``recipe``'s variant will own (its copied or rebuilt matrices), before building it."""
+        return estimated_bytes(self._base(spec).model, recipe)
+
+    def build(self, spec: ModelSpec, recipe: Recipe, *, progress: Progress | None = None,
+              owner: str | None = None) -> int:
+        """Build (or find cached) the variant ``recipe`` derives, as this visitor's job; the bytes it owns.
+
+        Sparsity and width steps calibrate layer by layer: ``progress`` reports each layer, and
+        the visitor's Stop cancels between layers. Comparisons then find it built.
+        """
+        with self.jobs.run(f"building {recipe.short()}", progress, owner=owner) as job:
+            base = self._base(spec)
+            model = self.variants.get(base, recipe, job.update)
+            job.update(1.0, f"Built {recipe.short()}.")
+            return own_bytes(model, base.model)
 
     def _key(self, base: Loaded, recipe: Recipe) -> dict:
         """What identifies one compared model in result caches."""
@@ -191,8 +208,17 @@ class Backend:
         """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each."""
         with self.jobs.run("the speed measurement", progress, owner=owner) as job:
             _base, sides = self._sides(spec, variants, job)
-            found = speed.measure_speed({s.label: s.model for s in sides}, batch_sizes=batch_sizes,
-                                        prompt_len=prompt_len, new_tokens=new_tokens, repeats=repeats, job=job)
+            timed, notes = {}, {}
+            for side in sides:
+                notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
+                timed[side.label] = side.model
+                if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
+                    timed[side.label], count = sparse_kernels.accelerated(side.model)
+                    notes[side.label] = f"timed with PyTorch's 2:4 semi-structured sparse kernels ({count} matrices)."
+            found = speed.measure_speed(timed, batch_sizes=batch_sizes, prompt_len=prompt_len, new_tokens=new_tokens,
+                                        repeats=repeats, job=job)
+        found = [replace(m, details={**m.details, "sparsity_note": notes[m.model]}) if notes[m.model] else m
+                 for m in found]
         original = [m for m in found if m.model == ORIGINAL]
         out = list(original)
         for side in sides[1:]:

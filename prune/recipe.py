@@ -336,6 +336,11 @@ class Recipe:
         return next((s for s in self.steps if isinstance(s, DepthCut)), None)
 
     @property
+    def sparsity(self) -> Sparsify | None:
+        """The last sparsify step, which decides the zeros the variant holds."""
+        return next((s for s in reversed(self.steps) if isinstance(s, Sparsify)), None)
+
+    @property
     def sublayer_drop(self) -> SubLayerDrop | None:
         """The first attention/MLP drop, which decides the blocks the UI shows as dropped."""
         return next((s for s in self.steps if isinstance(s, SubLayerDrop)), None)

@@ -172,12 +172,12 @@ def resized(size: Size, found: Plan) -> Size:
                 replace(shape, groups=shape.groups - found.groups, channels=shape.channels - found.channels))
 
 
-def matching_depth_layers(model: nn.Module, param_ratio: float) -> int:
-    """How many whole decoder layers remove about as many parameters as keeping ``param_ratio`` of them.
+def matching_depth_layers(size: Size, param_ratio: float) -> int:
+    """How many whole decoder layers of a model of ``size`` remove about as many parameters as keeping
+    ``param_ratio`` of them.
 
     The depth cut beside a width-pruned model of the same size (at least one layer, never all).
     """
-    size = size_of(model)
     mean = sum(size.layers) / len(size.layers)
     wanted = (1 - check_ratio(param_ratio)) * size.total / mean
     return max(1, min(len(size.layers) - 1, round(wanted)))

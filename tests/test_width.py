@@ -180,11 +180,11 @@ def test_matching_depth_cut_removes_about_the_same_parameters():
     model = tiny_model("llama", 8)
     size = width.size_of(model)
     for ratio in (0.9, 0.8, 0.6):
-        n = width.matching_depth_layers(model, ratio)
+        n = width.matching_depth_layers(size, ratio)
         error = abs(n * size.layers[0] - (1 - ratio) * size.total)
         assert all(error <= abs(m * size.layers[0] - (1 - ratio) * size.total) for m in range(1, 8))
         assert DepthCut.of(8, range(n))  # a valid cut
-    assert width.matching_depth_layers(model, 0.01) == 7 and width.matching_depth_layers(model, 0.999) == 1
+    assert width.matching_depth_layers(size, 0.01) == 7 and width.matching_depth_layers(size, 0.999) == 1
 
 
 def test_bad_requests_are_refused_clearly(tiny_tokenizer):

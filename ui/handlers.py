@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from dataclasses import replace
 
 import gradio as gr
@@ -21,11 +22,12 @@ from evaluation.models import ModelSpec
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.methods import options_for_cut
 from prune.paths import cache_root
-from prune.recipe import Recipe
+from prune.recipe import Recipe, WidthPrune
 from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
 from prune.sublayers import ATTENTION, MLP
+from prune.width import matching_depth_layers
 
-from . import inputs, plots, text
+from . import catalog, inputs, plots, text
 from .range_control import parse_range, range_update
 from .session import SLOTS, Session
 
@@ -128,9 +130,22 @@ class Handlers:
 
     @user_errors
     def method_info(self, method: str):
-        """The method's one-line description and its default options."""
-        spec = prune.METHODS[method]
-        return text.method_markdown(spec), text.options_text(spec.options)
+        """The method's description and default options; a width method shows its level, pattern and Build.
+
+        Outputs: description, options, Analyze button, Build button, the width row, level slider,
+        pattern radio, the width-against-depth button.
+        """
+        width = catalog.is_width(method)
+        if width:
+            about, options = catalog.width_markdown(method), ""
+        else:
+            spec = prune.METHODS[method]
+            about, options = text.method_markdown(spec), text.options_text(spec.options)
+        sparsity = width and catalog.WIDTH_METHODS[method].sparsity
+        return (about, gr.update(value=options, interactive=not width), gr.update(visible=not width),
+                gr.update(visible=width), gr.update(visible=width),
+                gr.update(**catalog.level_slider(method)) if width else gr.update(),
+                gr.update(visible=sparsity), gr.update(visible=width and not sparsity))
 
     @user_errors
     def analyze(self, session: Session, method: str, options: str, source: str, detail: str, upload, samples,
@@ -138,6 +153,8 @@ class Handlers:
                 request: gr.Request = None, progress=gr.Progress()):
         """Score every block with ``method``, then put ``block_size`` layers it picks in the edited slot."""
         info = _need_model(session)
+        if catalog.is_width(method):  # after a load with a width method picked: nothing to score
+            return *self._cut_outputs(session), f"{catalog.WIDTH_METHODS[method].label}: set its level and press *Build*."
         spec = prune.METHODS[method]
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
                                          self.default_calibration, bos)
@@ -168,6 +185,57 @@ class Handlers:
                                        resamples=inputs.whole_number(resamples, "Resamples", minimum=2, maximum=200),
                                        progress=reporter(progress), owner=_owner(request), **dict(session.options))
         return text.stability_markdown(found)
+
+    # ------------------------------------------------------------------ width and sparsity
+    @user_errors
+    def build(self, session: Session, method: str, level, pattern: str, stack: bool, source: str, detail: str,
+              upload, samples, seq_len, bos: str = "auto", request: gr.Request = None, progress=gr.Progress()):
+        """Build a width method's step into the edited slot, alone or after its cut (``stack``).
+
+        The status says what the variant will own before building; the build reports each layer.
+        """
+        _need_model(session)
+        calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
+                                         self.default_calibration, bos)
+        item = catalog.step_for(method, inputs.real_number(level, "The level", minimum=0, maximum=100), pattern,
+                                calibration)
+        before = session.cut()
+        if stack and before is not None:
+            recipe = before.then(item)
+        else:
+            recipe = Recipe((item,), origin=f"{catalog.WIDTH_METHODS[method].label} on the original")
+        session = session.with_cut(recipe)
+        yield from self._building(session, {session.editing: recipe}, request, progress)
+
+    @user_errors
+    def width_vs_depth(self, session: Session, level, selection: str, source: str, detail: str, upload, samples,
+                       seq_len, bos: str = "auto", request: gr.Request = None, progress=gr.Progress()):
+        """A: the analysis's depth cut of about the size ``level`` % keeps; B: width pruning to ``level`` %."""
+        info = _need_model(session)
+        if session.result is None:
+            raise InvalidInput("Analyze with a depth method first: cut A is the layers that analysis picks.")
+        ratio = inputs.real_number(level, "The share of parameters kept", minimum=1, maximum=99) / 100
+        calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
+                                         self.default_calibration, bos)
+        depth = chosen_recipe(session.result, matching_depth_layers(info.size, ratio), check_selection(selection),
+                              f"{session.origin}: as many parameters as width pruning removes")
+        width = Recipe((WidthPrune.of(ratio, calibration),), origin="width against depth at the same size")
+        session = replace(session.with_cut(depth, SLOTS[0]).with_cut(width, SLOTS[1]), editing=SLOTS[0])
+        yield from self._building(session, dict(zip(SLOTS, (depth, width))), request, progress)
+
+    def _building(self, session: Session, recipes: dict, request, progress):
+        """Yield the cut outputs and a status saying what ``recipes`` will cost; build them; yield the cost."""
+        costs = {slot: self.backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
+        status = text.building_status(recipes, costs, self.backend.variants.budget_bytes)
+        yield *[gr.update()] * 7, gr.update(), status  # the page keeps its cuts until the build succeeds
+        started = time.perf_counter()
+        try:
+            owned = {slot: self.backend.build(session.spec, recipe, progress=reporter(progress),
+                                              owner=_owner(request)) for slot, recipe in recipes.items()}
+        except Exception:
+            yield *[gr.update()] * 8, text.analysis_status(session.result) if session.result else ""
+            raise
+        yield *self._cut_outputs(session), text.built_status(recipes, owned, time.perf_counter() - started)
 
     # ------------------------------------------------------------------ cut
     @user_errors
@@ -285,7 +353,8 @@ class Handlers:
             repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50), progress=reporter(progress),
             owner=_owner(request))
         return (to_dataframe(found), plots.speedup_figure(found),
-                plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput"))
+                plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput"),
+                text.model_notes(found, "sparsity_note"))
 
     @user_errors
     def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
@@ -293,7 +362,8 @@ class Handlers:
         found = self.backend.memory(session.spec, session.variants(), progress=reporter(progress),
                                     owner=_owner(request))
         sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
-        return to_dataframe(found), plots.comparison_figure(sizes, unit=_main_unit(sizes), title="Memory")
+        return (to_dataframe(found), plots.comparison_figure(sizes, unit=_main_unit(sizes), title="Memory"),
+                text.model_notes(found, "note"))
 
     @user_errors
     def benchmarks(self, session: Session, tasks: list, limit, num_fewshot, request: gr.Request = None,

@@ -110,9 +110,37 @@ def banner_markdown(session) -> str:
             continue
         removed = session.info.removed_params(recipe)
         how = f" · *{recipe.origin}*" if recipe.origin else ""
+        zeros = " (zeros are stored densely and still count)" if recipe.sparsity else ""
         lines.append(f"✂️ **{slot}**{mark}: {recipe.describe()} — {human_count(removed)} parameters "
-                     f"({100 * removed / session.info.num_params:.1f} %) removed{how}")
+                     f"({100 * removed / session.info.num_params:.1f} %) removed{zeros}{how}")
     return "  \n".join(lines)
+
+
+def mib(count: float) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
+
+
+def building_status(recipes: dict, costs: dict, budget: int) -> str:
+    """Before building: what each variant will own ('B will own ≈ 398 MiB of its own weights …')."""
+    parts = [f"**{slot}** ({recipe.short()}): " + (f"will own ≈ **{mib(costs[slot])}** of weights of its own"
+                                                    if costs[slot] else "shares every weight with the original")
+             for slot, recipe in recipes.items()]
+    return (f"Building… {'; '.join(parts)}. Built variants are kept while they fit in {mib(budget)}; "
+            "the least recently used go first.")
+
+
+def built_status(recipes: dict, owned: dict, seconds: float) -> str:
+    """After building: what each variant owns, and how long the build took."""
+    parts = [f"**{slot}** ({recipe.short()}) owns {mib(owned[slot])}" if owned[slot]
+             else f"**{slot}** ({recipe.short()}) shares every weight" for slot, recipe in recipes.items()]
+    return (f"Built in {seconds:.0f} s: {'; '.join(parts)}. Compare under *Generate*, *Speed & memory* and "
+            "*Benchmarks*.")
+
+
+def model_notes(measurements, field: str) -> str:
+    """One line per compared model whose measurements carry a note in ``details[field]`` (zeros, 2:4 kernels)."""
+    notes = {m.model: m.details[field] for m in measurements if m.details and m.details.get(field)}
+    return "  \n".join(f"**{model}**: {note}" for model, note in notes.items())
 
 
 def column_label(label: str, variants: dict) -> str:
