@@ -252,3 +252,48 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
         assert "arc_easy" not in other.inner_text("#bench-table") or "400" not in other.inner_text("#bench-table")
     finally:
         other.close()
+
+
+def pick_method(page, name: str) -> None:
+    tab(page, "Analyze & cut")
+    page.locator("#method input").click()
+    page.get_by_role("option", name=name).click()
+
+
+def wait_built(page, timeout: float = 600_000) -> str:
+    page.wait_for_function("document.querySelector('#analysis-info').innerText.includes('Built in')", timeout=timeout)
+    return page.inner_text("#analysis-info")
+
+
+def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
+    """Width pruning: the one-click width-against-depth pair, measured side by side; then magnitude 2:4 into B."""
+    pick_method(page, "Width pruning (Wanda-sp")
+    page.wait_for_selector("#versus-btn", state="visible", timeout=10_000)
+    assert page.locator("#analyze").is_hidden() and page.locator("#pattern").is_hidden()
+    page.click("#versus-btn")
+    status = wait_built(page)
+    assert "B (width 80%) owns" in status and "shares every weight" in status
+    text = banner(page)
+    assert "(8 of 30)" in text and "width pruning to 80 % of the parameters" in text and "(20.0 %) removed" in text
+    tab(page, "Speed & memory")
+    page.click("#memory-btn")
+    page.wait_for_function("document.querySelector('#memory-table').innerText.includes('79.96')", timeout=300_000)
+    page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-width.png"), full_page=True)
+
+    pick_method(page, "Magnitude sparsity")
+    page.get_by_label("2:4").check()
+    page.get_by_role("radio", name="Cut B").click()
+    page.click("#build")
+    page.wait_for_function("document.querySelector('#analysis-info').innerText.includes('will own')", timeout=60_000)
+    assert "Built in" in wait_built(page) and "magnitude, 2:4 sparsity" in banner(page)
+    tab(page, "Speed & memory")
+    page.click("#memory-btn")
+    page.wait_for_function("document.querySelector('#memory-note').innerText.includes('no memory saving')",
+                           timeout=300_000)
+    page.get_by_label("8", exact=True).uncheck()  # a short measurement: the note is what is checked here
+    page.fill("#new-tokens input", "4")
+    page.fill("#repeats input", "1")
+    page.click("#speed-btn")
+    page.wait_for_function("document.querySelector('#speed-note').innerText.includes('Ampere')", timeout=300_000)

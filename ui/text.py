@@ -12,6 +12,7 @@ INTRO = (
     "**Pick** a model and an importance method, **see** which blocks of consecutive layers matter "
     "least, **drag** the range to cut one (cut **A**, and a second one as **B**), and **compare** them "
     "with the original side by side. Cutting is instant: a cut model shares the original's weights. "
+    "**Width** methods (sparsity, width pruning) are picked the same way and **built** into A or B. "
     "Your comparison is yours alone: other visitors of this page do not see or change it."
 )
 
