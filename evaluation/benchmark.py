@@ -278,7 +278,7 @@ def run(args, progress=None) -> Path | None:
         return _sweep(args, backend, spec, request, out_dir, progress)
     cuts = _with_steps(_cuts(args, backend, spec, info, progress), steps)
     for mode, recipe in cuts.items():
-        progress(0.0, f"{mode}: removes {info.describe_cut(recipe)}")
+        progress(0.0, f"{mode}: {info.describe_cut(recipe)} removed")
         if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
@@ -307,7 +307,7 @@ def run(args, progress=None) -> Path | None:
         progress(1.0, f"Saved the {mode} checkpoint to {saved}")
 
     header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
-    header += "".join(f"- {mode}: removes {recipe.describe()}\n" for mode, recipe in cuts.items())
+    header += "".join(f"- {mode}: {recipe.describe()}\n" for mode, recipe in cuts.items())
     table = to_markdown(measurements)
     (out_dir / "comparison.md").write_text(header + "\n" + table)
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
