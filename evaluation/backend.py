@@ -27,12 +27,13 @@ from prune.paths import digest
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import generation, lm_eval_adapter, memory, perplexity, reuse, sparse_kernels, speed, sweep
+from . import generation, lm_eval_adapter, memory, perplexity, reuse, sparse_kernels, sparsity_sweep, speed, sweep
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from .models import Loaded, ModelInfo, ModelPool, ModelSpec
 from .offline_tasks import default_data_dir
+from .sparsity_sweep import DEFAULT_LEVELS, SparsitySweepResult
 from .store import ResultStore
 from .sweep import SweepReport
 from .variants import Side, VariantCache, estimated_bytes, own_bytes
@@ -346,6 +347,25 @@ class Backend:
                 failed[method] = str(err)
         scores = {m: [float(v) for v in r.block_scores[block_size - 1, result.starts]] for m, r in analyses.items()}
         return SweepReport(result, sweep.rank_agreement(result, analyses), scores, failed)
+
+    def sparsity_sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *,
+                       levels=DEFAULT_LEVELS, methods=prune.sparsity.METHODS, calibration: Calibration | None = None,
+                       ppl_seq_len: int = 512, ppl_windows: int = 16, batch_size: int = 16, use_cache: bool = True,
+                       progress: Progress | None = None, owner: str | None = None) -> SparsitySweepResult:
+        """The request's first task and WikiText-2 perplexity at each sparsity level, per method (one job).
+
+        Wanda and SparseGPT calibrate on ``calibration`` (None: the backend's default). Every
+        (method, level) point is cached like the other results, so a rerun is instant and a
+        cancelled sweep resumes from the points it finished (see ``evaluation.sparsity_sweep``).
+        """
+        plan = sparsity_sweep.check_plan(levels, methods, calibration or self.default_calibration,
+                                         ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows)
+        rows = perplexity.wikitext2_rows(self.data_dir)
+        with self.jobs.run("the sparsity sweep", progress, owner=owner) as job:
+            base = self._base(spec)
+            return sparsity_sweep.sweep_levels(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
+                                               batch_size=batch_size, store=ResultStore(enabled=use_cache),
+                                               identify=lambda recipe: self._key(base, recipe), job=job)
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""

@@ -11,6 +11,13 @@ Modes (one of):
                                                 printed step by step)
   --method sublayer --num_layers N --drop attention|mlp   drop the N lowest-scored attention (or MLP) blocks
   --sweep K                                     every block of K layers measured, beside each method's ranking
+  --sparsity_sweep [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt]
+                                                the first --task and WikiText-2 perplexity at each sparsity level
+
+After the chosen cut (or, with --full, on the original) one more step may follow:
+  --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
+  --width RATIO                                 remove heads and MLP channels until RATIO of the parameters stay
+(both: width first, then sparsity).
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.
@@ -19,6 +26,8 @@ Examples::
 
     python -m evaluation.benchmark --full --task arc_easy,piqa --limit 200
     python -m evaluation.benchmark --method sublayer --num_layers 10 --drop attention --task hellaswag
+    python -m evaluation.benchmark --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
+    python -m evaluation.benchmark --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
@@ -39,15 +48,17 @@ import json
 import sys
 import time
 from dataclasses import replace
+from functools import reduce
 from pathlib import Path
 
 import prune
 from prune.errors import InvalidCut, InvalidInput, LayerCutError
 from prune.methods import METHODS, options_for_cut, sleb
-from prune.paths import write_atomic
-from prune.calibration import BOS_CHOICES
-from prune.recipe import Recipe
+from prune.paths import safe_name, write_atomic
+from prune.calibration import BOS_CHOICES, Calibration
+from prune.recipe import Recipe, Sparsify, WidthPrune
 from prune.selection import LAYERS, SELECTIONS, chosen_recipe
+from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
 
 from . import lm_eval_adapter, zigzag_output
@@ -55,6 +66,7 @@ from .backend import Backend
 from .measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from .models import ModelSpec
 from .offline_tasks import SUPPORTED_TASKS
+from .sparsity_sweep import DEFAULT_LEVELS, format_table
 
 DEFAULT_TASKS = "arc_easy"
 
@@ -73,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--method", metavar="NAME", help="cut --num_layers layers chosen by this method")
     mode.add_argument("--sweep", type=int, metavar="K",
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
+    mode.add_argument("--sparsity_sweep", action="store_true",
+                      help="the first --task and WikiText-2 perplexity at each of --levels, for each of --methods")
     parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
     parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
     parser.add_argument("--num_layers", type=int, help="how many layers --method cuts")
@@ -84,6 +98,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--drop", choices=DROP_KINDS, default=None,
                         help="with --method sublayer: drop the --num_layers lowest-scored attention (or MLP) blocks, "
                              "wherever they are, instead of cutting whole layers (He et al. 2024)")
+    parser.add_argument("--sparsify", metavar="METHOD", default=None,
+                        help=f"then zero --sparsity of every decoder matrix by {', '.join(SPARSITY_METHODS)}")
+    parser.add_argument("--sparsity", type=float, default=None, help="with --sparsify: the fraction zeroed, 0…0.99")
+    parser.add_argument("--pattern", default="unstructured",
+                        help=f"with --sparsify: {', '.join(PATTERNS)} (N:M implies its sparsity N/M)")
+    parser.add_argument("--width", type=float, metavar="RATIO", default=None,
+                        help="then remove heads and MLP channels until RATIO of the parameters stay (0.8: 80 %%)")
+    parser.add_argument("--levels", default=None,
+                        help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
+    parser.add_argument("--methods", default=None,
+                        help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
+    parser.add_argument("--ppl_seq_len", type=int, default=512,
+                        help="with --sparsity_sweep: tokens per WikiText-2 perplexity window (default 512)")
+    parser.add_argument("--ppl_windows", type=int, default=16,
+                        help="with --sparsity_sweep: WikiText-2 perplexity windows (default 16)")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
@@ -130,8 +159,15 @@ def _check_mode(args) -> None:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
     if args.drop and args.method is None:
         raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
-    if args.full and args.export_dir:
-        raise InvalidInput("--export_dir saves a pruned model: use it with a cut, not --full.")
+    adds_step = args.sparsify is not None or args.width is not None
+    if (args.sparsity is not None or args.pattern != "unstructured") and args.sparsify is None:
+        raise InvalidInput("--sparsity and --pattern go with --sparsify METHOD.")
+    if adds_step and (args.sweep is not None or args.sparsity_sweep):
+        raise InvalidInput("--sparsify and --width add a step to a compared model: not with --sweep or --sparsity_sweep.")
+    if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
+        raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
+    if args.full and args.export_dir and not adds_step:
+        raise InvalidInput("--export_dir saves a pruned model: use it with a cut, --sparsify or --width, not --full alone.")
     if args.batch_size < 1:
         raise InvalidInput("--batch_size must be at least 1.")
 
@@ -144,6 +180,46 @@ def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> lis
     return list(range(start, end_inclusive + 1))
 
 
+def _joined(levels) -> str:
+    return ",".join(f"{level:g}" for level in levels)
+
+
+def _levels(text: str | None) -> tuple[float, ...]:
+    """--levels as numbers (the sweep checks their range)."""
+    if text is None:
+        return DEFAULT_LEVELS
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InvalidInput(f"--levels takes fractions separated by commas ({_joined(DEFAULT_LEVELS)}), "
+                           f"not '{text}'.") from None
+
+
+def _calibration(args, backend: Backend) -> Calibration:
+    """The default calibration with the --bos choice: for analyses and the steps that calibrate."""
+    return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
+
+
+def _extra_steps(args, calibration: Calibration) -> list:
+    """The checked --width and --sparsify steps, in the order they apply (width, then sparsity)."""
+    steps = []
+    if args.width is not None:
+        steps.append(WidthPrune.of(args.width, calibration))
+    if args.sparsify is not None:
+        steps.append(Sparsify.of(args.sparsify, args.sparsity, args.pattern, calibration))
+    return steps
+
+
+def _with_steps(cuts: dict[str, Recipe], steps: list) -> dict[str, Recipe]:
+    """Each compared recipe followed by ``steps`` (with --full: the original followed by them)."""
+    if not steps:
+        return cuts
+    suffix = "_".join(safe_name(s.short()) for s in steps)
+    if not cuts:
+        return {suffix: reduce(Recipe.then, steps, Recipe(origin="--full with " + " and ".join(s.short() for s in steps)))}
+    return {f"{mode}_{suffix}": reduce(Recipe.then, steps, recipe) for mode, recipe in cuts.items()}
+
+
 def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, Recipe]:
     """Mode name → the recipe it compares (none for --full)."""
     if args.full:
@@ -153,7 +229,7 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
         return {"personalized": Recipe.cut(info.num_layers, layers, origin="chosen by hand")}
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
-    calibration = replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
+    calibration = _calibration(args, backend)
     method = METHODS[args.method]
     result = backend.analyze(spec, args.method, calibration=calibration, progress=progress,
                              **options_for_cut(method, args.num_layers))
@@ -194,12 +270,15 @@ def run(args, progress=None) -> Path | None:
     except OSError as err:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
     spec = ModelSpec(name=args.model or prune.DEFAULT_MODEL, dtype=args.dtype or "auto", token=args.token)
+    steps = _extra_steps(args, _calibration(args, backend))  # checked before the model loads
+    if args.sparsity_sweep:
+        return _sparsity_sweep(args, backend, spec, request, out_dir, progress)
     info = backend.load(spec, progress=progress)
     if args.sweep is not None:
         return _sweep(args, backend, spec, request, out_dir, progress)
-    cuts = _cuts(args, backend, spec, info, progress)
+    cuts = _with_steps(_cuts(args, backend, spec, info, progress), steps)
     for mode, recipe in cuts.items():
-        progress(0.0, f"{mode}: removes {info.describe_cut(recipe)}")
+        progress(0.0, f"{mode}: {info.describe_cut(recipe)} removed")
         if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
@@ -228,7 +307,7 @@ def run(args, progress=None) -> Path | None:
         progress(1.0, f"Saved the {mode} checkpoint to {saved}")
 
     header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
-    header += "".join(f"- {mode}: removes {recipe.describe()}\n" for mode, recipe in cuts.items())
+    header += "".join(f"- {mode}: {recipe.describe()}\n" for mode, recipe in cuts.items())
     table = to_markdown(measurements)
     (out_dir / "comparison.md").write_text(header + "\n" + table)
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
@@ -249,6 +328,20 @@ def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, prog
     print(format_sweep(report.sweep, report.agreement))
     for method, reason in report.failed.items():
         print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _sparsity_sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
+    """--sparsity_sweep: the first task's metric and WikiText-2 perplexity at each level, per method."""
+    methods = SPARSITY_METHODS if args.methods is None else [m.strip() for m in args.methods.split(",") if m.strip()]
+    result = backend.sparsity_sweep(spec, request, levels=_levels(args.levels), methods=methods,
+                                    calibration=_calibration(args, backend), ppl_seq_len=args.ppl_seq_len,
+                                    ppl_windows=args.ppl_windows, batch_size=args.batch_size,
+                                    use_cache=not args.no_cache, progress=progress)
+    _write_json(out_dir / f"sparsity_sweep_{request.names[0]}.json", {
+        "sparsity_sweep": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__})
+    print(format_table(result))
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
 

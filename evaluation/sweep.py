@@ -59,11 +59,8 @@ class SweepResult:
 
     @property
     def primary_metric(self) -> str:
-        """The metric rankings use: acc_norm, acc, then a perplexity, then the first one."""
-        for name in ("acc_norm", "acc", "word_perplexity", "perplexity"):
-            if name in self.metrics:
-                return name
-        return next(iter(self.metrics))
+        """The metric rankings use (see :func:`primary_metric`)."""
+        return primary_metric(self.metrics)
 
     def quality_loss(self, metric: str | None = None) -> np.ndarray:
         """How much worse than the baseline each cut is (higher = worse), per start."""
@@ -80,21 +77,32 @@ class SweepResult:
 
     def to_json(self) -> dict:
         data = asdict(self)
-        data["metrics"] = {k: [_finite(v) for v in vs] for k, vs in self.metrics.items()}
-        data["baseline"] = {k: _finite(v) for k, v in self.baseline.items()}
+        data["metrics"] = {k: [to_json_number(v) for v in vs] for k, vs in self.metrics.items()}
+        data["baseline"] = {k: to_json_number(v) for k, v in self.baseline.items()}
         return data
 
     @classmethod
     def from_json(cls, data: dict) -> SweepResult:
-        return cls(**{**data, "metrics": {k: [_unfinite(v) for v in vs] for k, vs in data["metrics"].items()},
-                      "baseline": {k: _unfinite(v) for k, v in data["baseline"].items()}})
+        return cls(**{**data, "metrics": {k: [from_json_number(v) for v in vs] for k, vs in data["metrics"].items()},
+                      "baseline": {k: from_json_number(v) for k, v in data["baseline"].items()}})
 
 
-def _finite(value: float) -> float | None:
+def primary_metric(names: Iterable[str]) -> str:
+    """The metric a task is judged by: acc_norm, acc, then a perplexity, then the first one."""
+    names = list(names)
+    for name in ("acc_norm", "acc", "word_perplexity", "perplexity"):
+        if name in names:
+            return name
+    return names[0]
+
+
+def to_json_number(value: float) -> float | None:
+    """A float for JSON: None for NaN and ±inf, which strict JSON lacks."""
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _unfinite(value) -> float:
+def from_json_number(value) -> float:
+    """The float :func:`to_json_number` wrote (None → NaN)."""
     return math.nan if value is None else float(value)
 
 

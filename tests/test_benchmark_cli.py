@@ -14,8 +14,9 @@ import transformers
 import prune
 
 from conftest import REPO
-from evaluation import benchmark
+from evaluation import benchmark, lm_eval_adapter
 from prune.calibration import default_calibration
+from prune.recipe import Recipe, Sparsify, WidthPrune
 
 
 def _run(capsys, *args):
@@ -98,6 +99,17 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--method", "nope", "--num_layers", 2], "Unknown method 'nope'"),
     (["--full", "--task", "hellaswag", "--num_fewshot", 5], "Few-shot offline is only faithful"),
     (["--full", "--task", "arc_easy", "--data_dir", "/nonexistent/benchdata"], "does not exist"),
+    (["--full", "--sparsity", 0.5], "--sparsity and --pattern go with --sparsify METHOD"),
+    (["--full", "--sparsify", "wanda"], "Sparsity is a fraction from 0 to 0.99"),
+    (["--full", "--sparsify", "lottery", "--sparsity", 0.5], "Unknown sparsity method 'lottery'"),
+    (["--full", "--sparsify", "magnitude", "--pattern", "3:3"], "Unknown sparsity pattern '3:3'"),
+    (["--full", "--width", 1.5], "The parameter ratio is the fraction"),
+    (["--sweep", 2, "--sparsify", "magnitude", "--sparsity", 0.5], "not with --sweep or --sparsity_sweep"),
+    (["--full", "--levels", "0,0.5"], "--levels and --methods go with --sparsity_sweep"),
+    (["--sparsity_sweep", "--levels", "0,half"], "--levels takes fractions separated by commas"),
+    (["--sparsity_sweep", "--levels", "0,1.5"], "Sparsity levels are fractions from 0 to 0.99"),
+    (["--sparsity_sweep", "--methods", "magnitude,lottery"], "Unknown sparsity method 'lottery'"),
+    (["--full", "--export_dir", "x"], "not --full alone"),
 ])
 def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
     code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)
@@ -127,3 +139,41 @@ def test_sweep_mode_measures_every_start_and_ranks_the_methods(tiny_folder, tmp_
     assert all(len(v) == 3 for v in data["method_scores"].values())
     printed = capsys.readouterr().out
     assert "[0, 2)" in printed and "rank agreement" in printed
+
+
+def test_full_with_sparsify_compares_the_original_with_its_sparse_version(tiny_folder, tmp_path, capsys, data_dir):
+    code, out, err = _run(capsys, "--full", "--sparsify", "magnitude", "--sparsity", 0.5, "--model", tiny_folder,
+                          "--task", "arc_easy", "--limit", 3, "--output_folder", tmp_path)
+    assert code == 0, err
+    result = json.loads((tmp_path / "results_magnitude_50.json").read_text())
+    assert Recipe.from_json(result["config"]["recipe"]) == Recipe((Sparsify.of("magnitude", 0.5),))
+    assert result["config"]["removed_layers"] == [] and result["config"]["params_removed_pct"] == 0
+    model, tokenizer = prune.load_model(str(tiny_folder))
+    request = lm_eval_adapter.check_request(["arc_easy"], limit=3, data_dir=data_dir)
+    by_hand = lm_eval_adapter.evaluate(prune.sparsify(model, tokenizer, "magnitude", 0.5), tokenizer, request)
+    assert result["results"]["arc_easy"]["acc,none"] == by_hand["arc_easy"]["results"]["acc,none"]
+    assert "magnitude, 50 % unstructured sparsity" in (tmp_path / "comparison.md").read_text()
+
+
+def test_width_and_sparsify_follow_the_cut_in_that_order(tiny_folder, tmp_path, capsys, data_dir):
+    code, _, err = _run(capsys, "--personalized", "--start_block", 1, "--end_block", 1, "--sparsify", "wanda",
+                        "--sparsity", 0.3, "--width", 0.9, "--model", tiny_folder, "--task", "arc_easy",
+                        "--limit", 2, "--output_folder", tmp_path, "--data_dir", data_dir)
+    assert code == 0, err
+    config = json.loads((tmp_path / "results_personalized_width_90_wanda_30.json").read_text())["config"]
+    calibration = default_calibration(data_dir)
+    assert Recipe.from_json(config["recipe"]) == Recipe.block(4, 1, 2).then(WidthPrune.of(0.9, calibration)).then(
+        Sparsify.of("wanda", 0.3, calibration=calibration))
+    assert config["removed_layers"] == [1] and config["params_removed_pct"] > 0
+
+
+def test_sparsity_sweep_mode_prints_the_table_and_writes_json(tiny_folder, tmp_path, capsys):
+    code, out, err = _run(capsys, "--sparsity_sweep", "--levels", "0.5,0", "--methods", "magnitude",
+                          "--ppl_seq_len", 32, "--ppl_windows", 2, "--model", tiny_folder, "--task", "arc_easy",
+                          "--limit", 3, "--output_folder", tmp_path)
+    assert code == 0, err
+    data = json.loads((tmp_path / "sparsity_sweep_arc_easy.json").read_text())["sparsity_sweep"]
+    assert data["levels"] == [0.0, 0.5] and data["methods"] == ["magnitude"] and data["metric"] == "acc_norm"
+    assert data["accuracy"]["magnitude"][0] == data["dense_accuracy"]
+    row = next(line for line in out.splitlines() if line.startswith("| magnitude |"))
+    assert row.startswith(f"| magnitude | {100 * data['dense_accuracy']:.2f} / {data['dense_perplexity']:.4g} |")

@@ -306,3 +306,28 @@ def sweep_figure(report) -> go.Figure:
                    yaxis2=dict(title="method score (0 = most removable)", overlaying="y", side="right",
                                range=[-0.05, 1.05], tickvals=[0, 0.25, 0.5, 0.75, 1], showgrid=False),
                    margin=dict(l=60, r=70, t=60, b=120))
+
+
+def sparsity_sweep_figure(result) -> go.Figure:
+    """A sparsity sweep: the task metric (left) and WikiText-2 perplexity on a log scale (right) against
+    sparsity, one line per method, the dense model dashed across both panels."""
+    percent = [100 * level for level in result.levels]
+    unit = " (%)" if result.scale == 100 else ""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
+                        subplot_titles=[f"{result.task} {result.metric}{unit}", "WikiText-2 perplexity (log scale)"])
+    palette = iter([PRUNED, SECOND, "#54a24b", "#b279a2", "#72b7b2", "#9d755d"])
+    for method in result.methods:
+        color = next(palette, "#888")
+        for col, values in ((1, [result.scale * v for v in result.accuracy[method]]), (2, result.perplexity[method])):
+            fig.add_trace(go.Scatter(x=percent, y=_nullable([values])[0], name=method, legendgroup=method,
+                                     showlegend=col == 1, mode="lines+markers", line=dict(color=color, width=3),
+                                     hovertemplate=f"{method}, %{{x:g}} % sparsity: %{{y:.4g}}<extra></extra>"),
+                          row=1, col=col)
+    for col, dense in ((1, result.scale * result.dense_accuracy), (2, result.dense_perplexity)):
+        fig.add_trace(go.Scatter(x=[percent[0], percent[-1]], y=[dense, dense], name="dense", legendgroup="dense",
+                                 showlegend=col == 1, mode="lines", line=dict(color=ORIGINAL, dash="dash"),
+                                 hovertemplate=f"dense: {dense:.4g}<extra></extra>"), row=1, col=col)
+    fig.update_xaxes(title="sparsity (% of every matrix zero)")
+    fig.update_yaxes(type="log", row=1, col=2)
+    return _layout(fig, title=dict(text=f"{result.task} and perplexity against sparsity, per method"),
+                   margin=dict(l=60, r=20, t=90, b=55))

@@ -1,0 +1,75 @@
+"""Seed 004's sparsity sweep on the default model: a task's accuracy and WikiText-2 perplexity at each
+sparsity level, for magnitude, Wanda and SparseGPT, and the time each method takes.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/sparsity_sweep.py [--task arc_easy] [--limit 100]
+        [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt] [--windows 16] [--seq-len 512]
+
+Everything goes through ``Backend.sparsity_sweep``, as the app and the CLI's ``--sparsity_sweep``
+do: the task's primary metric (acc_norm for arc_easy and hellaswag) on its first ``--limit``
+documents, WikiText-2 test perplexity over the first ``--windows`` windows of ``--seq-len`` tokens
+(no BOS), Wanda and SparseGPT calibrated on the default calibration (WikiText-2 validation, 32 ×
+128 tokens). Points are cached as usual, so an interrupted run resumes; a cached point keeps the
+times measured when it was computed (``--no_cache`` recomputes everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="arc_easy", help="a task with an accuracy (arc_easy, hellaswag, …)")
+    parser.add_argument("--limit", type=int, default=100, help="documents of the task")
+    parser.add_argument("--levels", default="0,0.1,0.5,0.9,0.99", help="comma list of sparsity fractions")
+    parser.add_argument("--methods", default="magnitude,wanda,sparsegpt", help="comma list of sparsity methods")
+    parser.add_argument("--windows", type=int, default=16, help="perplexity windows per model")
+    parser.add_argument("--seq-len", type=int, default=512, help="tokens per perplexity window")
+    parser.add_argument("--no_cache", action="store_true", help="recompute every point")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+    import torch
+
+    from evaluation import lm_eval_adapter
+    from evaluation.backend import Backend
+    from evaluation.models import ModelSpec
+    from evaluation.sparsity_sweep import format_table
+
+    backend = Backend()
+    spec = ModelSpec()
+    info = backend.load(spec)
+    request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.data_dir)
+    cal = backend.default_calibration
+    print(f"{info.name}: {info.num_layers} layers, {info.num_params:,} parameters; torch threads "
+          f"{torch.get_num_threads()}; calibration {cal.source}, {cal.n_samples} × {cal.seq_len} tokens", flush=True)
+    last = [""]
+
+    def progress(fraction: float, message: str) -> None:
+        if message != last[0]:
+            print(f"[{100 * fraction:5.1f}%] {message}", file=sys.stderr, flush=True)
+            last[0] = message
+
+    started = time.perf_counter()
+    result = backend.sparsity_sweep(spec, request, levels=[float(x) for x in args.levels.split(",")],
+                                    methods=args.methods.split(","), calibration=cal, ppl_seq_len=args.seq_len,
+                                    ppl_windows=args.windows, use_cache=not args.no_cache, progress=progress)
+    wall = time.perf_counter() - started
+
+    print()
+    print(format_table(result))
+    print("\nSeconds per point when it was measured, prune + measure (the dense point: measure only):")
+    print("| method | " + " | ".join(f"{100 * level:g} %" for level in result.levels) + " | total |")
+    print("|---|" + "---:|" * (len(result.levels) + 1))
+    for method in result.methods:
+        cells = [f"{p:.0f} + {m:.0f}" for p, m in zip(result.prune_s[method], result.measure_s[method])]
+        print(f"| {method} | " + " | ".join(cells) + f" | {result.seconds(method):.0f} |")
+    print(f"\nThis run: {wall:.0f} s wall clock (cached points cost nothing).")
+
+
+if __name__ == "__main__":
+    main()
