@@ -21,7 +21,7 @@ from prune.calibration import BOS_CHOICES
 from prune.loading import ensure_embedded_model
 from prune.paths import cache_root
 from prune.selection import SELECTIONS
-from prune.sparsity import PATTERNS
+from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from ui import catalog, plots, text
 from ui.handlers import Handlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
@@ -243,6 +243,22 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         sweep_table = gr.Dataframe(headers=["method", "Spearman ρ"], label="Rank agreement",
                                                    interactive=False, elem_id="sweep-table", scale=1, min_width=280)
 
+                with gr.Accordion("Sparsity sweep: every sparsity method at each level", open=False):
+                    gr.Markdown(text.SPARSITY_SWEEP_HELP)
+                    with gr.Row(equal_height=True):
+                        sparse_task = gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task")
+                        sparse_levels = gr.Textbox("0, 10, 50, 90, 99", label="Sparsity levels (%)",
+                                                   elem_id="sparse-levels")
+                        sparse_methods = gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"],
+                                                          label="Methods", elem_id="sparse-methods")
+                        sparse_limit = NumberInput(50, label="Questions (0 = all)", minimum=0, elem_id="sparse-limit")
+                        sparse_windows = NumberInput(16, label="Perplexity windows (512 tokens)", minimum=1,
+                                                     elem_id="sparse-windows")
+                        sparse_btn = gr.Button("Run sparsity sweep", variant="primary", elem_id="sparse-btn")
+                    sparse_plot = PlotView(plots.empty_figure("Run a sparsity sweep to see each method's curve"),
+                                           height=420, elem_id="sparse-plot")
+                    sparse_table = gr.Markdown(elem_id="sparse-table")
+
         # ------------------------------------------------------------ wiring
         cut_outputs = [layer_range, banner, heatmap, bars, greedy, named, slot, view]
         load_inputs = [view, model, token, trust, dtype]
@@ -294,8 +310,12 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         sweep_event = sweep_btn.click(gpu(h.sweep), [view, sweep_task, sweep_k, sweep_limit],
                                       [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
 
-        running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event, speed_event, memory_event,
-                   bench_event, ppl_event, sweep_event, stability_event]
+        sparse_event = sparse_btn.click(gpu(h.sparsity_sweep), [view, sparse_task, sparse_levels, sparse_methods,
+                                                                 sparse_limit, sparse_windows],
+                                        [sparse_plot, sparse_table], api_name="sparsity_sweep", **DEVICE)
+
+        running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
+                   speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event, stability_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

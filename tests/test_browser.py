@@ -297,3 +297,19 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     page.fill("#repeats input", "1")
     page.click("#speed-btn")
     page.wait_for_function("document.querySelector('#speed-note').innerText.includes('Ampere')", timeout=300_000)
+
+
+def test_sparsity_sweep_plots_each_method_against_the_level(page):
+    tab(page, "Benchmarks")
+    page.get_by_text("Sparsity sweep: every sparsity method at each level").click()
+    page.fill("#sparse-levels textarea", "0, 50, 90")
+    page.locator("#sparse-methods").get_by_label("wanda").uncheck()
+    page.fill("#sparse-limit input", "5")
+    page.fill("#sparse-windows input", "2")
+    page.click("#sparse-btn")
+    page.wait_for_function("document.querySelector('#sparse-table table') !== null", timeout=600_000)
+    table = page.inner_text("#sparse-table")
+    assert "magnitude" in table and "90 %" in table and "dense" in table and "wanda" not in table
+    page.wait_for_selector("#sparse-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.locator("#sparse-plot").screenshot(path=str(ASSETS / "screenshot-sparsity-sweep.png"))

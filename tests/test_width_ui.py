@@ -148,3 +148,26 @@ def test_two_four_matrices_are_found_by_their_zeros():
     assert not sparse_kernels._is_two_four(layer.weight)
     assert sparse_kernels.unavailable(model).endswith("this model runs on CPU.")
     assert sparse_kernels.why_no_gain(Recipe(), model) is None
+
+
+def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monkeypatch):
+    from ui import inputs
+
+    assert inputs.percentages("0, 10,50 %, 99", "Levels") == [0.0, 0.1, 0.5, 0.99]
+    for bad in ("", "ten", "0, 120", "-5"):
+        with pytest.raises(prune.errors.InvalidInput, match="Levels"):
+            inputs.percentages(bad, "Levels")
+    handlers, session = visitor
+    asked = {}
+
+    def sweep(spec, request, **settings):
+        asked.update(settings, task=request.names[0], limit=request.limit)
+        raise prune.errors.InvalidInput("stop here")
+
+    monkeypatch.setattr(handlers.backend, "sparsity_sweep", sweep)
+    with pytest.raises(gr.Error, match="stop here"):
+        handlers.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4)
+    assert asked["levels"] == [0.0, 0.5, 0.9] and asked["methods"] == ["wanda"] and asked["ppl_windows"] == 4
+    assert asked["task"] == "arc_easy" and asked["limit"] is None
+    with pytest.raises(gr.Error, match="Sparsity levels"):
+        handlers.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4)

@@ -19,6 +19,7 @@ import prune
 from evaluation import lm_eval_adapter
 from evaluation.measurement import Measurement, to_dataframe
 from evaluation.models import ModelSpec
+from evaluation.sparsity_sweep import format_table
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.methods import options_for_cut
 from prune.paths import cache_root
@@ -402,6 +403,20 @@ class Handlers:
                 for method, rho in sorted(report.agreement.items(), key=lambda kv: -(kv[1] if kv[1] == kv[1] else -2))]
         rows += [[method, "failed"] for method in report.failed]
         return plots.sweep_figure(report), rows, text.sweep_summary(report)
+
+    @user_errors
+    def sparsity_sweep(self, session: Session, task: str, levels: str, methods: list, limit, windows,
+                       request: gr.Request = None, progress=gr.Progress()):
+        """One task's metric and WikiText-2 perplexity at each sparsity level, per method (each point cached)."""
+        _need_model(session)
+        task_request = lm_eval_adapter.check_request([task], limit=inputs.optional_limit(limit, "Questions"),
+                                                     data_dir=self.backend.data_dir)
+        result = self.backend.sparsity_sweep(
+            session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
+            calibration=self.default_calibration,
+            ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+            progress=reporter(progress), owner=_owner(request))
+        return plots.sparsity_sweep_figure(result), format_table(result)
 
     @user_errors
     def cancel(self, request: gr.Request = None):

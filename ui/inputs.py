@@ -64,6 +64,14 @@ def optional_limit(value, what: str) -> int | None:
     return number or None
 
 
+def percentages(text: str | None, what: str) -> list[float]:
+    """'0, 10, 50' → [0.0, 0.1, 0.5]: comma-separated percentages as fractions (ranges are the caller's to check)."""
+    parts = [part.strip().rstrip("%").strip() for part in (text or "").split(",") if part.strip()]
+    if not parts:
+        raise InvalidInput(f"{what}: give percentages separated by commas, such as 0, 10, 50, 90, 99.")
+    return [real_number(part, what, minimum=0, maximum=100) / 100 for part in parts]
+
+
 def real_number(value, what: str, *, minimum: float, maximum: float) -> float:
     try:
         number = float(value)

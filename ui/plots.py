@@ -329,5 +329,6 @@ def sparsity_sweep_figure(result) -> go.Figure:
                                  hovertemplate=f"dense: {dense:.4g}<extra></extra>"), row=1, col=col)
     fig.update_xaxes(title="sparsity (% of every matrix zero)")
     fig.update_yaxes(type="log", row=1, col=2)
-    return _layout(fig, title=dict(text=f"{result.task} and perplexity against sparsity, per method"),
-                   margin=dict(l=60, r=20, t=90, b=55))
+    fig = _layout(fig, title=dict(text=f"{result.task} and perplexity against sparsity, per method"),
+                  margin=dict(l=60, r=20, t=80, b=110))
+    return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.28, x=0))
