@@ -26,7 +26,8 @@ from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
 from prune.architectures import width_of
-from prune.recipe import DepthCut, Recipe, Sparsify, SubLayerDrop, WidthPrune
+from prune.lowrank import ranks_of
+from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, SubLayerDrop, WidthPrune
 from prune.sparsity import zero_fraction
 from prune.sublayers import dropped_numel
 
@@ -166,9 +167,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
     sparse = [item for item in recipe.steps if isinstance(item, Sparsify)]
     narrow = [item for item in recipe.steps if isinstance(item, WidthPrune)]
+    factored = [item for item in recipe.steps if isinstance(item, Decompose)]
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
              "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])
-             + (["width-pruning"] if narrow else [])}
+             + (["width-pruning"] if narrow else []) + (["low-rank"] if factored else [])}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
              f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
              "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
@@ -194,8 +196,15 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines.append(f"- Width: {_width_words(model)} per layer, {num_params(model):,} parameters ({narrow[-1].describe()}); "
                      "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
                      "with any kernels")
+    if factored:
+        lines.append(f"- Low-rank: {factored[-1].describe()}; {num_params(model):,} parameters in memory. Saved "
+                     "merged back: each factored projection is stored as the one dense matrix its two factors "
+                     "multiply to, so any transformers loads this folder as a standard model with the same outputs, "
+                     "at the original's size and speed; the ranks are in the config (`layercut_ranks`) and below")
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
+    if factored:
+        lines += ["## Ranks", "", *rank_table(ranks_of(model)), ""]
     if scores:
         lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
     if drops is not None:
@@ -233,6 +242,15 @@ DROP_TOOLS = (
     "mergekit and llama.cpp describe a model by whole layers: neither can express a layer without its attention or "
     "its MLP, so `{mergekit}` and `{llama}` are not written. Converting this folder to GGUF keeps the zeroed blocks: "
     "the same outputs, without the savings.")
+
+
+def rank_table(ranks: dict[tuple[int, str], int]) -> list[str]:
+    """Markdown rows: one per decomposed layer, one column per projection (its last path component), "—" where dense."""
+    names = list(dict.fromkeys(path for _, path in ranks))  # in the layers' own order
+    lines = ["| layer | " + " | ".join(p.rpartition(".")[2] for p in names) + " |", "|---:|" + "---:|" * len(names)]
+    for layer in sorted({i for i, _ in ranks}):
+        lines.append(f"| {layer} | " + " | ".join(str(ranks.get((layer, p), "—")) for p in names) + " |")
+    return lines
 
 
 def _drop_lines(model: nn.Module, drops: SubLayerDrop) -> list[str]:
