@@ -199,7 +199,7 @@ def feature_basis(count: int, total: torch.Tensor, gram: torch.Tensor) -> torch.
 
 def factors(rows: torch.Tensor, basis: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(first [r, k], second [d, r]) in float64: W ≈ Q_r (Q_rᵀ W), Q_r the first ``rank`` columns of ``basis``."""
-    kept = basis[:, :rank]
+    kept = basis[:, :rank].double()
     return kept.T @ rows.double(), kept
 
 
@@ -245,7 +245,7 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
         for index, layer in enumerate(decoder_layers(derived)):
             for path, rank in record[index].items():
                 module = layer.get_submodule(path)
-                _put(layer, path, factored_module(module, weight_basis(rows_of(module)), rank))
+                put(layer, path, factored_module(module, weight_basis(rows_of(module)), rank))
             report((index + 1) / count, f"Weight-space decomposition: layer {index + 1} of {count}")
         return derived
     if tokenizer is None:
@@ -260,7 +260,7 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
         for path, rank in record[index].items():
             module = layer.get_submodule(path)
             basis = feature_basis(*stats[path]) if path in stats else weight_basis(rows_of(module))  # never reached
-            _put(layer, path, factored_module(module, basis, rank))
+            put(layer, path, factored_module(module, basis, rank))
         del stats
         if index < last:
             hidden = run_layer(layer, hidden, own)  # the next layer reads the decomposed outputs
@@ -295,7 +295,7 @@ def output_statistics(layer: nn.Module, paths: Iterable[str], hidden: list[torch
     return {path: tuple(value) for path, value in found.items()}
 
 
-def _put(layer: nn.Module, path: str, module: nn.Module) -> None:
+def put(layer: nn.Module, path: str, module: nn.Module) -> None:
     """Replace the module at ``path`` in ``layer`` (a clone's own module objects, so the original never sees it)."""
     owner, _, leaf = path.rpartition(".")
     parent = layer.get_submodule(owner) if owner else layer
@@ -330,7 +330,7 @@ def merged(model: nn.Module, *, allocate: bool = True) -> nn.Module:
                 zeros = torch.zeros((), dtype=weight.dtype, device=weight.device)
                 dense = dense_module(zeros.expand(module.out_features, module.in_features), module.second.bias,
                                      module.conv1d)
-            _put(layer, path, dense)
+            put(layer, path, dense)
     return view
 
 
@@ -355,6 +355,6 @@ def with_factor_shapes(model: nn.Module) -> nn.Module:
         if pays(*rows.shape, rank):
             bias = getattr(module, "bias", None)
             empty = torch.empty((rank, rows.shape[1]), dtype=rows.dtype, device=rows.device)
-            _put(layer, path, Factored(empty, torch.empty((rows.shape[0], rank), dtype=rows.dtype, device=rows.device),
+            put(layer, path, Factored(empty, torch.empty((rows.shape[0], rank), dtype=rows.dtype, device=rows.device),
                                        None if bias is None else torch.empty_like(bias), isinstance(module, Conv1D)))
     return model
