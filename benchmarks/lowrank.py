@@ -12,6 +12,9 @@ d·k/(d+k) (prune.lowrank's uniform rule). Speed: evaluation/speed.py, the dense
 turns run by run, decode latency per token after a 128-token prompt, beside the ideal speedup (the ratio of
 matmul FLOPs per token, LM head and attention included). Then one matrix alone (a SmolLM2 MLP projection,
 1536 × 576), dense against factored at ranks around break-even: the time ratio against d·k / (r·(d + k)).
+Last, a perplexity-based surgical rank search (prune.rank_search) over the last ``--search-layers`` layers:
+WikiText-2 test windows of 128 tokens, the first 20 % of ``--search-windows`` the search split, the rest the
+test split; the authors' bound (perplexity ≤ original · 1.005^n after n projections) and candidates.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per perplexity window")
     parser.add_argument("--ratios", default="0.8,0.6", help="comma list of parameter ratios")
     parser.add_argument("--repeats", type=int, default=5, help="speed runs per model and batch size")
+    parser.add_argument("--search-layers", type=int, default=2, help="rank search over this many last layers (0: skip)")
+    parser.add_argument("--search-windows", type=int, default=10, help="WikiText-2 windows of 128 tokens to split")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -80,6 +85,8 @@ def main() -> None:
 
     decode_speed(model, factored, args.repeats, speed)
     matrix_speed()
+    if args.search_layers:
+        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_windows)
 
 
 def decode_speed(model, factored: dict, repeats: int, speed) -> None:
@@ -124,6 +131,33 @@ def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> 
             d, f = statistics.median(dense) * 1e6, statistics.median(split) * 1e6
             print(f"| {tokens} | {rank} | {share:g} | {d:.1f} | {f:.1f} | {d / f:.2f}× | "
                   f"{outputs * inputs / (rank * (outputs + inputs)):.2f}× |")
+
+
+def rank_search(model, tokenizer, data_dir, calibration, layers: int, windows: int) -> None:
+    """The authors' perplexity-based search over the last ``layers`` layers, reported on the disjoint test split."""
+    from evaluation.search_splits import perplexity_splits
+    from prune.architectures import decoder_layers
+    from prune.rank_search import Tolerance, surgical_search
+
+    search, test = perplexity_splits(tokenizer, data_dir, seq_len=128, windows=windows, share=0.2)
+    count = len(decoder_layers(model))
+    started = time.perf_counter()
+    result = surgical_search(model, tokenizer, search=search, test=test, calibration=calibration,
+                             tolerance=Tolerance(higher_is_better=False, growth=0.005),
+                             layers=range(count - layers, count), test_each_layer=True,
+                             progress=lambda fraction, message: print(f"  {message}", flush=True))
+    seconds = time.perf_counter() - started
+    print(f"\nSurgical rank search (feature space, perplexity ≤ original · 1.005^n) over layers "
+          f"{count - layers}–{count - 1}, {seconds:.0f} s:")
+    print("| | parameters | search-split perplexity | test-split perplexity |")
+    print("|---|---:|---:|---:|")
+    print(f"| original | {result.params[0]:,} | {result.search[0]:.2f} | {result.test[0]:.2f} |")
+    print(f"| searched | {result.params[1]:,} ({100 * result.params[1] / result.params[0]:.1f} %) | "
+          f"{result.search[1]:.2f} | {result.test[1]:.2f} |")
+    print("path (after each layer): " + "; ".join(f"layer {p.layer}: {p.params:,} params, test {p.test:.2f}"
+                                                  for p in result.points if p.test is not None))
+    print("ranks: " + (", ".join(f"{layer}.{path.rpartition('.')[2]} {rank}"
+                                 for (layer, path), rank in sorted(result.ranks.items())) or "none (all dense)"))
 
 
 if __name__ == "__main__":

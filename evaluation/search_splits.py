@@ -30,7 +30,7 @@ def _check_share(share: float) -> float:
 
 
 def split_indices(count: int, share: float, seed: int = 42) -> tuple[list[int], list[int]]:
-    """(search, test): ``count`` indices shuffled with ``seed``, the first ⌊share · count⌋ and the rest, disjoint."""
+    """(search, test): ``count`` indices shuffled with ``seed``, the first ⌊share · count⌋ and the rest."""
     share = _check_share(share)
     order = list(range(count))
     random.Random(seed).shuffle(order)

@@ -88,6 +88,7 @@ class Matrix:
     outputs: int
     inputs: int
     rank: int | None = None  # None: dense
+    bias: bool = False
     out_kind: str | None = None
     in_kind: str | None = None
 
@@ -116,8 +117,9 @@ def layer_matrices(layer: nn.Module) -> tuple[Matrix, ...]:
             continue
         if isinstance(module, Factored):
             inside.append(name)
-            found.append(Matrix(name, module.out_features, module.in_features, module.rank))
+            found.append(Matrix(name, module.out_features, module.in_features, module.rank,
+                                module.second.bias is not None))
         elif isinstance(module, (nn.Linear, Conv1D)):
             outputs, inputs = rows_of(module).shape
-            found.append(Matrix(name, outputs, inputs))
+            found.append(Matrix(name, outputs, inputs, bias=getattr(module, "bias", None) is not None))
     return tuple(found)

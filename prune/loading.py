@@ -87,7 +87,8 @@ def _load_factored(folder: str, config, dtype: torch.dtype) -> torch.nn.Module:
     for file in files:
         state.update(load_file(str(file)))
     missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = set(getattr(model, "_tied_weights_keys", None) or ()) if getattr(config, "tie_word_embeddings", False) else set()
+    tied = set(getattr(model, "_tied_weights_keys", None) or ())
+    tied = tied if getattr(config, "tie_word_embeddings", False) else set()
     if unexpected or set(missing) - tied:
         wrong = sorted(unexpected or set(missing) - tied)
         raise BrokenModel(f"'{folder}' does not hold the factored weights its config records ({wrong[0]}, …).")

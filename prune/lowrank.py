@@ -3,42 +3,43 @@
 Method: Chavan, Lele & Gupta, "Surgical Feature-Space Decomposition of LLMs: Why, When and How?"
 (ACL 2024, arXiv 2405.13039; code ``nyunAI/SFSD-LLM``, ``layers.py``). A projection y = W x + b,
 W [d out, k in], is replaced by ``second(first(x))`` with ``first = Q_rᵀ W`` [r, k] and
-``second = Q_r`` [d, r] plus the bias b: W ≈ Q_r Q_rᵀ W, Q_r an orthonormal basis of r output
-directions:
+``second = Q_r`` [d, r] carrying the bias: W ≈ Q_r Q_rᵀ W, Q_r orthonormal output directions
+(:mod:`prune.bases`):
 
-* ``weight`` space — Q_r = the top r left singular vectors of W, so that Q_r Q_rᵀ W is the
-  truncated SVD U_r Σ_r V_rᵀ (the authors' ``DecomposeLinearSVD``: weight1 = Σ_r V_rᵀ, weight2 = U_r).
-* ``feature`` space — Q_r = the top r eigenvectors of the covariance of the projection's outputs
-  W x on the calibration tokens (the authors' ``DecomposeLinearEigen.init_lowrank``: Y = X Wᵀ
-  without the bias, centred, ``torch.cov``, ``eigh``, the last r columns): the outputs keep the r
-  directions along which they vary most.
+* ``weight`` space — W's top r left singular vectors, so that Q_r Q_rᵀ W is the truncated SVD
+  U_r Σ_r V_rᵀ (the authors' ``DecomposeLinearSVD``: weight1 = Σ_r V_rᵀ, weight2 = U_r);
+* ``feature`` space — the top r eigenvectors of the second moments of the projection's outputs
+  W x on calibration tokens (the authors' ``DecomposeLinearEigen.init_lowrank``: Y = X Wᵀ without
+  the bias, ``torch.cov``, ``eigh``, the last r columns; weight1 = V_rᵀ W, weight2 = V_r).
 
 Ranks: ``ranks`` gives them (one for every chosen projection, or per (layer, path)); or
 ``param_ratio``, the fraction of *all* the model's parameters kept (embeddings included, as
 :func:`prune.shrink_width` counts), picks one fraction f for every chosen projection, rank
-⌊f · d·k/(d+k)⌋ (the authors' rank rule, ``int(kappa * budget)``), the largest f whose count
-does not exceed the target. Two factors hold r·(d+k) weights: fewer than d·k, and fewer
-multiply-adds, only when r < d·k/(d+k); a projection at a rank where they would not be smaller is
-stored as the one dense matrix Q_r Q_rᵀ W instead (same outputs, no gain, no loss).
+⌊f · d·k/(d+k)⌋ (the authors' rank rule, ``int(kappa * budget)``), the largest f whose count does
+not exceed the target. Two factors hold r·(d+k) weights: fewer than d·k, and fewer multiply-adds,
+only when r < d·k/(d+k); a projection at a rank where they would not be smaller is stored as the
+one dense matrix Q_r Q_rᵀ W instead (same outputs, no gain, no loss).
 
 Calibration is sequential, as in :mod:`prune.sparsity`: layer i's projections are read on the
-outputs of layers 0…i−1 already decomposed; within a layer every projection's outputs are read in
-one pass of the layer before any is replaced.
+outputs of layers 0…i−1 already decomposed; within a layer every projection is read in one pass
+of the layer before any is replaced.
 
 Where LayerCut differs from the authors' code, on purpose:
 
-* Bias. Their ``init_lowrank`` computes a correction ``b1 = μ − μ V Vᵀ`` with the *full*
-  eigenvector matrix V (so b1 = 0 up to rounding) and adds the mean of the centred outputs (0 by
-  construction): in effect no correction, and the projection's own bias is dropped (their
-  ``DecomposeLinearSVD`` passes ``None``). LayerCut keeps the projection's bias on ``second`` and
-  adds no correction, so the derived model keeps the architecture's bias layout (and saves as a
-  standard checkpoint).
+* The mean. Their ``init_lowrank`` centres the outputs and computes a correction
+  ``b1 = ȳ − ȳ V Vᵀ`` with the *full* eigenvector matrix V (so b1 = 0 up to rounding), then adds
+  the mean of the centred outputs (0 by construction): in effect the covariance's eigenvectors
+  and no correction (their ``DecomposeLinearSVD`` also drops the projection's own bias). LayerCut
+  keeps every bias, and a biased projection's bias takes the correction their code intends,
+  b + (I − Q_r Q_rᵀ) ȳ; a projection without a bias (all of Llama's) uses the uncentred second
+  moment, the best fit without one (see :mod:`prune.bases` for what each choice measured).
 * Within a layer they decompose projection after projection in one forward pass (each is built
   lazily on its first input, so o_proj reads the already decomposed q, k, v); LayerCut reads a
   whole layer in one pass, as Wanda and SparseGPT do.
 * Calibration: LayerCut's windows (default WikiText-2 validation, 32 × 128 tokens, no padding);
   theirs is one batch of 512 task texts padded to 128 tokens, padding included in the covariance.
-* Eigen- and singular vectors are computed in float64 (theirs: float32), the factors cast back.
+* Statistics and eigenvectors in float64 (theirs: float32), read on the input side where it is
+  smaller (:mod:`prune.bases`), the factors cast back to the model's dtype.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from transformers.pytorch_utils import Conv1D
 from .architectures import decoder_layers
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput
+from .bases import factored_module, feature_basis, moments, weight_basis
 from .factored import Factored, Matrix, dense_module, pays
 from .sequential import layer_calls, rows_of, run_layer
 from .surgery import clone_layers
@@ -75,13 +77,14 @@ def check_space(space: str) -> str:
     return space
 
 
-def chosen(size: Size, projections: Iterable[str] | None = None, layers: Iterable[int] | None = None) -> list[tuple[int, Matrix]]:
+def chosen(size: Size, projections: Iterable[str] | None = None,
+           layers: Iterable[int] | None = None) -> list[tuple[int, Matrix]]:
     """The (layer, matrix) pairs to decompose: every dense linear map of the ``layers`` (None: all) whose path
     or last path component is in ``projections`` (None: every one)."""
     count = len(size.matrices)
-    picked = list(range(count)) if layers is None else sorted({int(i) for i in layers})
-    if not picked or any(not 0 <= i < count for i in picked):
-        raise InvalidInput(f"Layers to decompose are 0…{count - 1}, not {list(layers) if layers is not None else []}.")
+    picked = list(range(count)) if layers is None else sorted(set(layers))
+    if not picked or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count for i in picked):
+        raise InvalidInput(f"Layers to decompose are 0…{count - 1}, not {picked}.")
     names = None if projections is None else {str(p) for p in projections}
     if names is not None:
         known = {part for layer in size.matrices for m in layer for part in (m.path, m.path.rpartition(".")[2])}
@@ -173,46 +176,10 @@ def resized(size: Size, ranks: Ranks) -> Size:
 
 
 def owned_params(size: Size, ranks: Ranks) -> int:
-    """Weights a decomposed model owns (its biases stay shared): each ranked projection's factors, or its dense
-    product where factors would not pay."""
-    return sum(replace(m, rank=ranks[(i, m.path)]).params for i, layer in enumerate(size.matrices) for m in layer
-               if (i, m.path) in ranks)
-
-
-# ---------------------------------------------------------------- bases and factors
-
-
-def weight_basis(rows: torch.Tensor) -> torch.Tensor:
-    """[d, min(d, k)] float64: the left singular vectors of W, by descending singular value."""
-    return torch.linalg.svd(rows.double(), full_matrices=False).U
-
-
-def feature_basis(count: int, total: torch.Tensor, gram: torch.Tensor) -> torch.Tensor:
-    """[d, d] float64: eigenvectors of the outputs' covariance, by descending eigenvalue.
-
-    ``count`` tokens, ``total`` Σ y [d] and ``gram`` Σ y yᵀ [d, d] of the outputs y = W x (bias apart).
-    """
-    mean = total.double() / count
-    covariance = gram.double() - count * torch.outer(mean, mean)  # Σ (y − ȳ)(y − ȳ)ᵀ
-    return torch.linalg.eigh(covariance).eigenvectors.flip(1)
-
-
-def factors(rows: torch.Tensor, basis: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(first [r, k], second [d, r]) in float64: W ≈ Q_r (Q_rᵀ W), Q_r the first ``rank`` columns of ``basis``."""
-    kept = basis[:, :rank].double()
-    return kept.T @ rows.double(), kept
-
-
-def factored_module(module: nn.Module, basis: torch.Tensor, rank: int) -> nn.Module:
-    """``module`` at ``rank`` on ``basis``: a :class:`Factored`, or one dense matrix where factors would not pay."""
-    rows = rows_of(module)
-    first, second = factors(rows, basis, rank)
-    dtype, bias = rows.dtype, getattr(module, "bias", None)
-    bias = None if bias is None else bias.detach()
-    conv1d = isinstance(module, Conv1D)
-    if not pays(*rows.shape, rank):
-        return dense_module((second @ first).to(dtype), bias, conv1d)
-    return Factored(first.to(dtype), second.to(dtype), bias, conv1d)
+    """Parameters a decomposed model owns: each ranked projection's factors (or its dense product where factors
+    would not pay) and its bias."""
+    return sum(replace(m, rank=ranks[(i, m.path)]).params + (m.outputs if m.bias else 0)
+               for i, layer in enumerate(size.matrices) for m in layer if (i, m.path) in ranks)
 
 
 # ---------------------------------------------------------------- the decomposed model
@@ -256,43 +223,15 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
     report(0.0, f"Feature-space decomposition: calibration inputs read ({len(windows)} windows)")
     for index, layer in enumerate(decoder_layers(derived)[: last + 1]):
         own = [c[index] for c in calls]
-        stats = output_statistics(layer, record[index], hidden, own)
+        seen = moments(layer, record[index], hidden, own)
         for path, rank in record[index].items():
             module = layer.get_submodule(path)
-            basis = feature_basis(*stats[path]) if path in stats else weight_basis(rows_of(module))  # never reached
-            put(layer, path, factored_module(module, basis, rank))
-        del stats
+            put(layer, path, factored_module(module, feature_basis(module, seen[path]), rank))
+        del seen
         if index < last:
             hidden = run_layer(layer, hidden, own)  # the next layer reads the decomposed outputs
         report((index + 1) / (last + 1), f"Feature-space decomposition: layer {index + 1} of {last + 1}")
     return derived
-
-
-@torch.no_grad()
-def output_statistics(layer: nn.Module, paths: Iterable[str], hidden: list[torch.Tensor],
-                      calls: list[tuple]) -> dict[str, tuple[int, torch.Tensor, torch.Tensor]]:
-    """Per path: (tokens, Σ y [d], Σ y yᵀ [d, d] in float64) of the map's outputs y = W x without its bias."""
-    found: dict[str, list] = {}
-
-    def collect(path, module):
-        def hook(_module, _args, output):
-            y = output.detach().reshape(-1, output.shape[-1])
-            if getattr(module, "bias", None) is not None:
-                y = y - module.bias.detach()
-            y = y.float()
-            seen = found.setdefault(path, [0, 0.0, 0.0])
-            seen[0] += y.shape[0]
-            seen[1] = seen[1] + y.sum(0).double()
-            seen[2] = seen[2] + (y.T @ y).double()  # float32 products per batch, summed in float64
-        return hook
-
-    handles = [layer.get_submodule(p).register_forward_hook(collect(p, layer.get_submodule(p))) for p in paths]
-    try:
-        run_layer(layer, hidden, calls)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return {path: tuple(value) for path, value in found.items()}
 
 
 def put(layer: nn.Module, path: str, module: nn.Module) -> None:

@@ -37,8 +37,8 @@ from torch import nn
 from .architectures import decoder_layers
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput
-from .lowrank import (RANKS_FIELD, Ranks, check_space, chosen, factored_module, feature_basis, output_statistics, put,
-                      weight_basis)
+from .bases import Basis, factored_module, feature_basis, moments, weight_basis
+from .lowrank import RANKS_FIELD, Ranks, check_space, chosen, put
 from .sequential import layer_calls, rows_of, run_layer
 from .surgery import clone_layers
 from .width import size_of
@@ -152,10 +152,10 @@ def _params(model: nn.Module) -> int:
 
 @torch.no_grad()
 def _bases(model: nn.Module, tokenizer, space: str, targets, calibration: Calibration | None,
-           batch_size: int) -> dict[tuple[int, str], torch.Tensor]:
-    """Per target: its first ⌈κ⌉ basis columns (no candidate reaches further), float32, from the original model."""
-    def kept(basis: torch.Tensor, matrix) -> torch.Tensor:
-        return basis[:, : math.ceil(matrix.outputs * matrix.inputs / (matrix.outputs + matrix.inputs))].float()
+           batch_size: int) -> dict[tuple[int, str], Basis]:
+    """Per target: its first ⌈κ⌉ basis directions (no candidate reaches further), from the unchanged model."""
+    def kept(basis: Basis, matrix) -> Basis:
+        return basis.first(math.ceil(matrix.outputs * matrix.inputs / (matrix.outputs + matrix.inputs)))
 
     layers = decoder_layers(model)
     if space == "weight":
@@ -171,8 +171,8 @@ def _bases(model: nn.Module, tokenizer, space: str, targets, calibration: Calibr
     for index, layer in enumerate(layers[: max(wanted) + 1]):
         own = [c[index] for c in calls]
         if index in wanted:
-            stats = output_statistics(layer, [m.path for m in wanted[index]], hidden, own)
+            seen = moments(layer, [m.path for m in wanted[index]], hidden, own)
             for m in wanted[index]:
-                found[(index, m.path)] = kept(feature_basis(*stats[m.path]), m)
+                found[(index, m.path)] = kept(feature_basis(layer.get_submodule(m.path), seen[m.path]), m)
         hidden = run_layer(layer, hidden, own)
     return found

@@ -17,7 +17,7 @@ from evaluation import export_texts
 from evaluation.exports import model_files_bytes
 from evaluation.memory import checkpoint_bytes, save_checkpoint
 from evaluation.variants import estimated_bytes, own_bytes
-from prune import lowrank
+from prune import bases, lowrank
 from prune.architectures import decoder_layers
 from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput
@@ -56,16 +56,19 @@ def linear(outputs: int, inputs: int, bias: bool = True) -> nn.Linear:
 # ---------------------------------------------------------------- the factors of one matrix
 
 
+@pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("outputs, inputs", [(6, 4), (4, 6), (5, 5)])
-def test_factors_at_full_rank_reproduce_the_layer_exactly_in_both_spaces(outputs, inputs):
-    layer, x = linear(outputs, inputs), torch.randn(50, inputs, dtype=torch.float64)
+def test_factors_at_full_rank_reproduce_the_layer_exactly_in_both_spaces(outputs, inputs, bias):
+    layer, x = linear(outputs, inputs, bias), torch.randn(50, inputs, dtype=torch.float64)
     y = x @ layer.weight.detach().T
-    feature = lowrank.feature_basis(50, y.sum(0), y.T @ y)
-    for basis in (lowrank.weight_basis(rows_of(layer)), feature):
+    seen = bases.Moments("output", 50, y.sum(0), y.T @ y) if outputs <= inputs else bases.Moments(
+        "input", 50, x.sum(0), x.T @ x)
+    for basis in (bases.weight_basis(rows_of(layer)), bases.feature_basis(layer, seen)):
         rank = min(outputs, inputs)
-        first, second = lowrank.factors(rows_of(layer), basis, rank)
-        factored = Factored(first, second, layer.bias.detach())
-        torch.testing.assert_close(factored(x), layer(x), rtol=0, atol=1e-12)
+        first, second, shift = bases.factors(rows_of(layer), basis, rank)
+        new_bias = None if not bias else layer.bias.detach() + (0 if shift is None else shift)
+        factored = Factored(first, second, new_bias)
+        torch.testing.assert_close(factored(x), layer(x), rtol=0, atol=1e-10)
         assert factored.rank == rank and first.shape == (rank, inputs) and second.shape == (outputs, rank)
 
 
@@ -73,8 +76,8 @@ def test_weight_space_is_the_truncated_svd():
     layer = linear(12, 20, bias=False)
     u, s, vh = torch.linalg.svd(layer.weight.detach(), full_matrices=False)
     for rank in (1, 3, 7):
-        module = lowrank.factored_module(layer, lowrank.weight_basis(rows_of(layer)), rank)
-        assert isinstance(module, Factored) and module.rank == rank  # 3 < 12·20/32 = 7.5: factors pay
+        module = bases.factored_module(layer, bases.weight_basis(rows_of(layer)), rank)
+        assert isinstance(module, Factored) and module.rank == rank  # 7 < 12·20/32 = 7.5: factors pay
         torch.testing.assert_close(product(module), u[:, :rank] @ torch.diag(s[:rank]) @ vh[:rank], rtol=0, atol=1e-12)
         # the authors' factors: Σ_r V_rᵀ then U_r, up to the sign of each singular pair
         signs = torch.sign((module.second.weight * u[:, :rank]).sum(0))
@@ -82,54 +85,75 @@ def test_weight_space_is_the_truncated_svd():
                                    rtol=0)
 
 
-def test_feature_space_keeps_the_directions_of_most_variance_not_the_largest_mean():
-    """Outputs y = x (W = I) varying 10, 3, 0.1 along the axes, with a large mean along the third:
-    the covariance's top two eigenvectors are the first two axes, so rank 2 keeps diag(1, 1, 0)."""
-    torch.manual_seed(0)
-    x = torch.randn(4000, 3, dtype=torch.float64) * torch.tensor([10.0, 3.0, 0.1]) + torch.tensor([0.0, 0.0, 50.0])
-    layer = nn.Linear(3, 3, bias=False).double()
+@pytest.mark.parametrize("bias", [True, False])
+def test_feature_space_keeps_the_directions_the_outputs_need_by_hand(bias):
+    """Outputs y = x (W = I) of four tokens: ±10, ±3 and 50 ± 0.1 along the axes in orthogonal sign patterns (no
+    cross moments). With a bias (which can carry the mean) the covariance's top two eigenvectors are the first two
+    axes: rank 2 keeps diag(1, 1, 0) and the bias takes the third axis' mean, (0, 0, 50). Without one the second
+    moment's are the third (50² + 0.1²) and the first (10²): diag(1, 0, 1)."""
+    signs = torch.tensor([[1.0, 1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]], dtype=torch.float64)
+    x = signs * torch.tensor([10.0, 3.0, 0.1], dtype=torch.float64) + torch.tensor([0.0, 0.0, 50.0], dtype=torch.float64)
+    layer = nn.Linear(3, 3, bias=bias).double()
     layer.weight.data = torch.eye(3, dtype=torch.float64)
-    basis = lowrank.feature_basis(len(x), x.sum(0), x.T @ x)
-    module = lowrank.factored_module(layer, basis, 2)
-    torch.testing.assert_close(product(module).abs(), torch.diag(torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)),
-                               rtol=0, atol=1e-3)
+    if bias:
+        layer.bias.data.zero_()
+    basis = bases.feature_basis(layer, bases.Moments("output", len(x), x.sum(0), x.T @ x))
+    module = bases.factored_module(layer, basis, 2)
     assert not isinstance(module, Factored)  # 2 · (3 + 3) > 9 weights: stored as the one dense matrix
+    kept = [1.0, 1.0, 0.0] if bias else [1.0, 0.0, 1.0]
+    torch.testing.assert_close(product(module).abs(), torch.diag(torch.tensor(kept, dtype=torch.float64)), rtol=0,
+                               atol=1e-12)
+    if bias:
+        torch.testing.assert_close(module.bias.detach(), torch.tensor([0.0, 0.0, 50.0], dtype=torch.float64), rtol=0,
+                                   atol=1e-12)
 
 
-def test_feature_space_on_a_model_equals_the_projection_computed_by_hand(tiny_tokenizer):
-    """Layer 0's q_proj reads the embeddings (the same before and after): its outputs' covariance by torch.cov,
-    its top r eigenvectors V_r by torch.linalg.eigh, the expected matrix V_r V_rᵀ W."""
-    model = tiny_model("llama", 2)
-    q_proj = decoder_layers(model)[0].self_attn.q_proj
+def captured_inputs(model, module, tokenizer) -> torch.Tensor:
+    """[tokens, k] float64: what ``module`` reads on the calibration windows."""
     seen = []
-    handle = q_proj.register_forward_hook(lambda _m, args, _out: seen.append(args[0].reshape(-1, 32)))
+    handle = module.register_forward_hook(lambda _m, args, _out: seen.append(args[0].reshape(-1, args[0].shape[-1])))
     with torch.no_grad():
-        model(input_ids=token_windows(tiny_tokenizer, CAL))
+        model(input_ids=token_windows(tokenizer, CAL))
     handle.remove()
-    x = torch.cat(seen).double()
-    weight = q_proj.weight.detach().double()
-    covariance = torch.cov((x @ weight.T).T)
-    top = torch.linalg.eigh(covariance).eigenvectors[:, -5:]  # eigh sorts ascending
+    return torch.cat(seen).double()
+
+
+@pytest.mark.parametrize("arch, path, rank", [("llama", "self_attn.q_proj", 5), ("llama", "mlp.gate_proj", 7),
+                                              ("qwen2", "self_attn.k_proj", 3)])
+def test_feature_space_on_a_model_equals_the_projection_computed_by_hand(arch, path, rank, tiny_tokenizer):
+    """Layer 0 reads the embeddings (the same before and after). By hand from its outputs Y = X Wᵀ: Llama's
+    unbiased q_proj and gate_proj (64 outputs of 32 inputs: LayerCut goes through the inputs) take the top
+    eigenvectors of Yᵀ Y; Qwen2's biased k_proj those of torch.cov(Y), its bias b + (I − V Vᵀ) ȳ."""
+    model = tiny_model(arch, 2)
+    module = decoder_layers(model)[0].get_submodule(path)
+    weight = module.weight.detach().double()
+    y = captured_inputs(model, module, tiny_tokenizer) @ weight.T
+    moment = torch.cov(y.T) if module.bias is not None else y.T @ y
+    top = torch.linalg.eigh(moment).eigenvectors[:, -rank:]  # eigh sorts ascending
     by_hand = top @ top.T @ weight
 
-    derived = lowrank.decompose(model, tiny_tokenizer, space="feature", ranks={(0, "self_attn.q_proj"): 5},
-                                calibration=CAL)
-    module = decoder_layers(derived)[0].self_attn.q_proj
-    assert isinstance(module, Factored) and module.rank == 5
-    torch.testing.assert_close(product(module).double(), by_hand, rtol=0, atol=2e-5)
-    for path in LLAMA[1:]:  # nothing else changed, and shared
-        assert decoder_layers(derived)[0].get_submodule(path).weight is decoder_layers(model)[0].get_submodule(path).weight
+    derived = lowrank.decompose(model, tiny_tokenizer, space="feature", ranks={(0, path): rank}, calibration=CAL)
+    found = decoder_layers(derived)[0].get_submodule(path)
+    assert isinstance(found, Factored) and found.rank == rank
+    torch.testing.assert_close(product(found).double(), by_hand, rtol=0, atol=2e-5)
+    if module.bias is not None:
+        mean = y.mean(0)
+        torch.testing.assert_close(found.second.bias.double(), module.bias.double() + mean - top @ (top.T @ mean),
+                                   rtol=0, atol=2e-5)
+    for other, matrix in matrices(decoder_layers(model)[0]).items():  # nothing else changed, and shared
+        if other != path:
+            assert decoder_layers(derived)[0].get_submodule(other).weight is matrix.weight
 
 
 def test_each_layer_is_calibrated_on_the_outputs_of_the_decomposed_layers_before_it(tiny_tokenizer, monkeypatch):
     seen = []
-    statistics = lowrank.output_statistics
+    statistics = lowrank.moments
 
     def recording(layer, paths, hidden, calls):
         seen.append(torch.cat(hidden))
         return statistics(layer, paths, hidden, calls)
 
-    monkeypatch.setattr(lowrank, "output_statistics", recording)
+    monkeypatch.setattr(lowrank, "moments", recording)
     model = tiny_model("qwen2", 4)
     derived = lowrank.decompose(model, tiny_tokenizer, param_ratio=0.7, calibration=CAL)
     ids = token_windows(tiny_tokenizer, CAL)
@@ -196,16 +220,19 @@ def test_full_rank_through_the_model_reproduces_its_logits(tiny_tokenizer):
         assert count(derived) == count(model)  # where factors would not pay, the product is stored densely
 
 
-def test_feature_space_loses_less_than_weight_space_at_the_same_size(tiny_tokenizer):
-    """What the paper reports, on calibration text: the next-token loss of a 3-layer Llama."""
-    model = tiny_model("llama", 3)
-    ids = token_windows(tiny_tokenizer, CAL)
-    losses = {}
-    for space in lowrank.SPACES:
-        derived = lowrank.decompose(model, tiny_tokenizer, space=space, param_ratio=0.75, calibration=CAL)
+def test_feature_space_fits_the_calibration_outputs_at_least_as_well_as_weight_space(tiny_tokenizer):
+    """Eckart–Young on the outputs: for the inputs it was calibrated on, no rank-r projection of a layer-0
+    map's outputs is closer to them than the feature-space one (weight space's U_r U_rᵀ included)."""
+    model = tiny_model("llama", 2)
+    derived = {space: lowrank.decompose(model, tiny_tokenizer, space=space, param_ratio=0.7, calibration=CAL)
+               for space in lowrank.SPACES}
+    for path, module in matrices(decoder_layers(model)[0]).items():
+        x = captured_inputs(model, module, tiny_tokenizer).float()
         with torch.no_grad():
-            losses[space] = float(derived(input_ids=ids, labels=ids).loss)
-    assert losses["feature"] < losses["weight"]
+            y = module(x)
+            errors = {space: float((decoder_layers(d)[0].get_submodule(path)(x) - y).square().sum())
+                      for space, d in derived.items()}
+        assert errors["feature"] <= errors["weight"] * (1 + 1e-5), path
 
 
 def test_layers_and_projections_choose_what_is_decomposed(tiny_tokenizer):
