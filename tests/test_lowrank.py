@@ -13,7 +13,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 import prune
-from evaluation import export_texts
+from evaluation import export_texts, exports
 from evaluation.exports import model_files_bytes
 from evaluation.memory import checkpoint_bytes, save_checkpoint
 from evaluation.variants import estimated_bytes, own_bytes
@@ -248,28 +248,29 @@ def test_layers_and_projections_choose_what_is_decomposed(tiny_tokenizer):
 # ---------------------------------------------------------------- saving
 
 
-def test_the_merged_form_reloads_in_plain_transformers_and_the_factored_form_in_layercut(tiny_tokenizer, tmp_path):
+def test_the_merged_export_reloads_in_plain_transformers_and_the_factored_one_in_layercut(tiny_tokenizer, tmp_path):
     torch.manual_seed(0)
     config = transformers.LlamaConfig(**{**TINY_CONFIGS["llama"](3).to_dict(), "tie_word_embeddings": True})
     model = AutoModelForCausalLM.from_config(config).eval()  # tied embeddings, as SmolLM2's
-    derived = lowrank.decompose(model, tiny_tokenizer, param_ratio=0.7, calibration=CAL)
+    recipe = Recipe((Decompose.of("feature", 0.7, calibration=CAL),))
+    derived = recipe.apply(model, tiny_tokenizer)
     out = logits(derived)
+    saved = {form: exports.export(derived, tiny_tokenizer, recipe, base_name="tiny", num_layers=3,
+                                  target=tmp_path / form, factored=form == "factored") for form in ("merged", "factored")}
 
-    save_checkpoint(derived, tiny_tokenizer, tmp_path / "merged")
-    plain = AutoModelForCausalLM.from_pretrained(tmp_path / "merged").eval()
+    plain = AutoModelForCausalLM.from_pretrained(saved["merged"]).eval()
     assert not any(isinstance(m, Factored) for m in plain.modules()) and count(plain) == count(model)
     torch.testing.assert_close(logits(plain), out, rtol=1e-5, atol=1e-5)
-    assert lowrank.ranks_of(plain) == lowrank.ranks_of(derived)
-    assert checkpoint_bytes(derived) == model_files_bytes(tmp_path / "merged")
+    assert lowrank.ranks_of(plain) == lowrank.ranks_of(derived) and recipe_of(plain) == recipe
+    assert checkpoint_bytes(derived) == model_files_bytes(saved["merged"])
+    assert "Saved merged back" in (saved["merged"] / "README.md").read_text()
 
-    lowrank.factored_view(derived).save_pretrained(tmp_path / "factored")
-    tiny_tokenizer.save_pretrained(tmp_path / "factored")
-    back, _ = prune.load_model(str(tmp_path / "factored"), device="cpu")
-    assert count(back) == count(derived)
-    assert isinstance(decoder_layers(back)[0].self_attn.q_proj, Factored)
+    back, _ = prune.load_model(str(saved["factored"]), device="cpu")
+    assert count(back) == count(derived) and isinstance(decoder_layers(back)[0].self_attn.q_proj, Factored)
     assert torch.equal(logits(back), out)
-    assert model_files_bytes(tmp_path / "factored") < 0.8 * model_files_bytes(tmp_path / "merged")
-    assert not getattr(derived.config, lowrank.FACTORED_FIELD, False)  # the view marked its own config copy
+    assert model_files_bytes(saved["factored"]) < 0.8 * model_files_bytes(saved["merged"])
+    assert "prune.load_model" in (saved["factored"] / "README.md").read_text()
+    assert not getattr(derived.config, lowrank.FACTORED_FIELD, False)  # the saved view marked its own config copy
 
 
 def test_a_gpt2_conv1d_merges_back_into_a_conv1d(tiny_tokenizer, tmp_path):
