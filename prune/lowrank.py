@@ -257,9 +257,12 @@ def merged(model: nn.Module, *, allocate: bool = True) -> nn.Module:
     ``allocate=False`` gives broadcast zeros with the right shapes and dtypes: for computing a checkpoint's
     size, not for writing it. The ranks stay recorded in the config.
     """
-    if not any(isinstance(m, Factored) for m in decoder_layers(model).modules()):
+    if not any(isinstance(m, Factored) for m in decoder_layers(model).modules()) and \
+            not getattr(model.config, FACTORED_FIELD, False):
         return model
     view = clone_layers(model)
+    if hasattr(view.config, FACTORED_FIELD):  # reloaded from a factored checkpoint: this one is dense
+        delattr(view.config, FACTORED_FIELD)
     for layer in decoder_layers(view):
         for path, module in [(p, m) for p, m in layer.named_modules() if isinstance(m, Factored)]:
             if allocate:

@@ -271,6 +271,10 @@ def test_the_merged_export_reloads_in_plain_transformers_and_the_factored_one_in
     assert model_files_bytes(saved["factored"]) < 0.8 * model_files_bytes(saved["merged"])
     assert "prune.load_model" in (saved["factored"] / "README.md").read_text()
     assert not getattr(derived.config, lowrank.FACTORED_FIELD, False)  # the saved view marked its own config copy
+    exports.export(back, tiny_tokenizer, recipe, base_name="tiny", num_layers=3, target=tmp_path / "again")
+    again, _ = prune.load_model(str(tmp_path / "again"), device="cpu")  # merged again: dense, no longer marked
+    assert not any(isinstance(m, Factored) for m in again.modules())
+    torch.testing.assert_close(logits(again), out, rtol=1e-5, atol=1e-5)
 
 
 def test_a_gpt2_conv1d_merges_back_into_a_conv1d(tiny_tokenizer, tmp_path):
