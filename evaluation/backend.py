@@ -167,8 +167,9 @@ class Backend:
     # ------------------------------------------------------------ export
 
     def export(self, spec: ModelSpec, recipe: Recipe, target: Path, *, scores: list[Measurement] | None = None,
-               progress: Progress | None = None, owner: str | None = None) -> Path:
-        """Save what ``recipe`` derives as a normal Hugging Face folder with a model card (see ``exports``)."""
+               progress: Progress | None = None, owner: str | None = None, factored: bool = False) -> Path:
+        """Save what ``recipe`` derives as a normal Hugging Face folder with a model card (see ``exports``);
+        ``factored`` keeps low-rank factors as they are (smaller; LayerCut loads them)."""
         from . import exports
 
         if recipe.is_original:
@@ -177,7 +178,7 @@ class Backend:
             base = self._base(spec)
             job.update(0.0, "Saving the checkpoint…")
             return exports.export(self.variants.get(base, recipe, _building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
-                                  num_layers=base.info.num_layers, target=target, scores=scores)
+                                  num_layers=base.info.num_layers, target=target, scores=scores, factored=factored)
 
     # ------------------------------------------------------------ measurements
 

@@ -26,7 +26,8 @@ from prune.architectures import decoder_layers
 from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
 from prune.architectures import width_of
-from prune.recipe import DepthCut, Recipe, Sparsify, SubLayerDrop, WidthPrune
+from prune.lowrank import ranks_of
+from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, SubLayerDrop, WidthPrune
 from prune.sparsity import zero_fraction
 from prune.sublayers import dropped_numel
 
@@ -152,7 +153,7 @@ def _gguf_name(base_name: str) -> str:
 
 
 def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: int, name: str = "",
-               scores: list[Measurement] | None = None, origin: str = "") -> str:
+               scores: list[Measurement] | None = None, origin: str = "", factored: bool = False) -> str:
     """README.md: what was cut from which model and how it was chosen, scores, loading, other tools."""
     name = name or default_export_name(base_name, recipe)
     removed = base_layers_removed(recipe)
@@ -166,9 +167,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
     sparse = [item for item in recipe.steps if isinstance(item, Sparsify)]
     narrow = [item for item in recipe.steps if isinstance(item, WidthPrune)]
+    lowrank = [item for item in recipe.steps if isinstance(item, Decompose)]
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
              "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])
-             + (["width-pruning"] if narrow else [])}
+             + (["width-pruning"] if narrow else []) + (["low-rank"] if lowrank else [])}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
              f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
              "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
@@ -194,15 +196,24 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines.append(f"- Width: {_width_words(model)} per layer, {num_params(model):,} parameters ({narrow[-1].describe()}); "
                      "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
                      "with any kernels")
+    if lowrank:
+        lines.append(f"- Low-rank: {lowrank[-1].describe()}; {num_params(model):,} parameters in memory. "
+                     + (FACTORED_FORM if factored else MERGED_FORM))
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
+    if lowrank:
+        lines += ["## Ranks", "", *rank_table(ranks_of(model)), ""]
     if scores:
         lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
     if drops is not None:
         lines += ["## How it is saved", "", DROP_FORMAT, ""]
-    lines += ["## How to load", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer", "",
-              f'model = AutoModelForCausalLM.from_pretrained("./{name}")',
-              f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
+    if lowrank and factored:
+        lines += ["## How to load", "", "```python", "import prune", "",
+                  f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
+    else:
+        lines += ["## How to load", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+                  "", f'model = AutoModelForCausalLM.from_pretrained("./{name}")',
+                  f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
     if drops is not None:
         lines += ["With LayerCut the dropped blocks are dropped again on load (faster, smaller KV cache):", "",
                   "```python", "import prune", "", f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
@@ -222,6 +233,12 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     return "\n".join(lines)
 
 
+MERGED_FORM = ("Saved merged back: each factored projection is stored as the one dense matrix its two factors "
+               "multiply to, so any transformers loads this folder as a standard model with the same outputs, at the "
+               "original's size and speed; the ranks are in the config (`layercut_ranks`) and below")
+FACTORED_FORM = ("Saved factored: each factored projection as its two factors (`first`, `second`), smaller on disk; "
+                 "the config is marked `layercut_factored` and records the ranks (`layercut_ranks`, and below). Plain "
+                 "transformers cannot build these modules: load the folder with LayerCut's `prune.load_model`")
 DROP_FORMAT = (
     "A standard transformers config cannot say that a layer has no attention or no MLP, so this folder holds the "
     "dense model: every weight of each dropped block is saved as zero, so that block adds exactly 0 to the residual "
@@ -233,6 +250,15 @@ DROP_TOOLS = (
     "mergekit and llama.cpp describe a model by whole layers: neither can express a layer without its attention or "
     "its MLP, so `{mergekit}` and `{llama}` are not written. Converting this folder to GGUF keeps the zeroed blocks: "
     "the same outputs, without the savings.")
+
+
+def rank_table(ranks: dict[tuple[int, str], int]) -> list[str]:
+    """Markdown rows: one per decomposed layer, one column per projection (its last path component), "—" where dense."""
+    names = list(dict.fromkeys(path for _, path in ranks))  # in the layers' own order
+    lines = ["| layer | " + " | ".join(p.rpartition(".")[2] for p in names) + " |", "|---:|" + "---:|" * len(names)]
+    for layer in sorted({i for i, _ in ranks}):
+        lines.append(f"| {layer} | " + " | ".join(str(ranks.get((layer, p), "—")) for p in names) + " |")
+    return lines
 
 
 def _drop_lines(model: nn.Module, drops: SubLayerDrop) -> list[str]:

@@ -57,11 +57,13 @@ def check_export_name(name: str) -> str:
 
 
 def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_layers: int, target: Path,
-           scores: list[Measurement] | None = None, origin: str = "") -> Path:
+           scores: list[Measurement] | None = None, origin: str = "", factored: bool = False) -> Path:
     """Save the derived model, tokenizer, card and tool configs at ``target``, all or nothing.
 
     ``model`` is ``recipe.apply(base)``; ``origin`` says where the base weights came from (a Hub id,
     folder or GGUF file) for the card. ``target`` may be new, empty, or an earlier LayerCut export.
+    Low-rank projections are saved merged into dense matrices (any transformers loads them), or, with
+    ``factored``, as their factors (smaller; ``prune.load_model`` only).
     """
     target = Path(target).expanduser()
     check_export_name(target.name)
@@ -78,10 +80,10 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     staging = _partial_path(target)
     staging.mkdir()
     try:
-        save_checkpoint(model, tokenizer, staging)
+        save_checkpoint(model, tokenizer, staging, factored=factored)
         _record_recipe(staging / "config.json", recipe)
         write_atomic(staging / CARD, model_card(model, recipe, base_name=base_name, num_layers=num_layers,
-                                                name=target.name, scores=scores, origin=origin))
+                                                name=target.name, scores=scores, origin=origin, factored=factored))
         if removed is not None:
             write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, model_dtype(model)))
             write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))

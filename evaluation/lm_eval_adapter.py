@@ -109,11 +109,13 @@ def load_tasks(request: TaskRequest, seed: int = 0) -> dict:
     return loaded
 
 
-def run(lm, loaded: dict, *, limit: int | None, seed: int = 0, bootstrap_iters: int = 1000) -> dict:
+def run(lm, loaded: dict, *, limit: int | None, seed: int = 0, bootstrap_iters: int = 1000,
+        samples: dict[str, list[int]] | None = None) -> dict:
     """The one door into lm-eval: what ``simple_evaluate`` does for an ``LM`` object on loaded tasks.
 
     Seeds as simple_evaluate sets them, then ``lm_eval.evaluator.evaluate``; benchmarks and
     the sweep (which runs every cut on the same loaded tasks) both come through here.
+    ``samples`` (loaded task name → document indices; not with ``limit``) scores chosen documents only.
     """
     import random
 
@@ -125,7 +127,7 @@ def run(lm, loaded: dict, *, limit: int | None, seed: int = 0, bootstrap_iters: 
     np.random.seed(_BASE_SEEDS["numpy_random_seed"] + seed)
     torch.manual_seed(_BASE_SEEDS["torch_random_seed"] + seed)
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    return lm_eval_evaluate(lm=lm, task_dict=loaded, limit=limit, bootstrap_iters=bootstrap_iters,
+    return lm_eval_evaluate(lm=lm, task_dict=loaded, limit=limit, samples=samples, bootstrap_iters=bootstrap_iters,
                             log_samples=False, verbosity="WARNING")
 
 

@@ -34,6 +34,7 @@ import psutil
 import torch
 
 from prune.errors import InvalidInput
+from prune.lowrank import factored_view, merged
 from prune.sublayers import attention_layers, savable
 from prune.sparsity import zero_fraction
 
@@ -169,13 +170,15 @@ def peak_generation_bytes(model, input_ids: torch.Tensor, new_tokens: int = 64) 
                                           "kv_cache_bytes": kv_cache_bytes(cache)}
 
 
-def save_checkpoint(model, tokenizer, folder: Path) -> Path:
+def save_checkpoint(model, tokenizer, folder: Path, *, factored: bool = False) -> Path:
     """Save a normal Hugging Face folder (safetensors + config, and the tokenizer if given).
 
-    Dropped attention/MLP blocks are written as zeros and recorded in the config (``prune.sublayers``).
+    Dropped attention/MLP blocks are written as zeros and recorded in the config (``prune.sublayers``);
+    factored projections as their dense product, the ranks recorded in the config (``prune.lowrank``),
+    or, with ``factored``, as their two factors (smaller; only ``prune.load_model`` reads that form).
     """
     try:
-        savable(model).save_pretrained(folder)
+        (factored_view(savable(model)) if factored else merged(savable(model))).save_pretrained(folder)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
     except (ValueError, NotImplementedError, RuntimeError) as err:  # e.g. quantized weights
@@ -271,9 +274,10 @@ def config_files(model) -> dict[str, int]:
 def checkpoint_bytes(model) -> int:
     """Size on disk of the model as LayerCut saves it (weights and config), computed: nothing is written.
 
-    Dropped attention/MLP blocks are saved as zeros (``prune.sublayers.savable``), so they count.
+    Dropped attention/MLP blocks are saved as zeros (``prune.sublayers.savable``), factored projections as
+    dense matrices (``prune.lowrank.merged``), so they count as such.
     """
-    return sum(checkpoint_files(savable(model, allocate=False)).values())
+    return sum(checkpoint_files(merged(savable(model, allocate=False), allocate=False)).values())
 
 
 def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: int = 64,

@@ -2,9 +2,10 @@
 
 A depth cut shares every weight with its base model and costs nothing; later kinds of step
 (sparsity, width, low-rank, healing) own new tensors: a sparse variant owns a dense copy of every
-matrix it pruned, zeros included; a width-pruned one its smaller matrices. What a variant costs is the bytes of the tensors it does not
-share with its base (:func:`estimated_bytes` tells it before building); when the cached variants
-cost more than the budget, the least recently used go first.
+matrix it pruned, zeros included; a width-pruned one its smaller matrices; a decomposed one its
+factors. What a variant costs is the bytes of the tensors it does not share with its base
+(:func:`estimated_bytes` tells it before building); when the cached variants cost more than the
+budget, the least recently used go first.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
-from prune.recipe import DepthCut, Recipe, Sparsify, WidthPrune
+from prune.lowrank import owned_params as lowrank_params
+from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune
 from prune.sparsity import sparse_copy_bytes
 from prune.width import owned_params, size_of
 
@@ -37,7 +39,7 @@ def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
 
 def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
     """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy,
-    the smaller matrices its width step builds.
+    the smaller matrices its width step builds, the factors its low-rank step makes.
 
     Depth cuts are applied (they are cheap views) so that a later step counts only kept layers; after
     a width step the matrices are counted by arithmetic (their share of the layers' parameters).
@@ -51,6 +53,8 @@ def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
             total = sparse_copy_bytes(model) * sum(size.layers) // sum(size_of(model).layers)
         elif isinstance(item, WidthPrune):
             total, built = owned_params(size, after) * element, False
+        elif isinstance(item, Decompose):
+            total += lowrank_params(size, item.plan(size)) * element
         elif isinstance(item, DepthCut) and built:
             model = item.apply(model)
         size = after

@@ -8,6 +8,7 @@ Public API::
     pruned = prune.cut(model, start, end)            # the original stays untouched
     sparse = prune.sparsify(model, tokenizer, "wanda", 0.5)  # or pattern="2:4"; also untouched
     narrow = prune.shrink_width(model, tokenizer, param_ratio=0.8)  # fewer heads and MLP channels; untouched
+    factored = prune.decompose(model, tokenizer, space="feature", param_ratio=0.8)  # low-rank factors; untouched
 """
 
 __version__ = "0.2.0"
@@ -15,6 +16,7 @@ __version__ = "0.2.0"
 from .calibration import Calibration  # noqa: E402
 from .errors import LayerCutError  # noqa: E402
 from .loading import DEFAULT_MODEL, load_model  # noqa: E402
+from .lowrank import decompose  # noqa: E402
 from .methods import METHODS  # noqa: E402
 from .methods.context import Context  # noqa: E402
 from .result import ImportanceResult  # noqa: E402
@@ -23,5 +25,5 @@ from .sparsity import sparsify  # noqa: E402
 from .surgery import cut, remove_layers  # noqa: E402
 from .width import shrink_width  # noqa: E402
 
-__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "load_model",
-           "remove_layers", "score", "shrink_width", "sparsify"]
+__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "decompose",
+           "load_model", "remove_layers", "score", "shrink_width", "sparsify"]

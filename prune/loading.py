@@ -17,9 +17,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from .architectures import architecture_of
 from .devices import available_memory_bytes, default_device, parse_dtype
-from .errors import ModelNotFound, ModelTooLarge
+from .errors import BrokenModel, ModelNotFound, ModelTooLarge
 from .failures import as_user_errors
 from .paths import cache_root
+from .lowrank import FACTORED_FIELD, with_factor_shapes
 from .sublayers import restore
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ def load_model(
     """Return ``(model, tokenizer)``; ``None`` means the embedded default model.
 
     A LayerCut export whose config records dropped attention or MLP blocks comes back with them
-    dropped (``prune.sublayers``): faster, and no KV cache for the dropped attention.
+    dropped (``prune.sublayers``): faster, and no KV cache for the dropped attention. A low-rank
+    checkpoint saved with its factors (``prune.lowrank``) comes back factored.
     """
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
@@ -60,13 +62,38 @@ def load_model(
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         placement = {"device_map": "auto"} if device.startswith("cuda") else {}
-        model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
-        if not placement:
-            model.to(device)
+        if getattr(config, FACTORED_FIELD, False):
+            model = _load_factored(source, config, torch_dtype).to(device)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
+            if not placement:
+                model.to(device)
     model.eval()
     model = restore(model)  # a LayerCut checkpoint with dropped attention/MLP blocks (saved as zeros) drops them again
     model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
     return model, tokenizer
+
+
+def _load_factored(folder: str, config, dtype: torch.dtype) -> torch.nn.Module:
+    """A factored low-rank checkpoint (a local LayerCut folder): the model built from its config, its decomposed
+    projections made factored of the recorded ranks, then every weight read from the folder's safetensors."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise BrokenModel(f"'{folder}' records factored weights but holds no .safetensors file.")
+    model = with_factor_shapes(AutoModelForCausalLM.from_config(config, dtype=dtype))
+    state = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or ())
+    tied = tied if getattr(config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        wrong = sorted(unexpected or set(missing) - tied)
+        raise BrokenModel(f"'{folder}' does not hold the factored weights its config records ({wrong[0]}, …).")
+    model.tie_weights()
+    return model
 
 
 def check_model(name_or_path: str | None = None, *, token: str | None = None, revision: str | None = None,

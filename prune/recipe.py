@@ -1,7 +1,7 @@
 """A recipe: how a compared model is derived from the original, as one frozen, hashable value.
 
 A recipe is a tuple of steps applied in order (cut, drop attention or MLP blocks, sparsify, shrink
-the width, then heal, …). Each kind of step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
+the width, decompose into low-rank factors, then heal, …). Each kind of step is one frozen dataclass registered here under its kind name with :func:`step`; a step is
 checked once, when it is made for the model it applies to, and trusted afterwards. A step's
 ``apply(model, tokenizer=None, progress=None)`` returns the derived model; steps that read
 calibration text need the tokenizer, and long ones report ``progress(fraction, message)``. The
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import ClassVar
 
 from torch import nn
@@ -25,6 +25,7 @@ from torch import nn
 from .architectures import decoder_layers
 from .calibration import Calibration
 from .errors import InvalidCut, InvalidInput
+from .lowrank import check_space, decompose, plan as lowrank_plan, resized as lowrank_resized
 from .paths import digest
 from .sublayers import ATTENTION, MLP, check_drop, drop
 from .sparsity import check_request, sparsify
@@ -84,7 +85,9 @@ class DepthCut:
 
     def resize(self, size: Size) -> Size:
         """The size without the removed layers."""
-        return Size(size.other, tuple(n for i, n in enumerate(size.layers) if i not in self.layers), size.shape)
+        kept = [i for i in range(len(size.layers)) if i not in self.layers]
+        return replace(size, layers=tuple(size.layers[i] for i in kept),
+                       matrices=tuple(size.matrices[i] for i in kept) if size.matrices else ())
 
     def describe(self) -> str:
         """'layers 20–25 (6 of 30), end exclusive [20, 26)', or the list for a scattered cut."""
@@ -257,6 +260,116 @@ class WidthPrune:
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.record(), sort_keys=True))
+
+
+@step("lowrank")
+@dataclass(frozen=True, eq=False)
+class Decompose:
+    """Replace projections by two low-rank linear maps, in feature or weight space (see :mod:`prune.lowrank`).
+
+    The derived model owns its factors. ``ranks`` is one whole number for every chosen projection, or
+    ``((layer, path, rank), …)`` naming its own projections (a rank search's result). An inline
+    calibration text is recorded by its digest only, as in :class:`Sparsify`.
+    """
+
+    kind: ClassVar[str]
+    space: str  # "feature" or "weight"
+    param_ratio: float | None = None  # fraction of all the parameters kept; or …
+    ranks: int | tuple[tuple[int, str, int], ...] | None = None  # … the ranks
+    projections: tuple[str, ...] | None = None  # paths or last path components; None: every linear map
+    layers: tuple[int, ...] | None = None  # None: every decoder layer
+    calibration: Calibration | None = None  # None for weight space, which reads no data
+    text_digest: str | None = None
+
+    @classmethod
+    def of(cls, space: str, param_ratio: float | None = None, ranks=None, projections: Iterable[str] | None = None,
+           layers: Iterable[int] | None = None, calibration: Calibration | None = None) -> Decompose:
+        """A checked step (ranks against the model's shapes when it is applied or sized)."""
+        space = check_space(space)
+        if (param_ratio is None) == (ranks is None):
+            raise InvalidInput("Give either a parameter ratio or ranks to decompose, not both or neither.")
+        ratio = None if param_ratio is None else check_ratio(param_ratio)
+        if isinstance(ranks, dict) or (isinstance(ranks, (list, tuple)) and not isinstance(ranks, str)):
+            ranks = _rank_triples(ranks)
+            if projections is not None or layers is not None:
+                raise InvalidInput("Ranks given per (layer, projection) name their own projections: leave out the "
+                                   "projections and layers.")
+        elif ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
+            raise InvalidInput(f"A rank is a whole number of at least 1, not {ranks!r}.")
+        names = None if projections is None else tuple(sorted({str(p) for p in projections}))
+        picked = None if layers is None else tuple(sorted({int(i) for i in layers}))
+        calibration = None if space == "weight" else calibration or Calibration()
+        return cls(space, ratio, ranks, names, picked, calibration, _text_digest(calibration))
+
+    def _targets(self) -> dict:
+        ranks = {(i, path): r for i, path, r in self.ranks} if isinstance(self.ranks, tuple) else self.ranks
+        return {"param_ratio": self.param_ratio, "ranks": ranks, "projections": self.projections,
+                "layers": self.layers}
+
+    def plan(self, size: Size) -> dict:
+        """(layer, path) → rank of every projection this step decomposes in a model of ``size``."""
+        return lowrank_plan(size, **self._targets())
+
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        cal = _rebuildable(self.calibration, self.text_digest)
+        return decompose(model, tokenizer, space=self.space, calibration=cal, progress=progress, **self._targets())
+
+    def resize(self, size: Size) -> Size:
+        """The chosen projections at their planned ranks (:func:`prune.lowrank.plan`)."""
+        return lowrank_resized(size, self.plan(size))
+
+    def describe(self) -> str:
+        """'feature-space low-rank decomposition to 80 % of the parameters (calibration: …)'."""
+        what = (f"to {100 * self.param_ratio:g} % of the parameters" if self.param_ratio is not None
+                else f"at rank {self.ranks}" if isinstance(self.ranks, int) else f"at {len(self.ranks)} searched ranks")
+        which = f" ({', '.join(self.projections)})" if self.projections else ""
+        where = f" in layers {', '.join(map(str, self.layers))}" if self.layers else ""
+        cal = self.calibration
+        data = "" if cal is None else f" (calibration: {cal.source}, {cal.n_samples} × {cal.seq_len} tokens)"
+        return f"{self.space}-space low-rank decomposition {what}{which}{where}{data}"
+
+    def short(self) -> str:
+        """A column title: 'feature 80%', 'weight r64' or 'feature ranks'."""
+        if self.param_ratio is not None:
+            return f"{self.space} {100 * self.param_ratio:g}%"
+        return f"{self.space} r{self.ranks}" if isinstance(self.ranks, int) else f"{self.space} ranks"
+
+    def record(self) -> dict:
+        """The JSON fields (without ``kind``): ranks as [layer, path, rank] lists, an inline text by digest."""
+        ranks = [list(t) for t in self.ranks] if isinstance(self.ranks, tuple) else self.ranks
+        return {"space": self.space, "param_ratio": self.param_ratio, "ranks": ranks,
+                "projections": list(self.projections) if self.projections is not None else None,
+                "layers": list(self.layers) if self.layers is not None else None,
+                "calibration": _calibration_record(self.calibration), "text_digest": self.text_digest}
+
+    @classmethod
+    def from_record(cls, data: dict) -> Decompose:
+        cal = data.get("calibration")
+        made = cls.of(data.get("space"), data.get("param_ratio"), data.get("ranks"), data.get("projections"),
+                      data.get("layers"), Calibration(**cal) if cal else None)
+        return replace(made, text_digest=data.get("text_digest"))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Decompose) and self.record() == other.record()
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self.record(), sort_keys=True))
+
+
+def _rank_triples(ranks) -> tuple[tuple[int, str, int], ...]:
+    """{(layer, path): rank} or [(layer, path, rank), …] as sorted (layer, path, rank) triples, each checked."""
+    items = [(*key, rank) for key, rank in ranks.items()] if isinstance(ranks, dict) else [tuple(t) for t in ranks]
+    found = {}
+    for item in items:
+        if len(item) != 3 or isinstance(item[0], bool) or not isinstance(item[0], int) or item[0] < 0 \
+                or not isinstance(item[1], str) or isinstance(item[2], bool) or not isinstance(item[2], int) \
+                or item[2] < 1:
+            raise InvalidInput(f"Ranks per projection are (layer, path, rank) with a layer from 0 and a rank of at "
+                               f"least 1, not {item!r}.")
+        found[(item[0], item[1])] = item[2]
+    if not found:
+        raise InvalidInput("No ranks were given to decompose.")
+    return tuple((layer, path, rank) for (layer, path), rank in sorted(found.items()))
 
 
 def _text_digest(cal: Calibration | None) -> str | None:

@@ -31,7 +31,7 @@ from transformers.pytorch_utils import Conv1D
 from .architectures import decoder_layers
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput, UnknownMethod
-from .hidden import _hidden_arg, _hidden_out
+from .sequential import layer_calls, matrices, rows_of, run_layer
 from .sparsegpt import count, lowest, sparsegpt
 from .surgery import clone_layers
 
@@ -95,7 +95,7 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
         raise InvalidInput(f"{method} reads calibration activations: it needs the model's tokenizer.")
     device = next(model.parameters()).device
     windows = token_windows(tokenizer, calibration or Calibration())
-    hidden, calls = _layer_calls(derived, windows.to(device), batch_size)
+    hidden, calls = layer_calls(derived, windows.to(device), batch_size)
     report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
     for index, layer in enumerate(layers):
         found = _statistics(layer, hidden, [c[index] for c in calls], method)
@@ -108,22 +108,12 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
                 hessian = found.get(name, torch.eye(rows.shape[1], device=rows.device))
                 _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
         del found
-        hidden = _run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
+        hidden = run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
         report((index + 1) / len(layers), f"{method}: layer {index + 1} of {len(layers)} pruned")
     return derived
 
 
 # ---------------------------------------------------------------- the matrices
-
-
-def matrices(layer: nn.Module) -> dict[str, nn.Module]:
-    """The prunable matrices of one decoder layer, by name."""
-    return {name: m for name, m in layer.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
-
-
-def rows_of(module: nn.Module) -> torch.Tensor:
-    """The weight as [outputs, inputs] (Conv1D stores it transposed)."""
-    return module.weight.detach().t() if isinstance(module, Conv1D) else module.weight.detach()
 
 
 def _set_rows(module: nn.Module, rows: torch.Tensor) -> None:
@@ -187,50 +177,7 @@ def _nm_mask(score: torch.Tensor, nm: tuple[int, int]) -> torch.Tensor:
     return lowest(score.view(score.shape[0], -1, m), n).view_as(score)
 
 
-# ---------------------------------------------------------------- sequential calibration
-
-
-class _Stop(Exception):
-    """Ends a forward pass once the last layer's arguments are read."""
-
-
-@torch.no_grad()
-def _layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
-    """Per batch: the first layer's input [B, T, D], and every layer's other (args, kwargs).
-
-    Masks and position embeddings depend only on the tokens, and can differ between layers
-    (sliding-window layers), so each layer's own are kept and reused on the pruned inputs.
-    """
-    layers = decoder_layers(model)
-    hidden: list[torch.Tensor] = []
-    calls: list[list[tuple]] = []
-
-    def capture(index):
-        def hook(_module, args, kwargs):
-            if index == 0:
-                hidden.append(_hidden_arg(args, kwargs))
-            calls[-1].append((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))
-            if index == len(layers) - 1:
-                raise _Stop
-        return hook
-
-    handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
-    try:
-        for batch in input_ids.split(batch_size):
-            calls.append([])
-            try:
-                model(input_ids=batch, use_cache=False)
-            except _Stop:
-                pass
-    finally:
-        for handle in handles:
-            handle.remove()
-    return hidden, calls
-
-
-@torch.no_grad()
-def _run_layer(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple]) -> list[torch.Tensor]:
-    return [_hidden_out(layer(h, *args, **kwargs)) for h, (args, kwargs) in zip(hidden, calls)]
+# ---------------------------------------------------------------- statistics
 
 
 @torch.no_grad()
@@ -247,7 +194,7 @@ def _statistics(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple]
 
     handles = [m.register_forward_hook(collect(name)) for name, m in matrices(layer).items()]
     try:
-        _run_layer(layer, hidden, calls)
+        run_layer(layer, hidden, calls)
     finally:
         for handle in handles:
             handle.remove()

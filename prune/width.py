@@ -41,6 +41,7 @@ from transformers.pytorch_utils import Conv1D
 from .architectures import Width, decoder_layers, get_path, width_of
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput, UnsupportedArchitecture
+from .factored import Factored, Matrix, layer_matrices
 from .surgery import clone_layers
 
 IMPORTANCE = "Wanda-sp"
@@ -76,6 +77,7 @@ class Size:
     other: int
     layers: tuple[int, ...]
     shape: LayerShape | None  # None: this architecture's width cannot be pruned
+    matrices: tuple[tuple[Matrix, ...], ...] = ()  # each layer's linear maps (what low-rank steps count)
 
     @property
     def total(self) -> int:
@@ -97,14 +99,26 @@ class Plan:
 
 
 def size_of(model: nn.Module) -> Size:
-    """The model's parameter count by layer (each shared tensor once), and its width structures if it has any."""
+    """The model's parameter count by layer (each shared tensor once), its linear maps, and its width structures
+    if it has any."""
     layers = tuple(sum(p.numel() for p in layer.parameters()) for layer in decoder_layers(model))
     total = sum(p.numel() for p in model.parameters())
     try:
-        shape = layer_shape(model)
+        shape, kinds = layer_shape(model), _kinds(width_of(model))
     except UnsupportedArchitecture:
-        shape = None
-    return Size(total - sum(layers), layers, shape)
+        shape, kinds = None, {}
+    found = tuple(tuple(replace(m, **kinds.get(m.path, {})) for m in layer_matrices(layer))
+                  for layer in decoder_layers(model))
+    return Size(total - sum(layers), layers, shape, found)
+
+
+def _kinds(width: Width) -> dict[str, dict[str, str]]:
+    """Path → which axis of that matrix width pruning resizes, and by which structures ("group", "channel")."""
+    found: dict[str, dict[str, str]] = {}
+    for entries, kind in ((width.channels, "channel"), (width.heads or (), "group")):
+        for path, spec in entries:
+            found.setdefault(path, {})[f"{spec.split()[0]}_kind"] = kind
+    return found
 
 
 def layer_shape(model: nn.Module) -> LayerShape:
@@ -168,8 +182,15 @@ def resized(size: Size, found: Plan) -> Size:
     """The size after every layer lost ``found``'s structures."""
     shape = size.shape
     removed = found.removed_per_layer(shape)
-    return Size(size.other, tuple(n - removed for n in size.layers),
-                replace(shape, groups=shape.groups - found.groups, channels=shape.channels - found.channels))
+    after = replace(shape, groups=shape.groups - found.groups, channels=shape.channels - found.channels)
+    units = {"group": (shape.groups, after.groups), "channel": (shape.channels, after.channels)}
+
+    def scaled(dim: int, kind: str | None) -> int:
+        return dim if kind is None else dim // units[kind][0] * units[kind][1]
+
+    matrices = tuple(tuple(replace(m, outputs=scaled(m.outputs, m.out_kind), inputs=scaled(m.inputs, m.in_kind))
+                           for m in layer) for layer in size.matrices)
+    return Size(size.other, tuple(n - removed for n in size.layers), after, matrices)
 
 
 def matching_depth_layers(size: Size, param_ratio: float) -> int:
@@ -378,6 +399,9 @@ def _rows(module: nn.Module) -> torch.Tensor:
 
 def _dims(module: nn.Module) -> tuple[int, int]:
     """(outputs, inputs) of a matrix; (size, 1) of a vector (a norm's weight)."""
+    if isinstance(module, Factored):
+        raise UnsupportedArchitecture("Width pruning cannot slice a projection held as low-rank factors: prune the "
+                                      "width before decomposing.")
     weight = module.weight
     return (weight.shape[0], 1) if weight.dim() == 1 else tuple(_rows(module).shape)
 

@@ -1,0 +1,164 @@
+"""Seed 003's comparison on the default model: feature- against weight-space low-rank decomposition at 80 % and
+60 % of the parameters (WikiText-2 perplexity, time to decompose), and what factored projections do to speed,
+measured against the FLOPs ideal.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/lowrank.py [--windows 16] [--seq-len 512] [--ratios 0.8,0.6]
+
+Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tokens of the raw WikiText-2 test
+split (evaluation/perplexity.py, no BOS), the same windows for every model. Calibration (feature space):
+LayerCut's default, WikiText-2 validation, 32 windows × 128 tokens (the authors: one batch of 512 task texts
+padded to 128 tokens). Every linear map of every layer is decomposed at the same fraction of its break-even rank
+d·k/(d+k) (prune.lowrank's uniform rule). Speed: evaluation/speed.py, the dense and the factored models taking
+turns run by run, decode latency per token after a 128-token prompt, beside the ideal speedup (the ratio of
+matmul FLOPs per token, LM head and attention included). Then one matrix alone (a SmolLM2 MLP projection,
+1536 × 576), dense against factored at ranks around break-even: the time ratio against d·k / (r·(d + k)).
+Last, a perplexity-based surgical rank search (prune.rank_search) over the last ``--search-layers`` layers:
+WikiText-2 test windows of 128 tokens, the first 20 % of ``--search-windows`` the search split, the rest the
+test split; the authors' bound (perplexity ≤ original · 1.005^n after n projections) and candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, default=16, help="perplexity windows per model")
+    parser.add_argument("--seq-len", type=int, default=512, help="tokens per perplexity window")
+    parser.add_argument("--ratios", default="0.8,0.6", help="comma list of parameter ratios")
+    parser.add_argument("--repeats", type=int, default=5, help="speed runs per model and batch size")
+    parser.add_argument("--search-layers", type=int, default=2, help="rank search over this many last layers (0: skip)")
+    parser.add_argument("--search-windows", type=int, default=10, help="WikiText-2 windows of 128 tokens to split")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    import prune
+    from evaluation import perplexity, speed
+    from evaluation.offline_tasks import default_data_dir
+    from prune import lowrank
+    from prune.calibration import default_calibration
+
+    data_dir = default_data_dir()
+    if data_dir is None:
+        raise SystemExit("No benchmark data folder: set LAYERCUT_DATA_DIR.")
+    model, tokenizer = prune.load_model()
+    calibration = default_calibration(data_dir)
+    ids = perplexity.token_ids(tokenizer, perplexity.wikitext2_rows(data_dir))
+    total = sum(p.numel() for p in model.parameters())
+    print(f"torch threads: {torch.get_num_threads()}; {total:,} parameters; calibration: {calibration.source}, "
+          f"{calibration.n_samples} × {calibration.seq_len} tokens; perplexity: {args.windows} windows × "
+          f"{args.seq_len} tokens of WikiText-2 test", flush=True)
+
+    def ppl(m):
+        return perplexity.measure_perplexity(m, tokenizer, ids, label="m", seq_lens=(args.seq_len,), bos=(False,),
+                                             max_windows=args.windows)[0].value
+
+    rows = [("dense", "—", total, 0.0, ppl(model))]
+    print(f"  {rows[-1]}", flush=True)
+    factored = {}
+    for ratio in (float(r) for r in args.ratios.split(",")):
+        for space in ("weight", "feature"):
+            started = time.perf_counter()
+            derived = lowrank.decompose(model, tokenizer, space=space, param_ratio=ratio, calibration=calibration)
+            seconds = time.perf_counter() - started
+            rows.append((space, f"{100 * ratio:g} %", sum(p.numel() for p in derived.parameters()), seconds,
+                         ppl(derived)))
+            print(f"  {rows[-1]}", flush=True)
+            if space == "feature":
+                factored[f"feature {100 * ratio:g}%"] = derived
+            del derived
+
+    print("\n| space | asked | parameters | decompose time (s) | WikiText-2 perplexity |")
+    print("|---|---:|---:|---:|---:|")
+    for space, asked, params, seconds, value in rows:
+        print(f"| {space} | {asked} | {params:,} ({100 * params / total:.1f} %) | {seconds:.1f} | {value:.2f} |")
+    ranks = lowrank.ranks_of(next(iter(factored.values())))
+    first = {path: rank for (layer, path), rank in ranks.items() if layer == 0}
+    print(f"\nranks in every layer at {next(iter(factored))}: " + ", ".join(f"{p.rpartition('.')[2]} {r}"
+                                                                        for p, r in first.items()))
+
+    decode_speed(model, factored, args.repeats, speed)
+    matrix_speed()
+    if args.search_layers:
+        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_windows)
+
+
+def decode_speed(model, factored: dict, repeats: int, speed) -> None:
+    """Decode latency per token of the dense and factored models side by side, with the FLOPs ideal."""
+    found = speed.measure_speed({"dense": model, **factored}, batch_sizes=(1, 8), prompt_len=128, new_tokens=(32,),
+                                repeats=repeats)
+    print(f"\nDecode latency per token after a 128-token prompt (median of {repeats} alternating runs, IQR):")
+    print("| batch | model | ms / token | measured speedup | FLOPs ideal speedup |")
+    print("|---:|---|---:|---:|---:|")
+    for batch in (1, 8):
+        decode = {m.model: m for m in found if m.name.startswith(f"decode latency per token (batch {batch},")}
+        dense = decode["dense"]
+        print(f"| {batch} | dense | {dense.value:.1f} ± {dense.spread:.1f} | 1.00× | 1.00× |")
+        for label, derived in factored.items():
+            (ideal,) = speed.with_ideal(model, derived, [dense], [decode[label]])
+            print(f"| {batch} | {label} | {ideal.value:.1f} ± {ideal.spread:.1f} | {dense.value / ideal.value:.2f}× "
+                  f"| {ideal.details['ideal_speedup']:.2f}× |")
+
+
+def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> None:
+    """One [outputs, inputs] matrix against its two factors, at ranks around break-even d·k/(d + k)."""
+    torch.manual_seed(0)
+    weight = torch.randn(outputs, inputs)
+    even = outputs * inputs / (outputs + inputs)
+    print(f"\nOne {outputs} × {inputs} matrix (break-even rank {even:.0f}), median of {repeats} alternating runs:")
+    print("| tokens | rank | rank / break-even | dense (µs) | factored (µs) | measured speedup | FLOPs ideal |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for tokens in (1, 128):
+        x = torch.randn(tokens, inputs)
+        for share in (0.125, 0.25, 0.5, 0.75, 1.0, 1.25):
+            rank = round(share * even)
+            first, second = torch.randn(rank, inputs), torch.randn(outputs, rank)
+            dense, split = [], []
+            with torch.no_grad():
+                for _ in range(repeats):
+                    started = time.perf_counter()
+                    torch.nn.functional.linear(x, weight)
+                    dense.append(time.perf_counter() - started)
+                    started = time.perf_counter()
+                    torch.nn.functional.linear(torch.nn.functional.linear(x, first), second)
+                    split.append(time.perf_counter() - started)
+            d, f = statistics.median(dense) * 1e6, statistics.median(split) * 1e6
+            print(f"| {tokens} | {rank} | {share:g} | {d:.1f} | {f:.1f} | {d / f:.2f}× | "
+                  f"{outputs * inputs / (rank * (outputs + inputs)):.2f}× |")
+
+
+def rank_search(model, tokenizer, data_dir, calibration, layers: int, windows: int) -> None:
+    """The authors' perplexity-based search over the last ``layers`` layers, reported on the disjoint test split."""
+    from evaluation.search_splits import perplexity_splits
+    from prune.architectures import decoder_layers
+    from prune.rank_search import Tolerance, surgical_search
+
+    search, test = perplexity_splits(tokenizer, data_dir, seq_len=128, windows=windows, share=0.2)
+    count = len(decoder_layers(model))
+    started = time.perf_counter()
+    result = surgical_search(model, tokenizer, search=search, test=test, calibration=calibration,
+                             tolerance=Tolerance(higher_is_better=False, growth=0.005),
+                             layers=range(count - layers, count), test_each_layer=True,
+                             progress=lambda fraction, message: print(f"  {message}", flush=True))
+    seconds = time.perf_counter() - started
+    print(f"\nSurgical rank search (feature space, perplexity ≤ original · 1.005^n) over layers "
+          f"{count - layers}–{count - 1}, {seconds:.0f} s:")
+    print("| | parameters | search-split perplexity | test-split perplexity |")
+    print("|---|---:|---:|---:|")
+    print(f"| original | {result.params[0]:,} | {result.search[0]:.2f} | {result.test[0]:.2f} |")
+    print(f"| searched | {result.params[1]:,} ({100 * result.params[1] / result.params[0]:.1f} %) | "
+          f"{result.search[1]:.2f} | {result.test[1]:.2f} |")
+    print("path (after each layer): " + "; ".join(f"layer {p.layer}: {p.params:,} params, test {p.test:.2f}"
+                                                  for p in result.points if p.test is not None))
+    print("ranks: " + (", ".join(f"{layer}.{path.rpartition('.')[2]} {rank}"
+                                 for (layer, path), rank in sorted(result.ranks.items())) or "none (all dense)"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+"""Surgical rank search: lower each projection's rank while a score on a search split stays close to the original's.
+
+The loop of the authors' ``surgical.py`` (task accuracy) and ``perplexity_test.py`` (perplexity), in
+``nyunAI/SFSD-LLM``: projections are visited from the last layer's last to the first layer's first;
+for a projection of break-even rank κ = d·k/(d+k) the candidates are 1, ⌊0.1κ⌋, ⌊0.2κ⌋, … ⌊κ⌋
+(``steps`` = 10 tenths), tried from the lowest; the first whose model scores within the tolerance
+is kept, every other projection as the search left it. When only κ passes (factors as large as the
+matrix) or nothing does, the projection stays dense. The tolerance is the authors':
+
+* a score where higher is better (accuracy): at least the original's minus ``delta``;
+* perplexity (lower is better): at most the original's × (1 + ``growth``)^n, n the projections
+  visited so far, this one included (their 1.005^(224 − index)): the allowance grows as the model shrinks.
+
+The search split picks the ranks; the test split (disjoint, the caller's) is scored on the
+original and on the result, and optionally after each layer (the points for a plot of parameters
+against the scores).
+
+Where LayerCut differs from the authors' code: the bases (eigenvectors of each projection's
+output covariance, or its singular vectors) are computed once on the *original* model's
+activations (they take them from a first pass that decomposed every projection at rank κ);
+each candidate is scored once on the whole search split (their task search scores three chunks
+of 6.7 % and keeps the largest rank any chunk needs, then re-checks on the whole 20 %); every
+chosen projection is searched (their code skips the first 28 and the very last). Rebuilding the
+result from its ranks (``Decompose`` with ``ranks``) calibrates sequentially, so it is close to,
+not identical with, the searched model, which the result holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .architectures import decoder_layers
+from .calibration import Calibration, token_windows
+from .errors import InvalidInput
+from .bases import Basis, factored_module, feature_basis, moments, weight_basis
+from .lowrank import RANKS_FIELD, Ranks, check_space, chosen, put
+from .sequential import layer_calls, rows_of, run_layer
+from .surgery import clone_layers
+from .width import size_of
+
+Score = Callable[[nn.Module], float]
+Progress = Callable[[float, str], object]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When a search score is close enough to the original's (see the module docstring)."""
+
+    higher_is_better: bool = True
+    delta: float = 0.0  # higher is better: score ≥ original − delta
+    growth: float = 0.005  # lower is better: score ≤ original · (1 + growth)^visited
+
+    def __post_init__(self):
+        for name in ("delta", "growth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise InvalidInput(f"The tolerance's {name} is a number of at least 0, not {value!r}.")
+
+    def allows(self, score: float, original: float, visited: int) -> bool:
+        if self.higher_is_better:
+            return score >= original - self.delta
+        return score <= original * (1 + self.growth) ** visited
+
+
+@dataclass(frozen=True)
+class Point:
+    """The model after one projection was searched: its parameters, its search score, and its test score when taken."""
+
+    layer: int
+    path: str
+    rank: int | None  # None: left dense
+    params: int
+    search: float
+    test: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    ranks: Ranks  # the decomposed projections
+    points: tuple[Point, ...]  # one per searched projection, in search order
+    params: tuple[int, int]  # (original, result)
+    search: tuple[float, float]  # (original, result) on the search split
+    test: tuple[float, float]  # (original, result) on the test split
+    model: nn.Module  # the searched model (the original is untouched)
+
+
+def candidates(outputs: int, inputs: int, steps: int = 10) -> list[int]:
+    """1, then ⌊j/steps · κ⌋ for j = 1 … steps, κ = d·k/(d + k): ascending, without repeats."""
+    even = outputs * inputs / (outputs + inputs)
+    return sorted({1, *(max(1, math.floor(j * even / steps)) for j in range(1, steps + 1))})
+
+
+def surgical_search(model: nn.Module, tokenizer=None, *, search: Score, test: Score, tolerance: Tolerance = Tolerance(),
+                    space: str = "feature", projections: Iterable[str] | None = None,
+                    layers: Iterable[int] | None = None, steps: int = 10, calibration: Calibration | None = None,
+                    test_each_layer: bool = False, progress: Progress | None = None,
+                    batch_size: int = 8) -> SearchResult:
+    """Search the ranks of the chosen projections (last first) and score the result on the test split.
+
+    ``search`` and ``test`` score a model on disjoint data (e.g. a task's validation split in two).
+    ``progress(fraction, message)`` is called after each projection (raising there cancels; the
+    original is never touched).
+    """
+    space = check_space(space)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise InvalidInput(f"The search steps are a whole number of at least 1, not {steps!r}.")
+    targets = chosen(size_of(model), projections, layers)[::-1]
+    report = progress or (lambda _fraction, _message: None)
+    working = clone_layers(model)  # hooked and changed; the original never is
+    bases = _bases(working, tokenizer, space, targets, calibration, batch_size)
+    report(0.0, f"Rank search: {len(targets)} projections, bases computed")
+    layers_of = decoder_layers(working)
+    originals = {(i, m.path): decoder_layers(model)[i].get_submodule(m.path) for i, m in targets}
+    base_search, base_test = float(search(model)), float(test(model))
+    current, ranks, points = base_search, {}, []
+    for visited, (index, matrix) in enumerate(targets, start=1):
+        key, original = (index, matrix.path), originals[(index, matrix.path)]
+        kept, top = None, candidates(matrix.outputs, matrix.inputs, steps)
+        for rank in top:
+            put(layers_of[index], matrix.path, factored_module(original, bases[key], rank))
+            score = float(search(working))
+            if tolerance.allows(score, base_search, visited):
+                kept = rank
+                break
+        if kept is None or kept == top[-1]:  # factors would not pay, or nothing passes: stays dense
+            put(layers_of[index], matrix.path, original)
+            kept = None
+        else:
+            ranks[key], current = kept, score
+        layer_done = visited == len(targets) or targets[visited][0] != index
+        scored = float(test(working)) if test_each_layer and layer_done else None
+        points.append(Point(index, matrix.path, kept, _params(working), current, scored))
+        report(visited / len(targets), f"Rank search: layer {index} {matrix.path} → "
+                                       f"{'dense' if kept is None else f'rank {kept}'} ({visited} of {len(targets)})")
+    record = [{} for _ in layers_of]
+    for (index, path), rank in sorted(ranks.items()):
+        record[index][path] = rank
+    setattr(working.config, RANKS_FIELD, record)
+    final_test = points[-1].test if points and points[-1].test is not None else float(test(working))
+    return SearchResult(ranks, tuple(points), (_params(model), _params(working)), (base_search, current),
+                        (base_test, final_test), working)
+
+
+def _params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+@torch.no_grad()
+def _bases(model: nn.Module, tokenizer, space: str, targets, calibration: Calibration | None,
+           batch_size: int) -> dict[tuple[int, str], Basis]:
+    """Per target: its first ⌈κ⌉ basis directions (no candidate reaches further), from the unchanged model."""
+    def kept(basis: Basis, matrix) -> Basis:
+        return basis.first(math.ceil(matrix.outputs * matrix.inputs / (matrix.outputs + matrix.inputs)))
+
+    layers = decoder_layers(model)
+    if space == "weight":
+        return {(i, m.path): kept(weight_basis(rows_of(layers[i].get_submodule(m.path))), m) for i, m in targets}
+    if tokenizer is None:
+        raise InvalidInput("Feature-space rank search reads calibration activations: it needs the model's tokenizer.")
+    windows = token_windows(tokenizer, calibration or Calibration()).to(next(model.parameters()).device)
+    hidden, calls = layer_calls(model, windows, batch_size)
+    wanted: dict[int, list] = {}
+    for i, m in targets:
+        wanted.setdefault(i, []).append(m)
+    found = {}
+    for index, layer in enumerate(layers[: max(wanted) + 1]):
+        own = [c[index] for c in calls]
+        if index in wanted:
+            seen = moments(layer, [m.path for m in wanted[index]], hidden, own)
+            for m in wanted[index]:
+                found[(index, m.path)] = kept(feature_basis(layer.get_submodule(m.path), seen[m.path]), m)
+        hidden = run_layer(layer, hidden, own)
+    return found
