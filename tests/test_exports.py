@@ -196,8 +196,8 @@ def test_a_failure_while_saving_leaves_no_staging_folder_and_the_earlier_export(
     before = (earlier / exports.MARKER).read_text()
     real = exports.save_checkpoint
 
-    def save_then_fail(model, tokenizer, folder):
-        real(model, tokenizer, folder)
+    def save_then_fail(model, tokenizer, folder, **options):
+        real(model, tokenizer, folder, **options)
         assert any(folder.iterdir())  # a half-made export exists at this point
         raise OSError("disk full")
 
