@@ -39,8 +39,10 @@ from prune.sublayers import attention_layers, savable
 from prune.sparsity import zero_fraction
 
 from .measurement import Measurement
+from .speed import per_token_flops
 
 GROUP = "memory"
+MACS_CONTEXT = 128
 _MIB = 2**20
 
 
@@ -290,6 +292,10 @@ def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: in
               zero_fraction(model), "note": dense_zeros_note(model)}  # counted, so the tab can say what zeros cost
     return [
         Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP),
+        Measurement(f"multiply-adds per token (decoding at {MACS_CONTEXT} tokens of context)",
+                    per_token_flops(model, MACS_CONTEXT) / 2, "", False, model=label, group=GROUP,
+                    details={"context": MACS_CONTEXT, "counted": "every layer matrix, attention scores and values, "
+                                                                "the LM head (evaluation.speed)"}),
         Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP,
                     details=sparse),
         Measurement(f"peak memory while generating ({new_tokens} tokens)", peak / _MIB, "MiB", False, model=label,

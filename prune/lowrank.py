@@ -62,6 +62,13 @@ from .surgery import clone_layers
 from .width import Size, check_ratio, size_of
 
 SPACES = ("feature", "weight")
+DESCRIPTIONS = {  # one line per space, for the app's method picker
+    "feature": ("factors every projection of every layer as Q_r (Q_rᵀ W), Q_r the top eigenvectors of its outputs' "
+                "second moments on calibration data (Chavan et al. 2024, SFSD-LLM), layer by layer on the already "
+                "decomposed layers' outputs; one rank fraction for all, down to the parameters kept."),
+    "weight": ("factors every projection by truncated SVD of its weight (U_r, Σ_r V_rᵀ); reads no data. "
+               "The baseline Chavan et al. 2024 compare feature space against."),
+}
 RANKS_FIELD = "layercut_ranks"  # config: one {path: rank} per decoder layer, what was decomposed
 FACTORED_FIELD = "layercut_factored"  # config of a checkpoint saved with its factors (loads through LayerCut only)
 Ranks = dict[tuple[int, str], int]  # (layer, path in the layer) → rank

@@ -14,7 +14,7 @@ from evaluation import sparse_kernels
 from evaluation.backend import Backend
 from evaluation.variants import estimated_bytes, own_bytes
 from prune.calibration import Calibration
-from prune.recipe import DepthCut, Recipe, Sparsify, WidthPrune
+from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune
 from prune.width import matching_depth_layers
 from ui import catalog, text
 from ui.handlers import Handlers
@@ -42,9 +42,9 @@ def run(generator) -> list[tuple]:
 def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls():
     choices = catalog.method_choices()
     names = [name for _label, name in choices]
-    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width"]
-    assert all(label.startswith("Depth · ") for label, name in choices if name in prune.METHODS)
-    assert all(label.startswith("Width · ") for label, name in choices if name in catalog.WIDTH_METHODS)
+    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
+    groups = [label.split(" · ")[0] for label, _name in choices]
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Width"] * 4 + ["Low-rank"] * 2
 
     handlers = Handlers(Backend(data_dir="", device="cpu"))
     about, options, analyze, build, row, level, pattern, versus = handlers.method_info("sparsegpt")
@@ -55,6 +55,9 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
     *_, level, pattern, versus = handlers.method_info("width")
     assert level["label"] == "Parameters kept (%)" and level["value"] == 80
     assert pattern["visible"] is False and versus["visible"] is True
+    about, _options, _analyze, build, _row, level, pattern, versus = handlers.method_info("lowrank-feature")
+    assert "eigenvectors" in about and build["visible"] is True and level["label"] == "Parameters kept (%)"
+    assert pattern["visible"] is False and versus["visible"] is False
     _about, options, analyze, build, row, *_ = handlers.method_info("angular")
     assert analyze["visible"] is True and build["visible"] is False and row["visible"] is False
     assert options["value"] == text.options_text(prune.METHODS["angular"].options)
@@ -63,15 +66,16 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
 def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visitor):
     handlers, session = visitor
     first, last = run(handlers.build(session, "wanda", 50, "unstructured", False, *CAL_INPUTS))
-    built = last[-2].cut()
+    built = last[-3].cut()
     assert built == Recipe((Sparsify.of("wanda", 0.5, calibration=built.steps[0].calibration),))
     model = handlers.backend.model(session.spec, built)
     base = handlers.backend.model(session.spec)
     owned = own_bytes(model, base)
-    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[-1]  # the estimate before = what it owns after
+    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[-2]  # the estimate before = what it owns after
     assert estimated_bytes(base, built) == owned
-    assert first[-2] == gr.update()  # the visitor's session is unchanged until the build succeeds
-    assert f"owns {text.mib(owned)}" in last[-1] and "wanda 50%" in last[-1]
+    assert first[-3] == gr.update()  # the visitor's session is unchanged until the build succeeds
+    assert f"owns {text.mib(owned)}" in last[-2] and "wanda 50%" in last[-2]
+    assert last[-1]["visible"] is False  # no rank map: nothing was decomposed
     assert "Wanda, 50 % unstructured sparsity" in last[1] and "zeros are stored densely" in last[1]
     assert (model.model.layers[0].mlp.up_proj.weight == 0).float().mean().item() == pytest.approx(0.5)
 
@@ -80,9 +84,9 @@ def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(vi
     handlers, session = visitor
     session = replace(session.with_block(1, 3, "by hand"), editing="B").with_block(2, 4, "by hand")
     *_, last = run(handlers.build(session, "magnitude", 10, "2:4", True, *CAL_INPUTS))
-    recipe = last[-2].cut("B")
+    recipe = last[-3].cut("B")
     assert recipe.steps == (DepthCut.block(LAYERS, 2, 4), Sparsify.of("magnitude", None, "2:4"))
-    assert last[-2].cut("A") == session.cut("A")  # the other slot is untouched
+    assert last[-3].cut("A") == session.cut("A")  # the other slot is untouched
     weight = handlers.backend.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
     assert ((weight.reshape(weight.shape[0], -1, 4) == 0).sum(-1) >= 2).all()
 
@@ -94,7 +98,7 @@ def test_width_against_depth_fills_both_slots_with_the_same_size(visitor):
                                                                     seq_len=32), use_cache=False)
     session = replace(session, result=result, origin="BI")
     _first, last = run(handlers.width_vs_depth(session, 80, "block", *CAL_INPUTS))
-    after = last[-2]
+    after = last[-3]
     depth, width = after.cut("A"), after.cut("B")
     n = matching_depth_layers(after.info.size, 0.8)
     start, end = result.best_block(n)
@@ -125,7 +129,7 @@ def test_bad_width_input_is_one_line_and_keeps_the_session(visitor):
 def test_memory_and_speed_say_what_zeros_cost_here(visitor):
     handlers, session = visitor
     *_, last = run(handlers.build(session, "magnitude", 10, "2:4", False, *CAL_INPUTS))
-    session = last[-2]
+    session = last[-3]
     session = replace(session, editing="B").with_cut(Recipe((Sparsify.of("magnitude", 0.5),)))
     _table, _plot, note = handlers.memory(session)
     assert "**A**: 50 % of the decoder layers' linear weights are zero" in note and "no memory saving" in note
@@ -171,3 +175,24 @@ def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monk
     assert asked["task"] == "arc_easy" and asked["limit"] is None
     with pytest.raises(gr.Error, match="Sparsity levels"):
         handlers.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4)
+
+
+def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor):
+    handlers, session = visitor
+    first, last = run(handlers.build(session, "lowrank-weight", 80, "unstructured", False, *CAL_INPUTS))
+    recipe = last[-3].cut()
+    assert recipe == Recipe((Decompose.of("weight", param_ratio=0.8),))
+    model = handlers.backend.model(session.spec, recipe)
+    owned = own_bytes(model, handlers.backend.model(session.spec))
+    assert f"≈ **{text.mib(owned)}**" in first[-2]
+    heat = last[-1]["value"].data[0]
+    after = recipe.size(session.info.size)
+    assert last[-1]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                           "up_proj", "down_proj"]
+    assert [row[0] for row in heat.text] == [str(layer[0].rank) for layer in after.matrices]
+    assert sum(p.numel() for p in model.parameters()) == after.total  # the map's arithmetic is the built model's
+    table, _plot, _note = handlers.memory(last[-3])
+    macs = dict(zip(table["Metric"], zip(table["Original"], table["A"])))
+    original, decomposed = (float(str(v).replace(",", "")) for v in macs[next(k for k in macs if "multiply-adds" in k)])
+    weights = lambda size: sum(m.params for layer in size.matrices for m in layer)  # noqa: E731
+    assert original - decomposed == weights(session.info.size) - weights(after)  # one MAC per weight, per token

@@ -1,9 +1,10 @@
-"""The method picker: depth methods (importance scores, then a cut) and width methods (a recipe step).
+"""The method picker: depth methods (importance scores, then a cut), width and low-rank methods (a recipe step).
 
 Depth methods are the importance methods of ``prune.METHODS``: *Analyze* scores every layer and
-a cut is chosen from the scores. Width methods change every layer instead: sparsity zeroes
-weights (magnitude, Wanda, SparseGPT; unstructured or N:M) and width pruning shrinks the
-matrices; *Build* puts one in the edited slot as a recipe step (alone, or after that slot's cut).
+a cut is chosen from the scores. The others change every layer instead: sparsity zeroes weights
+(magnitude, Wanda, SparseGPT; unstructured or N:M), width pruning shrinks the matrices, low-rank
+decomposition factors them (feature or weight space); *Build* puts one in the edited slot as a
+recipe step (alone, or after that slot's cut).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 import prune
 from prune.calibration import Calibration
 from prune.errors import InvalidInput
-from prune.recipe import Sparsify, WidthPrune
+from prune.lowrank import DESCRIPTIONS as LOWRANK_DESCRIPTIONS
+from prune.recipe import Decompose, Sparsify, WidthPrune
 from prune.sparsity import MAX_SPARSITY, PATTERNS
 from prune.width import DESCRIPTION as WIDTH_DESCRIPTION
 
 WIDTH = "width"  # structured width pruning; the sparsity methods keep prune.sparsity's names
+LOWRANK = "lowrank-"  # + the space: "lowrank-feature", "lowrank-weight"
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,12 @@ class WidthMethod:
     name: str
     label: str
     description: str
+    group: str = "Width"  # the picker's group: "Width" or "Low-rank"
 
     @property
     def sparsity(self) -> bool:
         """Whether the level is a sparsity (else: the share of parameters kept)."""
-        return self.name != WIDTH
+        return self.group == "Width" and self.name != WIDTH
 
 
 _DENSE = ("Zeros are stored densely: no memory saving, and no speedup with dense kernels "
@@ -44,6 +48,8 @@ WIDTH_METHODS = {m.name: m for m in (
                 "second-order pruning: blocks of 128 columns, 1 % dampening, the kept weights updated to "
                 "reconstruct each layer's output on calibration inputs (per-layer progress). " + _DENSE),
     WidthMethod(WIDTH, "Width pruning (Wanda-sp: heads and MLP channels)", WIDTH_DESCRIPTION),
+    *(WidthMethod(LOWRANK + space, label, LOWRANK_DESCRIPTIONS[space], "Low-rank")
+      for space, label in (("feature", "Feature space (Chavan et al. 2024)"), ("weight", "Weight space (truncated SVD)"))),
 )}
 LEVEL_DEFAULTS = {True: 50, False: 80}  # sparsity %, parameters kept %
 
@@ -51,7 +57,7 @@ LEVEL_DEFAULTS = {True: 50, False: 80}  # sparsity %, parameters kept %
 def method_choices() -> list[tuple[str, str]]:
     """(label, name) for the picker: depth methods first, then width methods, each group named in its labels."""
     return ([(f"Depth · {m.label}", m.name) for m in prune.METHODS.values()]
-            + [(f"Width · {m.label}", m.name) for m in WIDTH_METHODS.values()])
+            + [(f"{m.group} · {m.label}", m.name) for m in WIDTH_METHODS.values()])
 
 
 def is_width(name: str) -> bool:
@@ -77,6 +83,8 @@ def step_for(name: str, level: float, pattern: str, calibration: Calibration):
         raise InvalidInput(f"'{name}' is not a width method; choose one of {', '.join(WIDTH_METHODS)}.")
     if name == WIDTH:
         return WidthPrune.of(level / 100, calibration)
+    if name.startswith(LOWRANK):
+        return Decompose.of(name.removeprefix(LOWRANK), param_ratio=level / 100, calibration=calibration)
     if pattern not in PATTERNS:
         raise InvalidInput(f"Choose a pattern among {', '.join(PATTERNS)}.")
     structured = pattern != "unstructured"

@@ -23,7 +23,7 @@ from evaluation.sparsity_sweep import format_table
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.methods import options_for_cut
 from prune.paths import cache_root
-from prune.recipe import Recipe, WidthPrune
+from prune.recipe import Decompose, Recipe, WidthPrune
 from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
 from prune.sublayers import ATTENTION, MLP
 from prune.width import matching_depth_layers
@@ -146,7 +146,7 @@ class Handlers:
         return (about, gr.update(value=options, interactive=not width), gr.update(visible=not width),
                 gr.update(visible=width), gr.update(visible=width),
                 gr.update(**catalog.level_slider(method)) if width else gr.update(),
-                gr.update(visible=sparsity), gr.update(visible=width and not sparsity))
+                gr.update(visible=sparsity), gr.update(visible=method == catalog.WIDTH))
 
     @user_errors
     def analyze(self, session: Session, method: str, options: str, source: str, detail: str, upload, samples,
@@ -228,15 +228,16 @@ class Handlers:
         """Yield the cut outputs and a status saying what ``recipes`` will cost; build them; yield the cost."""
         costs = {slot: self.backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
         status = text.building_status(recipes, costs, self.backend.variants.budget_bytes)
-        yield *[gr.update()] * 7, gr.update(), status  # the page keeps its cuts until the build succeeds
+        yield *[gr.update()] * 8, status, gr.update()  # the page keeps its cuts until the build succeeds
         started = time.perf_counter()
         try:
             owned = {slot: self.backend.build(session.spec, recipe, progress=reporter(progress),
                                               owner=_owner(request)) for slot, recipe in recipes.items()}
         except Exception:
-            yield *[gr.update()] * 8, text.analysis_status(session.result) if session.result else ""
+            yield *[gr.update()] * 8, text.analysis_status(session.result) if session.result else "", gr.update()
             raise
-        yield *self._cut_outputs(session), text.built_status(recipes, owned, time.perf_counter() - started)
+        yield (*self._cut_outputs(session), text.built_status(recipes, owned, time.perf_counter() - started),
+               _rank_map(session, recipes))
 
     # ------------------------------------------------------------------ cut
     @user_errors
@@ -469,6 +470,15 @@ def _need_model(session: Session):
     if session.info is None:
         raise InvalidInput("Load a model first.")
     return session.info
+
+
+def _rank_map(session: Session, recipes: dict):
+    """The rank heatmap of the last decomposed variant built (hidden when none of ``recipes`` decomposes)."""
+    for slot, recipe in recipes.items():
+        if any(isinstance(item, Decompose) for item in recipe.steps):
+            title = f"Ranks of {slot} ({recipe.short()}), by arithmetic"
+            return gr.update(value=plots.rank_figure(recipe.size(session.info.size), title), visible=True)
+    return gr.update(visible=False)
 
 
 def _size_update(info):

@@ -332,3 +332,23 @@ def sparsity_sweep_figure(result) -> go.Figure:
     fig = _layout(fig, title=dict(text=f"{result.task} and perplexity against sparsity, per method"),
                   margin=dict(l=60, r=20, t=80, b=110))
     return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.28, x=0))
+
+
+def rank_figure(size, title: str) -> go.Figure:
+    """Layer × projection ranks of a decomposed variant (``size`` from ``Recipe.size``), as a share of full rank."""
+    names = list(dict.fromkeys(m.path.rpartition(".")[2] for layer in size.matrices for m in layer))
+    share = np.full((len(size.matrices), len(names)), np.nan)
+    label = [[""] * len(names) for _ in size.matrices]
+    for i, layer in enumerate(size.matrices):
+        for m in layer:
+            j = names.index(m.path.rpartition(".")[2])
+            full = min(m.outputs, m.inputs)
+            share[i, j] = 1.0 if m.rank is None else m.rank / full
+            label[i][j] = "dense" if m.rank is None else str(m.rank)
+    fig = go.Figure(go.Heatmap(z=share, x=names, y=list(range(len(size.matrices))), text=label,
+                               texttemplate="%{text}", colorscale="Viridis", zmin=0, zmax=1,
+                               colorbar=dict(title="of full rank"),
+                               hovertemplate="layer %{y}, %{x}: rank %{text} (%{z:.0%} of full)<extra></extra>"))
+    fig.update_xaxes(title="projection")
+    fig.update_yaxes(title="layer", autorange="reversed")
+    return _layout(fig, title=dict(text=title), margin=dict(l=60, r=20, t=60, b=50))
