@@ -17,7 +17,8 @@ Modes (one of):
 After the chosen cut (or, with --full, on the original) one more step may follow:
   --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
   --width RATIO                                 remove heads and MLP channels until RATIO of the parameters stay
-(both: width first, then sparsity).
+  --decompose feature|weight --param_ratio R    factor every projection at low rank until R of the parameters stay
+(several: width, then low rank, then sparsity).
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.
@@ -56,7 +57,8 @@ from prune.errors import InvalidCut, InvalidInput, LayerCutError
 from prune.methods import METHODS, options_for_cut, sleb
 from prune.paths import safe_name, write_atomic
 from prune.calibration import BOS_CHOICES, Calibration
-from prune.recipe import Recipe, Sparsify, WidthPrune
+from prune.lowrank import SPACES
+from prune.recipe import Decompose, Recipe, Sparsify, WidthPrune
 from prune.selection import LAYERS, SELECTIONS, chosen_recipe
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
@@ -105,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"with --sparsify: {', '.join(PATTERNS)} (N:M implies its sparsity N/M)")
     parser.add_argument("--width", type=float, metavar="RATIO", default=None,
                         help="then remove heads and MLP channels until RATIO of the parameters stay (0.8: 80 %%)")
+    parser.add_argument("--decompose", choices=SPACES, default=None,
+                        help="then factor every projection in feature space (Chavan et al. 2024) or weight space (SVD)")
+    parser.add_argument("--param_ratio", type=float, default=None,
+                        help="with --decompose: the fraction of the parameters kept (0.8: 80 %%)")
     parser.add_argument("--levels", default=None,
                         help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
@@ -159,15 +165,18 @@ def _check_mode(args) -> None:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
     if args.drop and args.method is None:
         raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
-    adds_step = args.sparsify is not None or args.width is not None
+    adds_step = args.sparsify is not None or args.width is not None or args.decompose is not None
     if (args.sparsity is not None or args.pattern != "unstructured") and args.sparsify is None:
         raise InvalidInput("--sparsity and --pattern go with --sparsify METHOD.")
+    if (args.decompose is None) != (args.param_ratio is None):
+        raise InvalidInput("--decompose feature|weight and --param_ratio R go together.")
     if adds_step and (args.sweep is not None or args.sparsity_sweep):
-        raise InvalidInput("--sparsify and --width add a step to a compared model: not with --sweep or --sparsity_sweep.")
+        raise InvalidInput("--sparsify, --width and --decompose add a step to a compared model: not with --sweep or "
+                           "--sparsity_sweep.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
     if args.full and args.export_dir and not adds_step:
-        raise InvalidInput("--export_dir saves a pruned model: use it with a cut, --sparsify or --width, not --full alone.")
+        raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
         raise InvalidInput("--batch_size must be at least 1.")
 
@@ -201,10 +210,12 @@ def _calibration(args, backend: Backend) -> Calibration:
 
 
 def _extra_steps(args, calibration: Calibration) -> list:
-    """The checked --width and --sparsify steps, in the order they apply (width, then sparsity)."""
+    """The checked --width, --decompose and --sparsify steps, in the order they apply."""
     steps = []
     if args.width is not None:
         steps.append(WidthPrune.of(args.width, calibration))
+    if args.decompose is not None:
+        steps.append(Decompose.of(args.decompose, param_ratio=args.param_ratio, calibration=calibration))
     if args.sparsify is not None:
         steps.append(Sparsify.of(args.sparsify, args.sparsity, args.pattern, calibration))
     return steps

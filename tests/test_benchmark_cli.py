@@ -16,7 +16,7 @@ import prune
 from conftest import REPO
 from evaluation import benchmark, lm_eval_adapter
 from prune.calibration import default_calibration
-from prune.recipe import Recipe, Sparsify, WidthPrune
+from prune.recipe import Decompose, Recipe, Sparsify, WidthPrune
 
 
 def _run(capsys, *args):
@@ -110,6 +110,9 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--sparsity_sweep", "--levels", "0,1.5"], "Sparsity levels are fractions from 0 to 0.99"),
     (["--sparsity_sweep", "--methods", "magnitude,lottery"], "Unknown sparsity method 'lottery'"),
     (["--full", "--export_dir", "x"], "not --full alone"),
+    (["--full", "--decompose", "feature"], "--decompose feature|weight and --param_ratio R go together"),
+    (["--full", "--param_ratio", 0.8], "--decompose feature|weight and --param_ratio R go together"),
+    (["--full", "--decompose", "weight", "--param_ratio", 0], "The parameter ratio is the fraction"),
 ])
 def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
     code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)
@@ -165,6 +168,20 @@ def test_width_and_sparsify_follow_the_cut_in_that_order(tiny_folder, tmp_path, 
     assert Recipe.from_json(config["recipe"]) == Recipe.block(4, 1, 2).then(WidthPrune.of(0.9, calibration)).then(
         Sparsify.of("wanda", 0.3, calibration=calibration))
     assert config["removed_layers"] == [1] and config["params_removed_pct"] > 0
+
+
+def test_decompose_compares_the_original_with_its_low_rank_version(tiny_folder, tmp_path, capsys, data_dir):
+    code, _, err = _run(capsys, "--full", "--decompose", "weight", "--param_ratio", 0.9, "--model", tiny_folder,
+                        "--task", "arc_easy", "--limit", 3, "--output_folder", tmp_path)
+    assert code == 0, err
+    result = json.loads((tmp_path / "results_weight_90.json").read_text())
+    assert Recipe.from_json(result["config"]["recipe"]) == Recipe((Decompose.of("weight", param_ratio=0.9),))
+    model, tokenizer = prune.load_model(str(tiny_folder))
+    request = lm_eval_adapter.check_request(["arc_easy"], limit=3, data_dir=data_dir)
+    by_hand = lm_eval_adapter.evaluate(prune.decompose(model, tokenizer, space="weight", param_ratio=0.9), tokenizer,
+                                       request)
+    assert result["results"]["arc_easy"]["acc,none"] == by_hand["arc_easy"]["results"]["acc,none"]
+    assert 0 < result["config"]["params_removed_pct"] <= 10.5
 
 
 def test_sparsity_sweep_mode_prints_the_table_and_writes_json(tiny_folder, tmp_path, capsys):
