@@ -151,7 +151,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
                         bars = PlotView(height=300, elem_id="layer-bars")
                         greedy = PlotView(height=300, elem_id="greedy-curve", visible=False)
-                        rank_map = PlotView(height=520, elem_id="rank-map", visible=False)
+                        with gr.Column(visible=False) as rank_box:
+                            rank_map = PlotView(height=520, elem_id="rank-map")
                         with gr.Accordion("Export the cut model", open=False):
                             folder = gr.Textbox(label="Folder name (empty: <model>-minus-<n>-layers)")
                             export_btn = gr.Button("Save as a Hugging Face checkpoint")
@@ -276,9 +277,9 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
         calibration_inputs = [cal_source, cal_detail, cal_upload, cal_samples, cal_len]
         build_event = build_btn.click(gpu(h.build), [view, method, level, pattern, stack, *calibration_inputs, cal_bos],
-                                      [*analyze_outputs, rank_map], api_name="build", show_progress_on=[banner], **DEVICE)
+                                      [*analyze_outputs, rank_box, rank_map], api_name="build", show_progress_on=[banner], **DEVICE)
         versus_event = versus_btn.click(gpu(h.width_vs_depth), [view, level, selection, *calibration_inputs, cal_bos],
-                                        [*analyze_outputs, rank_map], api_name="width_vs_depth", show_progress_on=[banner],
+                                        [*analyze_outputs, rank_box, rank_map], api_name="width_vs_depth", show_progress_on=[banner],
                                         **DEVICE)
         analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                           show_progress_on=[heatmap], **DEVICE)

@@ -260,8 +260,10 @@ def pick_method(page, name: str) -> None:
     page.get_by_role("option", name=name).click()
 
 
-def wait_built(page, timeout: float = 600_000) -> str:
-    page.wait_for_function("document.querySelector('#analysis-info').innerText.includes('Built in')", timeout=timeout)
+def wait_built(page, what: str, timeout: float = 600_000) -> str:
+    """The status once ``what`` (a column title such as 'width 80%') is built."""
+    page.wait_for_function("w => { const t = document.querySelector('#analysis-info').innerText; "
+                           "return t.includes('Built in') && t.includes(w); }", arg=what, timeout=timeout)
     return page.inner_text("#analysis-info")
 
 
@@ -271,7 +273,7 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     page.wait_for_selector("#versus-btn", state="visible", timeout=10_000)
     assert page.locator("#analyze").is_hidden() and page.locator("#pattern").is_hidden()
     page.click("#versus-btn")
-    status = wait_built(page)
+    status = wait_built(page, "width 80%")
     assert "B (width 80%) owns" in status and "shares every weight" in status
     text = banner(page)
     assert "(8 of 30)" in text and "width pruning to 80 % of the parameters" in text and "(20.0 %) removed" in text
@@ -286,8 +288,8 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     page.get_by_label("2:4").check()
     page.get_by_role("radio", name="Cut B").click()
     page.click("#build")
-    page.wait_for_function("document.querySelector('#analysis-info').innerText.includes('will own')", timeout=60_000)
-    assert "Built in" in wait_built(page) and "magnitude, 2:4 sparsity" in banner(page)
+    wait_built(page, "magnitude 2:4")
+    assert "magnitude, 2:4 sparsity" in banner(page)
     tab(page, "Speed & memory")
     page.click("#memory-btn")
     page.wait_for_function("document.querySelector('#memory-note').innerText.includes('no memory saving')",
@@ -297,6 +299,16 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     page.fill("#repeats input", "1")
     page.click("#speed-btn")
     page.wait_for_function("document.querySelector('#speed-note').innerText.includes('Ampere')", timeout=300_000)
+
+    pick_method(page, "Weight space (truncated SVD)")  # low rank into B, its rank map drawn
+    page.wait_for_selector("#build", state="visible", timeout=10_000)
+    page.click("#build")
+    wait_built(page, "weight 80%")
+    assert "weight-space low-rank decomposition to 80 % of the parameters" in banner(page)
+    page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
+    page.locator("#rank-map").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#rank-map").screenshot(path=str(ASSETS / "screenshot-ranks.png"))
 
 
 def test_sparsity_sweep_plots_each_method_against_the_level(page):

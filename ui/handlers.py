@@ -228,16 +228,16 @@ class Handlers:
         """Yield the cut outputs and a status saying what ``recipes`` will cost; build them; yield the cost."""
         costs = {slot: self.backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
         status = text.building_status(recipes, costs, self.backend.variants.budget_bytes)
-        yield *[gr.update()] * 8, status, gr.update()  # the page keeps its cuts until the build succeeds
+        yield *[gr.update()] * 8, status, gr.update(), gr.update()  # the page keeps its cuts until the build succeeds
         started = time.perf_counter()
         try:
             owned = {slot: self.backend.build(session.spec, recipe, progress=reporter(progress),
                                               owner=_owner(request)) for slot, recipe in recipes.items()}
         except Exception:
-            yield *[gr.update()] * 8, text.analysis_status(session.result) if session.result else "", gr.update()
+            yield *[gr.update()] * 8, text.analysis_status(session.result) if session.result else "", *[gr.update()] * 2
             raise
         yield (*self._cut_outputs(session), text.built_status(recipes, owned, time.perf_counter() - started),
-               _rank_map(session, recipes))
+               *_rank_map(session, recipes))
 
     # ------------------------------------------------------------------ cut
     @user_errors
@@ -472,13 +472,14 @@ def _need_model(session: Session):
     return session.info
 
 
-def _rank_map(session: Session, recipes: dict):
-    """The rank heatmap of the last decomposed variant built (hidden when none of ``recipes`` decomposes)."""
+def _rank_map(session: Session, recipes: dict) -> tuple:
+    """(its box, the rank heatmap) of the last decomposed variant built; the box hidden when none of ``recipes``
+    decomposes (a plot's own visibility cannot be toggled: it would lose its height)."""
     for slot, recipe in recipes.items():
         if any(isinstance(item, Decompose) for item in recipe.steps):
             title = f"Ranks of {slot} ({recipe.short()}), by arithmetic"
-            return gr.update(value=plots.rank_figure(recipe.size(session.info.size), title), visible=True)
-    return gr.update(visible=False)
+            return gr.update(visible=True), plots.rank_figure(recipe.size(session.info.size), title)
+    return gr.update(visible=False), gr.update()
 
 
 def _size_update(info):

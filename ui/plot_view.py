@@ -17,7 +17,8 @@ import plotly.graph_objects as go
 
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
-_TEMPLATE = '<div class="lc-plot" style="height: ${height}px"></div>'
+# A plot first drawn inside a hidden block gets its props without ``height``: fall back, never fail.
+_TEMPLATE = '<div class="lc-plot" style="height: ${typeof height === "undefined" ? 460 : height}px"></div>'
 
 _CSS = """
 .lc-plot { width: 100%; min-height: 120px; }
