@@ -275,12 +275,12 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                     api_name="load_model", show_progress_on=[model_md], **DEVICE)
         load_then_analyze = load_event.success(gpu(h.analyze), analyze_inputs, analyze_outputs,
                                                api_name="analyze_loaded", show_progress_on=[heatmap], **DEVICE)
-        calibration_inputs = [cal_source, cal_detail, cal_upload, cal_samples, cal_len]
-        build_event = build_btn.click(gpu(h.build), [view, method, level, pattern, stack, *calibration_inputs, cal_bos],
-                                      [*analyze_outputs, rank_box, rank_map], api_name="build", show_progress_on=[banner], **DEVICE)
-        versus_event = versus_btn.click(gpu(h.width_vs_depth), [view, level, selection, *calibration_inputs, cal_bos],
-                                        [*analyze_outputs, rank_box, rank_map], api_name="width_vs_depth", show_progress_on=[banner],
-                                        **DEVICE)
+        calibration_inputs = [cal_source, cal_detail, cal_upload, cal_samples, cal_len, cal_bos]
+        build_outputs = [*analyze_outputs, rank_box, rank_map]
+        build_event = build_btn.click(gpu(h.build), [view, method, level, pattern, stack, *calibration_inputs],
+                                      build_outputs, api_name="build", show_progress_on=[banner], **DEVICE)
+        versus_event = versus_btn.click(gpu(h.width_vs_depth), [view, level, selection, *calibration_inputs],
+                                        build_outputs, api_name="width_vs_depth", show_progress_on=[banner], **DEVICE)
         analyze_event = analyze_btn.click(gpu(h.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                           show_progress_on=[heatmap], **DEVICE)
         start_event = demo.load(gpu(h.startup), [view, method], [model, *load_outputs, analysis_md, stability_md],
@@ -303,9 +303,10 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                           [view, prompt, max_new, temperature, top_p, seed], gen_outputs, api_name="generate",
                           show_progress="minimal", **DEVICE)
         speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
-                                      [speed_table, speedup_plot, throughput_plot, speed_note], api_name="speed", **DEVICE)
-        memory_event = memory_btn.click(gpu(h.memory), [view], [memory_table, memory_plot, memory_note], api_name="memory",
-                                        **DEVICE)
+                                      [speed_table, speedup_plot, throughput_plot, speed_note], api_name="speed",
+                                      **DEVICE)
+        memory_event = memory_btn.click(gpu(h.memory), [view], [memory_table, memory_plot, memory_note],
+                                        api_name="memory", **DEVICE)
         bench_event = bench_btn.click(gpu(h.benchmarks), [view, tasks, limit, fewshot],
                                       [bench_table, bench_plot, view], api_name="benchmarks", **DEVICE)
         ppl_event = ppl_btn.click(gpu(h.perplexity), [view, ppl_len, ppl_windows], [bench_table, bench_plot, view],

@@ -155,7 +155,8 @@ class Handlers:
         """Score every block with ``method``, then put ``block_size`` layers it picks in the edited slot."""
         info = _need_model(session)
         if catalog.is_width(method):  # after a load with a width method picked: nothing to score
-            return *self._cut_outputs(session), f"{catalog.WIDTH_METHODS[method].label}: set its level and press *Build*."
+            label = catalog.WIDTH_METHODS[method].label
+            return *self._cut_outputs(session), f"{label}: set its level and press *Build*."
         spec = prune.METHODS[method]
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
                                          self.default_calibration, bos)
