@@ -3,6 +3,7 @@
 measured against the FLOPs ideal.
 
     PYTHONPATH=. .venv/bin/python benchmarks/lowrank.py [--windows 16] [--seq-len 512] [--ratios 0.8,0.6]
+        [--parts quality,speed,search] [--search-layers 2]
 
 Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tokens of the raw WikiText-2 test
 split (evaluation/perplexity.py, no BOS), the same windows for every model. Calibration (feature space):
@@ -35,6 +36,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="speed runs per model and batch size")
     parser.add_argument("--search-layers", type=int, default=2, help="rank search over this many last layers (0: skip)")
     parser.add_argument("--search-windows", type=int, default=10, help="WikiText-2 windows of 128 tokens to split")
+    parser.add_argument("--parts", default="quality,speed,search",
+                        help="comma list: quality (perplexity, time), speed, search (rank search)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -47,6 +50,7 @@ def main() -> None:
     data_dir = default_data_dir()
     if data_dir is None:
         raise SystemExit("No benchmark data folder: set LAYERCUT_DATA_DIR.")
+    parts = set(args.parts.split(","))
     model, tokenizer = prune.load_model()
     calibration = default_calibration(data_dir)
     ids = perplexity.token_ids(tokenizer, perplexity.wikitext2_rows(data_dir))
@@ -55,14 +59,32 @@ def main() -> None:
           f"{calibration.n_samples} × {calibration.seq_len} tokens; perplexity: {args.windows} windows × "
           f"{args.seq_len} tokens of WikiText-2 test", flush=True)
 
+    ratios = [float(r) for r in args.ratios.split(",")]
+    if "quality" in parts:
+        factored = quality(model, tokenizer, ids, calibration, ratios, args.windows, args.seq_len, total)
+    else:  # speed alone: the factors' shapes are the same in both spaces, and weight space reads no data
+        factored = {f"factored {100 * ratio:g}%": lowrank.decompose(model, None, space="weight", param_ratio=ratio)
+                    for ratio in ratios} if "speed" in parts else {}
+    if "speed" in parts:
+        decode_speed(model, factored, args.repeats, speed)
+        matrix_speed()
+    if "search" in parts and args.search_layers:
+        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_windows)
+
+
+def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: int, total: int) -> dict:
+    """Perplexity and time to decompose of the dense model and both spaces at each ratio; the feature-space models."""
+    from evaluation import perplexity
+    from prune import lowrank
+
     def ppl(m):
-        return perplexity.measure_perplexity(m, tokenizer, ids, label="m", seq_lens=(args.seq_len,), bos=(False,),
-                                             max_windows=args.windows)[0].value
+        return perplexity.measure_perplexity(m, tokenizer, ids, label="m", seq_lens=(seq_len,), bos=(False,),
+                                             max_windows=windows)[0].value
 
     rows = [("dense", "—", total, 0.0, ppl(model))]
     print(f"  {rows[-1]}", flush=True)
     factored = {}
-    for ratio in (float(r) for r in args.ratios.split(",")):
+    for ratio in ratios:
         for space in ("weight", "feature"):
             started = time.perf_counter()
             derived = lowrank.decompose(model, tokenizer, space=space, param_ratio=ratio, calibration=calibration)
@@ -73,7 +95,6 @@ def main() -> None:
             if space == "feature":
                 factored[f"feature {100 * ratio:g}%"] = derived
             del derived
-
     print("\n| space | asked | parameters | decompose time (s) | WikiText-2 perplexity |")
     print("|---|---:|---:|---:|---:|")
     for space, asked, params, seconds, value in rows:
@@ -82,11 +103,7 @@ def main() -> None:
     first = {path: rank for (layer, path), rank in ranks.items() if layer == 0}
     print(f"\nranks in every layer at {next(iter(factored))}: " + ", ".join(f"{p.rpartition('.')[2]} {r}"
                                                                         for p, r in first.items()))
-
-    decode_speed(model, factored, args.repeats, speed)
-    matrix_speed()
-    if args.search_layers:
-        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_windows)
+    return factored
 
 
 def decode_speed(model, factored: dict, repeats: int, speed) -> None:
