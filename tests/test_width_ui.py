@@ -66,16 +66,16 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
 def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visitor):
     handlers, session = visitor
     first, last = run(handlers.build(session, "wanda", 50, "unstructured", False, *CAL_INPUTS))
-    built = last[-3].cut()
+    built = last[-4].cut()
     assert built == Recipe((Sparsify.of("wanda", 0.5, calibration=built.steps[0].calibration),))
     model = handlers.backend.model(session.spec, built)
     base = handlers.backend.model(session.spec)
     owned = own_bytes(model, base)
-    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[-2]  # the estimate before = what it owns after
+    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[-3]  # the estimate before = what it owns after
     assert estimated_bytes(base, built) == owned
-    assert first[-3] == gr.update()  # the visitor's session is unchanged until the build succeeds
-    assert f"owns {text.mib(owned)}" in last[-2] and "wanda 50%" in last[-2]
-    assert last[-1]["visible"] is False  # no rank map: nothing was decomposed
+    assert first[-4] == gr.update()  # the visitor's session is unchanged until the build succeeds
+    assert f"owns {text.mib(owned)}" in last[-3] and "wanda 50%" in last[-3]
+    assert last[-2]["visible"] is False  # no rank map: nothing was decomposed
     assert "Wanda, 50 % unstructured sparsity" in last[1] and "zeros are stored densely" in last[1]
     assert (model.model.layers[0].mlp.up_proj.weight == 0).float().mean().item() == pytest.approx(0.5)
 
@@ -84,9 +84,9 @@ def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(vi
     handlers, session = visitor
     session = replace(session.with_block(1, 3, "by hand"), editing="B").with_block(2, 4, "by hand")
     *_, last = run(handlers.build(session, "magnitude", 10, "2:4", True, *CAL_INPUTS))
-    recipe = last[-3].cut("B")
+    recipe = last[-4].cut("B")
     assert recipe.steps == (DepthCut.block(LAYERS, 2, 4), Sparsify.of("magnitude", None, "2:4"))
-    assert last[-3].cut("A") == session.cut("A")  # the other slot is untouched
+    assert last[-4].cut("A") == session.cut("A")  # the other slot is untouched
     weight = handlers.backend.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
     assert ((weight.reshape(weight.shape[0], -1, 4) == 0).sum(-1) >= 2).all()
 
@@ -98,7 +98,7 @@ def test_width_against_depth_fills_both_slots_with_the_same_size(visitor):
                                                                     seq_len=32), use_cache=False)
     session = replace(session, result=result, origin="BI")
     _first, last = run(handlers.width_vs_depth(session, 80, "block", *CAL_INPUTS))
-    after = last[-3]
+    after = last[-4]
     depth, width = after.cut("A"), after.cut("B")
     n = matching_depth_layers(after.info.size, 0.8)
     start, end = result.best_block(n)
@@ -129,7 +129,7 @@ def test_bad_width_input_is_one_line_and_keeps_the_session(visitor):
 def test_memory_and_speed_say_what_zeros_cost_here(visitor):
     handlers, session = visitor
     *_, last = run(handlers.build(session, "magnitude", 10, "2:4", False, *CAL_INPUTS))
-    session = last[-3]
+    session = last[-4]
     session = replace(session, editing="B").with_cut(Recipe((Sparsify.of("magnitude", 0.5),)))
     _table, _plot, note = handlers.memory(session)
     assert "**A**: 50 % of the decoder layers' linear weights are zero" in note and "no memory saving" in note
@@ -180,18 +180,18 @@ def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monk
 def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor):
     handlers, session = visitor
     first, last = run(handlers.build(session, "lowrank-weight", 80, "unstructured", False, *CAL_INPUTS))
-    recipe = last[-3].cut()
+    recipe = last[-4].cut()
     assert recipe == Recipe((Decompose.of("weight", param_ratio=0.8),))
     model = handlers.backend.model(session.spec, recipe)
     owned = own_bytes(model, handlers.backend.model(session.spec))
-    assert f"≈ **{text.mib(owned)}**" in first[-2]
-    heat = last[-1]["value"].data[0]
+    assert f"≈ **{text.mib(owned)}**" in first[-3]
+    heat = last[-1].data[0]
     after = recipe.size(session.info.size)
-    assert last[-1]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+    assert last[-2]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                            "up_proj", "down_proj"]
     assert [row[0] for row in heat.text] == [str(layer[0].rank) for layer in after.matrices]
     assert sum(p.numel() for p in model.parameters()) == after.total  # the map's arithmetic is the built model's
-    table, _plot, _note = handlers.memory(last[-3])
+    table, _plot, _note = handlers.memory(last[-4])
     macs = dict(zip(table["Metric"], zip(table["Original"], table["A"])))
     original, decomposed = (float(str(v).replace(",", "")) for v in macs[next(k for k in macs if "multiply-adds" in k)])
     weights = lambda size: sum(m.params for layer in size.matrices for m in layer)  # noqa: E731
