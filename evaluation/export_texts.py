@@ -27,7 +27,7 @@ from prune.errors import InvalidCut, InvalidInput
 from prune.loading import _DEFAULT_GGUF, DEFAULT_MODEL
 from prune.architectures import width_of
 from prune.lowrank import ranks_of
-from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, SubLayerDrop, WidthPrune
+from prune.recipe import Decompose, DepthCut, Recipe, SubLayerDrop, WidthPrune
 from prune.sparsity import zero_fraction
 from prune.sublayers import dropped_numel
 
@@ -165,7 +165,7 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     elif drops is not None:
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
-    sparse = [item for item in recipe.steps if isinstance(item, Sparsify)]
+    sparse = recipe.sparsity  # the last sparsify step decides the zeros
     narrow = [item for item in recipe.steps if isinstance(item, WidthPrune)]
     lowrank = [item for item in recipe.steps if isinstance(item, Decompose)]
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
@@ -190,7 +190,7 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines += _drop_lines(model, drops)
     if sparse:
         lines.append(f"- Sparsity: {100 * zero_fraction(model):.1f} % of the decoder layers' linear weights are zero "
-                     f"(counted; {sparse[-1].describe()}), stored densely: the checkpoint is as large as a dense one "
+                     f"(counted; {sparse.describe()}), stored densely: the checkpoint is as large as a dense one "
                      "and runs no faster with dense kernels")
     if narrow:
         lines.append(f"- Width: {_width_words(model)} per layer, {num_params(model):,} parameters ({narrow[-1].describe()}); "

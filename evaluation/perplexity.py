@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -90,16 +91,29 @@ def measure_perplexity(model, tokenizer, ids: torch.Tensor, *, label: str, seq_l
             chunks = chunks[:max_windows]
         if len(chunks) == 0:
             raise InvalidInput(f"The text is shorter than one window of {seq_len} tokens.")
-        total, count = 0.0, 0
-        step = max(1, _TOKEN_BUDGET // seq_len)
-        for start in range(0, len(chunks), step):
-            nll, n = window_nll(model, chunks[start: start + step])
-            total, count = total + nll, count + n
-            if job is not None:
-                done = (index + (start + step) / len(chunks)) / len(settings)
-                job.update(done, f"{label}: perplexity at {seq_len} tokens{' with BOS' if with_bos else ''}")
+        message = f"{label}: perplexity at {seq_len} tokens{' with BOS' if with_bos else ''}"
+        report = None if job is None else (
+            lambda done, index=index, message=message: job.update((index + done) / len(settings), message))
+        nll, count = mean_nll(model, chunks, report=report)
         name = f"WikiText-2 perplexity (seq {seq_len}{', BOS' if with_bos else ''})"
-        out.append(Measurement(name, math.exp(total / count), "", False, model=label, group=GROUP,
+        out.append(Measurement(name, math.exp(nll), "", False, model=label, group=GROUP,
                                details={"windows": len(chunks), "tokens": count, "seq_len": seq_len, "bos": with_bos,
-                                        "nll": total / count}))
+                                        "nll": nll}))
     return out
+
+
+def mean_nll(model, chunks: torch.Tensor, *, batch: int | None = None,
+             report: Callable[[float], object] | None = None) -> tuple[float, int]:
+    """Mean negative log-likelihood per predicted token over the windows ``chunks`` [N, T], and that token count.
+
+    ``batch`` windows at a time (None: as many as fit the token budget); ``report(fraction of the
+    windows done)`` after each batch.
+    """
+    step = batch or max(1, _TOKEN_BUDGET // chunks.shape[1])
+    total, count = 0.0, 0
+    for start in range(0, len(chunks), step):
+        nll, n = window_nll(model, chunks[start: start + step])
+        total, count = total + nll, count + n
+        if report is not None:
+            report((start + step) / len(chunks))
+    return total / count, count

@@ -51,11 +51,7 @@ def perplexity_splits(tokenizer, data_dir: Path | None, *, seq_len: int = 512, w
 
     def score(part):
         def measure(model) -> float:
-            total = count = 0
-            for start in range(0, len(part), 8):
-                nll, n = perplexity.window_nll(model, part[start: start + 8])
-                total, count = total + nll, count + n
-            return math.exp(total / count)
+            return math.exp(perplexity.mean_nll(model, part, batch=8)[0])
         return measure
 
     return score(chunks[:cut]), score(chunks[cut:])

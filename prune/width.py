@@ -42,6 +42,7 @@ from .architectures import Width, decoder_layers, get_path, width_of
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput, UnsupportedArchitecture
 from .factored import Factored, Matrix, layer_matrices
+from .sequential import rows_of
 from .surgery import clone_layers
 
 IMPORTANCE = "Wanda-sp"
@@ -237,7 +238,7 @@ def importance(model: nn.Module, tokenizer, calibration: Calibration | None = No
 
 def unit_scores(writer: nn.Module, squares: torch.Tensor, units: int) -> torch.Tensor:
     """Per unit: Σ over its input columns j of mean_i |W_ij| · ‖X_j‖₂; ``squares`` is Σ_tokens X_j², [inputs]."""
-    rows = _rows(writer).float()  # [outputs, inputs]
+    rows = rows_of(writer).float()  # [outputs, inputs]
     columns = (rows.abs() * squares.float().sqrt()[None, :]).mean(0)  # [inputs]
     return columns.view(units, -1).sum(1)  # each unit's columns are consecutive
 
@@ -392,18 +393,13 @@ def _writer(entries) -> tuple[str, str]:
     return found
 
 
-def _rows(module: nn.Module) -> torch.Tensor:
-    """The weight as [outputs, inputs] (GPT-2's Conv1D stores it [inputs, outputs])."""
-    return module.weight.detach().t() if isinstance(module, Conv1D) else module.weight.detach()
-
-
 def _dims(module: nn.Module) -> tuple[int, int]:
     """(outputs, inputs) of a matrix; (size, 1) of a vector (a norm's weight)."""
     if isinstance(module, Factored):
         raise UnsupportedArchitecture("Width pruning cannot slice a projection held as low-rank factors: prune the "
                                       "width before decomposing.")
     weight = module.weight
-    return (weight.shape[0], 1) if weight.dim() == 1 else tuple(_rows(module).shape)
+    return (weight.shape[0], 1) if weight.dim() == 1 else tuple(rows_of(module).shape)
 
 
 def _weight_dim(module: nn.Module, axis: str) -> int:
