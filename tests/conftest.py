@@ -118,3 +118,16 @@ def one_thread_for_tiny_models(request):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def assert_read_sequentially(seen: list, derived, model, ids) -> None:
+    """Each layer's recorded calibration inputs ``seen`` are ``derived``'s own (the outputs of the layers
+    already changed before it), and past the first layer no longer the original ``model``'s."""
+    from prune.hidden import residual_stream
+
+    after, before = residual_stream(derived, ids), residual_stream(model, ids)
+    assert len(seen) == len(after) - 1
+    for index, hidden in enumerate(seen):
+        torch.testing.assert_close(hidden, after[index], rtol=1e-4, atol=1e-5)
+        if index > 0:
+            assert not torch.allclose(hidden, before[index], atol=1e-3)

@@ -26,7 +26,7 @@ from prune.recipe import Decompose, Recipe, WidthPrune, recipe_of
 from prune.sequential import matrices, rows_of
 from prune.width import size_of
 
-from conftest import REPO, TINY_CONFIGS, tiny_model
+from conftest import REPO, TINY_CONFIGS, assert_read_sequentially, tiny_model
 
 CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:8000], n_samples=8, seq_len=64)
 PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250]])
@@ -156,15 +156,7 @@ def test_each_layer_is_calibrated_on_the_outputs_of_the_decomposed_layers_before
     monkeypatch.setattr(lowrank, "moments", recording)
     model = tiny_model("qwen2", 4)
     derived = lowrank.decompose(model, tiny_tokenizer, param_ratio=0.7, calibration=CAL)
-    ids = token_windows(tiny_tokenizer, CAL)
-    from prune.hidden import residual_stream
-
-    after, before = residual_stream(derived, ids), residual_stream(model, ids)
-    assert len(seen) == 4
-    for index, hidden in enumerate(seen):
-        torch.testing.assert_close(hidden, after[index], rtol=1e-4, atol=1e-5)
-        if index > 0:
-            assert not torch.allclose(hidden, before[index], atol=1e-3)
+    assert_read_sequentially(seen, derived, model, token_windows(tiny_tokenizer, CAL))
 
 
 # ---------------------------------------------------------------- whole models

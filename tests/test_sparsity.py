@@ -18,12 +18,11 @@ from prune import sparsity
 from prune.architectures import decoder_layers
 from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput, UnknownMethod
-from prune.hidden import residual_stream
 from prune.recipe import Recipe, Sparsify, recipe_of
 from prune.sparsegpt import count, lowest, sparsegpt
 from prune.sparsity import matrices, rows_of, sparse_copy_bytes, zero_fraction
 
-from conftest import REPO, tiny_model
+from conftest import REPO, assert_read_sequentially, tiny_model
 
 ARCHS = ("llama", "qwen2", "gpt2", "gpt_neox", "opt")
 CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:6000], n_samples=6, seq_len=32)
@@ -159,13 +158,7 @@ def test_each_layer_is_calibrated_on_the_outputs_of_the_pruned_layers_before_it(
     monkeypatch.setattr(sparsity, "_statistics", recording)
     model = tiny_model("qwen2", layers=4)  # sliding-window and full-attention layers: each keeps its own mask
     sparse = prune.sparsify(model, tiny_tokenizer, "sparsegpt", 0.5, calibration=CAL)
-    ids = token_windows(tiny_tokenizer, CAL)
-    pruned_inputs, original_inputs = residual_stream(sparse, ids), residual_stream(model, ids)
-    assert len(seen) == 4
-    for index, hidden in enumerate(seen):
-        torch.testing.assert_close(hidden, pruned_inputs[index], rtol=1e-4, atol=1e-5)
-        if index > 0:
-            assert not torch.allclose(hidden, original_inputs[index], atol=1e-3)
+    assert_read_sequentially(seen, sparse, model, token_windows(tiny_tokenizer, CAL))
 
 
 def test_a_sparse_model_saves_and_reloads_with_plain_transformers(tiny_tokenizer, tmp_path):
