@@ -18,7 +18,10 @@ After the chosen cut (or, with --full, on the original) one more step may follow
   --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
   --width RATIO                                 remove heads and MLP channels until RATIO of the parameters stay
   --decompose feature|weight --param_ratio R    factor every projection at low rank until R of the parameters stay
-(several: width, then low rank, then sparsity).
+  --heal lora|last_layers [--heal_steps N] [--heal_budget_s S]
+                                                retrain briefly on WikiText-2 *validation* (after another step only);
+                                                prints WikiText-2 *test* perplexity before and after healing
+(several: width, then low rank, then sparsity, then healing).
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.
@@ -58,6 +61,8 @@ from prune.methods import METHODS, options_for_cut, sleb
 from prune.paths import safe_name, write_atomic
 from prune.calibration import BOS_CHOICES, Calibration
 from prune.lowrank import SPACES
+from prune.heal import METHODS as HEAL_METHODS
+from prune.heal_step import Heal
 from prune.recipe import Decompose, Recipe, Sparsify, WidthPrune
 from prune.selection import LAYERS, SELECTIONS, chosen_recipe
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
@@ -111,14 +116,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="then factor every projection in feature space (Chavan et al. 2024) or weight space (SVD)")
     parser.add_argument("--param_ratio", type=float, default=None,
                         help="with --decompose: the fraction of the parameters kept (0.8: 80 %%)")
+    parser.add_argument("--heal", choices=HEAL_METHODS, default=None,
+                        help="then retrain briefly: LoRA, merged (Shortened LLaMA), or the last layers, final norm and "
+                             "LM head (Lu et al. 2024), on WikiText-2 validation; test perplexity is never trained on")
+    parser.add_argument("--heal_steps", type=int, default=None,
+                        help="with --heal: optimizer steps (default: lora " + str(_default_steps("lora"))
+                             + ", last_layers " + str(_default_steps("last_layers")) + ")")
+    parser.add_argument("--heal_budget_s", type=float, default=None,
+                        help="with --heal: stop after the step that crosses this many seconds")
     parser.add_argument("--levels", default=None,
                         help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
                         help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
     parser.add_argument("--ppl_seq_len", type=int, default=512,
-                        help="with --sparsity_sweep: tokens per WikiText-2 perplexity window (default 512)")
+                        help="with --sparsity_sweep or --heal: tokens per WikiText-2 perplexity window (default 512)")
     parser.add_argument("--ppl_windows", type=int, default=16,
-                        help="with --sparsity_sweep: WikiText-2 perplexity windows (default 16)")
+                        help="with --sparsity_sweep or --heal: WikiText-2 perplexity windows (default 16)")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
@@ -165,14 +178,16 @@ def _check_mode(args) -> None:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
     if args.drop and args.method is None:
         raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
-    adds_step = args.sparsify is not None or args.width is not None or args.decompose is not None
+    adds_step = args.sparsify is not None or args.width is not None or args.decompose is not None or args.heal is not None
+    if (args.heal_steps is not None or args.heal_budget_s is not None) and args.heal is None:
+        raise InvalidInput("--heal_steps and --heal_budget_s go with --heal lora|last_layers.")
     if (args.sparsity is not None or args.pattern != "unstructured") and args.sparsify is None:
         raise InvalidInput("--sparsity and --pattern go with --sparsify METHOD.")
     if (args.decompose is None) != (args.param_ratio is None):
         raise InvalidInput("--decompose feature|weight and --param_ratio R go together.")
     if adds_step and (args.sweep is not None or args.sparsity_sweep):
-        raise InvalidInput("--sparsify, --width and --decompose add a step to a compared model: not with --sweep or "
-                           "--sparsity_sweep.")
+        raise InvalidInput("--sparsify, --width, --decompose and --heal add a step to a compared model: not with "
+                           "--sweep or --sparsity_sweep.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
     if args.full and args.export_dir and not adds_step:
@@ -209,8 +224,14 @@ def _calibration(args, backend: Backend) -> Calibration:
     return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
 
 
-def _extra_steps(args, calibration: Calibration) -> list:
-    """The checked --width, --decompose and --sparsify steps, in the order they apply."""
+def _default_steps(method: str) -> int:
+    from prune.heal import DEFAULTS
+
+    return DEFAULTS[method]["steps"]
+
+
+def _extra_steps(args, calibration: Calibration, data_dir=None) -> list:
+    """The checked --width, --decompose, --sparsify and --heal steps, in the order they apply."""
     steps = []
     if args.width is not None:
         steps.append(WidthPrune.of(args.width, calibration))
@@ -218,6 +239,9 @@ def _extra_steps(args, calibration: Calibration) -> list:
         steps.append(Decompose.of(args.decompose, param_ratio=args.param_ratio, calibration=calibration))
     if args.sparsify is not None:
         steps.append(Sparsify.of(args.sparsify, args.sparsity, args.pattern, calibration))
+    if args.heal is not None:
+        text = Calibration(source="wikitext2", path=str(data_dir) if data_dir else None, bos=calibration.bos)
+        steps.append(Heal.of(args.heal, args.heal_steps, args.heal_budget_s, text))
     return steps
 
 
@@ -281,7 +305,7 @@ def run(args, progress=None) -> Path | None:
     except OSError as err:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
     spec = ModelSpec(name=args.model or prune.DEFAULT_MODEL, dtype=args.dtype or "auto", token=args.token)
-    steps = _extra_steps(args, _calibration(args, backend))  # checked before the model loads
+    steps = _extra_steps(args, _calibration(args, backend), backend.data_dir)  # checked before the model loads
     if args.sparsity_sweep:
         return _sparsity_sweep(args, backend, spec, request, out_dir, progress)
     info = backend.load(spec, progress=progress)
@@ -323,8 +347,36 @@ def run(args, progress=None) -> Path | None:
     (out_dir / "comparison.md").write_text(header + "\n" + table)
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
     print(table)
+    if args.heal:
+        _print_healing(args, backend, spec, cuts)
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
+
+
+def _print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recipe]) -> None:
+    """WikiText-2 test perplexity (never trained on) of the original and of each compared model before and after
+    healing, and what each heal did."""
+    unhealed = {f"{mode} before healing": Recipe(recipe.steps[:-1], recipe.origin) for mode, recipe in cuts.items()}
+    found = backend.perplexity(spec, {**unhealed, **cuts}, seq_lens=(args.ppl_seq_len,), bos=(False,),
+                               max_windows=args.ppl_windows)
+    ppl = {m.model: m.value for m in found}
+    windows = found[0].details["windows"]
+    print(f"\nHealing trained on WikiText-2 validation (its last windows held out); perplexity below is on "
+          f"WikiText-2 test, never trained on ({windows} windows of {args.ppl_seq_len} tokens). Zero-shot tasks "
+          f"above are not what healing on WikiText targets.")
+    print(f"| model | WikiText-2 test perplexity |\n|---|---|\n| {ORIGINAL} | {ppl[ORIGINAL]:.2f} |")
+    for mode, recipe in cuts.items():
+        record = getattr(backend.model(spec, recipe).config, "layercut_healed", {})
+        before, after = ppl[f"{mode} before healing"], ppl[mode]
+        gap = before - ppl[ORIGINAL]
+        won = f", {100 * (before - after) / gap:.0f} % of the gap to the original won back" if gap > 0 else ""
+        print(f"| {mode} before healing | {before:.2f} |\n| {mode} healed | {after:.2f}{won} |")
+        print(f"{mode}: {recipe.steps[-1].describe()}; {record.get('steps_done')} steps done, held-out loss "
+              f"{_pair(record.get('heldout_loss'))}, training loss {_pair(record.get('train_loss'))}")
+
+
+def _pair(values) -> str:
+    return " → ".join(f"{v:.3f}" for v in values) if values and None not in values else "?"
 
 
 def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from prune.heal import head_params, owned_params as healed_params
+from prune.heal_step import Heal
 from prune.lowrank import owned_params as lowrank_params
 from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune
 from prune.sparsity import sparse_copy_bytes
@@ -39,7 +41,7 @@ def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
 
 def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
     """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy,
-    the smaller matrices its width step builds, the factors its low-rank step makes.
+    the smaller matrices its width step builds, the factors its low-rank step makes, what its heal step trains.
 
     Depth cuts are applied (they are cheap views) so that a later step counts only kept layers; after
     a width step the matrices are counted by arithmetic (their share of the layers' parameters).
@@ -55,6 +57,9 @@ def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
             total, built = owned_params(size, after) * element, False
         elif isinstance(item, Decompose):
             total += lowrank_params(size, item.plan(size)) * element
+        elif isinstance(item, Heal):  # LoRA copies the matrices earlier steps may already own; last layers add theirs
+            found = healed_params(size, item.method, item.option, head_params(base), copied=total > 0) * element
+            total = max(total, found) if item.method == "lora" else total + found
         elif isinstance(item, DepthCut) and built:
             model = item.apply(model)
         size = after

@@ -9,12 +9,15 @@ Public API::
     sparse = prune.sparsify(model, tokenizer, "wanda", 0.5)  # or pattern="2:4"; also untouched
     narrow = prune.shrink_width(model, tokenizer, param_ratio=0.8)  # fewer heads and MLP channels; untouched
     factored = prune.decompose(model, tokenizer, space="feature", param_ratio=0.8)  # low-rank factors; untouched
+    healed = prune.heal(pruned, tokenizer, method="lora")  # a short retraining, merged; ``pruned`` untouched
 """
 
 __version__ = "0.2.0"
 
 from .calibration import Calibration  # noqa: E402
 from .errors import LayerCutError  # noqa: E402
+from .heal import heal  # noqa: E402
+from .heal_step import Heal  # noqa: E402  (registers the recipe step "heal")
 from .loading import DEFAULT_MODEL, load_model  # noqa: E402
 from .lowrank import decompose  # noqa: E402
 from .methods import METHODS  # noqa: E402
@@ -25,5 +28,5 @@ from .sparsity import sparsify  # noqa: E402
 from .surgery import cut, remove_layers  # noqa: E402
 from .width import shrink_width  # noqa: E402
 
-__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "ImportanceResult", "LayerCutError", "METHODS", "cut", "decompose",
-           "load_model", "remove_layers", "score", "shrink_width", "sparsify"]
+__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Heal", "ImportanceResult", "LayerCutError", "METHODS", "cut", "decompose",
+           "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]

@@ -419,6 +419,11 @@ class Recipe:
     steps: tuple = ()
     origin: str = field(default="", compare=False)
 
+    def __post_init__(self):
+        if self.steps and getattr(self.steps[0], "follows", False):
+            raise InvalidInput(f"A {self.steps[0].kind} step follows a cut, a sparsification or a decomposition; "
+                               f"it cannot come first.")
+
     @classmethod
     def cut(cls, num_layers: int, layers: Iterable[int], origin: str = "") -> Recipe:
         """The one-step recipe that removes ``layers`` (checked)."""
@@ -457,6 +462,7 @@ class Recipe:
     def sublayer_drop(self) -> SubLayerDrop | None:
         """The first attention/MLP drop, which decides the blocks the UI shows as dropped."""
         return next((s for s in self.steps if isinstance(s, SubLayerDrop)), None)
+
     def size(self, size: Size) -> Size:
         """The parameter count of the variant of a model of ``size`` (steps without ``resize`` keep it), by arithmetic."""
         for item in self.steps:
