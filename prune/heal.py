@@ -19,9 +19,10 @@ Where LayerCut differs from their code, on purpose, so that a default heal takes
   instruction tuning on Alpaca-cleaned (50k prompts, loss on the answers). Perplexity is
   reported on WikiText-2 *test*, never trained on; zero-shot tasks are not targeted by this text.
 * Length: ``steps`` optimizer steps of ``batch`` windows of ``seq_len`` tokens (defaults in
-  :data:`DEFAULTS`: tens of steps of 4 × 256 tokens) instead of 2 epochs of 64 × 256.
-* Learning rate: higher (LoRA 1e-3, theirs 1e-4; last layers 1e-4, theirs 1e-5) for so few
-  steps; warm-up is the first tenth of the steps (theirs: 100 steps). Gradient norm clipped at
+  :data:`DEFAULTS`: 30 (LoRA) or 40 steps of 4 × 256 tokens, about 30k–40k tokens) instead of 2
+  epochs of 64 × 256 (theirs: micro-batches of 4, 16 accumulated).
+* Learning rate: higher for so few steps (LoRA 1e-3, theirs 1e-4 in the scripts, 3e-4 default;
+  last layers 3e-4, theirs 1e-5); warm-up is the first tenth of the steps (theirs: 100 steps). Gradient norm clipped at
   1.0 as the Hugging Face Trainer they use does; float32 (theirs: fp16 on GPUs).
 * Held-out loss: the last ``heldout`` windows of the same text are never trained on; their loss is
   reported before training, every ``eval_every`` steps and at the end (theirs: 2,000 held-out
@@ -55,8 +56,8 @@ METHODS = ("lora", "last_layers")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 COMMON = {"lr": None, "batch": 4, "seq_len": 256, "heldout": 16, "eval_every": 10, "seed": 0, "clip": 1.0}
 DEFAULTS = {  # every option a method takes, with its default; ``steps`` is the default length
-    "lora": {**COMMON, "steps": 40, "lr": 1e-3, "rank": 8, "alpha": 16, "dropout": 0.05, "targets": LORA_TARGETS},
-    "last_layers": {**COMMON, "steps": 60, "lr": 1e-4, "layers": 3, "head": True},
+    "lora": {**COMMON, "steps": 30, "lr": 1e-3, "rank": 8, "alpha": 16, "dropout": 0.05, "targets": LORA_TARGETS},
+    "last_layers": {**COMMON, "steps": 40, "lr": 3e-4, "layers": 3, "head": True},
 }
 HEALED_FIELD = "layercut_healed"  # the healed model's config records what was done here
 

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,8 @@ import prune
 
 from conftest import REPO
 from evaluation import benchmark, lm_eval_adapter
-from prune.calibration import default_calibration
+from prune.calibration import Calibration, default_calibration
+from prune.heal_step import Heal
 from prune.recipe import Decompose, Recipe, Sparsify, WidthPrune
 
 
@@ -194,3 +196,28 @@ def test_sparsity_sweep_mode_prints_the_table_and_writes_json(tiny_folder, tmp_p
     assert data["accuracy"]["magnitude"][0] == data["dense_accuracy"]
     row = next(line for line in out.splitlines() if line.startswith("| magnitude |"))
     assert row.startswith(f"| magnitude | {100 * data['dense_accuracy']:.2f} / {data['dense_perplexity']:.4g} |")
+
+
+def test_heal_follows_the_cut_and_reports_held_out_perplexity_before_and_after(tiny_folder, tmp_path, capsys,
+                                                                               data_dir):
+    code, out, err = _run(capsys, "--personalized", "--start_block", 1, "--end_block", 1, "--heal", "last_layers",
+                          "--heal_steps", 2, "--ppl_seq_len", 128, "--ppl_windows", 2, "--model", tiny_folder,
+                          "--task", "arc_easy", "--limit", 2, "--output_folder", tmp_path, "--data_dir", data_dir)
+    assert code == 0, err
+    config = json.loads((tmp_path / "results_personalized_last-3_2.json").read_text())["config"]
+    text = Calibration(source="wikitext2", path=str(data_dir))
+    assert Recipe.from_json(config["recipe"]) == Recipe.block(4, 1, 2).then(Heal.of("last_layers", 2, text=text))
+    assert "Healing trained on WikiText-2 validation" in out and "on WikiText-2 test, never trained on" in out
+    mode = "personalized_last-3_2"
+    ppl = dict(re.findall(r"^\| ([\w -]+?) \| ([\d.]+)", out.split("Healing trained on")[1], re.M))
+    assert set(ppl) == {"original", f"{mode} before healing", f"{mode} healed"}
+    assert ppl[f"{mode} before healing"] != ppl[f"{mode} healed"]
+    assert f"{mode}: last-layers healing (the last 3 layers, final norm and LM head), 2 steps" in out
+    assert "2 steps done, held-out loss " in out
+
+
+def test_heal_alone_or_its_options_alone_are_one_line_errors(tiny_folder, tmp_path, capsys):
+    code, _, err = _run(capsys, "--full", "--heal", "lora", "--model", tiny_folder, "--output_folder", tmp_path)
+    assert code == 2 and err.strip().splitlines()[-1].startswith("layercut-benchmark: error: A heal step follows")
+    code, _, err = _run(capsys, "--full", "--heal_steps", 3, "--output_folder", tmp_path)
+    assert code == 2 and "--heal_steps and --heal_budget_s go with --heal" in err

@@ -1,0 +1,99 @@
+"""Healing a cut of the default model: WikiText-2 test perplexity and hellaswag before and after, time per method.
+
+    .venv/bin/python benchmarks/heal.py [--start 15 --end 21] [--ppl_windows 64] [--hellaswag 200]
+
+The cut removes layers ``[start, end)`` (end exclusive); each method of :mod:`prune.heal` then
+heals it with its default budget on WikiText-2 *validation* (its last windows held out for the
+held-out loss). Perplexity is on WikiText-2 *test* (never trained on), the first windows of 128
+tokens; "gap won" is the share of the perplexity lost to the cut that healing won back. hellaswag
+acc_norm on the first N questions is a zero-shot task healing on WikiText does not target. Each
+heal's wall time includes its held-out evaluations. Everything goes through the Backend the app
+uses; results go to a fresh cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=int, default=15, help="first layer cut (0-based)")
+    parser.add_argument("--end", type=int, default=21, help="end of the cut, exclusive")
+    parser.add_argument("--methods", default="lora,last_layers", help="comma list of healing methods")
+    parser.add_argument("--steps", type=int, default=None, help="healing steps (default: each method's default)")
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
+    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
+    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
+    args = parser.parse_args()
+    cache = tempfile.mkdtemp(prefix="layercut-bench-")
+    models = os.path.join(os.environ.get("LAYERCUT_CACHE") or os.path.expanduser("~/.cache/layercut"), "models")
+    if os.path.isdir(models):  # reuse the dequantized default model
+        os.symlink(models, os.path.join(cache, "models"))
+    os.environ["LAYERCUT_CACHE"] = cache
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    try:
+        run(args)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def run(args) -> None:
+    import torch
+
+    from evaluation import lm_eval_adapter
+    from evaluation.backend import Backend
+    from evaluation.measurement import ORIGINAL
+    from evaluation.models import ModelSpec
+    from prune.calibration import Calibration
+    from prune.heal_step import Heal
+    from prune.recipe import Recipe
+
+    backend = Backend(data_dir=args.data_dir)
+    spec = ModelSpec()
+    info = backend.load(spec)
+    text = Calibration(source="wikitext2", path=str(backend.data_dir) if backend.data_dir else None)
+    cut = Recipe.block(info.num_layers, args.start, args.end, origin="by hand")
+    variants = {"cut": cut}
+    timing = {}
+    print(f"{info.name}: {info.num_layers} layers; cut {cut.describe()}; threads {torch.get_num_threads()}")
+    for method in args.methods.split(","):
+        recipe = cut.then(Heal.of(method, args.steps, text=text))
+        started = time.perf_counter()
+        healed = backend.model(spec, recipe)
+        timing[method] = (time.perf_counter() - started, healed.config.layercut_healed)
+        variants[method] = recipe
+        print(f"{method}: {recipe.steps[-1].describe()}", flush=True)
+
+    ppl = {m.model: m.value for m in backend.perplexity(spec, variants, seq_lens=(128,), bos=(False,),
+                                                        max_windows=args.ppl_windows)}
+    gap = ppl["cut"] - ppl[ORIGINAL]
+    rows = {f"WikiText-2 test ppl ({args.ppl_windows} × 128)": {k: f"{v:.2f}" for k, v in ppl.items()},
+            "gap to the original won back": {k: f"{100 * (ppl['cut'] - ppl[k]) / gap:.0f} %" for k in timing}}
+    if args.hellaswag:
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+        found = backend.benchmarks(spec, variants, request, batch_size=16)
+        acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
+        rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
+    rows["healing wall time (s)"] = {k: f"{s:.0f}" for k, (s, _) in timing.items()}
+    rows["steps done (steps/s)"] = {k: f"{r['steps_done']} ({r['steps_done'] / s:.2f})" for k, (s, r) in timing.items()}
+    rows["held-out loss (validation tail)"] = {
+        k: " → ".join(f"{v:.3f}" for v in r["heldout_loss"]) for k, (_, r) in timing.items()}
+    rows["training loss (first → last batch)"] = {
+        k: " → ".join(f"{v:.3f}" for v in r["train_loss"]) for k, (_, r) in timing.items()}
+
+    columns = [ORIGINAL, "cut", *timing]
+    print()
+    print("| | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(row.get(c, "—") for c in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()
