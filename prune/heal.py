@@ -35,6 +35,11 @@ are exactly zero stay zero (a sparse variant keeps its pattern: the merged LoRA 
 0.03 % of the dequantized SmolLM2's, stay zero too). Low-rank factored projections heal with ``last_layers``
 (the factors are trained); LoRA refuses them. Seeded: the same model, text and options heal to
 the same weights (on the same machine and thread count), unless ``budget_s`` stops early.
+
+Measured (benchmarks/heal.py, 2026-11-22, 2 busy CPU cores): SmolLM2-135M cut [15, 21) has WikiText-2
+test perplexity 202.3 (original 64.0); LoRA's 30 default steps bring it to 86.6 (84 % of the gap
+won back, 275 s), the last layers' 40 steps to 113.1 (64 %, 366 s). hellaswag acc_norm (200
+questions, ± 3.5) moved within its noise: original 47.0, cut 44.5, LoRA 42.5, last layers 45.0.
 """
 
 from __future__ import annotations
@@ -102,7 +107,7 @@ def heal(model: nn.Module, tokenizer, *, method: str = "lora", steps: int | None
 
     ``text``: a :class:`Calibration` naming the source (its window settings are not used), an inline
     string, or None for WikiText-2 validation from the data folder. ``budget_s`` stops after the
-    step that crosses it. ``callback(step, steps, train_loss, heldout_loss)`` is called at step 0
+    step that crosses it (the learning-rate schedule spans ``steps``, so it stops part-way). ``callback(step, steps, train_loss, heldout_loss)`` is called at step 0
     (before training) and after every step; ``progress(fraction, message)`` too (raising cancels).
     The healed config's ``layercut_healed`` records the method, options and steps done.
     """
