@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,11 +23,14 @@ from prune.devices import default_device
 from prune.errors import InvalidInput, LayerCutError
 from prune.methods import get_method
 from prune.methods.context import Context
+from prune import rank_search
 from prune.paths import digest
+from prune.rank_search import Point, SearchResult
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import generation, lm_eval_adapter, memory, perplexity, reuse, sparse_kernels, sparsity_sweep, speed, sweep
+from . import (generation, lm_eval_adapter, memory, perplexity, reuse, search_splits, sparse_kernels, sparsity_sweep,
+               speed, sweep)
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
@@ -39,6 +42,14 @@ from .sweep import SweepReport
 from .variants import Side, VariantCache, estimated_bytes, own_bytes
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
+
+
+@dataclass(frozen=True)
+class RankSearchDone:
+    """A finished rank search and the recipe that rebuilds its model (cached as that recipe's variant)."""
+
+    result: SearchResult
+    recipe: Recipe | None  # None when every projection stayed dense
 MAX_VARIANTS = 2
 _MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
@@ -367,6 +378,43 @@ class Backend:
             return sparsity_sweep.sweep_levels(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
                                                batch_size=batch_size, store=ResultStore(enabled=use_cache),
                                                identify=lambda recipe: self._key(base, recipe), job=job)
+
+    def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
+                    tolerance: float = 0.5, limit: int | None = 40, layers=None, projections=None, steps: int = 10,
+                    calibration: Calibration | None = None, progress: Progress | None = None,
+                    owner: str | None = None) -> Iterator[Point | RankSearchDone]:
+        """The surgical rank search on the original (:mod:`prune.rank_search`) as it goes, one job of ``owner``.
+
+        Yields the original's :class:`~prune.rank_search.Point`, one after each projection (scored on
+        the test split after each layer), then :class:`RankSearchDone` with the recipe that rebuilds the
+        searched model (None if no projection could be lowered), which is cached as that recipe's
+        variant (so comparisons find it built).
+        ``criterion`` and ``tolerance``: see :func:`evaluation.search_splits.criterion_splits`; the search
+        split is the first fifth. Stop cancels between candidates.
+        """
+        calibration = None if space == "weight" else calibration or self.default_calibration
+
+        def run():
+            with self.jobs.run("the rank search", progress, owner=owner) as job:
+                base = self._base(spec)
+                search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
+                                                                     self.data_dir, limit=limit)
+                checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
+                found = None
+                for found in rank_search.searching(base.model, base.tokenizer, search=checked[0], test=checked[1],
+                                                   tolerance=bound, space=space, projections=projections,
+                                                   layers=layers, steps=steps, calibration=calibration,
+                                                   test_each_layer=True, progress=job.update):
+                    if isinstance(found, rank_search.Point):
+                        yield found
+                recipe = None
+                if found.ranks:  # else every projection stayed dense: nothing to compare
+                    recipe = Recipe((found.step(calibration),),
+                                    origin=f"surgical rank search on {criterion} (tolerance {tolerance:g})")
+                    self.variants.put(base, recipe, found.model)
+                yield RankSearchDone(found, recipe)
+
+        return run()
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""

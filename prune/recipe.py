@@ -486,7 +486,7 @@ class Recipe:
         if derived is not model:
             if derived.config is model.config:
                 raise RuntimeError(f"A recipe step shared the original's config: {self.describe()}")
-            setattr(derived.config, CONFIG_FIELD, self.to_json())
+            stamp(derived, self)
         return derived
 
     def describe(self) -> str:
@@ -510,6 +510,11 @@ def _span(progress: Progress | None, index: int, steps: int) -> Progress | None:
     if progress is None:
         return None
     return lambda fraction, message: progress((index + fraction) / steps, message)
+
+
+def stamp(model: nn.Module, recipe: Recipe) -> None:
+    """Record ``recipe`` in ``model``'s config (its own config, never the original's)."""
+    setattr(model.config, CONFIG_FIELD, recipe.to_json())
 
 
 def recipe_of(model: nn.Module) -> Recipe | None:
