@@ -17,13 +17,16 @@ import pandas as pd
 import prune
 from evaluation.models import ModelSpec
 from evaluation.offline_tasks import SUPPORTED_TASKS, default_data_dir
+from evaluation.search_splits import WIKITEXT
 from prune.calibration import BOS_CHOICES
 from prune.loading import ensure_embedded_model
+from prune.lowrank import SPACES
 from prune.paths import cache_root
 from prune.selection import SELECTIONS
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from ui import catalog, plots, text
 from ui.handlers import Handlers
+from ui.search_handlers import SearchHandlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
 from ui.number_input import NumberInput
 from ui.session import SLOTS, Session
@@ -71,6 +74,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
     policy = policy or Policy.from_env()
     exports.remove_leftovers(cache_root() / "exports")  # a killed export's staging folders
     h = Handlers(backend, policy, default_model)
+    searches = SearchHandlers(h)
     methods = list(prune.METHODS.values())
     first = methods[0]
     sources = [s for s in CALIBRATION_SOURCES if not (policy.shared and s == "file")]
@@ -158,6 +162,24 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                             export_btn = gr.Button("Save as a Hugging Face checkpoint")
                             export_md = gr.Markdown()
                             export_files = gr.File(label="Download", file_count="multiple")
+                with gr.Accordion("Surgical rank search (low-rank): lower each projection's rank while a score "
+                                  "holds", open=False, elem_id="search-box"):
+                    gr.Markdown(text.RANK_SEARCH_HELP)
+                    with gr.Row(equal_height=True):
+                        search_space = gr.Radio(list(SPACES), value=SPACES[0], label="Space", elem_id="search-space")
+                        search_on = gr.Dropdown([WIKITEXT, *SUPPORTED_TASKS], value=WIKITEXT, label="Score",
+                                                elem_id="search-on")
+                        search_tol = NumberInput(0.5, label="Tolerance (points, or % per projection)", minimum=0,
+                                                 elem_id="search-tolerance")
+                        search_limit = NumberInput(40, label="Windows (256 tokens) or questions (0 = all)",
+                                                   minimum=0, elem_id="search-limit")
+                        search_layers = NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers")
+                        search_names = gr.Textbox("", label="Projections (empty: all)", elem_id="search-names")
+                        search_btn = gr.Button("Search ranks", variant="primary", elem_id="search-btn", scale=0,
+                                               min_width=160)
+                    search_md = gr.Markdown(elem_id="search-summary")
+                    search_plot = PlotView(plots.empty_figure("Search to see parameters against the scores"),
+                                           height=420, elem_id="search-plot")
 
             # -------------------------------------------------- 5. compare: generation
             with gr.Tab("Generate", id="generate"):
@@ -314,12 +336,18 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         sweep_event = sweep_btn.click(gpu(h.sweep), [view, sweep_task, sweep_k, sweep_limit],
                                       [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
 
+        search_event = search_btn.click(
+            gpu(searches.rank_search), [view, search_space, search_on, search_tol, search_limit, search_layers,
+                                        search_names, *calibration_inputs],
+            [search_plot, search_md, *cut_outputs, rank_box, rank_map], api_name="rank_search",
+            show_progress_on=[search_md], **DEVICE)
         sparse_event = sparse_btn.click(gpu(h.sparsity_sweep), [view, sparse_task, sparse_levels, sparse_methods,
                                                                  sparse_limit, sparse_windows],
                                         [sparse_plot, sparse_table], api_name="sparsity_sweep", **DEVICE)
 
         running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
-                   speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event, stability_event]
+                   speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event, stability_event,
+                   search_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

@@ -92,14 +92,25 @@ def criterion_splits(criterion: str, tolerance: float, tokenizer, data_dir: Path
     (``limit`` documents; ``tolerance`` the accuracy points below the original allowed)."""
     if criterion == WIKITEXT:
         search, test = perplexity_splits(tokenizer, data_dir, seq_len=PPL_SEQ_LEN, windows=limit, share=share)
-        return search, test, Tolerance(higher_is_better=False, growth=tolerance / 100)
-    search, test = task_splits(criterion, tokenizer, data_dir, share=share, limit=limit, batch_size=batch_size)
-    return search, test, Tolerance(higher_is_better=True, delta=tolerance)
+    else:
+        search, test = task_splits(criterion, tokenizer, data_dir, share=share, limit=limit, batch_size=batch_size)
+    return search, test, tolerance_for(criterion, tolerance)
+
+
+def tolerance_for(criterion: str, tolerance: float) -> Tolerance:
+    """Perplexity (:data:`WIKITEXT`): ``tolerance`` % growth per projection; a task: accuracy points."""
+    if criterion == WIKITEXT:
+        return Tolerance(higher_is_better=False, growth=tolerance / 100)
+    return Tolerance(higher_is_better=True, delta=tolerance)
+
+
+def metric_name(criterion: str) -> str:
+    return "WikiText-2 perplexity" if criterion == WIKITEXT else f"{criterion} accuracy (%)"
 
 
 def format_search(result: SearchResult, criterion: str) -> str:
     """A markdown table of the original against the searched model, the path after each layer, and the ranks."""
-    what = "perplexity" if criterion == WIKITEXT else f"{criterion} accuracy (%)"
+    what = metric_name(criterion)
     lines = [f"| surgical rank search ({result.space} space) | parameters | search-split {what} | "
              f"test-split {what} |", "|---|---:|---:|---:|",
              f"| original | {result.params[0]:,} | {result.search[0]:.2f} | {result.test[0]:.2f} |",

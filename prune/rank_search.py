@@ -60,10 +60,15 @@ class Tolerance:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidInput(f"The tolerance's {name} is a number of at least 0, not {value!r}.")
 
-    def allows(self, score: float, original: float, visited: int) -> bool:
+    def bound(self, original: float, visited: int) -> float:
+        """The worst search score allowed after ``visited`` projections."""
         if self.higher_is_better:
-            return score >= original - self.delta
-        return score <= original * (1 + self.growth) ** visited
+            return original - self.delta
+        return original * (1 + self.growth) ** visited
+
+    def allows(self, score: float, original: float, visited: int) -> bool:
+        bound = self.bound(original, visited)
+        return score >= bound if self.higher_is_better else score <= bound
 
 
 @dataclass(frozen=True)

@@ -325,3 +325,27 @@ def test_sparsity_sweep_plots_each_method_against_the_level(page):
     page.wait_for_selector("#sparse-plot .lc-plot .scatterlayer", timeout=30_000)
     page.wait_for_timeout(500)
     page.locator("#sparse-plot").screenshot(path=str(ASSETS / "screenshot-sparsity-sweep.png"))
+
+
+def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
+    """The surgical rank search of the last layer: progress lines while it runs, then the searched model in A."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.get_by_text("Surgical rank search (low-rank)").click()
+    page.locator("#search-space").get_by_label("weight").check()
+    page.fill("#search-limit input", "10")
+    page.fill("#search-layers input", "1")
+    page.locator("#search-btn").scroll_into_view_if_needed()
+    page.click("#search-btn")
+    page.wait_for_function("document.querySelector('#search-summary').innerText.includes('Layer 29')",
+                           timeout=300_000)  # a projection decided, the search still running
+    page.wait_for_selector("#search-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_function("document.querySelector('#search-summary').innerText.includes('Searched:')",
+                           timeout=600_000)
+    summary = page.inner_text("#search-summary")
+    assert "WikiText-2 perplexity" in summary and "It is now A" in summary
+    assert "weight-space low-rank decomposition at" in banner(page) and "searched ranks" in banner(page)
+    page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
+    page.locator("#search-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#search-box").screenshot(path=str(ASSETS / "screenshot-rank-search.png"))

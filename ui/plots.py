@@ -352,3 +352,34 @@ def rank_figure(size, title: str) -> go.Figure:
     fig.update_xaxes(title="projection")
     fig.update_yaxes(title="layer", autorange="reversed")
     return _layout(fig, title=dict(text=title), margin=dict(l=60, r=20, t=60, b=50))
+
+
+def rank_search_figure(points, metric: str, bound: float | None = None) -> go.Figure:
+    """A rank search so far: its search-split score after each projection and its test-split score after each
+    layer, against the parameters kept (% of the original, falling left to right); the original's scores dashed,
+    the tolerance's bound on the search score dotted. ``points[0]`` is the original."""
+    original, steps = points[0], points[1:]
+    kept = [100 * p.params / original.params for p in points]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=kept, y=[p.search for p in points], name="search split", mode="lines+markers",
+                             line=dict(color=PRUNED, width=3),
+                             text=["original"] + [f"layer {p.layer} {p.path.rpartition('.')[2]}: "
+                                                  f"{'dense' if p.rank is None else f'rank {p.rank}'}" for p in steps],
+                             hovertemplate="%{text}<br>%{x:.2f} % of the parameters: %{y:.4g}<extra></extra>"))
+    tested = [(k, p) for k, p in zip(kept, points) if p.test is not None]
+    fig.add_trace(go.Scatter(x=[k for k, _ in tested], y=[p.test for _, p in tested], name="test split (after each "
+                             "layer)", mode="lines+markers", line=dict(color=SECOND, width=3),
+                             hovertemplate="%{x:.2f} % of the parameters: %{y:.4g}<extra></extra>"))
+    span = [min(kept), 100.0]
+    for value, name, dash in ((original.search, "original, search split", "dash"),
+                              (original.test, "original, test split", "dot")):
+        fig.add_trace(go.Scatter(x=span, y=[value, value], name=name, mode="lines", hoverinfo="skip",
+                                 line=dict(color=ORIGINAL, dash=dash, width=1.5)))
+    if bound is not None:
+        fig.add_trace(go.Scatter(x=span, y=[bound, bound], name="tolerance (search split)", mode="lines",
+                                 hoverinfo="skip", line=dict(color="#e45756", dash="dot", width=1.5)))
+    fig.update_xaxes(title="parameters kept (% of the original)", autorange="reversed")
+    fig.update_yaxes(title=metric)
+    fig = _layout(fig, title=dict(text=f"Surgical rank search: {metric} against parameters"),
+                  margin=dict(l=60, r=20, t=60, b=110))
+    return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
