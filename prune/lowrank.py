@@ -47,7 +47,7 @@ Where LayerCut differs from the authors' code, on purpose:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 import torch
@@ -219,10 +219,9 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
     if not found:
         return derived
     if space == "weight" or not sequential:
-        bases = original_bases(model, tokenizer, space, found, calibration, batch_size)
-        for index, layer in enumerate(decoder_layers(derived)):
-            for path, rank in record[index].items():
-                put(layer, path, factored_module(layer.get_submodule(path), bases[(index, path)], rank))
+        layers = decoder_layers(derived)
+        for (index, path), basis in original_bases(model, tokenizer, space, found, calibration, batch_size):
+            put(layers[index], path, factored_module(layers[index].get_submodule(path), basis, found[(index, path)]))
             report((index + 1) / count, f"{space.capitalize()}-space decomposition: layer {index + 1} of {count}")
         return derived
     _need_tokenizer(tokenizer)
@@ -250,29 +249,30 @@ def _need_tokenizer(tokenizer) -> None:
 
 @torch.no_grad()
 def original_bases(model: nn.Module, tokenizer, space: str, keep: Ranks, calibration: Calibration | None = None,
-                   batch_size: int = 8) -> dict[tuple[int, str], Basis]:
-    """The basis of every (layer, path) in ``keep``, cut to its first ``keep[(layer, path)]`` directions, read on
-    ``model`` as it is (feature space: one pass of the calibration windows through its layers)."""
+                   batch_size: int = 8) -> Iterator[tuple[tuple[int, str], Basis]]:
+    """((layer, path), basis) for every entry of ``keep``, layer by layer, each basis cut to its first
+    ``keep[(layer, path)]`` directions and read on ``model`` as it is (feature space: one pass of the calibration
+    windows through its layers). One at a time, so that a caller can use each before the next is computed."""
     layers = decoder_layers(model)
     if space == "weight":
-        return {(i, path): weight_basis(rows_of(layers[i].get_submodule(path))).first(rank)
-                for (i, path), rank in keep.items()}
+        for (i, path), rank in sorted(keep.items()):
+            yield (i, path), weight_basis(rows_of(layers[i].get_submodule(path))).first(rank)
+        return
     _need_tokenizer(tokenizer)
     windows = token_windows(tokenizer, calibration or Calibration()).to(next(model.parameters()).device)
     hidden, calls = layer_calls(model, windows, batch_size)
     wanted: dict[int, list[str]] = {}
-    for i, path in keep:
+    for i, path in sorted(keep):
         wanted.setdefault(i, []).append(path)
-    found = {}
     for index, layer in enumerate(layers[: max(wanted) + 1]):
         own = [c[index] for c in calls]
         if index in wanted:
             seen = moments(layer, wanted[index], hidden, own)
             for path in wanted[index]:
-                found[(index, path)] = feature_basis(layer.get_submodule(path), seen[path]).first(keep[(index, path)])
+                yield (index, path), feature_basis(layer.get_submodule(path), seen[path]).first(keep[(index, path)])
+            del seen
         if index < max(wanted):
             hidden = run_layer(layer, hidden, own)
-    return found
 
 
 def put(layer: nn.Module, path: str, module: nn.Module) -> None:

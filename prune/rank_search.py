@@ -133,7 +133,7 @@ def searching(model: nn.Module, tokenizer=None, *, search: Score, test: Score, t
     report = progress or (lambda _fraction, _message: None)
     report(0.0, f"Rank search: reading the bases of {len(targets)} projections…")
     keep = {(i, m.path): math.ceil(m.outputs * m.inputs / (m.outputs + m.inputs)) for i, m in targets}
-    bases = original_bases(model, tokenizer, space, keep, calibration, batch_size)  # no candidate reaches further
+    bases = dict(original_bases(model, tokenizer, space, keep, calibration, batch_size))  # none reaches further
     working = clone_layers(model)  # changed projection by projection; the original never is
     layers_of = decoder_layers(working)
     originals = {(i, m.path): decoder_layers(model)[i].get_submodule(m.path) for i, m in targets}
