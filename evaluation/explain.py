@@ -191,7 +191,7 @@ class CutFeedback:
         """The common result shape: the original's values (KL 0, agreement 100 %) and ``label``'s."""
         details = {"tokens": self.tokens, "seconds": self.seconds, "resumed_at": self.resumed_at}
         rows = [("slice perplexity", self.original_perplexity, self.perplexity, "", False),
-                ("KL from the original", 0.0, self.kl, "nats/token", False),
+                ("KL from the original", 0.0, self.kl, "nats/token", None),  # no ratio to the original's 0
                 ("top-1 agreement", 100.0, self.agreement_pct, "%", True)]
         return [m for name, orig, value, unit, better in rows for m in (
             Measurement(name, orig, unit, better, model=ORIGINAL, group=GROUP),
