@@ -42,9 +42,16 @@ def cross(probs: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
 
 def compare(reference: Reference, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per position: KL(original ‖ other) in nats and whether the top-1 tokens agree; logits [..., V]."""
+    kl, agree, _ = scores(reference, logits)
+    return kl, agree
+
+
+def scores(reference: Reference, logits: torch.Tensor, targets: torch.Tensor | None = None):
+    """:func:`compare`, and the negative log-likelihood of each of ``targets`` [...] (else None), from one softmax."""
     logq = F.log_softmax(logits.float(), dim=-1)
-    kl = reference.neg_entropy - cross(reference.probs, logq)
-    return kl.clamp_min(0.0), logq.argmax(dim=-1) == reference.top1
+    kl = (reference.neg_entropy - cross(reference.probs, logq)).clamp_min(0.0)
+    nll = None if targets is None else -logq.gather(-1, targets.unsqueeze(-1).to(logq.device)).squeeze(-1)
+    return kl, logq.argmax(dim=-1) == reference.top1, nll
 
 
 def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:

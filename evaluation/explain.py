@@ -210,8 +210,7 @@ def feedback(states: States, recipe: Recipe, variant: nn.Module | None = None,
     """Perplexity, mean KL and top-1 agreement of ``recipe``'s model against the original on ``states``' ids."""
     started = time.perf_counter()
     logits, at = states.logits(recipe, variant, check)
-    kl, agree = agreement.compare(states.reference, logits[:, :-1])
-    nll = agreement.token_nll(logits[:, :-1], states.ids[:, 1:])
+    kl, agree, nll = agreement.scores(states.reference, logits[:, :-1], states.ids[:, 1:])
     return CutFeedback(perplexity=math.exp(nll.mean().item()), original_perplexity=math.exp(states.nll.mean().item()),
                        kl=kl.mean().item(), agreement_pct=100.0 * agree.float().mean().item(), tokens=kl.numel(),
                        seconds=time.perf_counter() - started, resumed_at=at)
