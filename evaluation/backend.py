@@ -429,8 +429,10 @@ class Backend:
         slice) and runs beside any other job: not under the device lock, which a visitor's long job may hold
         for minutes, but one feedback at a time, on private hook-free copies of the shared weights (see
         ``evaluation.explain``). Any other recipe is built and run whole under the device lock. A newer call of
-        the same ``owner`` cancels an older one still running (it raises ``Cancelled``); results are cached.
+        the same ``owner`` (None: one anonymous caller) cancels an older one still running or waiting (that one
+        raises ``Cancelled``), as does the owner's Stop; results are cached.
         """
+        superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
         self.load(spec, progress=progress, owner=owner)
         base = self._base(spec)
         cal = explain.feedback_slice(calibration or self.default_calibration)
@@ -440,7 +442,10 @@ class Backend:
             return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
         resumes = explain.resume_layer(recipe, base.info.num_layers) is not None
         with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
-            check = self.explainer.ticket(owner, job.check)
+            def check():
+                job.check()
+                superseded()
+
             variant = None if resumes else self.variants.get(base, recipe, _building(job, recipe.short()))
             found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant, check)
         store.put(key, found.to_json())

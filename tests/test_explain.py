@@ -259,6 +259,34 @@ def test_two_visitors_feedback_beside_a_long_job_do_not_change_each_others_numbe
             {(alone[who].kl, alone[who].agreement_pct, alone[who].perplexity)}
 
 
+def test_a_newer_release_cancels_the_same_visitors_older_one(backend, spec):
+    outcome = {}
+
+    def release(name, recipe, owner="visitor"):
+        try:
+            outcome[name] = backend.cut_feedback(spec, recipe, calibration=SLICE, use_cache=False, owner=owner)
+        except Cancelled as err:
+            outcome[name] = err
+
+    backend.explainer._turn.acquire()  # another feedback is running
+    try:
+        older = threading.Thread(target=release, args=("older", Recipe.block(4, 0, 1)))
+        older.start()
+        while not backend.jobs.busy("visitor"):
+            older.join(0.01)
+        other = threading.Thread(target=release, args=("other", Recipe.block(4, 2, 3), "someone else"))
+        newer = threading.Thread(target=release, args=("newer", Recipe.block(4, 1, 2)))
+        other.start()
+        newer.start()
+        older.join(timeout=10)
+        assert isinstance(outcome.get("older"), Cancelled)  # left the queue while the lock was still held
+    finally:
+        backend.explainer._turn.release()
+    newer.join(timeout=60)
+    other.join(timeout=60)
+    assert outcome["newer"].resumed_at == 1 and outcome["other"].resumed_at == 2
+
+
 def test_divergence_marks_where_answers_part_and_the_kl_strip(backend, spec):
     variants = {"same": Recipe(), "cut": Recipe.block(4, 1, 3)}
     report = backend.divergence(spec, variants, "The quick brown fox", max_new_tokens=8)
