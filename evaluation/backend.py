@@ -421,9 +421,10 @@ class Backend:
     # ------------------------------------------------------------ explaining a cut
 
     def cut_feedback(self, spec: ModelSpec, recipe: Recipe, *, calibration: Calibration | None = None,
+                     windows: int = explain.FEEDBACK_WINDOWS, seq_len: int = explain.FEEDBACK_SEQ_LEN,
                      use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> CutFeedback:
         """Perplexity, mean KL and top-1 agreement of ``recipe``'s model against the original, on a small fixed
-        slice of ``calibration`` (default: the backend's; see ``explain.feedback_slice``), for feedback on a drag.
+        slice of ``calibration`` (default: the backend's): ``windows`` × ``seq_len`` tokens, for feedback on a drag.
 
         A cut or drop resumes from the original's residual stream (computed on the first call per model and
         slice) and runs beside any other job: not under the device lock, which a visitor's long job may hold
@@ -435,7 +436,7 @@ class Backend:
         superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
         self.load(spec, progress=progress, owner=owner)
         base = self._base(spec)
-        cal = explain.feedback_slice(calibration or self.default_calibration)
+        cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
         store = ResultStore(enabled=use_cache)
         key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
         if (cached := store.get(key)) is not None:

@@ -50,9 +50,10 @@ GROUP = "agreement"
 Check = Callable[[], object]
 
 
-def feedback_slice(calibration: Calibration) -> Calibration:
-    """The small fixed slice feedback reads: the first of ``calibration``'s evenly spread windows, fewer of them."""
-    return replace(calibration, n_samples=FEEDBACK_WINDOWS, seq_len=FEEDBACK_SEQ_LEN)
+def feedback_slice(calibration: Calibration, windows: int = FEEDBACK_WINDOWS,
+                   seq_len: int = FEEDBACK_SEQ_LEN) -> Calibration:
+    """The small fixed slice feedback reads: ``windows`` windows of ``seq_len`` tokens spread evenly over the text."""
+    return replace(calibration, n_samples=windows, seq_len=seq_len)
 
 
 def resume_layer(recipe: Recipe, num_layers: int) -> int | None:

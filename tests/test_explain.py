@@ -225,6 +225,7 @@ def test_backend_feedback_resumes_caches_and_equals_the_library(backend, spec):
     whole = backend.cut_feedback(spec, Recipe.block(4, 1, 2).then(Sparsify.of("magnitude", 0.5)), calibration=SLICE,
                                  use_cache=False)  # built and run whole, under the device lock
     assert whole.resumed_at is None and whole.kl > 0 and whole.tokens == found.tokens
+    assert backend.cut_feedback(spec, cut, calibration=SLICE, windows=3, seq_len=16, use_cache=False).tokens == 3 * 15
     rows = {(m.name, m.model): m.value for m in found.measurements("A")}
     assert rows[("top-1 agreement", "original")] == 100.0 and rows[("KL from the original", "A")] == found.kl
 
