@@ -29,8 +29,9 @@ from prune.rank_search import Point, SearchResult
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import (generation, lm_eval_adapter, memory, perplexity, reuse, search_splits, sparse_kernels, sparsity_sweep,
-               speed, sweep)
+from . import (explain, generation, lm_eval_adapter, logit_lens, memory, perplexity, reuse, search_splits,
+               sparse_kernels, sparsity_sweep, speed, sweep)
+from .explain import CutFeedback, DivergenceReport
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
@@ -74,6 +75,7 @@ class Backend:
         self.variants = VariantCache()
         self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
         self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()
+        self.explainer = explain.Explainer()
 
     # ------------------------------------------------------------ models
 
@@ -415,6 +417,65 @@ class Backend:
                 yield RankSearchDone(found, recipe)
 
         return run()
+
+    # ------------------------------------------------------------ explaining a cut
+
+    def cut_feedback(self, spec: ModelSpec, recipe: Recipe, *, calibration: Calibration | None = None,
+                     windows: int = explain.FEEDBACK_WINDOWS, seq_len: int = explain.FEEDBACK_SEQ_LEN,
+                     use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> CutFeedback:
+        """Perplexity, mean KL and top-1 agreement of ``recipe``'s model against the original, on a small fixed
+        slice of ``calibration`` (default: the backend's): ``windows`` × ``seq_len`` tokens, for feedback on a drag.
+
+        A cut or drop resumes from the original's residual stream (computed on the first call per model and
+        slice) and runs beside any other job: not under the device lock, which a visitor's long job may hold
+        for minutes, but one feedback at a time, on private hook-free copies of the shared weights (see
+        ``evaluation.explain``). Any other recipe is built and run whole under the device lock. A newer call of
+        the same ``owner`` (None: one anonymous caller) cancels an older one still running or waiting (that one
+        raises ``Cancelled``), as does the owner's Stop; results are cached.
+        """
+        superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
+        self.load(spec, progress=progress, owner=owner)
+        base = self._base(spec)
+        cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
+        store = ResultStore(enabled=use_cache)
+        key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
+        if (cached := store.get(key)) is not None:
+            return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
+        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None
+        with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
+            def check():
+                job.check()
+                superseded()
+
+            variant = None if resumes else self.variants.get(base, recipe, _building(job, recipe.short()))
+            found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant, check)
+        store.put(key, found.to_json())
+        return found
+
+    def divergence(self, spec: ModelSpec, variants: Variants, prompt: str, *, max_new_tokens: int = 64,
+                   answers: Mapping[str, list[int]] | None = None, progress: Progress | None = None,
+                   owner: str | None = None) -> DivergenceReport:
+        """Where each compressed model's answer leaves the original's greedy one, and teacher-forced on that
+        answer, its per-token KL and top-1 agreement (see ``explain.divergence``).
+
+        ``answers``: a column's own generated ids (the ``token_ids`` a generation state carries); a column
+        without them is answered greedily here.
+        """
+        settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
+        with self.jobs.run("the divergence", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            job.update(0.0, "Answering greedily and comparing token by token…")
+            return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
+                                      answers=answers, check=job.check)
+
+    def logit_lens(self, spec: ModelSpec, variants: Variants, prompt: str, *, last: int | None = 24,
+                   progress: Progress | None = None, owner: str | None = None) -> dict[str, logit_lens.LogitLens]:
+        """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
+        with self.jobs.run("the logit lens", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            job.update(0.0, "Reading every layer's residual stream…")
+            return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
+                                          check=job.check))
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""

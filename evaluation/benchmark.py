@@ -17,6 +17,10 @@ Modes (one of):
                                                 surgical rank search of the last N layers' projections, then the
                                                 searched model compared like a cut
 
+With a cut mode (or a step), --explain compares each compressed model with the original on a small fixed
+slice of the calibration text (perplexity of both, mean KL and top-1 next-token agreement) instead of
+running the tasks; it writes ``explain.json``.
+
 After the chosen cut (or, with --full, on the original) one more step may follow:
   --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
   --width RATIO                                 remove heads and MLP channels until RATIO of the parameters stay
@@ -31,6 +35,7 @@ Examples::
     python -m evaluation.benchmark --full --task arc_easy,piqa --limit 200
     python -m evaluation.benchmark --method sublayer --num_layers 10 --drop attention --task hellaswag
     python -m evaluation.benchmark --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
+    python -m evaluation.benchmark --personalized --start_block 15 --end_block 20 --explain
     python -m evaluation.benchmark --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
     python -m evaluation.benchmark --rank_search feature --search_layers 4 --task arc_easy --limit 200
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
@@ -67,7 +72,7 @@ from prune.selection import LAYERS, SELECTIONS, chosen_recipe
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
 
-from . import lm_eval_adapter, zigzag_output
+from . import explain, lm_eval_adapter, zigzag_output
 from .backend import Backend
 from .measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from .models import ModelSpec
@@ -152,6 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scorer", default=lm_eval_adapter.DEFAULT_SCORER, choices=sorted(lm_eval_adapter.SCORERS),
                         help="fast: each context run once (same log-likelihoods as hflm); hflm: lm-eval's own")
     parser.add_argument("--no_cache", action="store_true", help="neither read nor write the results cache")
+    parser.add_argument("--explain", action="store_true",
+                        help="instead of tasks: perplexity, mean KL and top-1 agreement with the original on a small "
+                             "slice of the calibration text (with a cut mode or a step)")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     zigzag_output.add_arguments(parser)
     return parser
@@ -199,6 +207,11 @@ def _check_mode(args) -> None:
     if args.rank_search is not None and (args.search_limit < 0 or args.tolerance < 0 or
                                          (args.search_layers is not None and args.search_layers < 1)):
         raise InvalidInput("--search_limit and --tolerance are at least 0, --search_layers at least 1.")
+    if args.explain and (args.sweep is not None or args.sparsity_sweep or args.export_dir or
+                         (args.full and not adds_step)):
+        raise InvalidInput("--explain compares a compressed model with the original: use it with a cut mode "
+                           "(--personalized, --method, --persistence, --rank_search) or a step, without --sweep, "
+                           "--sparsity_sweep or --export_dir.")
     if args.full and args.export_dir and not adds_step:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
@@ -335,6 +348,8 @@ def run(args, progress=None) -> Path | None:
         if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
+    if args.explain:
+        return _explain(args, backend, spec, info, cuts, out_dir, progress)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
               "tasks": list(request.names), "limit": args.limit, "num_fewshot": args.num_fewshot,
               "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
@@ -365,6 +380,28 @@ def run(args, progress=None) -> Path | None:
     (out_dir / "comparison.md").write_text(header + "\n" + table)
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
     print(table)
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _explain(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str, Recipe], out_dir: Path,
+             progress) -> Path:
+    """--explain: each compressed model beside the original on the feedback slice; no task runs."""
+    calibration = _calibration(args, backend)
+    measurements, record = [], {}
+    for mode, recipe in cuts.items():
+        found = backend.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
+                                     progress=progress)
+        how = f"resumed from layer {found.resumed_at}" if found.resumed else "run whole"
+        print(f"{mode}: {recipe.describe()}: {found.summary()} ({found.tokens} tokens, {how})", flush=True)
+        measurements += found.measurements(PRUNED if len(cuts) == 1 else mode)
+        record[mode] = {"cut": recipe.describe(), "recipe": recipe.to_json(), **found.to_json()}
+    slice_ = explain.feedback_slice(calibration)
+    _write_json(out_dir / "explain.json", {
+        "model": info.name, "num_layers": info.num_layers, "slice": {"source": slice_.source, "windows": slice_.n_samples,
+                                                                    "seq_len": slice_.seq_len},
+        "kl": "KL(original || compressed), nats per token", "cuts": record, "layercut_version": prune.__version__})
+    print(to_markdown(measurements))
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
 
