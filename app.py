@@ -25,6 +25,7 @@ from prune.paths import cache_root
 from prune.selection import SELECTIONS
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from ui import catalog, plots, text
+from ui.explain_handlers import ExplainHandlers
 from ui.handlers import Handlers
 from ui.search_handlers import SearchHandlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
@@ -55,6 +56,7 @@ CSS = """
 EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "A": [], "B": []})
 DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one heavy job at a time; others queue
 LIGHT = dict(concurrency_limit=None, show_progress="hidden")
+FEEDBACK = dict(concurrency_limit=None, show_progress="minimal")  # beside the device's jobs (one at a time inside)
 
 
 def launch_options() -> dict:
@@ -75,6 +77,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
     exports.remove_leftovers(cache_root() / "exports")  # a killed export's staging folders
     h = Handlers(backend, policy, default_model)
     searches = SearchHandlers(h)
+    explains = ExplainHandlers(h)
     methods = list(prune.METHODS.values())
     first = methods[0]
     sources = [s for s in CALIBRATION_SOURCES if not (policy.shared and s == "file")]
@@ -134,6 +137,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                     label="Which compressed model the range, the heatmap and the presets edit")
                     clear_btn = gr.Button("Clear this cut", scale=1, min_width=140, elem_id="clear-cut")
                 layer_range = LayerRange(elem_id="layer-range")
+                feedback_md = gr.Markdown(elem_id="cut-feedback")
                 convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
                 with gr.Row():
                     with gr.Column(scale=2):
@@ -310,10 +314,17 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
 
         slot.input(h.edit_slot, [view, slot], cut_outputs, api_name="edit_slot", **LIGHT)
         clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
-        layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
-        heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
-        best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs, api_name="best_block",
-                       **LIGHT)
+        # Each choice of a cut is followed by its numbers against the original (a newer one supersedes).
+        for event, name in ((layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut",
+                                                 **LIGHT), "feedback_after_release"),
+                            (heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT),
+                             "feedback_after_click"),
+                            (best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs,
+                                            api_name="best_block", **LIGHT), "feedback_after_best")):
+            event.success(explains.feedback, [view], [feedback_md], api_name=name, **FEEDBACK)
+        for event, name in ((start_event, "feedback_after_startup"), (analyze_event, "feedback_after_analyze"),
+                            (load_then_analyze, "feedback_after_load")):  # also computes the original's states once
+            event.success(explains.feedback, [view], [feedback_md], api_name=name, **FEEDBACK)
         named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
         stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
                                               api_name="stability", show_progress_on=[stability_md], **DEVICE)

@@ -112,6 +112,9 @@ def test_dragging_a_handle_changes_the_cut(page):
         return box["x"] + thumb / 2 + (box["width"] - thumb) * boundary / layers
 
     y = box["y"] + box["height"] / 2
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('agrees on')",
+                           timeout=120_000)  # the startup cut's numbers (the original's states computed once)
+    before = page.inner_text("#cut-feedback")
     page.mouse.move(x_of(end), y)
     page.mouse.down()
     page.mouse.move(x_of(end + 4), y, steps=8)
@@ -122,6 +125,11 @@ def test_dragging_a_handle_changes_the_cut(page):
     wait_banner(page, f"[{start}, {end + 4})")
     assert f"({end + 4 - start} of 30)" in banner(page)
     assert "parameters" in banner(page) and "%" in banner(page)
+    released = time.perf_counter()
+    page.wait_for_function("b => { const t = document.querySelector('#cut-feedback').innerText; "
+                           "return t.includes('agrees on') && t !== b; }", arg=before, timeout=60_000)
+    TIMINGS["release → agreement, KL and perplexity shown"] = time.perf_counter() - released
+    assert "A against the original" in page.inner_text("#cut-feedback")
 
 
 def test_clicking_a_heatmap_cell_selects_that_block(page):
