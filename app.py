@@ -206,6 +206,10 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                             gen_outputs.append(gr.Textbox(label=title, lines=9, max_lines=20, interactive=False,
                                                           elem_id=f"out-{label}", elem_classes="gen-out"))
                             gen_outputs.append(gr.Markdown(elem_id=f"stats-{label}"))
+                answers = gr.State({})  # the last generation's token ids per column
+                divergence_md = gr.Markdown(elem_id="divergence")
+                divergence_plot = PlotView(plots.empty_figure("Generate with a cut to see where the answers part"),
+                                           height=300, elem_id="divergence-strip")
 
             # -------------------------------------------------- 5. compare: speed and memory
             with gr.Tab("Speed & memory", id="speed"):
@@ -333,8 +337,12 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
 
         # The streaming text is the progress; "minimal" still shows a waiting visitor its place in the queue.
         gen_event = gr.on([gen_btn.click, prompt.submit], gpu(h.generate),
-                          [view, prompt, max_new, temperature, top_p, seed], gen_outputs, api_name="generate",
-                          show_progress="minimal", **DEVICE)
+                          [view, prompt, max_new, temperature, top_p, seed], [*gen_outputs, answers],
+                          api_name="generate", show_progress="minimal", **DEVICE)
+        divergence_event = gen_event.success(
+            gpu(explains.divergence), [view, prompt, max_new, answers],
+            [gen_outputs[2], gen_outputs[4], divergence_plot, divergence_md], api_name="divergence",
+            show_progress_on=[divergence_md], **DEVICE)
         speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
                                       [speed_table, speedup_plot, throughput_plot, speed_note], api_name="speed",
                                       **DEVICE)
@@ -357,8 +365,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                         [sparse_plot, sparse_table], api_name="sparsity_sweep", **DEVICE)
 
         running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
-                   speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event, stability_event,
-                   search_event]
+                   divergence_event, speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event,
+                   stability_event, search_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

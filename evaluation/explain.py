@@ -280,6 +280,7 @@ class Divergence:
     kl: tuple[float, ...]  # per token of the original's answer, teacher-forced: KL(original ‖ it) in nats
     agree: tuple[bool, ...]  # per token: its most likely next token is the original's
     resumed_at: int | None
+    parts: tuple[str, str] = ("", "")  # its own answer's text before and from the first divergent token
 
     @property
     def agreement_pct(self) -> float:
@@ -337,5 +338,8 @@ def divergence(sides: Sequence, tokenizer, prompt: str, *, max_new_tokens: int =
         logits, at = states.logits(side.recipe, side.model, check)
         kl, agree = agreement.compare(states.reference, logits[:, :-1])
         first = agreement.first_divergence(prompt_ids + answer, prompt_ids + own, len(prompt_ids))
-        columns[side.label] = Divergence(first, tuple(kl[0, start:].tolist()), tuple(agree[0, start:].tolist()), at)
+        cut = len(own) if first is None else first
+        parts = tuple(tokenizer.decode(piece, skip_special_tokens=True) for piece in (own[:cut], own[cut:]))
+        columns[side.label] = Divergence(first, tuple(kl[0, start:].tolist()), tuple(agree[0, start:].tolist()), at,
+                                         parts)
     return DivergenceReport(tuple(prompt_ids), tuple(answer), tuple(tokenizer.decode([t]) for t in answer), columns)

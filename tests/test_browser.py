@@ -180,6 +180,13 @@ def test_generation_streams_both_outputs_side_by_side(page):
     assert len(growing) >= 2, seen  # both columns showed partial text before the end
     assert page.inner_text("#stats-A").count("time to first token") == 1
     assert "no B cut" in page.input_value("#out-B textarea")
+    page.wait_for_function("document.querySelector('#divergence').innerText.includes('agrees on')", timeout=120_000)
+    caption = page.inner_text("#divergence")
+    assert caption.startswith("A agrees on") and "teacher-forced" in caption
+    if "leaves the original's answer at token" in caption:  # the mark sits in A's own text
+        page.wait_for_function("document.querySelector('#out-A textarea').value.includes('leaves the original here')")
+    page.wait_for_selector("#divergence-strip .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)
 
 

@@ -307,6 +307,11 @@ def test_divergence_marks_where_answers_part_and_the_kl_strip(backend, spec):
     made_up = answer[:2] + [(answer[2] + 1) % 320] + answer[3:] if len(answer) > 2 else answer + [1]
     told = backend.divergence(spec, variants, "The quick brown fox", max_new_tokens=8, answers={"cut": made_up})
     assert told.columns["cut"].first == min(2, len(answer))
+    decode = backend.pool.get(spec).tokenizer.decode  # the column's own text, split where it leaves the original
+    first = told.columns["cut"].first
+    assert told.columns["cut"].parts == (decode(made_up[:first], skip_special_tokens=True),
+                                         decode(made_up[first:], skip_special_tokens=True))
+    assert same.parts[1] == "" and same.parts[0] == decode(answer, skip_special_tokens=True)
     assert "agrees on" in cut.caption()
 
 

@@ -43,3 +43,29 @@ def test_a_superseded_release_changes_nothing(visitor, monkeypatch):
 
     monkeypatch.setattr(explains.h.backend, "cut_feedback", superseded)
     assert explains.feedback(session.with_block(1, 2, "chosen by hand")) == gr.update()
+
+
+def test_after_a_generation_each_column_is_marked_where_it_leaves_the_original(visitor):
+    explains, session = visitor
+    session = session.with_block(1, 5, "chosen by hand")
+    states = list(explains.h.generate(session, "The quick brown fox", 12, 0, 1, 0))
+    *_shown, answers = states[-1]
+    assert set(answers) == {"original", "A"}
+    text_a, text_b, figure, caption = explains.divergence(session, "The quick brown fox", 12, answers)
+    report = explains.h.backend.divergence(session.spec, session.variants(), "The quick brown fox",
+                                           max_new_tokens=12, answers={"A": answers["A"]})
+    column = report.columns["A"]
+    assert text_b == gr.update()  # no B
+    if column.first is None:
+        assert text_a == gr.update() and "follows the original's answer to the end" in caption
+    else:
+        assert text_a["value"] == column.parts[0] + " ⟦▶ leaves the original here⟧ " + column.parts[1]
+        assert f"leaves the original's answer at token {column.first}" in caption
+    assert f"**A** agrees on {column.agreement_pct:.0f} % of next tokens" in caption
+    assert list(figure.data[0].y) == pytest.approx(list(column.kl)) and len(figure.data) == 1
+
+
+def test_divergence_without_a_cut_or_answers_shows_nothing(visitor):
+    explains, session = visitor
+    *texts, _figure, caption = explains.divergence(session, "Hi", 8, {"original": [1, 2]})
+    assert texts == [gr.update(), gr.update()] and caption == ""

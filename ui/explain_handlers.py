@@ -1,5 +1,5 @@
-"""Explaining the cut in the page: numbers beside the range on every release (see
-:meth:`evaluation.backend.Backend.cut_feedback`)."""
+"""Explaining the cut in the page: numbers beside the range on every release, and after a generation where each
+compressed answer leaves the original's (see :meth:`evaluation.backend.Backend.cut_feedback` and ``divergence``)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import gradio as gr
 
 from evaluation.jobs import Cancelled
 
-from .handlers import Handlers, _owner, user_errors
-from .session import Session
+from . import inputs, plots, text
+from .handlers import Handlers, _need_model, _owner, reporter, user_errors
+from .session import SLOTS, Session
+
+MARK = " ⟦▶ leaves the original here⟧ "
 
 
 class ExplainHandlers:
@@ -34,3 +37,27 @@ class ExplainHandlers:
         took = "cached" if found.cached else f"{found.seconds:.1f} s, {how}"
         return (f"**{session.editing} against the original** on {found.tokens} next tokens of the calibration text: "
                 f"**{found.summary()}** · {took}")
+
+    @user_errors
+    def divergence(self, session: Session, prompt: str, max_new_tokens, answers: dict | None,
+                   request: gr.Request = None, progress=gr.Progress()):
+        """After a generation: each compressed column marked where its answer leaves the original's greedy one,
+        and, teacher-forced on that answer, each column's per-token KL strip and top-1 agreement.
+
+        Outputs: the A and B texts, the strip chart, its caption.
+        """
+        _need_model(session)
+        variants = session.variants()
+        if not variants or not answers:
+            return gr.update(), gr.update(), plots.empty_figure("Generate with a cut to see where the answers part"), ""
+        report = self.h.backend.divergence(
+            session.spec, variants, inputs.prompt(prompt, self.h.policy),
+            max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
+            answers={label: ids for label, ids in answers.items() if label in variants},
+            progress=reporter(progress), owner=_owner(request))
+        marked = []
+        for slot in SLOTS:
+            column = report.columns.get(slot)
+            marked.append(gr.update() if column is None or column.first is None else
+                          gr.update(value=column.parts[0] + MARK + column.parts[1]))
+        return *marked, plots.divergence_figure(report), text.divergence_markdown(report)

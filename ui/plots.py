@@ -383,3 +383,22 @@ def rank_search_figure(points, metric: str, bound: float | None = None) -> go.Fi
     fig = _layout(fig, title=dict(text=f"Surgical rank search: {metric} against parameters"),
                   margin=dict(l=60, r=20, t=60, b=110))
     return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+
+
+def divergence_figure(report) -> go.Figure:
+    """Per token of the original's greedy answer (teacher-forced), each compressed model's KL to the original: a thin
+    strip, a hollow marker where its most likely next token differs from the original's."""
+    x = list(range(len(report.answer_ids)))
+    labels = [f"{i}: {token!r}" for i, token in enumerate(report.answer_tokens)]
+    fig = go.Figure()
+    for (label, column), color in zip(report.columns.items(), (PRUNED, SECOND)):
+        fig.add_trace(go.Scatter(x=x, y=list(column.kl), name=f"{label}: {column.caption()}", mode="lines+markers",
+                                 line=dict(color=color, width=2), text=labels,
+                                 marker=dict(symbol=["circle" if a else "circle-open" for a in column.agree], size=8),
+                                 hovertemplate="%{text}: KL %{y:.3f} nats<extra>" + label + "</extra>"))
+    fig.update_xaxes(title="token of the original's answer", tickmode="array", tickvals=x,
+                     ticktext=[repr(t)[1:-1][:8] for t in report.answer_tokens], tickangle=-60, tickfont=dict(size=11))
+    fig.update_yaxes(title="KL (nats)", rangemode="tozero")
+    fig = _layout(fig, title=dict(text="Per token, how far each model's next-token guess is from the original's"),
+                  margin=dict(l=60, r=20, t=50, b=90))
+    return fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))

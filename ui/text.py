@@ -305,3 +305,16 @@ def search_summary(result, metric: str, slot: str | None) -> str:
     return (f"**Searched: {kept:.2f} % of the parameters** ({result.params[1]:,} of {result.params[0]:,}). "
             f"{metric}: search split {result.search[0]:.4g} → {result.search[1]:.4g}, held-out test split "
             f"{result.test[0]:.4g} → **{result.test[1]:.4g}**.{where}")
+
+
+def divergence_markdown(report) -> str:
+    """'**A** agrees on 87 % of next tokens (mean KL 0.31 nats) and leaves the original's answer at token 5 ('the').'"""
+    lines = []
+    for label, column in report.columns.items():
+        where = ("and follows the original's answer to the end" if column.first is None else
+                 f"and leaves the original's answer at token {column.first}" +
+                 (f" (the original said {report.answer_tokens[column.first]!r})"
+                  if column.first < len(report.answer_tokens) else " (it goes on)"))
+        lines.append(f"**{label}** {column.caption()} (mean KL {column.mean_kl:.3f} nats, teacher-forced on the "
+                     f"original's {len(report.answer_ids)}-token greedy answer) {where}.")
+    return "  \n".join(lines)
