@@ -210,6 +210,15 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                 divergence_md = gr.Markdown(elem_id="divergence")
                 divergence_plot = PlotView(plots.empty_figure("Generate with a cut to see where the answers part"),
                                            height=300, elem_id="divergence-strip")
+                with gr.Accordion("Logit lens: the top next token each layer already predicts, for this prompt",
+                                  open=False, elem_id="lens-box"):
+                    gr.Markdown(text.LOGIT_LENS_HELP)
+                    lens_btn = gr.Button("Show the logit lens", elem_id="lens-btn")
+                    with gr.Row():
+                        lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
+                                                 elem_id="lens-original")
+                        lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760,
+                                            elem_id="lens-cut")
 
             # -------------------------------------------------- 5. compare: speed and memory
             with gr.Tab("Speed & memory", id="speed"):
@@ -343,6 +352,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
             gpu(explains.divergence), [view, prompt, max_new, answers],
             [gen_outputs[2], gen_outputs[4], divergence_plot, divergence_md], api_name="divergence",
             show_progress_on=[divergence_md], **DEVICE)
+        lens_event = lens_btn.click(gpu(explains.logit_lens), [view, prompt], [lens_original, lens_cut],
+                                    api_name="logit_lens", **DEVICE)
         speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
                                       [speed_table, speedup_plot, throughput_plot, speed_note], api_name="speed",
                                       **DEVICE)
@@ -366,7 +377,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
 
         running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
                    divergence_event, speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event,
-                   stability_event, search_event]
+                   stability_event, search_event, lens_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

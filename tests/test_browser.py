@@ -190,6 +190,18 @@ def test_generation_streams_both_outputs_side_by_side(page):
     page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)
 
 
+def test_the_logit_lens_opens_for_the_original_and_the_cut(page):
+    tab(page, "Generate")
+    page.get_by_text("Logit lens: the top next token each layer already predicts").click()
+    page.click("#lens-btn")
+    page.wait_for_selector("#lens-original .lc-plot .hm", timeout=120_000)
+    page.wait_for_selector("#lens-cut .lc-plot .hm", timeout=30_000)
+    assert "✂ layer 13" in page.inner_text("#lens-original") and "layer 29" in page.inner_text("#lens-cut")
+    page.locator("#lens-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#lens-box").screenshot(path=str(ASSETS / "screenshot-logit-lens.png"))
+
+
 def test_benchmark_with_a_small_limit_fills_the_table(page):
     tab(page, "Benchmarks")
     page.fill("#limit input", "5")

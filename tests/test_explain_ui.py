@@ -69,3 +69,18 @@ def test_divergence_without_a_cut_or_answers_shows_nothing(visitor):
     explains, session = visitor
     *texts, _figure, caption = explains.divergence(session, "Hi", 8, {"original": [1, 2]})
     assert texts == [gr.update(), gr.update()] and caption == ""
+
+
+def test_the_logit_lens_shows_the_original_with_the_cut_marked_and_the_cut_model_beside(visitor):
+    explains, session = visitor
+    original, empty = explains.logit_lens(session, "The quick brown fox jumps")
+    assert list(original.data[0].y) == [-1, 0, 1, 2, 3, 4, 5] and "Choose a cut" in empty.layout.annotations[0].text
+    cut = session.with_block(2, 4, "chosen by hand")
+    original, beside = explains.logit_lens(cut, "The quick brown fox jumps")
+    lenses = explains.h.backend.logit_lens(cut.spec, {"A": cut.cut()}, "The quick brown fox jumps", last=12)
+    assert list(beside.data[0].y) == [-1, 0, 1, 2, 3, 4, 5]  # the kept layers at their original depth …
+    rows = [list(r) for r in lenses["A"].probs]
+    assert [list(r) for r in beside.data[0].z] == [*rows[:3], [None] * len(rows[0]), [None] * len(rows[0]), *rows[3:]]
+    assert list(beside.layout.yaxis.ticktext)[3:5] == ["(layer 2 removed)", "(layer 3 removed)"]  # … gaps between
+    ticks = list(original.layout.yaxis.ticktext)
+    assert ticks[3] == "✂ layer 2" and ticks[4] == "✂ layer 3" and ticks[5] == "layer 4"

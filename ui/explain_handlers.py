@@ -12,6 +12,7 @@ from .handlers import Handlers, _need_model, _owner, reporter, user_errors
 from .session import SLOTS, Session
 
 MARK = " ⟦▶ leaves the original here⟧ "
+LENS_POSITIONS = 12  # the prompt's last positions the logit lens shows (readable on a projector)
 
 
 class ExplainHandlers:
@@ -61,3 +62,17 @@ class ExplainHandlers:
             marked.append(gr.update() if column is None or column.first is None else
                           gr.update(value=column.parts[0] + MARK + column.parts[1]))
         return *marked, plots.divergence_figure(report), text.divergence_markdown(report)
+
+    @user_errors
+    def logit_lens(self, session: Session, prompt: str, request: gr.Request = None, progress=gr.Progress()):
+        """The logit lens of the original (the edited slot's removed layers marked) and of the edited slot's model."""
+        _need_model(session)
+        recipe = session.cut()
+        variants = {session.editing: recipe} if recipe is not None else {}
+        lenses = self.h.backend.logit_lens(session.spec, variants, inputs.prompt(prompt, self.h.policy),
+                                           last=LENS_POSITIONS, progress=reporter(progress), owner=_owner(request))
+        original = plots.logit_lens_figure(lenses["original"], "Original: the top next token after each layer")
+        if recipe is None:
+            return original, plots.empty_figure(f"Choose a cut for {session.editing} to see its lens beside")
+        return original, plots.logit_lens_figure(lenses[session.editing],
+                                                 f"{session.editing} ({recipe.short()}): the layers it kept")

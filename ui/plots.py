@@ -402,3 +402,25 @@ def divergence_figure(report) -> go.Figure:
     fig = _layout(fig, title=dict(text="Per token, how far each model's next-token guess is from the original's"),
                   margin=dict(l=60, r=20, t=50, b=90))
     return fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
+
+
+def logit_lens_figure(lens, title: str) -> go.Figure:
+    """Layers (the embeddings' output at the bottom) × the prompt's last positions: each cell the top next token read
+    from that layer's residual stream, coloured by its probability. Rows sit at the original's layer index, so a
+    compressed model's removed layers are gaps; the original's rows a compared cut removes are marked ✂."""
+    read = {-1 if layer is None else layer: i for i, layer in enumerate(lens.layers)}
+    y = list(range(-1, max(read) + 1))  # every depth: a removed layer is an empty row
+    x = [f"{i}:{token!r}"[:14] for i, token in enumerate(lens.positions, start=lens.start)]
+    blank = [None] * len(x)
+    z = [list(lens.probs[read[d]]) if d in read else blank for d in y]
+    cells = [[repr(t)[1:-1][:8] for t in lens.tokens[read[d]]] if d in read else [""] * len(x) for d in y]
+    labels = ["embeddings" if d < 0 else f"layer {d}" for d in y]
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=cells, texttemplate="%{text}", textfont=dict(size=10),
+                               colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="p"),
+                               customdata=[[label] * len(x) for label in labels], hoverongaps=False,
+                               hovertemplate="%{customdata}, after %{x}: %{text} (p = %{z:.2f})<extra></extra>"))
+    ticks = [f"({label} removed)" if d not in read else f"✂ {label}" if d in lens.marked else label
+             for d, label in zip(y, labels)]
+    fig.update_yaxes(title="read after", tickmode="array", tickvals=y, ticktext=ticks, tickfont=dict(size=10))
+    fig.update_xaxes(title="prompt position (input token)", tickangle=-50, tickfont=dict(size=10))
+    return _layout(fig, title=dict(text=title), margin=dict(l=110, r=20, t=50, b=110))

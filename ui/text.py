@@ -318,3 +318,12 @@ def divergence_markdown(report) -> str:
         lines.append(f"**{label}** {column.caption()} (mean KL {column.mean_kl:.3f} nats, teacher-forced on the "
                      f"original's {len(report.answer_ids)}-token greedy answer) {where}.")
     return "  \n".join(lines)
+
+
+LOGIT_LENS_HELP = (
+    "Each row reads the residual stream after one layer (bottom: the embeddings) through the final norm and the "
+    "LM head, as if the model stopped there; each cell is the most likely next token at that prompt position, "
+    "coloured by its probability. The top row is the model's own prediction. Rows where the answer is already "
+    "formed show how much depth the prompt needs: the layers the edited cut removes are marked ✂ on the original, "
+    "and are gaps in the cut model's lens."
+)
