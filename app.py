@@ -17,13 +17,17 @@ import pandas as pd
 import prune
 from evaluation.models import ModelSpec
 from evaluation.offline_tasks import SUPPORTED_TASKS, default_data_dir
+from evaluation.search_splits import WIKITEXT
 from prune.calibration import BOS_CHOICES
 from prune.loading import ensure_embedded_model
+from prune.lowrank import SPACES
 from prune.paths import cache_root
 from prune.selection import SELECTIONS
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from ui import catalog, plots, text
+from ui.explain_handlers import ExplainHandlers
 from ui.handlers import Handlers
+from ui.search_handlers import SearchHandlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
 from ui.number_input import NumberInput
 from ui.session import SLOTS, Session
@@ -52,6 +56,7 @@ CSS = """
 EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "A": [], "B": []})
 DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one heavy job at a time; others queue
 LIGHT = dict(concurrency_limit=None, show_progress="hidden")
+FEEDBACK = dict(concurrency_limit=None, show_progress="minimal")  # beside the device's jobs (one at a time inside)
 
 
 def launch_options() -> dict:
@@ -71,6 +76,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
     policy = policy or Policy.from_env()
     exports.remove_leftovers(cache_root() / "exports")  # a killed export's staging folders
     h = Handlers(backend, policy, default_model)
+    searches = SearchHandlers(h)
+    explains = ExplainHandlers(h)
     methods = list(prune.METHODS.values())
     first = methods[0]
     sources = [s for s in CALIBRATION_SOURCES if not (policy.shared and s == "file")]
@@ -130,6 +137,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                     label="Which compressed model the range, the heatmap and the presets edit")
                     clear_btn = gr.Button("Clear this cut", scale=1, min_width=140, elem_id="clear-cut")
                 layer_range = LayerRange(elem_id="layer-range")
+                feedback_md = gr.Markdown(elem_id="cut-feedback")
                 convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
                 with gr.Row():
                     with gr.Column(scale=2):
@@ -158,6 +166,24 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                             export_btn = gr.Button("Save as a Hugging Face checkpoint")
                             export_md = gr.Markdown()
                             export_files = gr.File(label="Download", file_count="multiple")
+                with gr.Accordion("Surgical rank search (low-rank): lower each projection's rank while a score "
+                                  "holds", open=False, elem_id="search-box"):
+                    gr.Markdown(text.RANK_SEARCH_HELP)
+                    with gr.Row(equal_height=True):
+                        search_space = gr.Radio(list(SPACES), value=SPACES[0], label="Space", elem_id="search-space")
+                        search_on = gr.Dropdown([WIKITEXT, *SUPPORTED_TASKS], value=WIKITEXT, label="Score",
+                                                elem_id="search-on")
+                        search_tol = NumberInput(0.5, label="Tolerance (points, or % per projection)", minimum=0,
+                                                 elem_id="search-tolerance")
+                        search_limit = NumberInput(40, label="Windows (256 tokens) or questions (0 = all)",
+                                                   minimum=0, elem_id="search-limit")
+                        search_layers = NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers")
+                        search_names = gr.Textbox("", label="Projections (empty: all)", elem_id="search-names")
+                        search_btn = gr.Button("Search ranks", variant="primary", elem_id="search-btn", scale=0,
+                                               min_width=160)
+                    search_md = gr.Markdown(elem_id="search-summary")
+                    search_plot = PlotView(plots.empty_figure("Search to see parameters against the scores"),
+                                           height=420, elem_id="search-plot")
 
             # -------------------------------------------------- 5. compare: generation
             with gr.Tab("Generate", id="generate"):
@@ -180,6 +206,19 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                             gen_outputs.append(gr.Textbox(label=title, lines=9, max_lines=20, interactive=False,
                                                           elem_id=f"out-{label}", elem_classes="gen-out"))
                             gen_outputs.append(gr.Markdown(elem_id=f"stats-{label}"))
+                answers = gr.State({})  # the last generation's token ids per column
+                divergence_md = gr.Markdown(elem_id="divergence")
+                divergence_plot = PlotView(plots.empty_figure("Generate with a cut to see where the answers part"),
+                                           height=300, elem_id="divergence-strip")
+                with gr.Accordion("Logit lens: the top next token each layer already predicts, for this prompt",
+                                  open=False, elem_id="lens-box"):
+                    gr.Markdown(text.LOGIT_LENS_HELP)
+                    lens_btn = gr.Button("Show the logit lens", elem_id="lens-btn")
+                    with gr.Row():
+                        lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
+                                                 elem_id="lens-original")
+                        lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760,
+                                            elem_id="lens-cut")
 
             # -------------------------------------------------- 5. compare: speed and memory
             with gr.Tab("Speed & memory", id="speed"):
@@ -288,10 +327,17 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
 
         slot.input(h.edit_slot, [view, slot], cut_outputs, api_name="edit_slot", **LIGHT)
         clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
-        layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
-        heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
-        best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs, api_name="best_block",
-                       **LIGHT)
+        # Each choice of a cut is followed by its numbers against the original (a newer one supersedes).
+        for event, name in ((layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut",
+                                                 **LIGHT), "feedback_after_release"),
+                            (heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT),
+                             "feedback_after_click"),
+                            (best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs,
+                                            api_name="best_block", **LIGHT), "feedback_after_best")):
+            event.success(explains.feedback, [view], [feedback_md], api_name=name, **FEEDBACK)
+        for event, name in ((start_event, "feedback_after_startup"), (analyze_event, "feedback_after_analyze"),
+                            (load_then_analyze, "feedback_after_load")):  # also computes the original's states once
+            event.success(explains.feedback, [view], [feedback_md], api_name=name, **FEEDBACK)
         named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
         stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
                                               api_name="stability", show_progress_on=[stability_md], **DEVICE)
@@ -300,8 +346,14 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
 
         # The streaming text is the progress; "minimal" still shows a waiting visitor its place in the queue.
         gen_event = gr.on([gen_btn.click, prompt.submit], gpu(h.generate),
-                          [view, prompt, max_new, temperature, top_p, seed], gen_outputs, api_name="generate",
-                          show_progress="minimal", **DEVICE)
+                          [view, prompt, max_new, temperature, top_p, seed], [*gen_outputs, answers],
+                          api_name="generate", show_progress="minimal", **DEVICE)
+        divergence_event = gen_event.success(
+            gpu(explains.divergence), [view, prompt, max_new, answers],
+            [gen_outputs[2], gen_outputs[4], divergence_plot, divergence_md], api_name="divergence",
+            show_progress_on=[divergence_md], **DEVICE)
+        lens_event = lens_btn.click(gpu(explains.logit_lens), [view, prompt], [lens_original, lens_cut],
+                                    api_name="logit_lens", **DEVICE)
         speed_event = speed_btn.click(gpu(h.speed), [view, batches, prompt_len, new_tokens, repeats],
                                       [speed_table, speedup_plot, throughput_plot, speed_note], api_name="speed",
                                       **DEVICE)
@@ -314,12 +366,18 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         sweep_event = sweep_btn.click(gpu(h.sweep), [view, sweep_task, sweep_k, sweep_limit],
                                       [sweep_plot, sweep_table, sweep_md], api_name="sweep", **DEVICE)
 
+        search_event = search_btn.click(
+            gpu(searches.rank_search), [view, search_space, search_on, search_tol, search_limit, search_layers,
+                                        search_names, *calibration_inputs],
+            [search_plot, search_md, *cut_outputs, rank_box, rank_map], api_name="rank_search",
+            show_progress_on=[search_md], **DEVICE)
         sparse_event = sparse_btn.click(gpu(h.sparsity_sweep), [view, sparse_task, sparse_levels, sparse_methods,
                                                                  sparse_limit, sparse_windows],
                                         [sparse_plot, sparse_table], api_name="sparsity_sweep", **DEVICE)
 
         running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
-                   speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event, stability_event]
+                   divergence_event, speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event,
+                   stability_event, search_event, lens_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

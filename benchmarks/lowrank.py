@@ -3,7 +3,7 @@
 measured against the FLOPs ideal.
 
     PYTHONPATH=. .venv/bin/python benchmarks/lowrank.py [--windows 16] [--seq-len 512] [--ratios 0.8,0.6]
-        [--parts quality,speed,search] [--search-layers 2]
+        [--parts quality,speed,search] [--search-layers 2] [--search-on wikitext2|TASK] [--search-limit 40]
 
 Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tokens of the raw WikiText-2 test
 split (evaluation/perplexity.py, no BOS), the same windows for every model. Calibration (feature space):
@@ -13,9 +13,11 @@ d·k/(d+k) (prune.lowrank's uniform rule). Speed: evaluation/speed.py, the dense
 turns run by run, decode latency per token after a 128-token prompt, beside the ideal speedup (the ratio of
 matmul FLOPs per token, LM head and attention included). Then one matrix alone (a SmolLM2 MLP projection,
 1536 × 576), dense against factored at ranks around break-even: the time ratio against d·k / (r·(d + k)).
-Last, a perplexity-based surgical rank search (prune.rank_search) over the last ``--search-layers`` layers:
-WikiText-2 test windows of 128 tokens, the first 20 % of ``--search-windows`` the search split, the rest the
-test split; the authors' bound (perplexity ≤ original · 1.005^n after n projections) and candidates.
+Last, the surgical rank search (prune.rank_search) over the last ``--search-layers`` layers, as the app runs it
+(evaluation.search_splits): ``--search-on wikitext2`` (test windows of 256 tokens; the authors' bound,
+perplexity ≤ original · (1 + tolerance %)^n after n projections) or a task's accuracy (at least the original's
+minus ``--tolerance`` points), the first 20 % of ``--search-limit`` windows or shuffled documents the search
+split, the rest the test split.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ def main() -> None:
     parser.add_argument("--ratios", default="0.8,0.6", help="comma list of parameter ratios")
     parser.add_argument("--repeats", type=int, default=5, help="speed runs per model and batch size")
     parser.add_argument("--search-layers", type=int, default=2, help="rank search over this many last layers (0: skip)")
-    parser.add_argument("--search-windows", type=int, default=10, help="WikiText-2 windows of 128 tokens to split")
+    parser.add_argument("--search-on", default="wikitext2", help="wikitext2 (perplexity) or a task (accuracy)")
+    parser.add_argument("--search-limit", type=int, default=40,
+                        help="WikiText-2 windows of 256 tokens, or task documents, to split 20 %% / 80 %%")
+    parser.add_argument("--tolerance", type=float, default=0.5,
+                        help="%% perplexity growth per projection, or accuracy points below the original")
     parser.add_argument("--parts", default="quality,speed,search",
                         help="comma list: quality (perplexity, time), speed, search (rank search)")
     args = parser.parse_args()
@@ -69,7 +75,8 @@ def main() -> None:
         decode_speed(model, factored, args.repeats, speed)
         matrix_speed()
     if "search" in parts and args.search_layers:
-        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_windows)
+        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_on, args.search_limit,
+                    args.tolerance)
 
 
 def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: int, total: int) -> dict:
@@ -150,31 +157,24 @@ def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> 
                   f"{outputs * inputs / (rank * (outputs + inputs)):.2f}× |")
 
 
-def rank_search(model, tokenizer, data_dir, calibration, layers: int, windows: int) -> None:
-    """The authors' perplexity-based search over the last ``layers`` layers, reported on the disjoint test split."""
-    from evaluation.search_splits import perplexity_splits
+def rank_search(model, tokenizer, data_dir, calibration, layers: int, criterion: str, limit: int,
+                tolerance: float) -> None:
+    """The authors' search over the last ``layers`` layers (evaluation.search_splits' criterion, as the app's),
+    reported on the disjoint test split."""
+    from evaluation.search_splits import criterion_splits, format_search
     from prune.architectures import decoder_layers
-    from prune.rank_search import Tolerance, surgical_search
+    from prune.rank_search import surgical_search
 
-    search, test = perplexity_splits(tokenizer, data_dir, seq_len=128, windows=windows, share=0.2)
+    search, test, bound = criterion_splits(criterion, tolerance, tokenizer, data_dir, limit=limit)
     count = len(decoder_layers(model))
     started = time.perf_counter()
-    result = surgical_search(model, tokenizer, search=search, test=test, calibration=calibration,
-                             tolerance=Tolerance(higher_is_better=False, growth=0.005),
+    result = surgical_search(model, tokenizer, search=search, test=test, calibration=calibration, tolerance=bound,
                              layers=range(count - layers, count), test_each_layer=True,
                              progress=lambda fraction, message: print(f"  {message}", flush=True))
     seconds = time.perf_counter() - started
-    print(f"\nSurgical rank search (feature space, perplexity ≤ original · 1.005^n) over layers "
-          f"{count - layers}–{count - 1}, {seconds:.0f} s:")
-    print("| | parameters | search-split perplexity | test-split perplexity |")
-    print("|---|---:|---:|---:|")
-    print(f"| original | {result.params[0]:,} | {result.search[0]:.2f} | {result.test[0]:.2f} |")
-    print(f"| searched | {result.params[1]:,} ({100 * result.params[1] / result.params[0]:.1f} %) | "
-          f"{result.search[1]:.2f} | {result.test[1]:.2f} |")
-    print("path (after each layer): " + "; ".join(f"layer {p.layer}: {p.params:,} params, test {p.test:.2f}"
-                                                  for p in result.points if p.test is not None))
-    print("ranks: " + (", ".join(f"{layer}.{path.rpartition('.')[2]} {rank}"
-                                 for (layer, path), rank in sorted(result.ranks.items())) or "none (all dense)"))
+    print(f"\nSurgical rank search over layers {count - layers}–{count - 1} on {criterion} ({limit} windows or "
+          f"documents, 20 % search / 80 % test; tolerance {tolerance:g}), {seconds:.0f} s:")
+    print(format_search(result, criterion))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,11 +23,15 @@ from prune.devices import default_device
 from prune.errors import InvalidInput, LayerCutError
 from prune.methods import get_method
 from prune.methods.context import Context
+from prune import rank_search
 from prune.paths import digest
+from prune.rank_search import Point, SearchResult
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import generation, lm_eval_adapter, memory, perplexity, reuse, sparse_kernels, sparsity_sweep, speed, sweep
+from . import (explain, generation, lm_eval_adapter, logit_lens, memory, perplexity, reuse, search_splits,
+               sparse_kernels, sparsity_sweep, speed, sweep)
+from .explain import CutFeedback, DivergenceReport
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
 from .measurement import ORIGINAL, Measurement, from_json_list, to_json_list
@@ -39,6 +43,14 @@ from .sweep import SweepReport
 from .variants import Side, VariantCache, estimated_bytes, own_bytes
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
+
+
+@dataclass(frozen=True)
+class RankSearchDone:
+    """A finished rank search and the recipe that rebuilds its model (cached as that recipe's variant)."""
+
+    result: SearchResult
+    recipe: Recipe | None  # None when every projection stayed dense
 MAX_VARIANTS = 2
 _MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
@@ -63,6 +75,7 @@ class Backend:
         self.variants = VariantCache()
         self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
         self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()
+        self.explainer = explain.Explainer()
 
     # ------------------------------------------------------------ models
 
@@ -367,6 +380,102 @@ class Backend:
             return sparsity_sweep.sweep_levels(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
                                                batch_size=batch_size, store=ResultStore(enabled=use_cache),
                                                identify=lambda recipe: self._key(base, recipe), job=job)
+
+    def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
+                    tolerance: float = 0.5, limit: int | None = 40, layers=None, projections=None, steps: int = 10,
+                    calibration: Calibration | None = None, progress: Progress | None = None,
+                    owner: str | None = None) -> Iterator[Point | RankSearchDone]:
+        """The surgical rank search on the original (:mod:`prune.rank_search`) as it goes, one job of ``owner``.
+
+        Yields the original's :class:`~prune.rank_search.Point`, one after each projection (scored on
+        the test split after each layer), then :class:`RankSearchDone` with the recipe that rebuilds the
+        searched model (None if no projection could be lowered), which is cached as that recipe's
+        variant (so comparisons find it built).
+        ``criterion`` and ``tolerance``: see :func:`evaluation.search_splits.criterion_splits`; the search
+        split is the first fifth. Stop cancels between candidates.
+        """
+        calibration = None if space == "weight" else calibration or self.default_calibration
+
+        def run():
+            with self.jobs.run("the rank search", progress, owner=owner) as job:
+                base = self._base(spec)
+                search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
+                                                                     self.data_dir, limit=limit)
+                checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
+                found = None
+                for found in rank_search.searching(base.model, base.tokenizer, search=checked[0], test=checked[1],
+                                                   tolerance=bound, space=space, projections=projections,
+                                                   layers=layers, steps=steps, calibration=calibration,
+                                                   test_each_layer=True, progress=job.update):
+                    if isinstance(found, rank_search.Point):
+                        yield found
+                recipe = None
+                if found.ranks:  # else every projection stayed dense: nothing to compare
+                    recipe = Recipe((found.step(calibration),),
+                                    origin=f"surgical rank search on {criterion} (tolerance {tolerance:g})")
+                    self.variants.put(base, recipe, found.model)
+                yield RankSearchDone(found, recipe)
+
+        return run()
+
+    # ------------------------------------------------------------ explaining a cut
+
+    def cut_feedback(self, spec: ModelSpec, recipe: Recipe, *, calibration: Calibration | None = None,
+                     windows: int = explain.FEEDBACK_WINDOWS, seq_len: int = explain.FEEDBACK_SEQ_LEN,
+                     use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> CutFeedback:
+        """Perplexity, mean KL and top-1 agreement of ``recipe``'s model against the original, on a small fixed
+        slice of ``calibration`` (default: the backend's): ``windows`` × ``seq_len`` tokens, for feedback on a drag.
+
+        A cut or drop resumes from the original's residual stream (computed on the first call per model and
+        slice) and runs beside any other job: not under the device lock, which a visitor's long job may hold
+        for minutes, but one feedback at a time, on private hook-free copies of the shared weights (see
+        ``evaluation.explain``). Any other recipe is built and run whole under the device lock. A newer call of
+        the same ``owner`` (None: one anonymous caller) cancels an older one still running or waiting (that one
+        raises ``Cancelled``), as does the owner's Stop; results are cached.
+        """
+        superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
+        self.load(spec, progress=progress, owner=owner)
+        base = self._base(spec)
+        cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
+        store = ResultStore(enabled=use_cache)
+        key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
+        if (cached := store.get(key)) is not None:
+            return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
+        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None
+        with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
+            def check():
+                job.check()
+                superseded()
+
+            variant = None if resumes else self.variants.get(base, recipe, _building(job, recipe.short()))
+            found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant, check)
+        store.put(key, found.to_json())
+        return found
+
+    def divergence(self, spec: ModelSpec, variants: Variants, prompt: str, *, max_new_tokens: int = 64,
+                   answers: Mapping[str, list[int]] | None = None, progress: Progress | None = None,
+                   owner: str | None = None) -> DivergenceReport:
+        """Where each compressed model's answer leaves the original's greedy one, and teacher-forced on that
+        answer, its per-token KL and top-1 agreement (see ``explain.divergence``).
+
+        ``answers``: a column's own generated ids (the ``token_ids`` a generation state carries); a column
+        without them is answered greedily here.
+        """
+        settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
+        with self.jobs.run("the divergence", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            job.update(0.0, "Answering greedily and comparing token by token…")
+            return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
+                                      answers=answers, check=job.check)
+
+    def logit_lens(self, spec: ModelSpec, variants: Variants, prompt: str, *, last: int | None = 24,
+                   progress: Progress | None = None, owner: str | None = None) -> dict[str, logit_lens.LogitLens]:
+        """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
+        with self.jobs.run("the logit lens", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            job.update(0.0, "Reading every layer's residual stream…")
+            return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
+                                          check=job.check))
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""

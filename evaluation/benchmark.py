@@ -13,6 +13,13 @@ Modes (one of):
   --sweep K                                     every block of K layers measured, beside each method's ranking
   --sparsity_sweep [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt]
                                                 the first --task and WikiText-2 perplexity at each sparsity level
+  --rank_search feature|weight [--search_on wikitext2|TASK] [--tolerance T] [--search_limit N] [--search_layers N]
+                                                surgical rank search of the last N layers' projections, then the
+                                                searched model compared like a cut
+
+With a cut mode (or a step), --explain compares each compressed model with the original on a small fixed
+slice of the calibration text (perplexity of both, mean KL and top-1 next-token agreement) instead of
+running the tasks; it writes ``explain.json``.
 
 After the chosen cut (or, with --full, on the original) one more step may follow:
   --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
@@ -31,7 +38,9 @@ Examples::
     python -m evaluation.benchmark --full --task arc_easy,piqa --limit 200
     python -m evaluation.benchmark --method sublayer --num_layers 10 --drop attention --task hellaswag
     python -m evaluation.benchmark --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
+    python -m evaluation.benchmark --personalized --start_block 15 --end_block 20 --explain
     python -m evaluation.benchmark --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
+    python -m evaluation.benchmark --rank_search feature --search_layers 4 --task arc_easy --limit 200
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
@@ -68,11 +77,12 @@ from prune.selection import LAYERS, SELECTIONS, chosen_recipe
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
 
-from . import lm_eval_adapter, zigzag_output
+from . import explain, lm_eval_adapter, zigzag_output
 from .backend import Backend
 from .measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from .models import ModelSpec
 from .offline_tasks import SUPPORTED_TASKS
+from .search_splits import WIKITEXT, format_search
 from .sparsity_sweep import DEFAULT_LEVELS, format_table
 
 DEFAULT_TASKS = "arc_easy"
@@ -94,6 +104,18 @@ def build_parser() -> argparse.ArgumentParser:
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
     mode.add_argument("--sparsity_sweep", action="store_true",
                       help="the first --task and WikiText-2 perplexity at each of --levels, for each of --methods")
+    mode.add_argument("--rank_search", choices=SPACES, default=None,
+                      help="search each projection's rank (Chavan et al. 2024), then compare the searched model")
+    parser.add_argument("--search_on", default=WIKITEXT,
+                        help=f"with --rank_search: {WIKITEXT} (perplexity) or a task (accuracy; default {WIKITEXT})")
+    parser.add_argument("--tolerance", type=float, default=0.5,
+                        help="with --rank_search: %% perplexity growth allowed per projection, or accuracy points "
+                             "below the original (default 0.5)")
+    parser.add_argument("--search_limit", type=int, default=40,
+                        help="with --rank_search: WikiText-2 windows of 256 tokens, or task documents, split "
+                             "20 %% search / 80 %% test (default 40; 0 = all)")
+    parser.add_argument("--search_layers", type=int, default=None,
+                        help="with --rank_search: search the last N layers (default: all)")
     parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
     parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
     parser.add_argument("--num_layers", type=int, help="how many layers --method cuts")
@@ -148,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scorer", default=lm_eval_adapter.DEFAULT_SCORER, choices=sorted(lm_eval_adapter.SCORERS),
                         help="fast: each context run once (same log-likelihoods as hflm); hflm: lm-eval's own")
     parser.add_argument("--no_cache", action="store_true", help="neither read nor write the results cache")
+    parser.add_argument("--explain", action="store_true",
+                        help="instead of tasks: perplexity, mean KL and top-1 agreement with the original on a small "
+                             "slice of the calibration text (with a cut mode or a step)")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     zigzag_output.add_arguments(parser)
     return parser
@@ -190,6 +215,18 @@ def _check_mode(args) -> None:
                            "--sweep or --sparsity_sweep.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
+    search_options = (args.search_on != WIKITEXT or args.tolerance != 0.5 or args.search_limit != 40
+                      or args.search_layers is not None)
+    if search_options and args.rank_search is None:
+        raise InvalidInput("--search_on, --tolerance, --search_limit and --search_layers go with --rank_search.")
+    if args.rank_search is not None and (args.search_limit < 0 or args.tolerance < 0 or
+                                         (args.search_layers is not None and args.search_layers < 1)):
+        raise InvalidInput("--search_limit and --tolerance are at least 0, --search_layers at least 1.")
+    if args.explain and (args.sweep is not None or args.sparsity_sweep or args.export_dir or
+                         (args.full and not adds_step)):
+        raise InvalidInput("--explain compares a compressed model with the original: use it with a cut mode "
+                           "(--personalized, --method, --persistence, --rank_search) or a step, without --sweep, "
+                           "--sparsity_sweep or --export_dir.")
     if args.full and args.export_dir and not adds_step:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
@@ -265,6 +302,8 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
     calibration = _calibration(args, backend)
+    if args.rank_search:
+        return {"rank_search": _searched(args, backend, spec, info, calibration, progress)}
     method = METHODS[args.method]
     result = backend.analyze(spec, args.method, calibration=calibration, progress=progress,
                              **options_for_cut(method, args.num_layers))
@@ -274,6 +313,22 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     name = f"{args.method}-{args.drop}" if args.drop else args.method
     return {name: chosen_recipe(result, args.num_layers, args.selection, origin=method.label,
                                 remove=args.drop or LAYERS)}
+
+
+def _searched(args, backend: Backend, spec: ModelSpec, info, calibration: Calibration, progress) -> Recipe:
+    """--rank_search: the search's table printed; the recipe of the searched model."""
+    layers = None if args.search_layers is None else range(max(0, info.num_layers - args.search_layers),
+                                                            info.num_layers)
+    done = None
+    for done in backend.rank_search(spec, space=args.rank_search, criterion=args.search_on, tolerance=args.tolerance,
+                                    limit=args.search_limit or None, layers=layers, calibration=calibration,
+                                    progress=progress):
+        pass
+    print(format_search(done.result, args.search_on), flush=True)
+    if done.recipe is None:
+        raise InvalidInput("The rank search lowered no projection within the tolerance: nothing to compare. "
+                           "Allow a larger --tolerance.")
+    return done.recipe
 
 
 def _results_json(entries: dict[str, dict], config: dict) -> dict:
@@ -317,6 +372,8 @@ def run(args, progress=None) -> Path | None:
         if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
+    if args.explain:
+        return _explain(args, backend, spec, info, cuts, out_dir, progress)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
               "tasks": list(request.names), "limit": args.limit, "num_fewshot": args.num_fewshot,
               "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
@@ -377,6 +434,28 @@ def _print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Reci
 
 def _pair(values) -> str:
     return " → ".join(f"{v:.3f}" for v in values) if values and None not in values else "?"
+
+
+def _explain(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str, Recipe], out_dir: Path,
+             progress) -> Path:
+    """--explain: each compressed model beside the original on the feedback slice; no task runs."""
+    calibration = _calibration(args, backend)
+    measurements, record = [], {}
+    for mode, recipe in cuts.items():
+        found = backend.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
+                                     progress=progress)
+        how = f"resumed from layer {found.resumed_at}" if found.resumed else "run whole"
+        print(f"{mode}: {recipe.describe()}: {found.summary()} ({found.tokens} tokens, {how})", flush=True)
+        measurements += found.measurements(PRUNED if len(cuts) == 1 else mode)
+        record[mode] = {"cut": recipe.describe(), "recipe": recipe.to_json(), **found.to_json()}
+    slice_ = explain.feedback_slice(calibration)
+    _write_json(out_dir / "explain.json", {
+        "model": info.name, "num_layers": info.num_layers, "slice": {"source": slice_.source, "windows": slice_.n_samples,
+                                                                    "seq_len": slice_.seq_len},
+        "kl": "KL(original || compressed), nats per token", "cuts": record, "layercut_version": prune.__version__})
+    print(to_markdown(measurements))
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
 
 
 def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:

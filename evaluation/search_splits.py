@@ -7,6 +7,9 @@
   shuffled with seed 42 as the authors' evaluator does, the first ``share`` the search split, the
   rest the test split; accuracy in %, ``acc_norm`` where the task has it (the authors' metric),
   else ``acc``. Higher is better.
+
+``criterion_splits`` picks one of them by name (:data:`WIKITEXT` or a task) with its tolerance;
+``format_search`` prints a finished search.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from prune.errors import InvalidInput
+from prune.rank_search import SearchResult, Tolerance
 
 from . import lm_eval_adapter, perplexity
 
 Score = Callable[[object], float]
+WIKITEXT = "wikitext2"  # the perplexity criterion's name beside the task names
+PPL_SEQ_LEN = 256  # the perplexity criterion's window: short, so that a CPU scores a candidate in about a second
 
 
 def _check_share(share: float) -> float:
@@ -77,3 +83,41 @@ def task_splits(task: str, tokenizer, data_dir: Path | None, *, share: float = 0
         return measure
 
     return score(search), score(test)
+
+
+def criterion_splits(criterion: str, tolerance: float, tokenizer, data_dir: Path | None, *, limit: int | None,
+                     share: float = 0.2, batch_size: int = 16) -> tuple[Score, Score, Tolerance]:
+    """(search, test, tolerance) for a named criterion: :data:`WIKITEXT` (``limit`` windows of
+    :data:`PPL_SEQ_LEN` tokens; ``tolerance`` the perplexity growth allowed per projection, in %) or a task
+    (``limit`` documents; ``tolerance`` the accuracy points below the original allowed)."""
+    if criterion == WIKITEXT:
+        search, test = perplexity_splits(tokenizer, data_dir, seq_len=PPL_SEQ_LEN, windows=limit, share=share)
+    else:
+        search, test = task_splits(criterion, tokenizer, data_dir, share=share, limit=limit, batch_size=batch_size)
+    return search, test, tolerance_for(criterion, tolerance)
+
+
+def tolerance_for(criterion: str, tolerance: float) -> Tolerance:
+    """Perplexity (:data:`WIKITEXT`): ``tolerance`` % growth per projection; a task: accuracy points."""
+    if criterion == WIKITEXT:
+        return Tolerance(higher_is_better=False, growth=tolerance / 100)
+    return Tolerance(higher_is_better=True, delta=tolerance)
+
+
+def metric_name(criterion: str) -> str:
+    return "WikiText-2 perplexity" if criterion == WIKITEXT else f"{criterion} accuracy (%)"
+
+
+def format_search(result: SearchResult, criterion: str) -> str:
+    """A markdown table of the original against the searched model, the path after each layer, and the ranks."""
+    what = metric_name(criterion)
+    lines = [f"| surgical rank search ({result.space} space) | parameters | search-split {what} | "
+             f"test-split {what} |", "|---|---:|---:|---:|",
+             f"| original | {result.params[0]:,} | {result.search[0]:.2f} | {result.test[0]:.2f} |",
+             f"| searched | {result.params[1]:,} ({100 * result.params[1] / result.params[0]:.1f} %) | "
+             f"{result.search[1]:.2f} | {result.test[1]:.2f} |", ""]
+    lines.append("after each layer: " + "; ".join(f"layer {p.layer}: {p.params:,} parameters, test {p.test:.2f}"
+                                                   for p in result.points if p.test is not None))
+    lines.append("ranks: " + (", ".join(f"{layer}.{path.rpartition('.')[2]} {rank}"
+                                        for (layer, path), rank in sorted(result.ranks.items())) or "none (all dense)"))
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ import torch
 from prune.heal import head_params, owned_params as healed_params
 from prune.heal_step import Heal
 from prune.lowrank import owned_params as lowrank_params
-from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune
+from prune.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune, stamp
 from prune.sparsity import sparse_copy_bytes
 from prune.width import owned_params, size_of
 
@@ -97,12 +97,20 @@ class VariantCache:
                 self._items.move_to_end(key)
                 return self._items[key][0]
         model = recipe.apply(base.model, base.tokenizer, progress)
-        cost = own_bytes(model, base.model)
+        self._keep(key, model, own_bytes(model, base.model))
+        return model
+
+    def put(self, base: Loaded, recipe: Recipe, model: torch.nn.Module) -> None:
+        """Cache ``model`` as what ``recipe`` derives from ``base`` (built elsewhere, e.g. by a rank search)."""
+        stamp(model, recipe)
+        self._keep((base.fingerprint, recipe.key), model, own_bytes(model, base.model))
+
+    def _keep(self, key: tuple[str, str], model: torch.nn.Module, cost: int) -> None:
         with self._guard:
             self._items[key] = (model, cost)
+            self._items.move_to_end(key)
             while len(self._items) > 1 and self.used_bytes > self.budget_bytes:
                 self._items.popitem(last=False)
-        return model
 
     @property
     def used_bytes(self) -> int:

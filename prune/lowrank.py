@@ -20,9 +20,11 @@ not exceed the target. Two factors hold r·(d+k) weights: fewer than d·k, and f
 only when r < d·k/(d+k); a projection at a rank where they would not be smaller is stored as the
 one dense matrix Q_r Q_rᵀ W instead (same outputs, no gain, no loss).
 
-Calibration is sequential, as in :mod:`prune.sparsity`: layer i's projections are read on the
-outputs of layers 0…i−1 already decomposed; within a layer every projection is read in one pass
-of the layer before any is replaced.
+Calibration is sequential by default, as in :mod:`prune.sparsity`: layer i's projections are read on
+the outputs of layers 0…i−1 already decomposed; within a layer every projection is read in one pass
+of the layer before any is replaced. ``sequential=False`` reads every basis in one pass of the
+*original* model instead (:func:`original_bases`): what the surgical rank search
+(:mod:`prune.rank_search`) scores its candidates with, so that its result rebuilds exactly.
 
 Where LayerCut differs from the authors' code, on purpose:
 
@@ -45,7 +47,7 @@ Where LayerCut differs from the authors' code, on purpose:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 
 import torch
@@ -55,7 +57,7 @@ from transformers.pytorch_utils import Conv1D
 from .architectures import decoder_layers
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput
-from .bases import factored_module, feature_basis, moments, weight_basis
+from .bases import Basis, factored_module, feature_basis, moments, weight_basis
 from .factored import Factored, Matrix, dense_module, pays
 from .sequential import layer_calls, rows_of, run_layer
 from .surgery import clone_layers
@@ -195,14 +197,15 @@ def owned_params(size: Size, ranks: Ranks) -> int:
 def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param_ratio: float | None = None,
               ranks: int | Mapping | None = None, projections: Iterable[str] | None = None,
               layers: Iterable[int] | None = None, calibration: Calibration | None = None,
-              progress: Progress | None = None, batch_size: int = 8) -> nn.Module:
+              progress: Progress | None = None, batch_size: int = 8, sequential: bool = True) -> nn.Module:
     """A copy of ``model`` whose chosen projections are two low-rank linear maps; ``model`` is untouched.
 
     ``param_ratio`` (fraction of all parameters kept) or ``ranks`` (a whole number for every chosen
     projection, or {(layer, path): rank}) sets the ranks; ``projections`` are paths in a layer or
     their last component ("q_proj"; None: every linear map), ``layers`` the decoder layers (None: all).
     Feature space reads ``calibration`` (None: the built-in text) through the model and needs the
-    tokenizer. ``progress(fraction, message)`` is called after each layer (raising there cancels).
+    tokenizer; ``sequential=False`` reads it on the original's activations (see the module docstring).
+    ``progress(fraction, message)`` is called after each layer (raising there cancels).
     """
     space = check_space(space)
     found = plan(size_of(model), param_ratio=param_ratio, ranks=ranks, projections=projections, layers=layers)
@@ -215,15 +218,13 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
     report = progress or (lambda _fraction, _message: None)
     if not found:
         return derived
-    if space == "weight":
-        for index, layer in enumerate(decoder_layers(derived)):
-            for path, rank in record[index].items():
-                module = layer.get_submodule(path)
-                put(layer, path, factored_module(module, weight_basis(rows_of(module)), rank))
-            report((index + 1) / count, f"Weight-space decomposition: layer {index + 1} of {count}")
+    if space == "weight" or not sequential:
+        layers = decoder_layers(derived)
+        for (index, path), basis in original_bases(model, tokenizer, space, found, calibration, batch_size):
+            put(layers[index], path, factored_module(layers[index].get_submodule(path), basis, found[(index, path)]))
+            report((index + 1) / count, f"{space.capitalize()}-space decomposition: layer {index + 1} of {count}")
         return derived
-    if tokenizer is None:
-        raise InvalidInput("Feature-space decomposition reads calibration activations: it needs the model's tokenizer.")
+    _need_tokenizer(tokenizer)
     windows = token_windows(tokenizer, calibration or Calibration()).to(next(model.parameters()).device)
     hidden, calls = layer_calls(derived, windows, batch_size)
     last = max(index for index, _ in found)
@@ -239,6 +240,39 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
             hidden = run_layer(layer, hidden, own)  # the next layer reads the decomposed outputs
         report((index + 1) / (last + 1), f"Feature-space decomposition: layer {index + 1} of {last + 1}")
     return derived
+
+
+def _need_tokenizer(tokenizer) -> None:
+    if tokenizer is None:
+        raise InvalidInput("Feature-space decomposition reads calibration activations: it needs the model's tokenizer.")
+
+
+@torch.no_grad()
+def original_bases(model: nn.Module, tokenizer, space: str, keep: Ranks, calibration: Calibration | None = None,
+                   batch_size: int = 8) -> Iterator[tuple[tuple[int, str], Basis]]:
+    """((layer, path), basis) for every entry of ``keep``, layer by layer, each basis cut to its first
+    ``keep[(layer, path)]`` directions and read on ``model`` as it is (feature space: one pass of the calibration
+    windows through its layers). One at a time, so that a caller can use each before the next is computed."""
+    layers = decoder_layers(model)
+    if space == "weight":
+        for (i, path), rank in sorted(keep.items()):
+            yield (i, path), weight_basis(rows_of(layers[i].get_submodule(path))).first(rank)
+        return
+    _need_tokenizer(tokenizer)
+    windows = token_windows(tokenizer, calibration or Calibration()).to(next(model.parameters()).device)
+    hidden, calls = layer_calls(model, windows, batch_size)
+    wanted: dict[int, list[str]] = {}
+    for i, path in sorted(keep):
+        wanted.setdefault(i, []).append(path)
+    for index, layer in enumerate(layers[: max(wanted) + 1]):
+        own = [c[index] for c in calls]
+        if index in wanted:
+            seen = moments(layer, wanted[index], hidden, own)
+            for path in wanted[index]:
+                yield (index, path), feature_basis(layer.get_submodule(path), seen[path]).first(keep[(index, path)])
+            del seen
+        if index < max(wanted):
+            hidden = run_layer(layer, hidden, own)
 
 
 def put(layer: nn.Module, path: str, module: nn.Module) -> None:

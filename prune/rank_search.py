@@ -28,18 +28,17 @@ not identical with, the searched model, which the result holds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from .architectures import decoder_layers
-from .calibration import Calibration, token_windows
+from .calibration import Calibration
 from .errors import InvalidInput
-from .bases import Basis, factored_module, feature_basis, moments, weight_basis
-from .lowrank import RANKS_FIELD, Ranks, check_space, chosen, put
-from .sequential import layer_calls, rows_of, run_layer
+from .bases import factored_module
+from .lowrank import RANKS_FIELD, Ranks, check_space, chosen, original_bases, put
+from .recipe import Decompose
 from .surgery import clone_layers
 from .width import size_of
 
@@ -61,15 +60,22 @@ class Tolerance:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidInput(f"The tolerance's {name} is a number of at least 0, not {value!r}.")
 
-    def allows(self, score: float, original: float, visited: int) -> bool:
+    def bound(self, original: float, visited: int) -> float:
+        """The worst search score allowed after ``visited`` projections."""
         if self.higher_is_better:
-            return score >= original - self.delta
-        return score <= original * (1 + self.growth) ** visited
+            return original - self.delta
+        return original * (1 + self.growth) ** visited
+
+    def allows(self, score: float, original: float, visited: int) -> bool:
+        bound = self.bound(original, visited)
+        return score >= bound if self.higher_is_better else score <= bound
 
 
 @dataclass(frozen=True)
 class Point:
-    """The model after one projection was searched: its parameters, its search score, and its test score when taken."""
+    """The model after one projection was searched: its parameters, its search score, and its test score when taken.
+
+    The first point, ``layer`` −1, is the original (both scores taken)."""
 
     layer: int
     path: str
@@ -87,6 +93,11 @@ class SearchResult:
     search: tuple[float, float]  # (original, result) on the search split
     test: tuple[float, float]  # (original, result) on the test split
     model: nn.Module  # the searched model (the original is untouched)
+    space: str = "feature"
+
+    def step(self, calibration: Calibration | None = None) -> Decompose:
+        """The recipe step that rebuilds :attr:`model` from the original (same ``calibration`` as the search)."""
+        return Decompose.of(self.space, ranks=self.ranks, calibration=calibration, sequential=False)
 
 
 def candidates(outputs: int, inputs: int, steps: int = 10) -> list[int]:
@@ -95,29 +106,41 @@ def candidates(outputs: int, inputs: int, steps: int = 10) -> list[int]:
     return sorted({1, *(max(1, math.floor(j * even / steps)) for j in range(1, steps + 1))})
 
 
-def surgical_search(model: nn.Module, tokenizer=None, *, search: Score, test: Score, tolerance: Tolerance = Tolerance(),
-                    space: str = "feature", projections: Iterable[str] | None = None,
-                    layers: Iterable[int] | None = None, steps: int = 10, calibration: Calibration | None = None,
-                    test_each_layer: bool = False, progress: Progress | None = None,
-                    batch_size: int = 8) -> SearchResult:
+def surgical_search(model: nn.Module, tokenizer=None, **settings) -> SearchResult:
     """Search the ranks of the chosen projections (last first) and score the result on the test split.
+
+    Takes :func:`searching`'s arguments and returns its last item.
+    """
+    *_, result = searching(model, tokenizer, **settings)
+    return result
+
+
+def searching(model: nn.Module, tokenizer=None, *, search: Score, test: Score, tolerance: Tolerance = Tolerance(),
+              space: str = "feature", projections: Iterable[str] | None = None, layers: Iterable[int] | None = None,
+              steps: int = 10, calibration: Calibration | None = None, test_each_layer: bool = False,
+              progress: Progress | None = None, batch_size: int = 8) -> Iterator[Point | SearchResult]:
+    """The search as it goes: a :class:`Point` after each projection, then the :class:`SearchResult`.
 
     ``search`` and ``test`` score a model on disjoint data (e.g. a task's validation split in two).
     ``progress(fraction, message)`` is called after each projection (raising there cancels; the
-    original is never touched).
+    original is never touched). The bases are :func:`prune.lowrank.original_bases` of the original,
+    so ``Decompose(space, ranks=result.ranks, sequential=False)`` rebuilds the searched model.
     """
     space = check_space(space)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInput(f"The search steps are a whole number of at least 1, not {steps!r}.")
     targets = chosen(size_of(model), projections, layers)[::-1]
     report = progress or (lambda _fraction, _message: None)
-    working = clone_layers(model)  # hooked and changed; the original never is
-    bases = _bases(working, tokenizer, space, targets, calibration, batch_size)
-    report(0.0, f"Rank search: {len(targets)} projections, bases computed")
+    report(0.0, f"Rank search: reading the bases of {len(targets)} projections…")
+    keep = {(i, m.path): math.ceil(m.outputs * m.inputs / (m.outputs + m.inputs)) for i, m in targets}
+    bases = dict(original_bases(model, tokenizer, space, keep, calibration, batch_size))  # none reaches further
+    working = clone_layers(model)  # changed projection by projection; the original never is
     layers_of = decoder_layers(working)
     originals = {(i, m.path): decoder_layers(model)[i].get_submodule(m.path) for i, m in targets}
+    report(0.0, "Rank search: scoring the original on the search and test splits…")
     base_search, base_test = float(search(model)), float(test(model))
     current, ranks, points = base_search, {}, []
+    yield Point(-1, "", None, _params(model), base_search, base_test)
     for visited, (index, matrix) in enumerate(targets, start=1):
         key, original = (index, matrix.path), originals[(index, matrix.path)]
         kept, top = None, candidates(matrix.outputs, matrix.inputs, steps)
@@ -135,6 +158,7 @@ def surgical_search(model: nn.Module, tokenizer=None, *, search: Score, test: Sc
         layer_done = visited == len(targets) or targets[visited][0] != index
         scored = float(test(working)) if test_each_layer and layer_done else None
         points.append(Point(index, matrix.path, kept, _params(working), current, scored))
+        yield points[-1]
         report(visited / len(targets), f"Rank search: layer {index} {matrix.path} → "
                                        f"{'dense' if kept is None else f'rank {kept}'} ({visited} of {len(targets)})")
     record = [{} for _ in layers_of]
@@ -142,37 +166,9 @@ def surgical_search(model: nn.Module, tokenizer=None, *, search: Score, test: Sc
         record[index][path] = rank
     setattr(working.config, RANKS_FIELD, record)
     final_test = points[-1].test if points and points[-1].test is not None else float(test(working))
-    return SearchResult(ranks, tuple(points), (_params(model), _params(working)), (base_search, current),
-                        (base_test, final_test), working)
+    yield SearchResult(ranks, tuple(points), (_params(model), _params(working)), (base_search, current),
+                       (base_test, final_test), working, space)
 
 
 def _params(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
-
-
-@torch.no_grad()
-def _bases(model: nn.Module, tokenizer, space: str, targets, calibration: Calibration | None,
-           batch_size: int) -> dict[tuple[int, str], Basis]:
-    """Per target: its first ⌈κ⌉ basis directions (no candidate reaches further), from the unchanged model."""
-    def kept(basis: Basis, matrix) -> Basis:
-        return basis.first(math.ceil(matrix.outputs * matrix.inputs / (matrix.outputs + matrix.inputs)))
-
-    layers = decoder_layers(model)
-    if space == "weight":
-        return {(i, m.path): kept(weight_basis(rows_of(layers[i].get_submodule(m.path))), m) for i, m in targets}
-    if tokenizer is None:
-        raise InvalidInput("Feature-space rank search reads calibration activations: it needs the model's tokenizer.")
-    windows = token_windows(tokenizer, calibration or Calibration()).to(next(model.parameters()).device)
-    hidden, calls = layer_calls(model, windows, batch_size)
-    wanted: dict[int, list] = {}
-    for i, m in targets:
-        wanted.setdefault(i, []).append(m)
-    found = {}
-    for index, layer in enumerate(layers[: max(wanted) + 1]):
-        own = [c[index] for c in calls]
-        if index in wanted:
-            seen = moments(layer, [m.path for m in wanted[index]], hidden, own)
-            for m in wanted[index]:
-                found[(index, m.path)] = kept(feature_basis(layer.get_submodule(m.path), seen[m.path]), m)
-        hidden = run_layer(layer, hidden, own)
-    return found

@@ -280,10 +280,12 @@ class Decompose:
     layers: tuple[int, ...] | None = None  # None: every decoder layer
     calibration: Calibration | None = None  # None for weight space, which reads no data
     text_digest: str | None = None
+    sequential: bool = True  # feature bases read on the decomposed layers' outputs; False: on the original's
 
     @classmethod
     def of(cls, space: str, param_ratio: float | None = None, ranks=None, projections: Iterable[str] | None = None,
-           layers: Iterable[int] | None = None, calibration: Calibration | None = None) -> Decompose:
+           layers: Iterable[int] | None = None, calibration: Calibration | None = None,
+           sequential: bool = True) -> Decompose:
         """A checked step (ranks against the model's shapes when it is applied or sized)."""
         space = check_space(space)
         if (param_ratio is None) == (ranks is None):
@@ -299,7 +301,10 @@ class Decompose:
         names = None if projections is None else tuple(sorted({str(p) for p in projections}))
         picked = None if layers is None else tuple(sorted({int(i) for i in layers}))
         calibration = None if space == "weight" else calibration or Calibration()
-        return cls(space, ratio, ranks, names, picked, calibration, _text_digest(calibration))
+        if not isinstance(sequential, bool):
+            raise InvalidInput(f"Sequential calibration is true or false, not {sequential!r}.")
+        return cls(space, ratio, ranks, names, picked, calibration, _text_digest(calibration),
+                   sequential or space == "weight")
 
     def _targets(self) -> dict:
         ranks = {(i, path): r for i, path, r in self.ranks} if isinstance(self.ranks, tuple) else self.ranks
@@ -312,7 +317,8 @@ class Decompose:
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
         cal = _rebuildable(self.calibration, self.text_digest)
-        return decompose(model, tokenizer, space=self.space, calibration=cal, progress=progress, **self._targets())
+        return decompose(model, tokenizer, space=self.space, calibration=cal, progress=progress,
+                         sequential=self.sequential, **self._targets())
 
     def resize(self, size: Size) -> Size:
         """The chosen projections at their planned ranks (:func:`prune.lowrank.plan`)."""
@@ -325,7 +331,8 @@ class Decompose:
         which = f" ({', '.join(self.projections)})" if self.projections else ""
         where = f" in layers {', '.join(map(str, self.layers))}" if self.layers else ""
         cal = self.calibration
-        data = "" if cal is None else f" (calibration: {cal.source}, {cal.n_samples} × {cal.seq_len} tokens)"
+        data = "" if cal is None else f" (calibration: {cal.source}, {cal.n_samples} × {cal.seq_len} tokens" + \
+            ("" if self.sequential else ", read on the original's activations") + ")"
         return f"{self.space}-space low-rank decomposition {what}{which}{where}{data}"
 
     def short(self) -> str:
@@ -340,13 +347,14 @@ class Decompose:
         return {"space": self.space, "param_ratio": self.param_ratio, "ranks": ranks,
                 "projections": list(self.projections) if self.projections is not None else None,
                 "layers": list(self.layers) if self.layers is not None else None,
-                "calibration": _calibration_record(self.calibration), "text_digest": self.text_digest}
+                "calibration": _calibration_record(self.calibration), "text_digest": self.text_digest,
+                "sequential": self.sequential}
 
     @classmethod
     def from_record(cls, data: dict) -> Decompose:
         cal = data.get("calibration")
         made = cls.of(data.get("space"), data.get("param_ratio"), data.get("ranks"), data.get("projections"),
-                      data.get("layers"), Calibration(**cal) if cal else None)
+                      data.get("layers"), Calibration(**cal) if cal else None, data.get("sequential", True))
         return replace(made, text_digest=data.get("text_digest"))
 
     def __eq__(self, other) -> bool:
@@ -484,7 +492,7 @@ class Recipe:
         if derived is not model:
             if derived.config is model.config:
                 raise RuntimeError(f"A recipe step shared the original's config: {self.describe()}")
-            setattr(derived.config, CONFIG_FIELD, self.to_json())
+            stamp(derived, self)
         return derived
 
     def describe(self) -> str:
@@ -508,6 +516,11 @@ def _span(progress: Progress | None, index: int, steps: int) -> Progress | None:
     if progress is None:
         return None
     return lambda fraction, message: progress((index + fraction) / steps, message)
+
+
+def stamp(model: nn.Module, recipe: Recipe) -> None:
+    """Record ``recipe`` in ``model``'s config (its own config, never the original's)."""
+    setattr(model.config, CONFIG_FIELD, recipe.to_json())
 
 
 def recipe_of(model: nn.Module) -> Recipe | None:

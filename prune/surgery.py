@@ -93,6 +93,29 @@ def clone_layers(model: nn.Module) -> nn.Module:
     return layer_view(model, list(range(len(decoder_layers(model)))), copy.deepcopy(model.config))
 
 
+def private_copy(model: nn.Module) -> nn.Module:
+    """A copy of every module object of ``model`` without any hooks, parameters and buffers shared.
+
+    What code runs when it must not take the device lock: hooks another job registers on
+    ``model`` (capturing states, stopping a forward pass, checking its own cancellation) never
+    fire in the copy, and hooks registered on the copy never reach ``model``.
+    """
+    memo: dict[int, nn.Module] = {}
+
+    def copy_of(module: nn.Module) -> nn.Module:
+        if id(module) not in memo:
+            clone = _shallow_clone(module)
+            for name, value in list(vars(clone).items()):
+                if name.startswith("_") and "hooks" in name and isinstance(value, dict):
+                    clone.__dict__[name] = type(value)()
+            memo[id(module)] = clone
+            clone.__dict__["_modules"] = {k: None if child is None else copy_of(child)
+                                          for k, child in module._modules.items()}
+        return memo[id(module)]
+
+    return copy_of(model)
+
+
 def removed_layers_of(model: nn.Module) -> list[int]:
     """Layers (in the original model's numbering) that earlier cuts removed, as its config records."""
     return list(getattr(model.config, "layercut_removed_layers", None) or [])

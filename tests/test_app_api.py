@@ -35,7 +35,8 @@ def test_every_event_is_a_named_endpoint(client):
     names = set(client.view_api(print_info=False, return_format="dict")["named_endpoints"])
     assert {"/load_model", "/analyze", "/set_cut", "/select_cell", "/best_block", "/named_cut", "/export",
             "/generate", "/speed", "/memory", "/benchmarks", "/perplexity", "/cancel", "/startup", "/edit_slot",
-            "/clear_cut", "/sweep", "/build", "/width_vs_depth", "/method_info"} <= names
+            "/clear_cut", "/sweep", "/build", "/width_vs_depth", "/method_info", "/rank_search", "/divergence",
+            "/feedback_after_release", "/feedback_after_click"} <= names
 
 
 def test_load_analyze_cut_generate_benchmark(client):

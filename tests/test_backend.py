@@ -277,6 +277,39 @@ def test_cancel_stops_generation_between_tokens_and_only_the_owners(backend, spe
     assert all(state["done"] for state in list(theirs)[-1].values())  # the other visitor's job went on
 
 
+def test_a_rank_search_streams_its_points_and_leaves_the_searched_model_cached(backend, spec):
+    from evaluation.backend import RankSearchDone
+    from prune.recipe import Decompose
+
+    items = list(backend.rank_search(spec, criterion="wikitext2", tolerance=1.0, limit=10, layers=[3], owner="v1"))
+    first, *points, done = items
+    assert isinstance(done, RankSearchDone) and first.layer == -1 and len(points) == 7
+    assert [p.layer for p in points] == [3] * 7 and points[-1].test == done.result.test[1]
+    assert done.result.ranks and done.result.params[1] < done.result.params[0]
+    step = Decompose.of("feature", ranks=done.result.ranks, calibration=backend.default_calibration, sequential=False)
+    assert done.recipe == Recipe((step,))
+    assert backend.model(spec, done.recipe) is done.result.model  # cached: comparisons find it built
+    rebuilt = done.recipe.apply(backend.pool.get(spec).model, backend.pool.get(spec).tokenizer)
+    assert torch.equal(_logits(rebuilt), _logits(done.result.model))
+    assert not backend.jobs.busy()
+
+
+def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
+    mine = backend.rank_search(spec, space="weight", criterion="wikitext2", limit=10, layers=[2, 3], owner="v1")
+    next(mine)
+    backend.cancel("v2")  # someone else's Stop
+    next(mine)
+    backend.cancel("v1")
+    with pytest.raises(Cancelled):
+        list(mine)
+    assert not backend.jobs.busy()
+    abandoned = backend.rank_search(spec, space="weight", criterion="wikitext2", limit=10, layers=[3], owner="v1")
+    next(abandoned)
+    assert backend.jobs.busy("v1")
+    abandoned.close()  # the page went away: the job ends and the device is free
+    assert not backend.jobs.busy()
+
+
 # ---------------------------------------------------------------- analysis and export
 
 

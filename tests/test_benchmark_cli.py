@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import transformers
 
 import prune
@@ -115,6 +116,9 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--full", "--decompose", "feature"], "--decompose feature|weight and --param_ratio R go together"),
     (["--full", "--param_ratio", 0.8], "--decompose feature|weight and --param_ratio R go together"),
     (["--full", "--decompose", "weight", "--param_ratio", 0], "The parameter ratio is the fraction"),
+    (["--full", "--tolerance", 1], "go with --rank_search"),
+    (["--rank_search", "weight", "--search_layers", 0], "--search_layers at least 1"),
+    (["--rank_search", "weight", "--search_on", "nonsense"], "Unknown task(s) nonsense"),
 ])
 def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
     code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)
@@ -184,6 +188,27 @@ def test_decompose_compares_the_original_with_its_low_rank_version(tiny_folder, 
                                        request)
     assert result["results"]["arc_easy"]["acc,none"] == by_hand["arc_easy"]["results"]["acc,none"]
     assert 0 < result["config"]["params_removed_pct"] <= 10.5
+
+
+def test_rank_search_mode_prints_the_search_and_compares_the_searched_model(tiny_folder, tmp_path, capsys, data_dir):
+    """A tolerance of 100 accuracy points lets every projection of the last layer take the first candidate, rank 1."""
+    code, out, err = _run(capsys, "--rank_search", "weight", "--search_on", "arc_easy", "--search_limit", 10,
+                          "--tolerance", 100, "--search_layers", 1, "--model", tiny_folder, "--task", "arc_easy",
+                          "--limit", 3, "--output_folder", tmp_path)
+    assert code == 0, err
+    model, tokenizer = prune.load_model(str(tiny_folder))
+    last = model.config.num_hidden_layers - 1
+    paths = [p for p, m in model.model.layers[last].named_modules() if isinstance(m, torch.nn.Linear)]
+    ranks = {(last, p): 1 for p in paths}
+    result = json.loads((tmp_path / "results_rank_search.json").read_text())
+    assert Recipe.from_json(result["config"]["recipe"]) == Recipe((Decompose.of("weight", ranks=ranks),))
+    assert "| original |" in out and "| searched |" in out
+    ranks_line = next(line for line in out.splitlines() if line.startswith("ranks: "))
+    assert sorted(ranks_line[len("ranks: "):].split(", ")) == sorted(f"{last}.{p.rpartition('.')[2]} 1" for p in paths)
+    request = lm_eval_adapter.check_request(["arc_easy"], limit=3, data_dir=data_dir)
+    by_hand = lm_eval_adapter.evaluate(prune.decompose(model, tokenizer, space="weight", ranks=ranks), tokenizer,
+                                       request)
+    assert result["results"]["arc_easy"]["acc,none"] == by_hand["arc_easy"]["results"]["acc,none"]
 
 
 def test_sparsity_sweep_mode_prints_the_table_and_writes_json(tiny_folder, tmp_path, capsys):

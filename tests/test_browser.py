@@ -112,6 +112,9 @@ def test_dragging_a_handle_changes_the_cut(page):
         return box["x"] + thumb / 2 + (box["width"] - thumb) * boundary / layers
 
     y = box["y"] + box["height"] / 2
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('agrees on')",
+                           timeout=120_000)  # the startup cut's numbers (the original's states computed once)
+    before = page.inner_text("#cut-feedback")
     page.mouse.move(x_of(end), y)
     page.mouse.down()
     page.mouse.move(x_of(end + 4), y, steps=8)
@@ -122,6 +125,11 @@ def test_dragging_a_handle_changes_the_cut(page):
     wait_banner(page, f"[{start}, {end + 4})")
     assert f"({end + 4 - start} of 30)" in banner(page)
     assert "parameters" in banner(page) and "%" in banner(page)
+    released = time.perf_counter()
+    page.wait_for_function("b => { const t = document.querySelector('#cut-feedback').innerText; "
+                           "return t.includes('agrees on') && t !== b; }", arg=before, timeout=60_000)
+    TIMINGS["release → agreement, KL and perplexity shown"] = time.perf_counter() - released
+    assert "A against the original" in page.inner_text("#cut-feedback")
 
 
 def test_clicking_a_heatmap_cell_selects_that_block(page):
@@ -172,7 +180,26 @@ def test_generation_streams_both_outputs_side_by_side(page):
     assert len(growing) >= 2, seen  # both columns showed partial text before the end
     assert page.inner_text("#stats-A").count("time to first token") == 1
     assert "no B cut" in page.input_value("#out-B textarea")
+    page.wait_for_function("document.querySelector('#divergence').innerText.includes('agrees on')", timeout=120_000)
+    caption = page.inner_text("#divergence")
+    assert caption.startswith("A agrees on") and "teacher-forced" in caption
+    if "leaves the original's answer at token" in caption:  # the mark sits in A's own text
+        page.wait_for_function("document.querySelector('#out-A textarea').value.includes('leaves the original here')")
+    page.wait_for_selector("#divergence-strip .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)
+
+
+def test_the_logit_lens_opens_for_the_original_and_the_cut(page):
+    tab(page, "Generate")
+    page.get_by_text("Logit lens: the top next token each layer already predicts").click()
+    page.click("#lens-btn")
+    page.wait_for_selector("#lens-original .lc-plot .hm", timeout=120_000)
+    page.wait_for_selector("#lens-cut .lc-plot .hm", timeout=30_000)
+    assert "✂ layer 13" in page.inner_text("#lens-original") and "layer 29" in page.inner_text("#lens-cut")
+    page.locator("#lens-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#lens-box").screenshot(path=str(ASSETS / "screenshot-logit-lens.png"))
 
 
 def test_benchmark_with_a_small_limit_fills_the_table(page):
@@ -325,3 +352,27 @@ def test_sparsity_sweep_plots_each_method_against_the_level(page):
     page.wait_for_selector("#sparse-plot .lc-plot .scatterlayer", timeout=30_000)
     page.wait_for_timeout(500)
     page.locator("#sparse-plot").screenshot(path=str(ASSETS / "screenshot-sparsity-sweep.png"))
+
+
+def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
+    """The surgical rank search of the last layer: progress lines while it runs, then the searched model in A."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.get_by_text("Surgical rank search (low-rank)").click()
+    page.locator("#search-space").get_by_label("weight").check()
+    page.fill("#search-limit input", "10")
+    page.fill("#search-layers input", "1")
+    page.locator("#search-btn").scroll_into_view_if_needed()
+    page.click("#search-btn")
+    page.wait_for_function("document.querySelector('#search-summary').innerText.includes('Layer 29')",
+                           timeout=300_000)  # a projection decided, the search still running
+    page.wait_for_selector("#search-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_function("document.querySelector('#search-summary').innerText.includes('Searched:')",
+                           timeout=600_000)
+    summary = page.inner_text("#search-summary")
+    assert "WikiText-2 perplexity" in summary and "It is now A" in summary
+    assert "weight-space low-rank decomposition at" in banner(page) and "searched ranks" in banner(page)
+    page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
+    page.locator("#search-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#search-box").screenshot(path=str(ASSETS / "screenshot-rank-search.png"))

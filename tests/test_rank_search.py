@@ -15,7 +15,8 @@ from prune.architectures import decoder_layers
 from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput
 from prune.factored import Factored
-from prune.rank_search import Tolerance, candidates, surgical_search
+from prune.rank_search import Tolerance, candidates, searching, surgical_search
+from prune.recipe import Decompose, Recipe
 
 from conftest import REPO, tiny_model
 
@@ -80,7 +81,7 @@ def test_each_projection_gets_the_lowest_candidate_that_keeps_the_score_last_lay
     saved = 2 * (32 * 32 - 6 * 64) + 2 * (64 * 32 - 1 * 96)  # by hand: two q_proj at rank 6, two gate_proj at 1
     assert result.params[0] - result.params[1] == saved
     assert result.test == (test(model), test(result.model)) and result.search == (0, 0)
-    assert not factored_ranks(model) and len(visited) == 7 and visited[-1].endswith("(6 of 6)")
+    assert not factored_ranks(model) and len(visited) == 8 and visited[-1].endswith("(6 of 6)")
 
 
 def test_a_perplexity_search_on_disjoint_splits_keeps_the_bound_and_the_original(tiny_tokenizer):
@@ -105,6 +106,26 @@ def test_a_perplexity_search_on_disjoint_splits_keeps_the_bound_and_the_original
     for visited, point in enumerate(result.points, start=1):
         assert point.search <= result.search[0] * 1.002 ** visited
     assert all(torch.equal(reference[n], t) for n, t in model.state_dict().items())
+    # the recipe step of the result rebuilds the searched model exactly: the same bases, read on the original
+    step = result.step(CAL)
+    assert not step.sequential and step.ranks == tuple((i, p, r) for (i, p), r in sorted(result.ranks.items()))
+    rebuilt = Recipe((step,)).apply(model, tiny_tokenizer)
+    assert factored_ranks(rebuilt) == result.ranks
+    with torch.no_grad():
+        assert torch.equal(rebuilt(test_ids).logits, result.model(test_ids).logits)
+    sequential = Recipe((Decompose.of("feature", ranks=result.ranks, calibration=CAL),)).apply(model, tiny_tokenizer)
+    with torch.no_grad():  # read layer by layer on the decomposed outputs instead: another model
+        assert not torch.equal(sequential(test_ids).logits, result.model(test_ids).logits)
+
+
+def test_the_search_streams_the_original_then_each_projection_then_the_result():
+    model = tiny_model("llama", 2)
+    items = list(searching(model, search=lambda m: -sum(p.numel() for p in m.parameters()), test=lambda m: 0.0,
+                           space="weight", projections=["q_proj"], tolerance=Tolerance(delta=1e12)))
+    first, *points, result = items
+    assert (first.layer, first.rank, first.params, first.test) == (-1, None, result.params[0], 0.0)
+    assert points == list(result.points) and [p.layer for p in points] == [1, 0]
+    assert [p.rank for p in points] == [1, 1] and result.params[1] == result.params[0] - 2 * (32 * 32 - 64)
 
 
 def test_raising_in_progress_stops_the_search(tiny_tokenizer):

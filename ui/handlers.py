@@ -325,7 +325,7 @@ class Handlers:
     @user_errors
     def generate(self, session: Session, prompt: str, max_new_tokens, temperature, top_p, seed,
                  request: gr.Request = None, progress=gr.Progress()):
-        """Stream every compared model's answer to the same prompt, side by side."""
+        """Stream every compared model's answer to the same prompt, side by side; last, the answers' token ids."""
         _need_model(session)
         prompt = inputs.prompt(prompt, self.policy)
         settings = dict(max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
@@ -341,7 +341,7 @@ class Handlers:
                 empty = f"(no {label} cut: choose one under Analyze & cut → Cut {label})"
                 outputs += [gr.update(value=side["text"] if side else empty, label=text.column_label(label, variants)),
                             text.generation_stats(side)]
-            yield tuple(outputs)
+            yield *outputs, {label: side["token_ids"] for label, side in state.items()}  # the answers, for explaining
 
     @user_errors
     def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, request: gr.Request = None,

@@ -272,3 +272,58 @@ SPARSITY_SWEEP_HELP = (
     "(unstructured), then the task and WikiText-2 test perplexity are measured. 0 % is the dense model. "
     "Every point is cached, so a rerun or a stopped sweep resumes. SparseGPT takes minutes per level on a CPU."
 )
+
+RANK_SEARCH_HELP = (
+    "Chavan et al. 2024's *surgical rank search*: from the last layer's last projection to the first, each "
+    "projection of the original takes the lowest rank among 1, 10 %, 20 %, … of its break-even rank d·k/(d+k) "
+    "whose model still scores within the tolerance on the **search split** (the first fifth of the windows or "
+    "questions); the rest, the **test split**, is scored after each layer. *Tolerance*: accuracy points below the "
+    "original for a task; for WikiText-2 perplexity, the % growth allowed per projection searched (the authors' "
+    "1.005ⁿ is 0.5). The bases are read once on the original's activations, so the result in the edited slot "
+    "rebuilds exactly. Each candidate costs one pass over the search split: on a CPU search a few layers "
+    "(7 projections each). A task needs hundreds of search questions: on 20, the score is noise and everything "
+    "passes; perplexity is smooth on a few windows."
+)
+
+
+def search_progress(points, metric: str) -> str:
+    """While searching: the latest projection's rank and where the scores stand."""
+    original, last = points[0], points[-1]
+    if len(points) == 1:
+        return f"Original: {metric} {original.search:.4g} on the search split, {original.test:.4g} on the test split."
+    rank = "stays dense" if last.rank is None else f"rank {last.rank}"
+    return (f"Layer {last.layer} {last.path.rpartition('.')[2]}: {rank} · {100 * last.params / original.params:.2f} % "
+            f"of the parameters · search split {last.search:.4g} (original {original.search:.4g})")
+
+
+def search_summary(result, metric: str, slot: str | None) -> str:
+    """After the search: parameters and both splits' scores, and where the model went."""
+    kept = 100 * result.params[1] / result.params[0]
+    where = (f" It is now **{slot}** (*{len(result.ranks)} projections factored*): compare it under *Generate*, "
+             "*Speed & memory* and *Benchmarks*." if slot else
+             " No projection could be lowered within the tolerance: the slots are unchanged.")
+    return (f"**Searched: {kept:.2f} % of the parameters** ({result.params[1]:,} of {result.params[0]:,}). "
+            f"{metric}: search split {result.search[0]:.4g} → {result.search[1]:.4g}, held-out test split "
+            f"{result.test[0]:.4g} → **{result.test[1]:.4g}**.{where}")
+
+
+def divergence_markdown(report) -> str:
+    """'**A** agrees on 87 % of next tokens (mean KL 0.31 nats) and leaves the original's answer at token 5 ('the').'"""
+    lines = []
+    for label, column in report.columns.items():
+        where = ("and follows the original's answer to the end" if column.first is None else
+                 f"and leaves the original's answer at token {column.first}" +
+                 (f" (the original said {report.answer_tokens[column.first]!r})"
+                  if column.first < len(report.answer_tokens) else " (it goes on)"))
+        lines.append(f"**{label}** {column.caption()} (mean KL {column.mean_kl:.3f} nats, teacher-forced on the "
+                     f"original's {len(report.answer_ids)}-token greedy answer) {where}.")
+    return "  \n".join(lines)
+
+
+LOGIT_LENS_HELP = (
+    "Each row reads the residual stream after one layer (bottom: the embeddings) through the final norm and the "
+    "LM head, as if the model stopped there; each cell is the most likely next token at that prompt position, "
+    "coloured by its probability. The top row is the model's own prediction. Rows where the answer is already "
+    "formed show how much depth the prompt needs: the layers the edited cut removes are marked ✂ on the original, "
+    "and are gaps in the cut model's lens."
+)
