@@ -24,12 +24,13 @@ from prune.errors import InvalidInput, LayerCutError
 from prune.methods import get_method
 from prune.methods.context import Context
 from prune import rank_search
+from prune.heal import HEALED_FIELD
 from prune.paths import digest
 from prune.rank_search import Point, SearchResult
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import (explain, generation, lm_eval_adapter, logit_lens, memory, perplexity, reuse, search_splits,
+from . import (explain, generation, healing, lm_eval_adapter, logit_lens, memory, perplexity, reuse, search_splits,
                sparse_kernels, sparsity_sweep, speed, sweep)
 from .explain import CutFeedback, DivergenceReport
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
@@ -43,6 +44,14 @@ from .sweep import SweepReport
 from .variants import Side, VariantCache, estimated_bytes, own_bytes
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
+
+
+@dataclass(frozen=True)
+class HealDone:
+    """A finished heal: the recipe of the healed model (cached as its variant) and what its config records."""
+
+    recipe: Recipe
+    record: dict  # prune.heal's layercut_healed: method, steps done, losses, whether the budget stopped it
 
 
 @dataclass(frozen=True)
@@ -476,6 +485,30 @@ class Backend:
             job.update(0.0, "Reading every layer's residual stream…")
             return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
                                           check=job.check))
+
+    def heal(self, spec: ModelSpec, recipe: Recipe, step, *, progress: Progress | None = None,
+             owner: str | None = None) -> Iterator[healing.LossPoint | HealDone]:
+        """Heal ``recipe``'s model with the step ``step`` (:class:`prune.heal_step.Heal`) as ``owner``'s job.
+
+        Yields each training step's loss (step 0 before training; the held-out loss every few steps) and
+        then :class:`HealDone`; the healed model is cached as ``recipe.then(step)``'s variant, beside the
+        unhealed one, which stays untouched. A budget that stops early is recorded in the healed config
+        (its steps done may differ in a rebuild after eviction). Stop cancels between steps.
+        """
+        healed_recipe = recipe.then(step)  # checked: a heal never comes first
+
+        def run():
+            with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
+                base = self._base(spec)
+                unhealed = self.variants.get(base, recipe, _building(job, recipe.short()))
+                for item in healing.stream(job, step, unhealed, base.tokenizer):
+                    if isinstance(item, healing.LossPoint):
+                        yield item
+                        continue
+                    self.variants.put(base, healed_recipe, item)
+                    yield HealDone(healed_recipe, dict(getattr(item.config, HEALED_FIELD, {})))
+
+        return run()
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""

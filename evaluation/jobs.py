@@ -63,6 +63,10 @@ class Job:
         if self._cancelled.is_set():
             raise Cancelled(f"Cancelled: {self.label} was stopped before it finished.")
 
+    def stop(self) -> None:
+        """Cancel this job only (its next safe point raises :class:`Cancelled`)."""
+        self._cancelled.set()
+
     def update(self, fraction: float, message: str = "") -> None:
         """Report progress (``fraction`` of this job or sub-job, 0…1); also a safe point."""
         self.check()

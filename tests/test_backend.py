@@ -310,6 +310,47 @@ def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
     assert not backend.jobs.busy()
 
 
+def _heal_step(steps=3):
+    from conftest import REPO
+    from prune.heal_step import Heal
+
+    text = (REPO / "assets" / "calibration.txt").read_text()[:6000]
+    return Heal.of("last_layers", steps=steps, text=text, seq_len=32, batch=2, heldout=2, eval_every=1, layers=1)
+
+
+def test_healing_streams_each_steps_loss_and_caches_the_healed_model_beside_the_unhealed(backend, spec):
+    from evaluation.backend import HealDone
+    from evaluation.healing import LossPoint
+
+    unhealed = backend.model(spec, CUT["pruned"])
+    before = {n: t.clone() for n, t in unhealed.state_dict().items()}
+    *points, done = list(backend.heal(spec, CUT["pruned"], _heal_step(), owner="v1"))
+    assert isinstance(done, HealDone) and all(isinstance(p, LossPoint) for p in points)
+    assert [p.step for p in points] == [0, 1, 2, 3] and all(p.heldout is not None for p in points)
+    assert done.recipe == CUT["pruned"].then(_heal_step()) and done.record["method"] == "last_layers"
+    healed = backend.model(spec, done.recipe)  # cached: comparisons find it built
+    assert healed is not unhealed and backend.model(spec, CUT["pruned"]) is unhealed
+    assert all(torch.equal(before[n], t) for n, t in unhealed.state_dict().items())  # the unhealed stays as it was
+    assert not torch.equal(_logits(healed), _logits(unhealed)) and not backend.jobs.busy()
+
+
+def test_healing_stops_for_its_owner_and_when_abandoned(backend, spec):
+    mine = backend.heal(spec, CUT["pruned"], _heal_step(200), owner="v1")
+    next(mine)
+    backend.cancel("v2")  # someone else's Stop
+    next(mine)
+    backend.cancel("v1")
+    with pytest.raises(Cancelled):
+        list(mine)
+    assert not backend.jobs.busy()
+    abandoned = backend.heal(spec, CUT["pruned"], _heal_step(200), owner="v1")
+    next(abandoned)
+    abandoned.close()  # the page went away: the training stops and the device is free
+    assert not backend.jobs.busy()
+    with pytest.raises(InvalidInput, match="heal"):
+        backend.heal(spec, Recipe(), _heal_step())  # healing the original is refused at once
+
+
 # ---------------------------------------------------------------- analysis and export
 
 
