@@ -27,6 +27,7 @@ from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from ui import catalog, plots, text
 from ui.explain_handlers import ExplainHandlers
 from ui.handlers import Handlers
+from ui.heal_handlers import HealHandlers
 from ui.search_handlers import SearchHandlers
 from ui.inputs import CALIBRATION_SOURCES, Policy
 from ui.number_input import NumberInput
@@ -78,6 +79,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
     h = Handlers(backend, policy, default_model)
     searches = SearchHandlers(h)
     explains = ExplainHandlers(h)
+    heals = HealHandlers(h)
     methods = list(prune.METHODS.values())
     first = methods[0]
     sources = [s for s in CALIBRATION_SOURCES if not (policy.shared and s == "file")]
@@ -184,6 +186,21 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     search_md = gr.Markdown(elem_id="search-summary")
                     search_plot = PlotView(plots.empty_figure("Search to see parameters against the scores"),
                                            height=420, elem_id="search-plot")
+                with gr.Accordion("Heal the edited slot's model into the other slot (LoRA, or its last layers)",
+                                  open=False, elem_id="heal-box"):
+                    gr.Markdown(text.heal_help())
+                    with gr.Row(equal_height=True):
+                        heal_method = gr.Radio([("LoRA (Shortened LLaMA)", "lora"),
+                                                ("Last layers and head (Lu et al.)", "last_layers")], value="lora",
+                                               label="Method", elem_id="heal-method", scale=2)
+                        heal_steps = NumberInput(0, label="Steps (0: the method's default)", minimum=0,
+                                                 elem_id="heal-steps")
+                        heal_budget = NumberInput(0, label="Time budget, s (0: none)", minimum=0,
+                                                  elem_id="heal-budget")
+                        heal_btn = gr.Button("Heal", variant="primary", elem_id="heal-btn", scale=0, min_width=160)
+                    heal_md = gr.Markdown(elem_id="heal-status")
+                    heal_plot = PlotView(plots.empty_figure("Heal to see the loss per step"), height=380,
+                                         elem_id="heal-plot")
 
             # -------------------------------------------------- 5. compare: generation
             with gr.Tab("Generate", id="generate"):
@@ -371,13 +388,16 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                         search_names, *calibration_inputs],
             [search_plot, search_md, *cut_outputs, rank_box, rank_map], api_name="rank_search",
             show_progress_on=[search_md], **DEVICE)
+        heal_event = heal_btn.click(gpu(heals.heal), [view, heal_method, heal_steps, heal_budget],
+                                    [heal_plot, heal_md, *cut_outputs, bench_table, bench_plot], api_name="heal",
+                                    show_progress_on=[heal_md], **DEVICE)
         sparse_event = sparse_btn.click(gpu(h.sparsity_sweep), [view, sparse_task, sparse_levels, sparse_methods,
                                                                  sparse_limit, sparse_windows],
                                         [sparse_plot, sparse_table], api_name="sparsity_sweep", **DEVICE)
 
         running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
                    divergence_event, speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event,
-                   stability_event, search_event, lens_event]
+                   stability_event, search_event, lens_event, heal_event]
         for button, name in ((stop_btn, "cancel"), (gen_stop, "cancel_generation"), (speed_stop, "cancel_speed"),
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.

@@ -424,3 +424,20 @@ def logit_lens_figure(lens, title: str) -> go.Figure:
     fig.update_yaxes(title="read after", tickmode="array", tickvals=y, ticktext=ticks, tickfont=dict(size=10))
     fig.update_xaxes(title="prompt position (input token)", tickangle=-50, tickfont=dict(size=10))
     return _layout(fig, title=dict(text=title), margin=dict(l=110, r=20, t=50, b=110))
+
+
+def heal_figure(points, title: str) -> go.Figure:
+    """Healing so far: each step's training loss, and the held-out loss where it was measured (step 0: before)."""
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=[p.step for p in points], y=[p.train for p in points], name="training batch",
+                             mode="lines", line=dict(color=PRUNED, width=2),
+                             hovertemplate="step %{x}: %{y:.3f}<extra>training</extra>"))
+    held = [p for p in points if p.heldout is not None]
+    fig.add_trace(go.Scatter(x=[p.step for p in held], y=[p.heldout for p in held], name="held out (never trained on)",
+                             mode="lines+markers", line=dict(color=SECOND, width=3),
+                             hovertemplate="step %{x}: %{y:.3f}<extra>held out</extra>"))
+    steps = points[-1].steps if points else 1
+    fig.update_xaxes(title="optimizer step", range=[-0.5, steps + 0.5])
+    fig.update_yaxes(title="loss (nats per token)")
+    fig = _layout(fig, title=dict(text=f"Healing ({title}): loss per step"), margin=dict(l=60, r=20, t=60, b=90))
+    return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))

@@ -327,3 +327,41 @@ LOGIT_LENS_HELP = (
     "formed show how much depth the prompt needs: the layers the edited cut removes are marked ✂ on the original, "
     "and are gaps in the cut model's lens."
 )
+
+
+def heal_help() -> str:
+    """What the two healing methods train, with their defaults (from ``prune.heal.DEFAULTS``)."""
+    from prune.heal import DEFAULTS
+
+    lora, last = DEFAULTS["lora"], DEFAULTS["last_layers"]
+    return (
+        "Retrains the edited slot's model briefly and puts the healed copy in the **other** slot, so the original, "
+        "the unhealed and the healed model sit side by side (the unhealed one is untouched; a sparse model keeps "
+        f"its zeros). **LoRA** (Shortened LLaMA, Kim et al. 2024): rank {lora['rank']}, α {lora['alpha']} on every "
+        f"projection, merged after {lora['steps']} steps at lr {lora['lr']:g}. **Last layers** (Lu et al. 2024): "
+        f"the last {last['layers']} layers, the final norm and the LM head trained for {last['steps']} steps at lr "
+        f"{last['lr']:g}. Each step is {lora['batch']} × {lora['seq_len']} tokens of WikiText-2 *validation*; its "
+        f"last {lora['heldout']} windows are never trained on and give the held-out loss. A few minutes on 2 CPU "
+        "cores (far fewer steps and a higher learning rate than the papers' 2 epochs of Alpaca). Afterwards the "
+        "three columns' WikiText-2 *test* perplexity is measured (never trained on); zero-shot tasks, which this "
+        "text does not target, are under *Benchmarks*. Steps 0: the method's default; budget 0: none."
+    )
+
+
+def heal_progress(points, source: str, target: str) -> str:
+    last = points[-1]
+    held = next((p.heldout for p in reversed(points) if p.heldout is not None), None)
+    where = f"held-out {held:.3f} (before: {points[0].heldout:.3f})" if held is not None else ""
+    return (f"Healing {source} into {target}: step {last.step} of {last.steps} · training loss {last.train:.3f} · "
+            f"{where}")
+
+
+def heal_done(record: dict, source: str, target: str) -> str:
+    budget = " (stopped by the time budget)" if record.get("stopped_by_budget") else ""
+    return (f"**{target} is now {source} healed**: {record.get('steps_done', record.get('steps'))} steps{budget}. "
+            f"Compare the three columns under *Generate*, *Speed & memory* and *Benchmarks*.")
+
+
+def heal_perplexity(found, windows: int, seq_len: int) -> str:
+    values = " · ".join(f"{m.model} **{m.value:.2f}**" for m in found)
+    return f"WikiText-2 *test* perplexity (never trained on; {windows} windows of {seq_len} tokens): {values}."
