@@ -376,3 +376,26 @@ def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
     page.locator("#search-box").scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.locator("#search-box").screenshot(path=str(ASSETS / "screenshot-rank-search.png"))
+
+
+def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
+    """A cut in A healed by LoRA for a few steps into B; the three columns' held-out perplexity follows."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.click("#best-btn")
+    wait_banner(page, "removed")
+    page.get_by_text("Heal the edited slot's model into the other slot").click()
+    page.fill("#heal-steps input", "3")
+    page.locator("#heal-btn").scroll_into_view_if_needed()
+    page.click("#heal-btn")
+    page.wait_for_function("document.querySelector('#heal-status').innerText.includes('step 1 of 3')",
+                           timeout=300_000)  # the curve while it trains
+    page.wait_for_selector("#heal-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_function("document.querySelector('#heal-status').innerText.includes('never trained on')",
+                           timeout=600_000)
+    status = page.inner_text("#heal-status")
+    assert "B is now A healed" in status and "original" in status and "B " in status
+    assert "LoRA healing" in banner(page)
+    page.locator("#heal-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#heal-box").screenshot(path=str(ASSETS / "screenshot-heal.png"))
