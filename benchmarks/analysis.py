@@ -12,10 +12,9 @@ the default calibration (WikiText-2 validation from the data folder, else the bu
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 import time
+
+from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
 
 
 def main() -> None:
@@ -23,13 +22,7 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=6, help="how many layers to cut")
     parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
     args = parser.parse_args()
-    cache = tempfile.mkdtemp(prefix="layercut-bench-")
-    os.environ["LAYERCUT_CACHE"] = cache
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        run(args.block, args.data_dir)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+    in_fresh_cache(lambda: run(args.block, args.data_dir))
 
 
 def run(block: int, data_dir: str | None) -> None:

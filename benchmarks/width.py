@@ -13,10 +13,9 @@ models take turns run by run) with the FLOPs and parameter ideals, and hellaswag
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 import time
+
+from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
 
 
 def main() -> None:
@@ -29,18 +28,7 @@ def main() -> None:
                         help="comma list of batch sizes for the decode speed")
     parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
     args = parser.parse_args()
-    cache = tempfile.mkdtemp(prefix="layercut-bench-")
-    models = os.path.join(os.environ.get("LAYERCUT_CACHE") or os.path.expanduser("~/.cache/layercut"), "models")
-    os.makedirs(os.path.join(cache), exist_ok=True)
-    if os.path.isdir(models):  # reuse the dequantized default model
-        os.symlink(models, os.path.join(cache, "models"))
-    os.environ["LAYERCUT_CACHE"] = cache
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    try:
-        run(args)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+    in_fresh_cache(lambda: run(args))
 
 
 def run(args) -> None:
