@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 
 import prune
+from prune import rank_search
 from prune.calibration import Calibration, default_calibration, load_text
 from prune.devices import default_device
 from prune.errors import InvalidInput, LayerCutError
+from prune.heal import HEALED_FIELD
 from prune.methods import get_method
 from prune.methods.context import Context
-from prune import rank_search
-from prune.heal import HEALED_FIELD
 from prune.paths import digest
 from prune.rank_search import Point, SearchResult
 from prune.recipe import Recipe
@@ -60,6 +60,8 @@ class RankSearchDone:
 
     result: SearchResult
     recipe: Recipe | None  # None when every projection stayed dense
+
+
 MAX_VARIANTS = 2
 _MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
