@@ -33,12 +33,13 @@ from torch import nn
 
 from prune.architectures import decoder_layers
 from prune.calibration import Calibration, token_windows
+from prune.hidden import StopForward, run_until_stopped
 from prune.paths import digest
 from prune.recipe import DepthCut, Recipe, SubLayerDrop
 from prune.surgery import private_copy, remove_layers
 
 from . import agreement
-from .fast_lm import StopForward, head_logits
+from .fast_lm import head_logits
 from .generation import TokenStream, encode_prompt
 from .jobs import Cancelled
 from .measurement import ORIGINAL, Measurement
@@ -110,9 +111,7 @@ def head_input(model: nn.Module, ids: torch.Tensor, *, feed: torch.Tensor | None
     handles += [layer.register_forward_hook(after(i)) for i, layer in enumerate(layers)]
     handles.append(model.get_output_embeddings().register_forward_pre_hook(grab))
     try:
-        model(input_ids=ids.to(model.device), use_cache=False)
-    except StopForward:
-        pass
+        run_until_stopped(model, input_ids=ids.to(model.device), use_cache=False)
     finally:
         for handle in handles:
             handle.remove()

@@ -31,6 +31,8 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 from tqdm import tqdm
 
+from prune.hidden import StopForward, run_until_stopped
+
 TOKENS_PER_REQUEST = 128  # batch_size requests ≈ batch_size × this many tokens per forward pass
 PACKED_ROW_CAP = 2048  # longer groups are split over rows: a row's 4-D mask grows as T²
 HEAD_CHUNK_ELEMENTS = 1 << 24  # logits per chunk (64 MB in float32): bigger chunks spill out of cache
@@ -231,10 +233,6 @@ def _pack(pairs: Sequence[Pair], rows, width: int, pad_id: int) -> PackedBatch:
 # ---------------------------------------------------------------- running
 
 
-class StopForward(Exception):
-    """Raised by a hook to end a forward pass once what it needs has been seen."""
-
-
 def head_input(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     """The LM head's input [B, T, D] for a batch; the head itself is skipped (scoring applies it)."""
     captured = {}
@@ -246,9 +244,7 @@ def head_input(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     handle = model.get_output_embeddings().register_forward_pre_hook(grab)
     try:
         with torch.no_grad():
-            model(**batch.model_inputs(model.dtype, model.device))
-    except StopForward:
-        pass
+            run_until_stopped(model, **batch.model_inputs(model.dtype, model.device))
     finally:
         handle.remove()
     return captured["hidden"]

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from prune.architectures import decoder_layers
-from prune.hidden import inject_hidden
+from prune.hidden import StopForward, inject_hidden, run_until_stopped
 from prune.surgery import check_block, cut, remove_layers
 
-from .fast_lm import FastLM, PackedBatch, StopForward, head_input, score_batch
+from .fast_lm import FastLM, PackedBatch, head_input, score_batch
 
 DEFAULT_BUDGET_BYTES = 512 * 2**20
 Cut = tuple[int, int]  # [start, end), end exclusive
@@ -218,11 +218,8 @@ def _keep(kept: dict, batch: int, layer: int, hidden: torch.Tensor) -> None:
 
 def _run_prefix(model: nn.Module, batch: PackedBatch) -> None:
     """Run the model until a hook raises StopForward."""
-    try:
-        with torch.no_grad():
-            model(**batch.model_inputs(model.dtype, model.device))
-    except StopForward:
-        pass
+    with torch.no_grad():
+        run_until_stopped(model, **batch.model_inputs(model.dtype, model.device))
 
 
 def _chunks(batches: Sequence[PackedBatch], bytes_per_token: int, budget: int):

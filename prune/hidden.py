@@ -17,6 +17,18 @@ from .architectures import architecture_of, decoder_layers, final_norm, get_path
 from .errors import InvalidInput, UnsupportedArchitecture
 
 
+class StopForward(Exception):
+    """Raised by a hook to end a forward pass once what it needs has been seen."""
+
+
+def run_until_stopped(model: nn.Module, **inputs) -> None:
+    """``model(**inputs)``, where a hook raising StopForward ends the pass early (its output is not needed)."""
+    try:
+        model(**inputs)
+    except StopForward:
+        pass
+
+
 def _hidden_arg(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
 
@@ -75,23 +87,18 @@ def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch:
             def hook(_module, _args, output):  # OPT's per-layer norm sees [B*T, D]: reshape
                 chunks[position].append(output.reshape(*shape, -1)[last].float().cpu())
                 if position == len(norms) - 1:
-                    raise _Done  # the LM head's logits are not needed
+                    raise StopForward  # the LM head's logits are not needed
             return hook
 
         hooks = [norm.register_forward_hook(keep(p)) for p, norm in enumerate(norms)]
         try:
-            model(input_ids=ids.to(model.device), attention_mask=mask.to(model.device), use_cache=False)
-        except _Done:
-            pass
+            run_until_stopped(model, input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                              use_cache=False)
         finally:
             for hook in hooks:
                 hook.remove()
     states = torch.stack([torch.cat(c) for c in chunks])  # [L+1, N, D] in length order
     return states[:, torch.argsort(torch.tensor(order))]
-
-
-class _Done(Exception):
-    """Stops a forward pass once the final norm has run."""
 
 
 def _length_batches(lengths: list[int], tokens_per_batch: int) -> list[range]:

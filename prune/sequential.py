@@ -13,11 +13,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from .architectures import decoder_layers
-from .hidden import _hidden_arg, _hidden_out
-
-
-class _Stop(Exception):
-    """Ends a forward pass once the last layer's arguments are read."""
+from .hidden import StopForward, _hidden_arg, _hidden_out, run_until_stopped
 
 
 def matrices(layer: nn.Module) -> dict[str, nn.Module]:
@@ -47,17 +43,14 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
                 hidden.append(_hidden_arg(args, kwargs))
             calls[-1].append((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))
             if index == len(layers) - 1:
-                raise _Stop
+                raise StopForward  # once the last layer's arguments are read
         return hook
 
     handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
     try:
         for batch in input_ids.split(batch_size):
             calls.append([])
-            try:
-                model(input_ids=batch, use_cache=False)
-            except _Stop:
-                pass
+            run_until_stopped(model, input_ids=batch, use_cache=False)
     finally:
         for handle in handles:
             handle.remove()

@@ -42,6 +42,7 @@ from .architectures import Width, decoder_layers, get_path, width_of
 from .calibration import Calibration, token_windows
 from .errors import InvalidInput, UnsupportedArchitecture
 from .factored import Factored, Matrix, layer_matrices
+from .hidden import StopForward, run_until_stopped
 from .sequential import rows_of
 from .surgery import clone_layers
 
@@ -243,10 +244,6 @@ def unit_scores(writer: nn.Module, squares: torch.Tensor, units: int) -> torch.T
     return columns.view(units, -1).sum(1)  # each unit's columns are consecutive
 
 
-class _Stop(Exception):
-    """Ends a forward pass once the last layer has run."""
-
-
 @torch.no_grad()
 def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batch_size: int,
                    report: Progress) -> list[dict]:
@@ -262,7 +259,7 @@ def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batc
         return hook
 
     def stop(_module, _args, _output):
-        raise _Stop
+        raise StopForward
 
     kinds = {"channels": width.channels, **({"heads": width.heads} if width.heads else {})}
     handles = [get_path(layer, _writer(entries)[0]).register_forward_hook(collect(index, kind))
@@ -271,10 +268,7 @@ def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batc
     try:
         batches = input_ids.split(batch_size)
         for index, batch in enumerate(batches):
-            try:
-                model(input_ids=batch, use_cache=False)
-            except _Stop:
-                pass
+            run_until_stopped(model, input_ids=batch, use_cache=False)
             report((index + 1) / len(batches), f"{IMPORTANCE}: calibration batch {index + 1} of {len(batches)} read")
     finally:
         for handle in handles:

@@ -28,7 +28,7 @@ import torch
 
 from ..architectures import decoder_layers
 from ..errors import InvalidInput
-from ..hidden import inject_hidden, logits_from_hidden
+from ..hidden import StopForward, inject_hidden, logits_from_hidden, run_until_stopped
 from ..result import ImportanceResult, blocks_from_layers
 from ..surgery import remove_layers
 from . import register
@@ -125,10 +125,6 @@ def _nll(model: torch.nn.Module, layers: list[int], input_ids: torch.Tensor, hid
     return total / len(input_ids)
 
 
-class _Stop(Exception):
-    """Ends a forward pass after the last layer: the states are all that is needed."""
-
-
 @torch.no_grad()
 def _states_after(model: torch.nn.Module, layers: list[int], input_ids: torch.Tensor,
                   hidden: torch.Tensor) -> list[torch.Tensor]:
@@ -143,17 +139,14 @@ def _states_after(model: torch.nn.Module, layers: list[int], input_ids: torch.Te
         def hook(_module, _args, output):
             chunks[position].append((output[0] if isinstance(output, tuple) else output).float().cpu())
             if position == len(layers) - 1:
-                raise _Stop
+                raise StopForward  # the states are all that is needed
         return hook
 
     hooks = [layer.register_forward_hook(keep(p)) for p, layer in enumerate(view_layers)]
     try:
         for ids, h in zip(input_ids.split(BATCH), hidden.split(BATCH)):
-            try:
-                with inject_hidden(view, h):
-                    view(input_ids=ids.to(view.device), use_cache=False)
-            except _Stop:
-                pass
+            with inject_hidden(view, h):
+                run_until_stopped(view, input_ids=ids.to(view.device), use_cache=False)
     finally:
         for hook in hooks:
             hook.remove()
