@@ -354,9 +354,10 @@ def test_healing_stops_for_its_owner_and_when_abandoned(backend, spec):
 # ---------------------------------------------------------------- analysis and export
 
 
-def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, spec, monkeypatch):
+def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, spec, monkeypatch, tmp_path):
     from prune.methods import METHODS, context
 
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))  # an empty disk cache, whatever ran before
     calls, residuals = [], []
     for name in ("angular", "block_influence"):
         real = METHODS[name]
