@@ -36,6 +36,13 @@ CONFIG_FIELD = "layercut"  # the derived model's config records its recipe here
 Progress = Callable[[float, str], object]
 
 STEPS: dict[str, type] = {}
+# (an earlier step's kind, a later step's kind): why the later cannot follow the earlier, in any recipe
+ORDER: dict[tuple[str, str], str] = {
+    ("sparsify", "lowrank"): "A low-rank decomposition would replace the sparsified weights' zeros with dense "
+                             "factors: decompose first, then sparsify.",
+    ("lowrank", "width"): "Width pruning cannot slice a projection held as low-rank factors: prune the width "
+                          "before decomposing.",
+}
 
 
 def step(kind: str):
@@ -431,6 +438,11 @@ class Recipe:
         if self.steps and getattr(self.steps[0], "follows", False):
             raise InvalidInput(f"A {self.steps[0].kind} step follows a cut, a sparsification or a decomposition; "
                                f"it cannot come first.")
+        kinds = [s.kind for s in self.steps]
+        for index, earlier in enumerate(kinds):
+            for later in kinds[index + 1:]:
+                if (earlier, later) in ORDER:
+                    raise InvalidInput(ORDER[earlier, later])
 
     @classmethod
     def cut(cls, num_layers: int, layers: Iterable[int], origin: str = "") -> Recipe:

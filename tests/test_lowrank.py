@@ -22,7 +22,7 @@ from prune.architectures import decoder_layers
 from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput
 from prune.factored import Factored
-from prune.recipe import Decompose, Recipe, WidthPrune, recipe_of
+from prune.recipe import Decompose, Recipe, Sparsify, WidthPrune, recipe_of
 from prune.sequential import matrices, rows_of
 from prune.width import size_of
 
@@ -310,6 +310,22 @@ def test_the_recipe_step_counts_by_arithmetic_after_depth_and_width_and_round_tr
     assert Recipe.from_json(Recipe((searched,)).to_json()).steps == (searched,)
     assert searched.short() == "weight ranks"
     assert lowrank.ranks_of(Recipe((searched,)).apply(model)) == {(0, "self_attn.q_proj"): 2, (3, "mlp.down_proj"): 5}
+
+
+def test_a_recipe_refuses_an_order_that_undoes_or_cannot_follow_a_step_and_keeps_the_reverse(tiny_tokenizer):
+    model = tiny_model("llama", 2)
+    sparse, low, width = Sparsify.of("magnitude", 0.5), Decompose.of("weight", 0.8), WidthPrune.of(0.8, CAL)
+    with pytest.raises(InvalidInput, match="decompose first, then sparsify"):
+        Recipe((sparse, low))
+    with pytest.raises(InvalidInput, match="prune the width before decomposing"):
+        Recipe.block(2, 0, 1).then(low).then(width)
+    saved = Recipe((low, sparse)).to_json()  # the reverse is allowed; a saved recipe in the wrong order is not
+    with pytest.raises(InvalidInput, match="decompose first"):
+        Recipe.from_json({"steps": saved["steps"][::-1]})
+    sparse_factors = Recipe((low, sparse)).apply(model)  # the factors themselves lose half their weights
+    weights = [m.weight for layer in decoder_layers(sparse_factors) for m in layer.modules() if isinstance(m, nn.Linear)]
+    assert sum(int((w == 0).sum()) for w in weights) == pytest.approx(sum(w.numel() for w in weights) / 2, rel=0.02)
+    assert count(Recipe((width, low)).apply(model, tiny_tokenizer)) < count(model)
 
 
 def test_ratio_one_decomposes_nothing_and_shares_every_tensor():
