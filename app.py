@@ -147,7 +147,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         gr.Markdown(text.HEATMAP_HELP)
                     with gr.Column(scale=1):
                         with gr.Group():
-                            block_size = gr.Slider(1, 29, value=5, step=1, label="N layers to cut")
+                            block_size = gr.Slider(1, 29, value=5, step=1, label="N layers to cut", elem_id="block-size")
                             selection = gr.Radio([(words, name) for name, words in SELECTIONS.items()],
                                                  value="paper", label="Which N layers", elem_id="selection")
                             remove = gr.Radio(text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
@@ -342,20 +342,14 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         start_event = demo.load(gpu(h.startup), [view, method], [model, *load_outputs, analysis_md, stability_md],
                                 api_name="startup", show_progress_on=[model_md, heatmap], **DEVICE)
 
-        slot.input(h.edit_slot, [view, slot], cut_outputs, api_name="edit_slot", **LIGHT)
-        clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
-        # Each choice of a cut is followed by its numbers against the original (a newer one supersedes).
-        for event, name in ((layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut",
-                                                 **LIGHT), "feedback_after_release"),
-                            (heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT),
-                             "feedback_after_click"),
-                            (best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs,
-                                            api_name="best_block", **LIGHT), "feedback_after_best")):
-            event.success(explains.feedback, [view], [feedback_md], api_name=name, **FEEDBACK)
-        for event, name in ((start_event, "feedback_after_startup"), (analyze_event, "feedback_after_analyze"),
-                            (load_then_analyze, "feedback_after_load")):  # also computes the original's states once
-            event.success(explains.feedback, [view], [feedback_md], api_name=name, **FEEDBACK)
-        named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
+        versus_event.success(h.cut_size, [view], [block_size], api_name="cut_size", **LIGHT)  # A's N layers
+        slot_event = slot.input(h.edit_slot, [view, slot], cut_outputs, api_name="edit_slot", **LIGHT)
+        clear_event = clear_btn.click(h.clear_slot, [view], cut_outputs, api_name="clear_cut", **LIGHT)
+        release_event = layer_range.release(h.set_cut, [view, layer_range], cut_outputs, api_name="set_cut", **LIGHT)
+        click_event = heatmap.point_click(h.select_cell, [view], cut_outputs, api_name="select_cell", **LIGHT)
+        best_event = best_btn.click(h.best_block, [view, block_size, selection, remove], cut_outputs,
+                                    api_name="best_block", **LIGHT)
+        named_event = named.input(h.named_cut, [view, named], cut_outputs, api_name="named_cut", **LIGHT)
         stability_event = stability_btn.click(gpu(h.stability), [view, block_size, resamples], [stability_md],
                                               api_name="stability", show_progress_on=[stability_md], **DEVICE)
         export_btn.click(gpu(h.export), [view, folder], [export_md, export_files], api_name="export",
@@ -394,6 +388,15 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         sparse_event = sparse_btn.click(gpu(h.sparsity_sweep), [view, sparse_task, sparse_levels, sparse_methods,
                                                                  sparse_limit, sparse_windows],
                                         [sparse_plot, sparse_table], api_name="sparsity_sweep", **DEVICE)
+
+        # Every change of the edited slot's model is followed by its numbers against the original (a newer one
+        # supersedes); the first after a startup, a load or an analysis also computes the original's states once.
+        for event, name in ((release_event, "release"), (click_event, "click"), (best_event, "best"),
+                            (start_event, "startup"), (analyze_event, "analyze"), (load_then_analyze, "load"),
+                            (slot_event, "slot"), (clear_event, "clear"), (named_event, "named"),
+                            (build_event, "build"), (versus_event, "versus"), (search_event, "search"),
+                            (heal_event, "heal")):
+            event.success(explains.feedback, [view], [feedback_md], api_name=f"feedback_after_{name}", **FEEDBACK)
 
         running = [load_event, load_then_analyze, analyze_event, build_event, versus_event, start_event, gen_event,
                    divergence_event, speed_event, memory_event, bench_event, ppl_event, sweep_event, sparse_event,

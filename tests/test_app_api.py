@@ -36,7 +36,8 @@ def test_every_event_is_a_named_endpoint(client):
     assert {"/load_model", "/analyze", "/set_cut", "/select_cell", "/best_block", "/named_cut", "/export",
             "/generate", "/speed", "/memory", "/benchmarks", "/perplexity", "/cancel", "/startup", "/edit_slot",
             "/clear_cut", "/sweep", "/build", "/width_vs_depth", "/method_info", "/rank_search", "/divergence",
-            "/feedback_after_release", "/feedback_after_click"} <= names
+            "/feedback_after_release", "/feedback_after_click", "/feedback_after_slot", "/feedback_after_build",
+            "/feedback_after_versus", "/feedback_after_search", "/feedback_after_heal", "/cut_size"} <= names
 
 
 def test_load_analyze_cut_generate_benchmark(client):

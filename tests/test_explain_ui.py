@@ -35,6 +35,19 @@ def test_a_release_shows_the_cuts_numbers_against_the_original(visitor):
     assert "resumed from layer 0" in other and other != shown
 
 
+def test_the_numbers_follow_the_edited_slot_and_the_slider_its_cut(visitor):
+    explains, session = visitor
+    a = session.with_block(2, 4, "chosen by hand")
+    assert explains.feedback(a).startswith("**A against the original**")
+    *_, b = explains.h.edit_slot(a, "B")
+    assert explains.feedback(b) == ""  # B is empty: A's numbers no longer show
+    b = b.with_block(0, 3, "chosen by hand")
+    assert explains.feedback(b).startswith("**B against the original**")
+    assert explains.h.cut_size(b) == gr.update(value=3)
+    *_, cleared = explains.h.clear_slot(b)
+    assert explains.feedback(cleared) == "" and explains.h.cut_size(cleared) == gr.update()
+
+
 def test_a_superseded_release_changes_nothing(visitor, monkeypatch):
     explains, session = visitor
 

@@ -249,6 +249,13 @@ class Handlers:
         return self._cut_outputs(replace(session, editing=slot))
 
     @user_errors
+    def cut_size(self, session: Session):
+        """The "N layers to cut" slider set to the edited slot's depth cut (width against depth just filled A)."""
+        recipe = session.cut()
+        cut = recipe.depth_cut if recipe else None
+        return gr.update(value=len(cut.layers)) if cut else gr.update()
+
+    @user_errors
     def clear_slot(self, session: Session):
         """Compare one compressed model fewer: the edited slot goes empty."""
         return self._cut_outputs(session.with_cut(None))
