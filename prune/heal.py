@@ -36,9 +36,9 @@ are exactly zero stay zero (a sparse variant keeps its pattern: the merged LoRA 
 (the factors are trained); LoRA refuses them. Seeded: the same model, text and options heal to
 the same weights (on the same machine and thread count), unless ``budget_s`` stops early.
 
-Measured (benchmarks/heal.py, 2026-11-22, 2 busy CPU cores): SmolLM2-135M cut [15, 21) has WikiText-2
+Measured (benchmarks/heal.py, 2026-11-22, 2 quiet CPU cores): SmolLM2-135M cut [15, 21) has WikiText-2
 test perplexity 202.3 (original 64.0); LoRA's 30 default steps bring it to 86.6 (84 % of the gap
-won back, 275 s), the last layers' 40 steps to 113.1 (64 %, 366 s). hellaswag acc_norm (200
+won back, 192 s), the last layers' 40 steps to 113.1 (64 %, 209 s). hellaswag acc_norm (200
 questions, ± 3.5) moved within its noise: original 47.0, cut 44.5, LoRA 42.5, last layers 45.0.
 """
 
