@@ -96,6 +96,24 @@ def tiny_folder(tmp_path_factory, tiny_tokenizer):
     return str(folder)
 
 
+@pytest.fixture(scope="module")
+def spec(tiny_folder):
+    """The tiny folder as a model spec (a module may define its own)."""
+    from evaluation.models import ModelSpec
+
+    return ModelSpec(tiny_folder)
+
+
+@pytest.fixture(scope="module")
+def backend(spec):
+    """A CPU backend with the tiny model loaded, one per test module."""
+    from evaluation.backend import Backend
+
+    b = Backend(device="cpu")
+    b.load(spec)
+    return b
+
+
 @pytest.fixture(scope="session")
 def data_dir():
     """The benchmark data folder (LAYERCUT_DATA_DIR or ../shared/benchdata); its absence fails, never skips."""

@@ -18,18 +18,6 @@ from prune.recipe import DepthCut, Recipe
 CUT = {"pruned": Recipe.block(4, 1, 3)}  # the compared models: original and layers 1–2 removed
 
 
-@pytest.fixture(scope="module")
-def spec(tiny_folder):
-    return ModelSpec(tiny_folder)
-
-
-@pytest.fixture(scope="module")
-def backend(spec):
-    b = Backend(device="cpu")
-    b.load(spec)
-    return b
-
-
 def arc(limit, data_dir=None):
     from evaluation.offline_tasks import default_data_dir
 

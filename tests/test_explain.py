@@ -11,11 +11,9 @@ import torch.nn.functional as F
 
 from conftest import tiny_model
 from evaluation import agreement, explain
-from evaluation.backend import Backend
 from evaluation.benchmark import main as cli
 from evaluation.jobs import Cancelled, device_lock
 from evaluation.logit_lens import kept_layers, logit_lens
-from evaluation.models import ModelSpec
 from prune.architectures import decoder_layers, final_norm
 from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput
@@ -191,20 +189,7 @@ def test_the_compressed_lens_is_labelled_with_the_layers_it_kept(tiny_tokenizer)
     assert list(lens.token_ids[-1]) == _full(Recipe(), cut, IDS[1:])[0, -24:].argmax(-1).tolist()
 
 
-# ---------------------------------------------------------------- the backend
-
-
-@pytest.fixture(scope="module")
-def spec(tiny_folder):
-    return ModelSpec(tiny_folder)
-
-
-@pytest.fixture(scope="module")
-def backend(spec):
-    b = Backend(device="cpu")
-    b.load(spec)
-    return b
-
+# ---------------------------------------------------------------- the backend (conftest's `backend`: the tiny model)
 
 SLICE = Calibration(n_samples=4, seq_len=32)  # the built-in text (the feedback slice takes 2 × 128 of it)
 
