@@ -282,8 +282,9 @@ def test_a_rank_search_streams_its_points_and_leaves_the_searched_model_cached(b
     assert not backend.jobs.busy()
 
 
-def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
-    mine = backend.rank_search(spec, space="weight", criterion="wikitext2", limit=10, layers=[2, 3], owner="v1")
+def _stops_for_its_owner_and_when_abandoned(backend, start):
+    """`start()` begins a streamed job of visitor v1 that yields at least three times."""
+    mine = start()
     next(mine)
     backend.cancel("v2")  # someone else's Stop
     next(mine)
@@ -291,11 +292,16 @@ def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
     with pytest.raises(Cancelled):
         list(mine)
     assert not backend.jobs.busy()
-    abandoned = backend.rank_search(spec, space="weight", criterion="wikitext2", limit=10, layers=[3], owner="v1")
+    abandoned = start()
     next(abandoned)
     assert backend.jobs.busy("v1")
     abandoned.close()  # the page went away: the job ends and the device is free
     assert not backend.jobs.busy()
+
+
+def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
+    _stops_for_its_owner_and_when_abandoned(backend, lambda: backend.rank_search(
+        spec, space="weight", criterion="wikitext2", limit=10, layers=[2, 3], owner="v1"))
 
 
 def _heal_step(steps=3):
@@ -323,18 +329,8 @@ def test_healing_streams_each_steps_loss_and_caches_the_healed_model_beside_the_
 
 
 def test_healing_stops_for_its_owner_and_when_abandoned(backend, spec):
-    mine = backend.heal(spec, CUT["pruned"], _heal_step(200), owner="v1")
-    next(mine)
-    backend.cancel("v2")  # someone else's Stop
-    next(mine)
-    backend.cancel("v1")
-    with pytest.raises(Cancelled):
-        list(mine)
-    assert not backend.jobs.busy()
-    abandoned = backend.heal(spec, CUT["pruned"], _heal_step(200), owner="v1")
-    next(abandoned)
-    abandoned.close()  # the page went away: the training stops and the device is free
-    assert not backend.jobs.busy()
+    _stops_for_its_owner_and_when_abandoned(backend, lambda: backend.heal(spec, CUT["pruned"], _heal_step(200),
+                                                                           owner="v1"))
     with pytest.raises(InvalidInput, match="heal"):
         backend.heal(spec, Recipe(), _heal_step())  # healing the original is refused at once
 
