@@ -29,7 +29,7 @@ from ui.explain_handlers import ExplainHandlers
 from ui.handlers import Handlers
 from ui.heal_handlers import HealHandlers
 from ui.search_handlers import SearchHandlers
-from ui.inputs import CALIBRATION_SOURCES, Policy
+from ui.inputs import CALIBRATION_SOURCES, MAX_TEXT_BYTES, Policy
 from ui.number_input import NumberInput
 from ui.session import SLOTS, Session
 from ui.plot_view import PlotView
@@ -60,22 +60,22 @@ LIGHT = dict(concurrency_limit=None, show_progress="hidden")
 FEEDBACK = dict(concurrency_limit=None, show_progress="minimal")  # beside the device's jobs (one at a time inside)
 
 
-def launch_options() -> dict:
-    """What Gradio 6 takes at launch: appearance, and the exports folder for downloads (tests use it too)."""
-    return {"theme": THEME, "css": CSS, "allowed_paths": [str(cache_root() / "exports")]}
+def launch_options(policy: Policy | None = None) -> dict:
+    """What Gradio 6 takes at launch (tests use it too): appearance, the upload limit, and on a personal
+    machine the exports folder for downloads (a shared server serves each visitor's from Gradio's cache)."""
+    policy = policy or Policy.from_env()
+    paths = [] if policy.shared else [str(cache_root() / "exports")]
+    return {"theme": THEME, "css": CSS, "allowed_paths": paths, "max_file_size": MAX_TEXT_BYTES}
 
 
 def build_demo(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None) -> gr.Blocks:
     """The page; ``policy`` says whether this server is shared (default: from the environment)."""
-    from evaluation import exports
-
     if backend is None:
         from evaluation.backend import Backend
 
         data_dir = default_data_dir()
         backend = Backend(data_dir=str(data_dir) if data_dir else None)
     policy = policy or Policy.from_env()
-    exports.remove_leftovers(cache_root() / "exports")  # a killed export's staging folders
     h = Handlers(backend, policy, default_model)
     searches = SearchHandlers(h)
     explains = ExplainHandlers(h)
@@ -111,7 +111,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
             with gr.Row():
                 token = gr.Textbox(label="Hugging Face token (gated models)", type="password", scale=2)
                 dtype = gr.Dropdown(["auto", "float32", "bfloat16", "float16"], value="auto", label="Precision")
-                trust = gr.Checkbox(label="Trust remote code", value=False)
+                trust = gr.Checkbox(label="Trust remote code", value=False, visible=not policy.shared)
             with gr.Row():
                 cal_source = gr.Dropdown(sources, value="default", label="Calibration source (default: "
                                          f"{text.calibration_words(h.default_calibration)})")
@@ -177,7 +177,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                 elem_id="search-on")
                         search_tol = NumberInput(0.5, label="Tolerance (points, or % per projection)", minimum=0,
                                                  elem_id="search-tolerance")
-                        search_limit = NumberInput(40, label="Windows (256 tokens) or questions (0 = all)",
+                        search_limit = NumberInput(40, label=f"Windows (256 tokens) or questions ({policy.limit_words()})",
                                                    minimum=0, elem_id="search-limit")
                         search_layers = NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers")
                         search_names = gr.Textbox("", label="Projections (empty: all)", elem_id="search-names")
@@ -270,7 +270,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     tasks = gr.CheckboxGroup(list(SUPPORTED_TASKS), value=["arc_easy"], label="Tasks", scale=3,
                                              elem_id="tasks")
                     with gr.Column(scale=1, min_width=180):
-                        limit = NumberInput(100, label="Questions per task (0 = all)", minimum=0,
+                        limit = NumberInput(100, label=f"Questions per task ({policy.limit_words()})", minimum=0,
                                           elem_id="limit")
                         fewshot = NumberInput(0, label="Few-shot examples", minimum=0)
                 with gr.Row():
@@ -279,7 +279,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                 with gr.Accordion("Perplexity (WikiText-2)", open=False):
                     with gr.Row(equal_height=True):
                         ppl_len = gr.Dropdown([128, 512, 2048], value=512, label="Window (tokens)")
-                        ppl_windows = NumberInput(20, label="Windows (0 = all)", minimum=0)
+                        ppl_windows = NumberInput(20, label=f"Windows ({policy.limit_words()})", minimum=0)
                         ppl_btn = gr.Button("Measure perplexity")
                 bench_table = gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
                                            elem_id="bench-table")
@@ -290,7 +290,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     with gr.Row(equal_height=True):
                         sweep_task = gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task")
                         sweep_k = NumberInput(6, label="Block size K", minimum=1, elem_id="sweep-k")
-                        sweep_limit = NumberInput(50, label="Questions (0 = all)", minimum=0,
+                        sweep_limit = NumberInput(50, label=f"Questions ({policy.limit_words()})", minimum=0,
                                                 elem_id="sweep-limit")
                         sweep_btn = gr.Button("Run sweep", variant="primary", elem_id="sweep-btn")
                     sweep_md = gr.Markdown(elem_id="sweep-summary")
@@ -309,7 +309,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                    elem_id="sparse-levels")
                         sparse_methods = gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"],
                                                           label="Methods", elem_id="sparse-methods")
-                        sparse_limit = NumberInput(50, label="Questions (0 = all)", minimum=0, elem_id="sparse-limit")
+                        sparse_limit = NumberInput(50, label=f"Questions ({policy.limit_words()})", minimum=0, elem_id="sparse-limit")
                         sparse_windows = NumberInput(16, label="Perplexity windows (512 tokens)", minimum=1,
                                                      elem_id="sparse-windows")
                         sparse_btn = gr.Button("Run sparsity sweep", variant="primary", elem_id="sparse-btn")
@@ -405,6 +405,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.
             button.click(h.cancel, None, None, api_name=name, cancels=running, queue=False)
+        demo.unload(h.page_closed)  # a closed page's jobs stop and its exports go, whatever kind they are
     demo.queue(default_concurrency_limit=1)
     return demo
 
@@ -419,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     policy = Policy.from_env(shared=True if args.shared else None)
     build_demo(policy=policy, default_model=ModelSpec(args.model) if args.model else None).launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options())
+        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(policy))
 
 
 if __name__ == "__main__":

@@ -105,14 +105,15 @@ def _record_recipe(config_file: Path, recipe: Recipe) -> None:
     write_atomic(config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def _is_export(folder: Path) -> bool:
+def is_export(folder: Path) -> bool:
+    """Whether ``folder`` is a finished LayerCut export (the only kind ever replaced or removed)."""
     return folder.is_dir() and not folder.is_symlink() and (folder / MARKER).is_file()
 
 
 def _check_replaceable(target: Path) -> None:
     """Refuse anything at ``target`` but nothing, an empty folder or an earlier LayerCut export."""
     if target.is_symlink() or (target.exists() and not (
-            target.is_dir() and (_is_export(target) or not any(target.iterdir())))):
+            target.is_dir() and (is_export(target) or not any(target.iterdir())))):
         raise InvalidInput(f"Refusing to overwrite {target}: it exists and is not a LayerCut export.")
 
 
@@ -163,20 +164,25 @@ def bound_folder(root: Path, max_bytes: int, keep: Path | None = None) -> list[P
     """Remove the oldest LayerCut exports (never ``keep``) until ``root`` holds at most ``max_bytes``."""
     root = Path(root)
     keep = Path(keep).resolve() if keep is not None else None
-    exports = sorted((p for p in root.iterdir() if not p.name.startswith(".") and _is_export(p)
+    exports = sorted((p for p in root.iterdir() if not p.name.startswith(".") and is_export(p)
                       and p.resolve() != keep), key=lambda p: (p / MARKER).stat().st_mtime)
     total = folder_bytes(root)
     removed = []
     for folder in exports:
         if total <= max_bytes:
             break
-        size = folder_bytes(folder)
-        hidden = _partial_path(folder)
-        os.rename(folder, hidden)  # readers never see a half-removed export
-        shutil.rmtree(hidden, ignore_errors=True)
-        total -= size
+        total -= remove_export(folder)
         removed.append(folder)
     return removed
+
+
+def remove_export(folder: Path) -> int:
+    """Remove one export so that no reader sees half of it; returns the bytes it held."""
+    size = folder_bytes(folder)
+    hidden = _partial_path(folder)
+    os.rename(folder, hidden)
+    shutil.rmtree(hidden, ignore_errors=True)
+    return size
 
 
 def model_files_bytes(folder: Path) -> int:

@@ -9,9 +9,13 @@ model in place. An evicted model is loaded again when a visitor next uses it.
 from __future__ import annotations
 
 import gc
+import hashlib
+import hmac
+import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -27,19 +31,41 @@ from prune.width import Size, size_of
 from . import memory
 
 
+_ACCESS_KEY = secrets.token_bytes(32)  # per process: an access digest means nothing outside it
+
+
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which base model, and how to load it; the token is used to load but is no part of its identity."""
+    """Which base model, and how to load it.
+
+    A Hub model is keyed by the token that opened it (``access``, a keyed digest, never the token),
+    so a gated model one visitor opened is never handed to a visitor without that token; the token
+    itself is no part of the identity and never shown. The embedded model and local folders need no
+    token, so every visitor shares them.
+    """
 
     name: str = prune.DEFAULT_MODEL
     dtype: str = "auto"
     trust_remote_code: bool = False
     revision: str | None = None
     token: str | None = field(default=None, compare=False, repr=False)
+    access: str | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        needs_token = self.token and not is_default(self.name) and not _is_folder(self.name)
+        digest = hmac.new(_ACCESS_KEY, self.token.encode(), hashlib.sha256).hexdigest()[:32] if needs_token else None
+        object.__setattr__(self, "access", digest)
 
     @property
     def label(self) -> str:
         return prune.DEFAULT_MODEL if is_default(self.name) else self.name
+
+
+def _is_folder(name: str) -> bool:
+    try:
+        return Path(name).expanduser().is_dir()
+    except (OSError, RuntimeError, ValueError):  # too long, "~nobody", a NUL byte
+        return False
 
 
 @dataclass(frozen=True)

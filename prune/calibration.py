@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,6 +25,9 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
 WIKITEXT2_VALID = Path("wikitext2") / "pytorch_examples_wikitext-2" / "valid.txt"  # inside the data folder
 SOURCES = ("builtin", "text", "file", "wikitext2", "hub")
+HUB_FORMAT = "name[:config]:split:column, e.g. Salesforce/wikitext:wikitext-2-raw-v1:validation:text"
+_HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}(/[A-Za-z0-9][A-Za-z0-9_.-]{0,95})?")
+_HUB_PART = re.compile(r"[A-Za-z0-9_.\-\[\]%+ ]{1,100}")
 BOS_CHOICES = {"auto": None, "on": True, "off": False}  # how the UI and the CLI name Calibration.bos
 
 
@@ -124,12 +128,48 @@ def _data_dir(path) -> str:
     return str(found)
 
 
+def hub_dataset(spec: str) -> tuple[str, str | None, str, str]:
+    """``name[:config]:split:column`` → its parts, when ``name`` can only mean a dataset on the Hub.
+
+    The datasets library also reads local folders, files and packaged builders (csv, json, …) by
+    that argument; "hub" means the Hub, so those are refused here (local text comes by file or upload).
+    A name that exists on this machine gets the same words as a malformed one: nothing is told of the disk.
+    """
+    parts = (spec or "").split(":")
+    refused = InvalidInput(f"'{_shown(spec)}' is not a Hugging Face dataset: write hub calibration as {HUB_FORMAT}.")
+    if len(parts) not in (3, 4):
+        raise refused
+    name, config, split, column = parts if len(parts) == 4 else (parts[0], None, parts[1], parts[2])
+    if not _HUB_NAME.fullmatch(name) or ".." in name or name.lower() in _packaged_builders() or _exists(name):
+        raise refused
+    if not all(_HUB_PART.fullmatch(part) for part in (split, column, *((config,) if config is not None else ()))):
+        raise refused
+    return name, config, split, column
+
+
+def _packaged_builders() -> set[str]:
+    try:
+        from datasets.packaged_modules import _PACKAGED_DATASETS_MODULES
+    except ImportError:
+        return set()
+    return set(_PACKAGED_DATASETS_MODULES)
+
+
+def _exists(name: str) -> bool:
+    try:
+        return Path(name).exists() or Path(name.split("/")[0]).exists()
+    except (OSError, ValueError):
+        return True
+
+
+def _shown(text: str, limit: int = 60) -> str:
+    text = str(text)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _hub_text(spec: str, max_chars: int = 400_000) -> str:
     """Text from a hub dataset, ``name[:config]:split:column``; needs the network."""
-    parts = spec.split(":")
-    if len(parts) not in (3, 4):
-        raise InvalidInput("Hub calibration is written name[:config]:split:column, e.g. wikitext:wikitext-2-raw-v1:validation:text.")
-    name, config, split, column = parts if len(parts) == 4 else (parts[0], None, parts[1], parts[2])
+    name, config, split, column = hub_dataset(spec)
     if os.environ.get("HF_HUB_OFFLINE") == "1":
         raise InvalidInput("Hub calibration needs the network; use the built-in text or a file offline.")
     try:

@@ -88,9 +88,13 @@ def test_a_shared_server_loads_local_folders_only_from_its_model_root(tiny_folde
         inputs.model_spec("org/model", None, False, "float8", SHARED)
 
 
-def test_a_token_is_no_part_of_a_models_identity_and_never_shown():
+def test_a_hub_model_is_keyed_by_its_token_which_is_never_shown(tiny_folder):
     spec = inputs.model_spec("org/model", " hf_secret ", False, "auto", PERSONAL)
-    assert spec.token == "hf_secret" and spec == ModelSpec("org/model") and "hf_secret" not in repr(spec)
+    assert spec.token == "hf_secret" and "hf_secret" not in repr(spec) and "hf_secret" not in str(spec.access)
+    assert spec == inputs.model_spec("org/model", "hf_secret", False, "auto", PERSONAL)
+    assert spec != ModelSpec("org/model") and spec != ModelSpec("org/model", token="hf_other")
+    assert ModelSpec(tiny_folder, token="hf_secret") == ModelSpec(tiny_folder)  # a folder needs no token: shared
+    assert ModelSpec(token="hf_secret") == ModelSpec()  # so does the embedded model
 
 
 def test_a_failed_load_keeps_every_loaded_model(tiny_folder, tmp_path):

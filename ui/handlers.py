@@ -22,19 +22,17 @@ from evaluation.models import ModelSpec
 from evaluation.sparsity_sweep import format_table
 from prune.errors import InvalidInput, LayerCutError, ModelNotFound
 from prune.methods import options_for_cut
-from prune.paths import cache_root
 from prune.recipe import Decompose, Recipe, WidthPrune
 from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
 from prune.sublayers import ATTENTION, MLP
 from prune.width import matching_depth_layers
 
 from . import catalog, inputs, plots, text
+from .downloads import Downloads
 from .range_control import parse_range, range_update
 from .session import SLOTS, Session
 
 log = logging.getLogger(__name__)
-DOWNLOAD_LIMIT_BYTES = 2 * 2**30  # larger exports are saved but not offered for download
-EXPORTS_LIMIT_BYTES = 8 * 2**30  # older exports are removed past this
 
 
 def user_errors(fn):
@@ -81,9 +79,11 @@ def default_block_size(num_layers: int) -> int:
 class Handlers:
     """One method per UI event; app.py wires them with api names. State comes in and goes out as a Session."""
 
-    def __init__(self, backend, policy: inputs.Policy | None = None, default_model: ModelSpec | None = None):
+    def __init__(self, backend, policy: inputs.Policy | None = None, default_model: ModelSpec | None = None,
+                 downloads: Downloads | None = None):
         self.backend = backend
         self.policy = policy or inputs.Policy()
+        self.downloads = downloads or Downloads.for_server(self.policy.shared)
         self.default_model = default_model or ModelSpec()
         self.default_calibration = backend.default_calibration
 
@@ -303,20 +303,22 @@ class Handlers:
 
     @user_errors
     def export(self, session: Session, folder: str, request: gr.Request = None, progress=gr.Progress()):
-        """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files."""
+        """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files.
+
+        On a shared server the folder is the visitor's own (see ``ui.downloads``) and named by its name only.
+        """
         from evaluation import export_texts, exports
 
         _need_model(session)
         recipe = session.cut()
         if recipe is None:
             raise InvalidInput(f"Choose a cut for {session.editing} first: there is nothing to export yet.")
-        name = (folder or "").strip() or export_texts.default_export_name(session.info.name, recipe)
-        root = cache_root() / "exports"
-        target = root / exports.check_export_name(name)
+        name = exports.check_export_name((folder or "").strip()
+                                         or export_texts.default_export_name(session.info.name, recipe))
         scores = [m for m in session.results if m.model in ("original", session.editing)]
-        path = self.backend.export(session.spec, recipe, target, scores=scores, progress=reporter(progress),
-                                   owner=_owner(request))
-        exports.bound_folder(root, EXPORTS_LIMIT_BYTES, keep=path)
+        path = self.backend.export(session.spec, recipe, self.downloads.folder(_owner(request)) / name,
+                                   scores=scores, progress=reporter(progress), owner=_owner(request))
+        self.downloads.tidy(keep=path)
         files = sorted(p for p in path.rglob("*") if p.is_file())
         size = sum(p.stat().st_size for p in files)
         where = f"as `{path.name}`" if self.policy.shared else f"to `{path}`"
@@ -324,9 +326,13 @@ class Handlers:
                  if (path / export_texts.MERGEKIT_FILE).exists() else "")
         message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card{tools}: "
                    "`AutoModelForCausalLM.from_pretrained` loads it.")
-        if size > DOWNLOAD_LIMIT_BYTES:
-            return message + " It is too large to offer for download here.", None
-        return message, [str(p) for p in files]
+        if self.downloads.offered(size):
+            return message, [str(p) for p in files]
+        if self.policy.shared:  # nobody could ever fetch it
+            exports.remove_export(path)
+            raise InvalidInput(f"This export takes {size / 2**30:.2f} GiB: more than this server offers for "
+                               "download. Export a smaller model, or run LayerCut on your own machine.")
+        return message + " It is too large to offer for download here.", None
 
     # ------------------------------------------------------------------ compare
     @user_errors
@@ -382,7 +388,7 @@ class Handlers:
         if not tasks:
             raise InvalidInput("Choose at least one benchmark task.")
         task_request = lm_eval_adapter.check_request(
-            list(tasks), limit=inputs.optional_limit(limit, "Questions per task"),
+            list(tasks), limit=self.policy.limit(limit, "Questions per task"),
             num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0, maximum=25),
             data_dir=self.backend.data_dir)
         found = self.backend.benchmarks(session.spec, session.variants(), task_request, progress=reporter(progress),
@@ -394,7 +400,7 @@ class Handlers:
         _need_model(session)
         found = self.backend.perplexity(session.spec, session.variants(),
                                         seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2),),
-                                        max_windows=inputs.optional_limit(max_windows, "Windows"),
+                                        max_windows=self.policy.limit(max_windows, "Windows"),
                                         progress=reporter(progress), owner=_owner(request))
         return self._results_outputs(session.with_results(found))
 
@@ -404,7 +410,7 @@ class Handlers:
         """Measure every cut of K layers on one task, and rank the methods by agreement with it."""
         info = _need_model(session)
         size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=info.num_layers - 1)
-        task_request = lm_eval_adapter.check_request([task], limit=inputs.optional_limit(limit, "Questions"),
+        task_request = lm_eval_adapter.check_request([task], limit=self.policy.limit(limit, "Questions"),
                                                      data_dir=self.backend.data_dir)
         report = self.backend.sweep(session.spec, task_request, size, calibration=self.default_calibration,
                                     progress=reporter(progress), owner=_owner(request))
@@ -418,7 +424,7 @@ class Handlers:
                        request: gr.Request = None, progress=gr.Progress()):
         """One task's metric and WikiText-2 perplexity at each sparsity level, per method (each point cached)."""
         _need_model(session)
-        task_request = lm_eval_adapter.check_request([task], limit=inputs.optional_limit(limit, "Questions"),
+        task_request = lm_eval_adapter.check_request([task], limit=self.policy.limit(limit, "Questions"),
                                                      data_dir=self.backend.data_dir)
         result = self.backend.sparsity_sweep(
             session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
@@ -432,6 +438,14 @@ class Handlers:
         """Stop this visitor's jobs only."""
         self.backend.cancel(_owner(request) or "")
         gr.Info("Stopping your running job…")
+
+    def page_closed(self, request: gr.Request = None):
+        """The visitor's page closed: stop their jobs, streamed or not, so the device is free for others at once;
+        on a shared server their exports go too."""
+        owner = _owner(request)
+        if owner:
+            self.backend.cancel(owner)
+            self.downloads.closed(owner)
 
     # ------------------------------------------------------------------ outputs
     def _cut_outputs(self, session: Session) -> tuple:

@@ -2,8 +2,9 @@
 
 Also the server's policy: on a shared server (a Hugging Face Space, ``--shared`` or
 ``LAYERCUT_SHARED=1``) visitors give files by upload only, local model folders must lie
-under ``LAYERCUT_MODEL_ROOT``, and no message names a server path. On a personal machine
-paths stay allowed.
+under ``LAYERCUT_MODEL_ROOT``, no visitor's model code runs (trust-remote-code is refused),
+"all questions" is bounded, and no message names a server path. On a personal machine paths
+stay allowed and nothing is bounded but by the machine.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from pathlib import Path
 
 import prune
 from evaluation.models import ModelSpec
-from prune.calibration import BOS_CHOICES
+from prune.calibration import BOS_CHOICES, hub_dataset
 from prune.errors import InvalidInput, ModelNotFound
 from prune.loading import is_default
 
 DEFAULT_MAX_PROMPT_CHARS = 4000
+DEFAULT_SHARED_MAX_QUESTIONS = 500  # "0 = all" on a shared server: at most this many questions or windows
+MAX_TEXT_BYTES = 8 * 2**20  # uploads (Gradio refuses larger ones) and inline calibration text alike
 CALIBRATION_SOURCES = ("default", "builtin", "text", "upload", "file", "wikitext2", "hub")
 
 
@@ -30,15 +33,33 @@ class Policy:
     shared: bool = False
     model_root: Path | None = None  # shared servers: local model folders must lie under it
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
+    max_questions: int = DEFAULT_SHARED_MAX_QUESTIONS  # shared servers only
 
     @classmethod
     def from_env(cls, shared: bool | None = None) -> Policy:
         if shared is None:
             shared = os.environ.get("LAYERCUT_SHARED", "") not in ("", "0") or bool(os.environ.get("SPACE_ID"))
         root = os.environ.get("LAYERCUT_MODEL_ROOT")
-        limit = os.environ.get("LAYERCUT_MAX_PROMPT_CHARS")
         return cls(shared=shared, model_root=Path(root).expanduser().resolve() if root else None,
-                   max_prompt_chars=int(limit) if limit and limit.isdigit() else DEFAULT_MAX_PROMPT_CHARS)
+                   max_prompt_chars=_env_number("LAYERCUT_MAX_PROMPT_CHARS", DEFAULT_MAX_PROMPT_CHARS),
+                   max_questions=_env_number("LAYERCUT_MAX_QUESTIONS", DEFAULT_SHARED_MAX_QUESTIONS))
+
+    def limit(self, value, what: str) -> int | None:
+        """A "0 = all" limit as typed; on a shared server "all" and anything larger mean ``max_questions``,
+        so one abandoned page cannot hold the only device for hours."""
+        number = optional_limit(value, what)
+        if not self.shared:
+            return number
+        return min(number or self.max_questions, self.max_questions)
+
+    def limit_words(self) -> str:
+        """How a limit's label says what 0 means here."""
+        return f"0 = all, at most {self.max_questions:,} here" if self.shared else "0 = all"
+
+
+def _env_number(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else default
 
 
 def whole_number(value, what: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -88,6 +109,9 @@ def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dty
     name = (name or "").strip() or prune.DEFAULT_MODEL
     if dtype not in (None, "", "auto", "float32", "bfloat16", "float16"):
         raise InvalidInput(f"Unknown precision '{dtype}'. Choose auto, float32, bfloat16 or float16.")
+    if policy.shared and trust_remote_code:
+        raise InvalidInput("This shared server runs no model code of its own (trust remote code is off here): "
+                           "choose a model that transformers supports natively.")
     if policy.shared and not is_default(name) and _looks_like_path(name):
         folder = Path(name).expanduser()
         root = policy.model_root
@@ -158,18 +182,22 @@ def _calibration(source, detail, upload, samples, seq_len, policy: Policy, defau
     if source == "hub":
         from prune.loading import _hub_reachable
 
+        hub_dataset(detail or "")  # a path or a packaged builder is refused before anything else
         if not _hub_reachable():
             raise InvalidInput("The Hugging Face Hub cannot be reached (offline?): calibrate on the default or "
                                "built-in text, or upload a file.")
         return prune.Calibration(source="hub", dataset=detail, n_samples=n, seq_len=length)
     if source == "text":
+        if detail and len(detail.encode()) > MAX_TEXT_BYTES:
+            raise InvalidInput(f"The calibration text is longer than {MAX_TEXT_BYTES // 2**20} MiB; "
+                               "a few hundred kilobytes are plenty.")
         return prune.Calibration(source="text", text=detail, n_samples=n, seq_len=length)
     if source == "wikitext2" and policy.shared and detail:
         raise InvalidInput("This shared server reads WikiText-2 from its own data folder only.")
     return prune.Calibration(source=source, n_samples=n, seq_len=length, **({"path": detail} if detail else {}))
 
 
-def _read_upload(path: str, max_bytes: int = 8 * 2**20) -> str:
+def _read_upload(path: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
     file = Path(path)
     if file.stat().st_size > max_bytes:
         raise InvalidInput(f"The uploaded file is larger than {max_bytes // 2**20} MiB.")

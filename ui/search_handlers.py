@@ -47,7 +47,7 @@ class SearchHandlers:
         points: list[Point] = []
         for item in self.h.backend.rank_search(
                 session.spec, space=space, criterion=criterion, tolerance=tolerance,
-                limit=inputs.optional_limit(limit, "Windows or questions"),
+                limit=self.h.policy.limit(limit, "Windows or questions"),
                 layers=range(info.num_layers - count, info.num_layers), projections=names, calibration=calibration,
                 progress=reporter(progress), owner=_owner(request)):
             if isinstance(item, RankSearchDone):
