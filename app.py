@@ -177,8 +177,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                 elem_id="search-on")
                         search_tol = NumberInput(0.5, label="Tolerance (points, or % per projection)", minimum=0,
                                                  elem_id="search-tolerance")
-                        search_limit = NumberInput(40, label=f"Windows (256 tokens) or questions ({policy.limit_words()})",
-                                                   minimum=0, elem_id="search-limit")
+                        search_limit = NumberInput(40, minimum=0, elem_id="search-limit",
+                                                   label=f"Windows (256 tokens) or questions ({policy.limit_words()})")
                         search_layers = NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers")
                         search_names = gr.Textbox("", label="Projections (empty: all)", elem_id="search-names")
                         search_btn = gr.Button("Search ranks", variant="primary", elem_id="search-btn", scale=0,
@@ -309,7 +309,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                                    elem_id="sparse-levels")
                         sparse_methods = gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"],
                                                           label="Methods", elem_id="sparse-methods")
-                        sparse_limit = NumberInput(50, label=f"Questions ({policy.limit_words()})", minimum=0, elem_id="sparse-limit")
+                        sparse_limit = NumberInput(50, label=f"Questions ({policy.limit_words()})", minimum=0,
+                                                   elem_id="sparse-limit")
                         sparse_windows = NumberInput(16, label="Perplexity windows (512 tokens)", minimum=1,
                                                      elem_id="sparse-windows")
                         sparse_btn = gr.Button("Run sparsity sweep", variant="primary", elem_id="sparse-btn")

@@ -162,8 +162,7 @@ def test_each_visitor_exports_to_a_private_unguessable_folder(tmp_path):
     assert shared_downloads(tmp_path).folder("session-a") != first  # another process: another key
     fake_export(first / "team-cut", 10)
     fake_export(second / "team-cut", 20)
-    downloads.closed("session-a")
-    assert not first.exists() and (second / "team-cut" / "model.safetensors").stat().st_size == 20
+    assert [(p / "team-cut" / "model.safetensors").stat().st_size for p in (first, second)] == [10, 20]
     personal = Downloads(False, tmp_path / "exports", tmp_path / "gradio")
     assert personal.folder("session-a") == personal.folder("session-b") == tmp_path / "exports"
 
@@ -225,3 +224,11 @@ def test_a_closed_page_stops_that_visitors_jobs_only(tiny_folder, tmp_path):
     backend.cancel("stays")
     threads[1].join(timeout=30)
     assert stopped == {"gone": True, "stays": True}
+
+
+def test_the_page_stops_a_visitors_jobs_when_gradio_says_it_closed(tmp_path):
+    import app
+
+    demo = app.build_demo(Backend(device="cpu"), policy=inputs.Policy(shared=True))
+    unloads = [fn.fn for fn in demo.fns.values() if any(target[1] == "unload" for target in fn.targets)]
+    assert [f.__name__ for f in unloads] == ["page_closed"] and unloads[0].__self__.backend is not None

@@ -8,9 +8,10 @@ A shared server writes each visitor's exports to a private folder inside Gradio'
 session (128 bits, with a secret made anew by each server process). So two visitors' names never
 collide, nobody can guess another's folder, the folder is no allowed path (a plain GET of a
 predictable path is refused), and Gradio serves the files where they lie instead of copying them:
-the link the owner's page receives is the only way to them. A visitor's folder goes when their
-page closes; any export goes after ``max_age_s``, or oldest first when newer ones need the disk
-budget; a server's whole folder goes when it stops (or, if it was killed, when the next one starts).
+the link the owner's page receives is the only way to them. An export goes after ``max_age_s`` (an
+hour: as long as Gradio keeps a closed page's state, so a page that only lost its connection for a
+moment still finds it), or oldest first when newer ones need the disk budget; a server's whole
+folder goes when it stops (or, if it was killed, when the next one starts).
 
 Either way Gradio's cache (uploads, and the copies of a personal machine's downloads) is kept
 under ``cache_budget_bytes``, oldest first, beside Gradio's own removal by age.
@@ -43,7 +44,7 @@ RECENT_S = 300  # Gradio's newest entries are never removed: an upload may be ab
 
 @dataclass(frozen=True)
 class Downloads:
-    """The exports of one server: ``folder(owner)`` to write one, ``tidy`` after, ``closed`` when a page goes."""
+    """The exports of one server: ``folder(owner)`` to write one, ``tidy`` after."""
 
     shared: bool
     root: Path
@@ -72,11 +73,6 @@ class Downloads:
             return self.root
         digest = hmac.new(self._key, (owner or "").encode(), hashlib.sha256).hexdigest()[:32]
         return self.root / digest
-
-    def closed(self, owner: str | None) -> None:
-        """A visitor's page closed: on a shared server their exports go with it."""
-        if self.shared and owner:
-            shutil.rmtree(self.folder(owner), ignore_errors=True)
 
     def tidy(self, keep: Path | None = None) -> list[Path]:
         """Remove exports past their age (shared) or the budget, never ``keep``; then bound Gradio's cache."""

@@ -440,12 +440,11 @@ class Handlers:
         gr.Info("Stopping your running job…")
 
     def page_closed(self, request: gr.Request = None):
-        """The visitor's page closed: stop their jobs, streamed or not, so the device is free for others at once;
-        on a shared server their exports go too."""
+        """The visitor's page closed (Gradio's heartbeat ended): stop their jobs, streamed or not, so the device
+        is free for others at once. Their exports stay for their hour (``ui.downloads``)."""
         owner = _owner(request)
         if owner:
             self.backend.cancel(owner)
-            self.downloads.closed(owner)
 
     # ------------------------------------------------------------------ outputs
     def _cut_outputs(self, session: Session) -> tuple:

@@ -1,0 +1,76 @@
+"""A shared server (``app.py --shared``) driven over HTTP as visitors would: private exports, the
+upload limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from gradio.utils import get_upload_folder
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
+
+from conftest import free_port
+from evaluation.backend import Backend
+from evaluation.offline_tasks import default_data_dir
+from prune.paths import cache_root
+from ui.downloads import SHARED_FOLDER
+from ui.inputs import MAX_TEXT_BYTES, Policy
+
+pytestmark = pytest.mark.slow
+CALL_TIMEOUT_S = 600
+
+
+@pytest.fixture(scope="module")
+def server():
+    import app
+
+    policy = Policy(shared=True)
+    backend = Backend(data_dir=str(default_data_dir()))
+    demo = app.build_demo(backend, policy=policy)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **app.launch_options(policy))
+    try:
+        yield f"http://127.0.0.1:{port}/", backend
+    finally:
+        demo.close()
+
+
+def visitor(url: str) -> Client:
+    client = Client(url, verbose=False, download_files=False)
+    client.submit("angular", api_name="/startup").result(timeout=CALL_TIMEOUT_S)
+    return client
+
+
+def test_two_visitors_exports_of_one_name_are_private_to_each(server):
+    url, _backend = server
+    first, second = visitor(url), visitor(url)
+    first.predict([20, 26], api_name="/set_cut")
+    second.predict([3, 5], api_name="/set_cut")
+    said_a, files_a = first.predict("team-cut", api_name="/export")
+    said_b, files_b = second.predict("team-cut", api_name="/export")
+    assert "as `team-cut`" in said_a and "as `team-cut`" in said_b and "/" not in said_a.replace("`/", "")
+    card = {f["path"].rsplit("/", 1)[-1]: f for f in files_a}["layercut.json"]
+    other = {f["path"].rsplit("/", 1)[-1]: f for f in files_b}["layercut.json"]
+    folder_a, folder_b = (f["path"].split(f"/{SHARED_FOLDER}/")[1].split("/")[0] for f in (card, other))
+    assert folder_a != folder_b and len(folder_a) == len(folder_b) == 32
+    got_a, got_b = (httpx.get(url.rstrip("/") + f["url"].split(url.rstrip("/"))[-1]) for f in (card, other))
+    assert got_a.status_code == got_b.status_code == 200
+    assert got_a.json()["removed_layers"] == list(range(20, 26)) and got_b.json()["removed_layers"] == [3, 4]
+    # The predictable place a personal machine would use is never served, even when a file lies there.
+    plain = cache_root() / "exports" / "team-cut" / "layercut.json"
+    plain.parent.mkdir(parents=True, exist_ok=True)
+    plain.write_text("{}")
+    assert httpx.get(f"{url}gradio_api/file={plain}").status_code == 403
+
+
+def test_an_upload_over_the_limit_is_refused_and_not_kept(server, tmp_path):
+    url, _backend = server
+    client = visitor(url)
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"word " * (MAX_TEXT_BYTES // 5 + 1000))
+    with pytest.raises(Exception, match="(?i)too large|exceeds|size"):
+        client.predict("angular", "", "upload", "", handle_file(str(big)), 4, 32, 3, api_name="/analyze")
+    assert list(Path(get_upload_folder()).rglob("big.txt")) == []
