@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import InvalidInput
+from .errors import InvalidInput, quoted
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
@@ -69,7 +69,7 @@ def load_text(cal: Calibration) -> str:
         return _read_file(Path(_data_dir(cal.path)) / WIKITEXT2_VALID)
     if cal.source == "hub":
         return _hub_text(cal.dataset or "")
-    raise InvalidInput(f"Unknown calibration source '{cal.source}'. Choose one of: {', '.join(SOURCES)}.")
+    raise InvalidInput(f"Unknown calibration source {quoted(cal.source)}. Choose one of: {', '.join(SOURCES)}.")
 
 
 def token_windows(tokenizer, cal: Calibration) -> torch.Tensor:
@@ -109,7 +109,7 @@ def _read_file(path) -> str:
         raise InvalidInput("No calibration file was given.")
     file = Path(path).expanduser()
     if not file.is_file():
-        raise InvalidInput(f"Calibration file '{file}' does not exist.")
+        raise InvalidInput(f"Calibration file {quoted(str(file))} does not exist.")
     return file.read_text(errors="replace")
 
 
@@ -137,7 +137,7 @@ def _hub_text(spec: str, max_chars: int = 400_000) -> str:
 
         rows = datasets.load_dataset(name, config, split=split)
     except Exception as err:  # the datasets library raises many types for a missing dataset
-        raise InvalidInput(f"Could not load hub dataset '{spec}': {str(err).splitlines()[0]}") from None
+        raise InvalidInput(f"Could not load hub dataset {quoted(spec)}: {str(err).splitlines()[0]}") from None
     text, size = [], 0
     for value in rows[column]:
         text.append(value)
