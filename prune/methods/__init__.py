@@ -85,7 +85,8 @@ def _check_declaration(method: Method) -> None:
     for option in method.allowed:
         if option not in options:
             raise ValueError(f"Method '{method.name}' has no option '{option}' to declare values for.")
-        method.check(option, options[option])
+        if options[option] not in method.allowed[option]:
+            raise ValueError(f"Method '{method.name}': the default of '{option}' is not among its declared values.")
 
 
 def get_method(name: str) -> Method:
