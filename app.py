@@ -30,7 +30,7 @@ from ui.handlers import Handlers
 from ui.heal_handlers import HealHandlers
 from ui.search_handlers import SearchHandlers
 from ui.inputs import CALIBRATION_SOURCES, MAX_TEXT_BYTES, Policy
-from ui.number_input import NumberInput
+from ui.number_input import NumberInput, SliderInput
 from ui.session import SLOTS, Session
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange
@@ -101,7 +101,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                                   visible=False)
             stop_btn = gr.Button("Stop", variant="stop", scale=0, min_width=80)
         with gr.Row(equal_height=True, visible=False, elem_id="width-row") as width_row:
-            level = gr.Slider(**catalog.level_slider("wanda"), step=1, scale=3, elem_id="level")
+            level = SliderInput(**catalog.level_slider("wanda"), step=1, scale=3, elem_id="level")
             pattern = gr.Radio(list(PATTERNS), value=PATTERNS[0], label="Pattern", scale=2, elem_id="pattern")
             stack = gr.Checkbox(label="After the edited slot's cut (else on the original)", value=False, scale=1,
                                 elem_id="stack")
@@ -147,7 +147,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                         gr.Markdown(text.HEATMAP_HELP)
                     with gr.Column(scale=1):
                         with gr.Group():
-                            block_size = gr.Slider(1, 29, value=5, step=1, label="N layers to cut", elem_id="block-size")
+                            block_size = SliderInput(1, 29, value=5, step=1, label="N layers to cut",
+                                                     elem_id="block-size")
                             selection = gr.Radio([(words, name) for name, words in SELECTIONS.items()],
                                                  value="paper", label="Which N layers", elem_id="selection")
                             remove = gr.Radio(text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
@@ -212,9 +213,9 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                 gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
                 with gr.Accordion("Sampling", open=False):
                     with gr.Row():
-                        max_new = gr.Slider(8, 512, value=64, step=8, label="Max new tokens")
-                        temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
-                        top_p = gr.Slider(0.05, 1, value=1, step=0.05, label="Top-p")
+                        max_new = SliderInput(8, 512, value=64, step=8, label="Max new tokens")
+                        temperature = SliderInput(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)")
+                        top_p = SliderInput(0.05, 1, value=1, step=0.05, label="Top-p")
                         seed = NumberInput(0, label="Seed")
                 gen_outputs = []
                 with gr.Row(equal_height=True):
@@ -241,7 +242,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
             with gr.Tab("Speed & memory", id="speed"):
                 gr.Markdown(text.SPEED_HELP)
                 with gr.Row(equal_height=True):
-                    batches = gr.CheckboxGroup([1, 4, 8, 16, 32], value=[1, 8], label="Batch sizes")
+                    batches = gr.CheckboxGroup(["1", "4", "8", "16", "32"], value=["1", "8"], label="Batch sizes")
                     prompt_len = NumberInput(128, label="Prompt tokens", minimum=1)
                     new_tokens = NumberInput(32, label="New tokens", minimum=2, elem_id="new-tokens")
                     repeats = NumberInput(3, label="Repeats", minimum=1, elem_id="repeats")
@@ -278,7 +279,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                     bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
                 with gr.Accordion("Perplexity (WikiText-2)", open=False):
                     with gr.Row(equal_height=True):
-                        ppl_len = gr.Dropdown([128, 512, 2048], value=512, label="Window (tokens)")
+                        ppl_len = gr.Dropdown(["128", "512", "2048"], value="512", label="Window (tokens)")
                         ppl_windows = NumberInput(20, label=f"Windows ({policy.limit_words()})", minimum=0)
                         ppl_btn = gr.Button("Measure perplexity")
                 bench_table = gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,

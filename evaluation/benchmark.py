@@ -73,7 +73,7 @@ from prune.lowrank import SPACES
 from prune.heal import METHODS as HEAL_METHODS
 from prune.heal_step import Heal
 from prune.recipe import Decompose, Recipe, Sparsify, WidthPrune
-from prune.selection import LAYERS, SELECTIONS, chosen_recipe
+from prune.selection import LAYERS, SELECTIONS, check_remove, chosen_recipe
 from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
 from prune.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
 
@@ -203,6 +203,8 @@ def _check_mode(args) -> None:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
     if args.drop and args.method is None:
         raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
+    if args.drop:
+        check_remove(args.drop, args.method)
     adds_step = args.sparsify is not None or args.width is not None or args.decompose is not None or args.heal is not None
     if (args.heal_steps is not None or args.heal_budget_s is not None) and args.heal is None:
         raise InvalidInput("--heal_steps and --heal_budget_s go with --heal lora|last_layers.")

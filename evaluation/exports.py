@@ -25,7 +25,7 @@ import psutil
 from torch import nn
 
 import prune
-from prune.errors import InvalidCut, InvalidInput
+from prune.errors import InvalidCut, InvalidInput, quoted
 from prune.paths import write_atomic
 from prune.recipe import CONFIG_FIELD, Recipe
 from prune.sublayers import dropped
@@ -50,7 +50,7 @@ def check_export_name(name: str) -> str:
     """A folder name as typed, or a clear error: names are never silently changed."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidInput(
-            f"'{name}' is not a valid export name: use 1–{MAX_NAME} letters, digits, '.', '_' or '-', "
+            f"{quoted(name)} is not a valid export name: use 1–{MAX_NAME} letters, digits, '.', '_' or '-', "
             "not starting with '.'."
         )
     return name

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from prune.errors import InvalidInput
+from prune.errors import InvalidInput, quoted
 
 from . import offline_tasks
 from .jobs import Job
@@ -55,7 +55,7 @@ DEFAULT_SCORER = "fast"
 
 def get_scorer(name: str) -> Callable:
     if name not in SCORERS:
-        raise InvalidInput(f"Unknown scorer '{name}'. Known scorers: {', '.join(SCORERS)}.")
+        raise InvalidInput(f"Unknown scorer {quoted(name)}. Known scorers: {', '.join(SCORERS)}.")
     return SCORERS[name]
 
 
@@ -76,12 +76,13 @@ def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | No
     names = [tasks] if isinstance(tasks, str) else [t.strip() for t in tasks if t and t.strip()]
     unknown = [n for n in names if n not in offline_tasks.SUPPORTED_TASKS]
     if unknown or not names:
-        what = f"Unknown task(s) {', '.join(unknown)}" if unknown else "No task given"
+        what = f"Unknown task(s) {', '.join(map(quoted, unknown[:3]))}" if unknown else "No task given"
         raise InvalidInput(f"{what}; supported: {', '.join(offline_tasks.SUPPORTED_TASKS)}.")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InvalidInput(f"The limit must be a whole number of examples ≥ 1 (or none for all), not {limit!r}.")
+        raise InvalidInput(f"The limit must be a whole number of examples ≥ 1 (or none for all), "
+                           f"not {quoted(limit)}.")
     if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
-        raise InvalidInput(f"The number of few-shot examples must be a whole number ≥ 0, not {num_fewshot!r}.")
+        raise InvalidInput(f"The number of few-shot examples must be a whole number ≥ 0, not {quoted(num_fewshot)}.")
     if num_fewshot > 0 and data_dir is not None:
         unfaithful = [n for n in names if n not in FEWSHOT_FAITHFUL_OFFLINE]
         if unfaithful:

@@ -19,7 +19,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
-from prune.errors import InvalidInput
+from prune.errors import InvalidInput, quoted
 from prune.rank_search import SearchResult, Tolerance
 
 from . import lm_eval_adapter, perplexity
@@ -31,7 +31,8 @@ PPL_SEQ_LEN = 256  # the perplexity criterion's window: short, so that a CPU sco
 
 def _check_share(share: float) -> float:
     if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share < 1:
-        raise InvalidInput(f"The search split's share is a fraction between 0 and 1 (0.2: a fifth), not {share!r}.")
+        raise InvalidInput(f"The search split's share is a fraction between 0 and 1 (0.2: a fifth), "
+                           f"not {quoted(share)}.")
     return float(share)
 
 

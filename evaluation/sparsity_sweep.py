@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from prune.calibration import Calibration
-from prune.errors import InvalidInput
+from prune.errors import InvalidInput, quoted
 from prune.paths import digest
 from prune.recipe import Recipe, Sparsify
 from prune.sparsity import MAX_SPARSITY, METHODS, check_request
@@ -71,7 +71,7 @@ def check_levels(levels: Iterable[float]) -> tuple[float, ...]:
     bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float))
            or not 0.0 <= float(v) <= MAX_SPARSITY]
     if bad or not values:
-        what = f"not {bad[0]!r}" if bad else "none were given"
+        what = f"not {quoted(bad[0])}" if bad else "none were given"
         raise InvalidInput(f"Sparsity levels are fractions from 0 to {MAX_SPARSITY} (0.5: half the weights zero); "
                            f"{what}.")
     return tuple(sorted({float(v) for v in values}))
@@ -89,7 +89,7 @@ def check_methods(methods: Iterable[str] | str) -> tuple[str, ...]:
 
 def _whole(value, least: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InvalidInput(f"{what} must be a whole number ≥ {least}, not {value!r}.")
+        raise InvalidInput(f"{what} must be a whole number ≥ {least}, not {quoted(value)}.")
     return value
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prune.errors import InvalidCut, InvalidInput
+from prune.errors import InvalidCut, InvalidInput, quoted
 from prune.methods.zigzag import persistence_result
 from prune.paths import write_atomic
 from prune.recipe import Recipe
@@ -39,16 +39,17 @@ def read_bars_csv(path, representations: int) -> dict[int, list[tuple[float, flo
     """The authors' CSV (or ours) → bars per dimension in our times, checked against the depth."""
     file = Path(path).expanduser()
     if not file.is_file():
-        raise InvalidInput(f"Zigzag output file '{file}' does not exist.")
+        raise InvalidInput(f"Zigzag output file {quoted(str(file))} does not exist.")
     with file.open() as handle:
         if [cell.strip() for cell in handle.readline().split(",")] != HEADER:
-            raise InvalidInput(f"'{file}' is not a zigzag output: its first line must be {','.join(HEADER)}.")
+            raise InvalidInput(f"{quoted(str(file))} is not a zigzag output: its first line must be "
+                               f"{','.join(HEADER)}.")
         try:
             rows = np.loadtxt(handle, delimiter=",", ndmin=2)
         except ValueError:
-            raise InvalidInput(f"'{file}' has a malformed row: each must be three numbers.") from None
+            raise InvalidInput(f"{quoted(str(file))} has a malformed row: each must be three numbers.") from None
     if rows.size and (rows.shape[1] != 3 or np.any(rows != np.round(rows))):
-        raise InvalidInput(f"'{file}' has a malformed row: each must be three integers.")
+        raise InvalidInput(f"{quoted(str(file))} has a malformed row: each must be three integers.")
     return bars_from_authors_rows(rows, representations)
 
 

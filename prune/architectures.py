@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from .errors import UnsupportedArchitecture
+from .errors import UnsupportedArchitecture, quoted
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ def architecture_of(model_or_config) -> Architecture:
     if model_type not in ARCHITECTURES:
         supported = ", ".join(sorted(ARCHITECTURES))
         raise UnsupportedArchitecture(
-            f"LayerCut cannot cut layers of model type '{model_type}'. Supported decoder-only "
+            f"LayerCut cannot cut layers of model type {quoted(model_type)}. Supported decoder-only "
             f"architectures: {supported}."
         )
     return ARCHITECTURES[model_type]
@@ -125,7 +125,7 @@ def width_of(model_or_config) -> Width:
     if found is None:
         supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
         raise UnsupportedArchitecture(
-            f"LayerCut cannot prune the width of model type '{config.model_type}' (a mixture of experts has "
+            f"LayerCut cannot prune the width of model type {quoted(config.model_type)} (a mixture of experts has "
             f"one MLP per expert). Width pruning supports: {supported}."
         )
     return found

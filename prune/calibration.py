@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import InvalidInput
+from .errors import InvalidInput, quoted
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
@@ -73,7 +73,7 @@ def load_text(cal: Calibration) -> str:
         return _read_file(Path(_data_dir(cal.path)) / WIKITEXT2_VALID)
     if cal.source == "hub":
         return _hub_text(cal.dataset or "")
-    raise InvalidInput(f"Unknown calibration source '{cal.source}'. Choose one of: {', '.join(SOURCES)}.")
+    raise InvalidInput(f"Unknown calibration source {quoted(cal.source)}. Choose one of: {', '.join(SOURCES)}.")
 
 
 def token_windows(tokenizer, cal: Calibration) -> torch.Tensor:
@@ -113,7 +113,7 @@ def _read_file(path) -> str:
         raise InvalidInput("No calibration file was given.")
     file = Path(path).expanduser()
     if not file.is_file():
-        raise InvalidInput(f"Calibration file '{file}' does not exist.")
+        raise InvalidInput(f"Calibration file {quoted(str(file))} does not exist.")
     return file.read_text(errors="replace")
 
 
@@ -136,7 +136,7 @@ def hub_dataset(spec: str) -> tuple[str, str | None, str, str]:
     A name that exists on this machine gets the same words as a malformed one: nothing is told of the disk.
     """
     parts = (spec or "").split(":")
-    refused = InvalidInput(f"'{_shown(spec)}' is not a Hugging Face dataset: write hub calibration as {HUB_FORMAT}.")
+    refused = InvalidInput(f"{quoted(spec)} is not a Hugging Face dataset: write hub calibration as {HUB_FORMAT}.")
     if len(parts) not in (3, 4):
         raise refused
     name, config, split, column = parts if len(parts) == 4 else (parts[0], None, parts[1], parts[2])
@@ -162,11 +162,6 @@ def _exists(name: str) -> bool:
         return True
 
 
-def _shown(text: str, limit: int = 60) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[:limit] + "…"
-
-
 def _hub_text(spec: str, max_chars: int = 400_000) -> str:
     """Text from a hub dataset, ``name[:config]:split:column``; needs the network."""
     name, config, split, column = hub_dataset(spec)
@@ -177,7 +172,7 @@ def _hub_text(spec: str, max_chars: int = 400_000) -> str:
 
         rows = datasets.load_dataset(name, config, split=split)
     except Exception as err:  # the datasets library raises many types for a missing dataset
-        raise InvalidInput(f"Could not load hub dataset '{spec}': {str(err).splitlines()[0]}") from None
+        raise InvalidInput(f"Could not load hub dataset {quoted(spec)}: {str(err).splitlines()[0]}") from None
     text, size = [], 0
     for value in rows[column]:
         text.append(value)

@@ -26,9 +26,9 @@ def parse_dtype(name: str | torch.dtype | None, device: str) -> torch.dtype:
     aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
     dtype = getattr(torch, aliases.get(name, name), None)
     if not isinstance(dtype, torch.dtype):
-        from .errors import InvalidInput
+        from .errors import InvalidInput, quoted
 
-        raise InvalidInput(f"Unknown dtype '{name}'. Use auto, float32, bfloat16 or float16.")
+        raise InvalidInput(f"Unknown dtype {quoted(name)}. Use auto, float32, bfloat16 or float16.")
     return dtype
 
 

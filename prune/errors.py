@@ -39,3 +39,20 @@ class OutOfMemory(LayerCutError):
 
 class BrokenModel(LayerCutError):
     """The model's files are incomplete or damaged: truncated weights, no weights, no usable tokenizer."""
+
+
+QUOTE_CHARS = 60  # how much of a visitor's value a message shows
+
+
+def quoted(value, limit: int = QUOTE_CHARS) -> str:
+    """A visitor's value as a message shows it: its repr, cut after ``limit`` characters with '…'.
+
+    A message never grows with what was typed (a 100,000-character option is not echoed whole).
+    """
+    if isinstance(value, str):
+        return repr(value[:limit] + "…") if len(value) > limit else repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        return f"a {type(value).__name__} too long to show"
+    return text if len(text) <= limit else text[:limit] + "…"

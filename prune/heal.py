@@ -54,7 +54,7 @@ from torch import nn
 
 from .architectures import decoder_layers
 from .calibration import Calibration, bos_token, load_text
-from .errors import InvalidInput, UnknownMethod
+from .errors import InvalidInput, UnknownMethod, quoted
 from .factored import Factored
 from .sequential import matrices
 
@@ -74,25 +74,25 @@ Report = Callable[[int, int, float, float | None], object]  # (step, steps, trai
 def check_options(method: str, steps: int | None, budget_s: float | None, options: dict) -> tuple[int, dict]:
     """(steps, every option of ``method`` with the defaults filled in), checked."""
     if method not in METHODS:
-        raise UnknownMethod(f"Unknown healing method '{method}'. Choose one of: {', '.join(METHODS)}.")
+        raise UnknownMethod(f"Unknown healing method {quoted(method)}. Choose one of: {', '.join(METHODS)}.")
     known = {k: v for k, v in DEFAULTS[method].items() if k != "steps"}
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise InvalidInput(f"Healing by {method} takes no option {', '.join(unknown)}; it takes {', '.join(known)}.")
+        raise InvalidInput(f"Healing by {method} takes no option {quoted(unknown[0])}; it takes {', '.join(known)}.")
     steps = DEFAULTS[method]["steps"] if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidInput(f"Healing steps are a whole number of at least 1, not {steps!r}.")
+        raise InvalidInput(f"Healing steps are a whole number of at least 1, not {quoted(steps)}.")
     if budget_s is not None and (isinstance(budget_s, bool) or not float(budget_s) > 0):
-        raise InvalidInput(f"A healing time budget is a number of seconds above 0, not {budget_s!r}.")
+        raise InvalidInput(f"A healing time budget is a number of seconds above 0, not {quoted(budget_s)}.")
     merged = {**known, **options}
     for name in ("batch", "seq_len", "heldout", "eval_every", "rank", "layers"):
         value = merged.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InvalidInput(f"The healing option {name} is a whole number of at least 1, not {value!r}.")
+            raise InvalidInput(f"The healing option {name} is a whole number of at least 1, not {quoted(value)}.")
     if merged["seq_len"] < 2:
         raise InvalidInput("Healing windows need at least 2 tokens.")
     if not float(merged["lr"]) > 0:
-        raise InvalidInput(f"The learning rate must be above 0, not {merged['lr']!r}.")
+        raise InvalidInput(f"The learning rate must be above 0, not {quoted(merged['lr'])}.")
     if method == "lora":
         merged["targets"] = tuple(sorted(str(t) for t in merged["targets"]))
         if not merged["targets"] or not 0 <= float(merged["dropout"]) < 1:

@@ -56,7 +56,7 @@ from transformers.pytorch_utils import Conv1D
 
 from .architectures import decoder_layers
 from .calibration import Calibration, token_windows
-from .errors import InvalidInput
+from .errors import InvalidInput, quoted
 from .bases import Basis, factored_module, feature_basis, moments, weight_basis
 from .factored import Factored, Matrix, dense_module, pays
 from .sequential import layer_calls, rows_of, run_layer
@@ -82,7 +82,7 @@ Progress = Callable[[float, str], object]
 
 def check_space(space: str) -> str:
     if space not in SPACES:
-        raise InvalidInput(f"Unknown decomposition space '{space}'. Choose one of: {', '.join(SPACES)}.")
+        raise InvalidInput(f"Unknown decomposition space {quoted(space)}. Choose one of: {', '.join(SPACES)}.")
     return space
 
 
@@ -140,7 +140,7 @@ def check_ranks(size: Size, targets: list[tuple[int, Matrix]], ranks: int | Mapp
         by_key = {(i, m.path): m for i, m in targets}
         unknown = [key for key in ranks if tuple(key) not in by_key]
         if unknown:
-            raise InvalidInput(f"No projection {unknown[0]!r} (layer, path) among those chosen to decompose.")
+            raise InvalidInput(f"No projection {quoted(unknown[0])} (layer, path) among those chosen to decompose.")
         pairs = [(by_key[tuple(key)], rank, tuple(key)) for key, rank in ranks.items()]
     else:
         pairs = [(m, ranks, (i, m.path)) for i, m in targets]
@@ -149,7 +149,7 @@ def check_ranks(size: Size, targets: list[tuple[int, Matrix]], ranks: int | Mapp
         top = min(matrix.outputs, matrix.inputs)
         if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= top:
             raise InvalidInput(f"The rank of {matrix.path} in layer {key[0]} is a whole number from 1 to {top}, "
-                               f"not {rank!r}.")
+                               f"not {quoted(rank)}.")
         found[key] = rank
     return found
 

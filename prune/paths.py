@@ -9,7 +9,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from .errors import InvalidInput
+from .errors import InvalidInput, quoted
 
 CACHE_ENV = "LAYERCUT_CACHE"
 
@@ -32,7 +32,7 @@ def safe_child(base: Path, name: str) -> Path:
     base = Path(base).resolve()
     target = (base / safe_name(name)).resolve()
     if target.parent != base:
-        raise InvalidInput(f"Refusing the path '{name}': it must be a plain folder name.")
+        raise InvalidInput(f"Refusing the path {quoted(name)}: it must be a plain folder name.")
     return target
 
 

@@ -35,7 +35,7 @@ from torch import nn
 
 from .architectures import decoder_layers
 from .calibration import Calibration
-from .errors import InvalidInput
+from .errors import InvalidInput, quoted
 from .bases import factored_module
 from .lowrank import RANKS_FIELD, Ranks, check_space, chosen, original_bases, put
 from .recipe import Decompose
@@ -58,7 +58,7 @@ class Tolerance:
         for name in ("delta", "growth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise InvalidInput(f"The tolerance's {name} is a number of at least 0, not {value!r}.")
+                raise InvalidInput(f"The tolerance's {name} is a number of at least 0, not {quoted(value)}.")
 
     def bound(self, original: float, visited: int) -> float:
         """The worst search score allowed after ``visited`` projections."""
@@ -128,7 +128,7 @@ def searching(model: nn.Module, tokenizer=None, *, search: Score, test: Score, t
     """
     space = check_space(space)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InvalidInput(f"The search steps are a whole number of at least 1, not {steps!r}.")
+        raise InvalidInput(f"The search steps are a whole number of at least 1, not {quoted(steps)}.")
     targets = chosen(size_of(model), projections, layers)[::-1]
     report = progress or (lambda _fraction, _message: None)
     report(0.0, f"Rank search: reading the bases of {len(targets)} projections…")

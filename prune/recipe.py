@@ -24,7 +24,7 @@ from torch import nn
 
 from .architectures import decoder_layers
 from .calibration import Calibration
-from .errors import InvalidCut, InvalidInput
+from .errors import InvalidCut, InvalidInput, quoted
 from .lowrank import check_space, decompose, plan as lowrank_plan, resized as lowrank_resized
 from .paths import digest
 from .sublayers import ATTENTION, MLP, check_drop, drop
@@ -50,7 +50,7 @@ def step(kind: str):
 
     def add(cls):
         if kind in STEPS:
-            raise ValueError(f"Recipe step '{kind}' is registered twice.")
+            raise ValueError(f"Recipe step {quoted(kind)} is registered twice.")
         cls.kind = kind
         STEPS[kind] = cls
         return cls
@@ -304,12 +304,12 @@ class Decompose:
                 raise InvalidInput("Ranks given per (layer, projection) name their own projections: leave out the "
                                    "projections and layers.")
         elif ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1):
-            raise InvalidInput(f"A rank is a whole number of at least 1, not {ranks!r}.")
+            raise InvalidInput(f"A rank is a whole number of at least 1, not {quoted(ranks)}.")
         names = None if projections is None else tuple(sorted({str(p) for p in projections}))
         picked = None if layers is None else tuple(sorted({int(i) for i in layers}))
         calibration = None if space == "weight" else calibration or Calibration()
         if not isinstance(sequential, bool):
-            raise InvalidInput(f"Sequential calibration is true or false, not {sequential!r}.")
+            raise InvalidInput(f"Sequential calibration is true or false, not {quoted(sequential)}.")
         return cls(space, ratio, ranks, names, picked, calibration, _text_digest(calibration),
                    sequential or space == "weight")
 
@@ -380,7 +380,7 @@ def _rank_triples(ranks) -> tuple[tuple[int, str, int], ...]:
                 or not isinstance(item[1], str) or isinstance(item[2], bool) or not isinstance(item[2], int) \
                 or item[2] < 1:
             raise InvalidInput(f"Ranks per projection are (layer, path, rank) with a layer from 0 and a rank of at "
-                               f"least 1, not {item!r}.")
+                               f"least 1, not {quoted(item)}.")
         found[(item[0], item[1])] = item[2]
     if not found:
         raise InvalidInput("No ranks were given to decompose.")
@@ -418,7 +418,7 @@ def _step_to_json(item) -> dict:
 def _step_from_json(data: dict):
     kind = data.get("kind")
     if kind not in STEPS:
-        raise InvalidInput(f"Unknown recipe step '{kind}'. Known steps: {', '.join(STEPS)}.")
+        raise InvalidInput(f"Unknown recipe step {quoted(kind)}. Known steps: {', '.join(STEPS)}.")
     cls = STEPS[kind]
     if hasattr(cls, "from_record"):
         return cls.from_record(data)

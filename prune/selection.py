@@ -9,8 +9,8 @@ lowest score. The rule of each method is written once, in its registration.
 
 from __future__ import annotations
 
-from .errors import InvalidCut, InvalidInput
-from .methods import get_method
+from .errors import InvalidCut, InvalidInput, quoted
+from .methods import METHODS, get_method
 from .recipe import Recipe
 from .result import ImportanceResult
 from .sublayers import ATTENTION, MLP
@@ -25,7 +25,7 @@ REMOVE = (LAYERS, ATTENTION, MLP)
 
 def check_selection(selection: str) -> str:
     if selection not in SELECTIONS:
-        raise InvalidInput(f"Unknown selection '{selection}'. Choose one of: {', '.join(SELECTIONS)}.")
+        raise InvalidInput(f"Unknown selection {quoted(selection)}. Choose one of: {', '.join(SELECTIONS)}.")
     return selection
 
 
@@ -57,9 +57,15 @@ def chosen_layers(result: ImportanceResult, n: int, selection: str = "paper") ->
     return result.best_layers(n)
 
 
-def check_remove(remove: str) -> str:
+def check_remove(remove: str, method: str) -> str:
+    """``remove``, if ``method``'s scores can choose it: attention or MLP blocks need a method that scores them."""
     if remove not in REMOVE:
-        raise InvalidInput(f"Remove whole layers, attention only or MLP only, not '{remove}'.")
+        raise InvalidInput(f"Remove whole layers, attention only or MLP only, not {quoted(remove)}.")
+    spec = get_method(method)
+    if remove != LAYERS and not spec.sublayers:
+        what = "attention" if remove == ATTENTION else "MLP"
+        scorers = " or ".join(m.label for m in METHODS.values() if m.sublayers)
+        raise InvalidInput(f"{spec.label} scores whole layers only: to remove {what} blocks, analyze with {scorers}.")
     return remove
 
 
@@ -69,7 +75,7 @@ def chosen_recipe(result: ImportanceResult, n: int, selection: str, origin: str,
     ``remove`` = "attention" / "mlp" drops the ``n`` lowest-scored such blocks instead (He et al.
     drop them wherever they are, so ``selection`` does not apply).
     """
-    if check_remove(remove) != LAYERS:
+    if check_remove(remove, result.method) != LAYERS:
         what = "attention" if remove == ATTENTION else "MLP"
         return Recipe.drop(result.num_layers, **{remove: result.best_sublayers(remove, n)},
                            origin=f"{origin}: {n} lowest-scored {what} blocks")

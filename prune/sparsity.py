@@ -30,7 +30,7 @@ from transformers.pytorch_utils import Conv1D
 
 from .architectures import decoder_layers
 from .calibration import Calibration, token_windows
-from .errors import InvalidInput, UnknownMethod
+from .errors import InvalidInput, UnknownMethod, quoted
 from .sequential import layer_calls, matrices, rows_of, run_layer
 from .sparsegpt import count, lowest, sparsegpt
 from .surgery import clone_layers
@@ -46,7 +46,7 @@ Progress = Callable[[float, str], object]
 def check_request(method: str, sparsity: float | None, pattern: str = "unstructured") -> tuple[str, float, str]:
     """(method, sparsity, pattern) checked; an N:M pattern implies its sparsity, N / M."""
     if method not in METHODS:
-        raise UnknownMethod(f"Unknown sparsity method '{method}'. Choose one of: {', '.join(METHODS)}.")
+        raise UnknownMethod(f"Unknown sparsity method {quoted(method)}. Choose one of: {', '.join(METHODS)}.")
     nm = parse_pattern(pattern)
     if nm is not None:
         implied = nm[0] / nm[1]
@@ -56,7 +56,7 @@ def check_request(method: str, sparsity: float | None, pattern: str = "unstructu
         return method, implied, pattern
     if sparsity is None or isinstance(sparsity, bool) or not 0.0 <= float(sparsity) <= MAX_SPARSITY:
         raise InvalidInput(f"Sparsity is a fraction from 0 to {MAX_SPARSITY} (0.5: half the weights zero), "
-                           f"not {sparsity!r}.")
+                           f"not {quoted(sparsity)}.")
     return method, float(sparsity), "unstructured"
 
 
@@ -66,7 +66,7 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
         return None
     found = _NM.fullmatch(str(pattern))
     if not found or not 0 < int(found[1]) < int(found[2]):
-        raise InvalidInput(f"Unknown sparsity pattern '{pattern}'. Choose unstructured or N:M with 0 < N < M "
+        raise InvalidInput(f"Unknown sparsity pattern {quoted(pattern)}. Choose unstructured or N:M with 0 < N < M "
                            f"({', '.join(PATTERNS[1:])}: N of every M consecutive weights of a row are zero).")
     return int(found[1]), int(found[2])
 

@@ -14,13 +14,13 @@ from collections.abc import Iterable
 from torch import nn
 
 from .architectures import PER_LAYER_INDEX_FIELDS, architecture_of, decoder_layers
-from .errors import InvalidCut
+from .errors import InvalidCut, quoted
 
 
 def check_block(num_layers: int, start: int, end: int) -> None:
     """Reject empty, inverted, out-of-range and everything-removing blocks."""
     if not (isinstance(start, int) and isinstance(end, int)):
-        raise InvalidCut(f"Block bounds must be whole numbers, got start={start!r}, end={end!r}.")
+        raise InvalidCut(f"Block bounds must be whole numbers, got start={quoted(start)}, end={quoted(end)}.")
     if start < 0 or end > num_layers:
         raise InvalidCut(
             f"Block [{start}, {end}) is outside the model's layers 0…{num_layers - 1} "

@@ -40,7 +40,7 @@ from transformers.pytorch_utils import Conv1D
 
 from .architectures import Width, decoder_layers, get_path, width_of
 from .calibration import Calibration, token_windows
-from .errors import InvalidInput, UnsupportedArchitecture
+from .errors import InvalidInput, UnsupportedArchitecture, quoted
 from .factored import Factored, Matrix, layer_matrices
 from .hidden import StopForward, run_until_stopped
 from .sequential import rows_of
@@ -145,7 +145,7 @@ def check_ratio(param_ratio) -> float:
     """The fraction of parameters kept: above 0, at most 1."""
     if isinstance(param_ratio, bool) or not isinstance(param_ratio, (int, float)) or not 0 < param_ratio <= 1:
         raise InvalidInput(f"The parameter ratio is the fraction of the model's parameters kept, above 0 and at "
-                           f"most 1 (0.8: keep 80 %), not {param_ratio!r}.")
+                           f"most 1 (0.8: keep 80 %), not {quoted(param_ratio)}.")
     return float(param_ratio)
 
 

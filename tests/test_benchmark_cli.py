@@ -95,11 +95,12 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, reason", [
-    (["--full", "--task", "arc_easy,nonsense"], "Unknown task(s) nonsense"),
+    (["--full", "--task", "arc_easy,nonsense"], "Unknown task(s) 'nonsense'"),
     (["--personalized", "--start_block", 2, "--end_block", 5, "--task", "arc_easy"], "Cannot cut layers 2…5"),
     (["--personalized", "--start_block", 0, "--end_block", 3, "--task", "arc_easy"], "at least one must remain"),
     (["--personalized", "--start_block", 2, "--task", "arc_easy"], "needs --start_block and --end_block"),
     (["--method", "nope", "--num_layers", 2], "Unknown method 'nope'"),
+    (["--method", "angular", "--num_layers", 2, "--drop", "mlp"], "scores whole layers only: to remove MLP blocks"),
     (["--full", "--task", "hellaswag", "--num_fewshot", 5], "Few-shot offline is only faithful"),
     (["--full", "--task", "arc_easy", "--data_dir", "/nonexistent/benchdata"], "does not exist"),
     (["--full", "--sparsity", 0.5], "--sparsity and --pattern go with --sparsify METHOD"),
@@ -118,7 +119,7 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--full", "--decompose", "weight", "--param_ratio", 0], "The parameter ratio is the fraction"),
     (["--full", "--tolerance", 1], "go with --rank_search"),
     (["--rank_search", "weight", "--search_layers", 0], "--search_layers at least 1"),
-    (["--rank_search", "weight", "--search_on", "nonsense"], "Unknown task(s) nonsense"),
+    (["--rank_search", "weight", "--search_on", "nonsense"], "Unknown task(s) 'nonsense'"),
 ])
 def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
     code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)
@@ -133,7 +134,7 @@ def test_the_module_runs_as_a_script(tmp_path):
                            "--output_folder", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].startswith("layercut-benchmark: error: Unknown task(s) bogus")
+    assert done.stderr.strip().splitlines()[-1].startswith("layercut-benchmark: error: Unknown task(s) 'bogus'")
     assert not list(Path(tmp_path).glob("results_*.json"))
 
 

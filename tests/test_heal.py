@@ -202,7 +202,7 @@ def test_bad_options_are_one_line_errors(tiny_tokenizer):
     _, cut = cut_model()
     with pytest.raises(UnknownMethod, match="Unknown healing method 'dora'"):
         Heal.of("dora")
-    with pytest.raises(InvalidInput, match="takes no option rank"):
+    with pytest.raises(InvalidInput, match="takes no option 'rank'"):
         Heal.of("last_layers", rank=4)
     with pytest.raises(InvalidInput, match="at least 1"):
         Heal.of("lora", steps=0)

@@ -10,7 +10,7 @@ import prune
 from conftest import tiny_model
 from evaluation.backend import Backend
 from evaluation.models import ModelSpec
-from prune.errors import InvalidInput, LayerCutError, ModelNotFound
+from prune.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
 from ui import inputs
 from ui.session import Session
 
@@ -33,6 +33,40 @@ def test_whole_numbers_pass_through_as_ints():
     assert inputs.optional_limit(200, "limit") == 200
     with pytest.raises(InvalidInput, match="whole number, not 2.5"):
         inputs.optional_limit(2.5, "Questions per task")
+
+
+@pytest.mark.parametrize("value, message", [
+    (2**63, "must be 0…1,000,000,000, not 9223372036854775808"), (10**400, "whole number, not 1000000000"),
+    ("1e400", "whole number, not '1e400'"), (float("inf"), "whole number, not inf")])
+def test_whole_numbers_past_any_sane_count_are_refused_by_default(value, message):
+    with pytest.raises(InvalidInput, match=message):
+        inputs.whole_number(value, "The count", minimum=0)
+    assert inputs.whole_number(10**9, "The count", minimum=0) == 10**9
+
+
+def test_limits_and_seeds_have_stated_caps():
+    assert inputs.optional_limit(100_000, "Windows") == 100_000
+    with pytest.raises(InvalidInput, match="Windows must be 0…100,000, not 100001"):
+        inputs.optional_limit(100_001, "Windows")
+    with pytest.raises(InvalidInput, match="The seed must be 0…4,294,967,295"):
+        inputs.whole_number(2**32, "The seed", minimum=0, maximum=inputs.LARGEST_SEED)
+
+
+def test_a_message_quotes_at_most_60_characters_of_a_value():
+    with pytest.raises(InvalidInput) as refused:
+        inputs.whole_number("x" * 100_000, "The count")
+    assert str(refused.value) == f"The count must be a whole number, not '{'x' * 60}…'."
+    assert quoted("short") == "'short'" and quoted(2.5) == "2.5" and quoted([1] * 100).endswith("…")
+
+
+@pytest.mark.parametrize("policy", [SHARED, PERSONAL])
+def test_over_long_or_control_character_model_names_are_refused_first(policy):
+    with pytest.raises(InvalidInput, match=r"too long \(300 characters\).*at most 255 characters between slashes"):
+        inputs.model_spec("a" * 300, None, False, "auto", policy)
+    with pytest.raises(InvalidInput, match="no control characters"):
+        inputs.model_spec("org/mo\0del", None, False, "auto", policy)
+    long_id = "org/" + "m" * 255
+    assert inputs.model_spec(long_id, None, False, "auto", policy).name == long_id  # refused later, if at all
 
 
 def test_prompts_over_the_limit_are_refused():
@@ -117,9 +151,14 @@ def test_sessions_are_independent_values():
     assert second.variants() == {"A": prune.recipe.Recipe.block(4, 0, 1)}
 
 
-def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(tiny_folder, monkeypatch):
+@pytest.mark.parametrize("reachable, words", [
+    (True, "give a Hugging Face model id"),
+    (False, "the Hugging Face Hub cannot be reached from this server (offline), so it loads only the embedded model")])
+def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(tiny_folder, monkeypatch, reachable,
+                                                                                words):
     from ui.handlers import Handlers
 
+    monkeypatch.setattr("prune.loading._hub_reachable", lambda timeout_s=3.0: reachable)
     monkeypatch.chdir(Path(tiny_folder).parent)
     handlers = Handlers(Backend(device="cpu"), SHARED)
     local = Path(tiny_folder).name  # a bare name that exists here as a folder
@@ -128,7 +167,7 @@ def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(t
         with pytest.raises(Exception) as refused:
             list(handlers.load_model(Session(), name, "", False, "auto"))  # the updates it streams, then the error
         said.append(str(refused.value).replace(name, "NAME"))
-    assert said[0] == said[1] and "can load" in said[0]
+    assert said[0] == said[1] and "can load" in said[0] and words in said[0]
 
 
 def test_loading_a_12_layer_model_gives_an_index_example_it_has(tmp_path, tiny_tokenizer):

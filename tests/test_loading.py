@@ -53,8 +53,9 @@ def test_local_folder_loads_like_the_hub(tmp_path, tiny_tokenizer):
     assert tokenizer.pad_token is not None
 
 
-def test_unknown_model_id_offline_is_a_clear_error():
-    with pytest.raises(ModelNotFound, match="was not found locally or on the Hugging Face Hub"):
+def test_unknown_model_id_offline_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFound, match="not found on this machine, and the Hugging Face Hub cannot be reached"):
         prune.load_model("no-such-org/no-such-model-xyz")
 
 
@@ -130,7 +131,7 @@ def test_an_unreachable_hub_is_noticed_at_once(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "https://hub.layercut.invalid")  # .invalid never resolves
     assert _hub_reachable() is False
-    with pytest.raises(ModelNotFound, match="unreachable"):
+    with pytest.raises(ModelNotFound, match="Hub cannot be reached from this server"):
         prune.load_model("no-such-org/no-such-model-xyz")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert _hub_reachable() is False

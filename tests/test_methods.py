@@ -164,6 +164,39 @@ def test_unknown_method_and_option_are_clear_errors(tiny_tokenizer):
         prune.score(model, tiny_tokenizer, "angular", window=3)
 
 
+def test_score_refuses_an_option_value_the_method_does_not_take_before_any_work(tiny_tokenizer):
+    model = tiny_model("llama", layers=2)
+    with pytest.raises(InvalidInput, match="PPL criterion \\(Shortened LLaMA\\): max_samples must be a whole number "
+                                           "1…4,096, not 0"):
+        prune.score(model, tiny_tokenizer, "ppl", max_samples=0, use_cache=False)
+    with pytest.raises(InvalidInput, match="token must be one of last, mean, not 'first'"):
+        prune.score(model, tiny_tokenizer, "angular", token="first", use_cache=False)
+
+
+def test_every_whole_number_option_of_every_method_declares_its_values():
+    for method in prune.METHODS.values():
+        for name, default in method.options.items():
+            if isinstance(default, int) and not isinstance(default, bool):
+                assert default in method.allowed[name], (method.name, name)
+    assert prune.METHODS["sublayer"].sublayers and not prune.METHODS["angular"].sublayers
+
+
+def test_a_method_registered_without_its_option_values_fails_at_import():
+    from prune.methods import register
+
+    def undeclared(ctx, *, steps: int = 3):
+        """A method whose option has no range."""
+
+    def outside(ctx, *, steps: int = 3):
+        """A method whose default is not among its values."""
+
+    with pytest.raises(ValueError, match="declare the values of its option 'steps'"):
+        register("undeclared-test", "Undeclared")(undeclared)
+    with pytest.raises(ValueError, match="the default of 'steps' is not among its declared values"):
+        register("outside-test", "Outside", allowed={"steps": range(1, 3)})(outside)
+    assert "undeclared-test" not in prune.METHODS and "outside-test" not in prune.METHODS
+
+
 def test_a_shared_context_computes_the_residual_stream_once(tiny_tokenizer, monkeypatch):
     import prune.methods.context as context_module
 

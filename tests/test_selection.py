@@ -7,7 +7,7 @@ import torch
 from prune.calibration import Calibration, token_windows
 from prune.errors import InvalidInput
 from prune.result import ImportanceResult, blocks_from_layers
-from prune.selection import chosen_layers, chosen_recipe, rule
+from prune.selection import check_remove, chosen_layers, chosen_recipe, rule
 
 #            layer: 0  1  2  3  4  5
 LAYER_SCORES = [5, 1, 9, 1, 5, 5]  # two lone low layers (1, 3) around a high one (2)
@@ -46,6 +46,15 @@ def test_the_recipe_says_how_it_was_chosen():
 def test_an_unknown_selection_is_a_clear_error():
     with pytest.raises(InvalidInput, match="paper, block"):
         chosen_layers(_result("angular"), 2, "greedy")
+
+
+def test_attention_or_mlp_blocks_are_chosen_only_from_a_method_that_scores_them():
+    assert check_remove("layers", "angular") == "layers" and check_remove("attention", "sublayer") == "attention"
+    with pytest.raises(InvalidInput, match="Angular distance .* scores whole layers only: to remove attention blocks, "
+                                           "analyze with Attention / MLP drop"):
+        chosen_recipe(_result("angular"), 2, "paper", origin="angular", remove="attention")
+    with pytest.raises(InvalidInput, match="not 'heads'"):
+        check_remove("heads", "sublayer")
 
 
 class _Tokenizer:

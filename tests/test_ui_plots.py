@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import gradio as gr
 import numpy as np
@@ -11,9 +12,10 @@ import pytest
 
 from evaluation.measurement import Measurement
 from prune.errors import InvalidCut, InvalidInput
+from prune.methods import Method
 from prune.result import ImportanceResult, blocks_from_layers
 from ui import plots, text
-from ui.handlers import default_block_size, user_errors
+from ui.handlers import MAX_MESSAGE_CHARS, default_block_size, user_errors
 from ui.plot_view import PLOTLY_JS, PlotView
 from ui.range_control import LayerRange, parse_range, range_update
 
@@ -176,20 +178,40 @@ def test_range_control_props_and_api_schema():
     assert range_update((1, 3), layers=8, layer_params=[10] * 8, total_params=100)["custom"] is False
 
 
-def test_plot_view_serves_the_bundled_plotly_js():
-    assert PLOTLY_JS.is_file()
-    assert str(PLOTLY_JS) in PlotView().head
+def test_plot_view_serves_the_bundled_plotly_js_by_a_path_that_names_no_server_folder():
+    head = PlotView().head
+    served = head.split("gradio_api/file=")[1].split('"')[0]
+    assert not Path(served).is_absolute() and str(PLOTLY_JS.parent) not in head
+    assert Path(served).read_bytes() == PLOTLY_JS.read_bytes()
+
+
+def _options(ctx, *, k: int = 5, token: str = "last", plus: bool = True, rate: float = 0.5):
+    """A method with one option of each type."""
+
+
+OPTIONS = Method("m", "My method", _options, "", allowed={"k": range(1, 11), "token": ("last", "mean")})
 
 
 def test_parse_options_types_follow_the_defaults():
-    defaults = {"k": 5, "token": "last", "plus": True, "rate": 0.5}
-    assert text.parse_options("k=7, token=mean, plus=false, rate=0.25", defaults) == {
+    assert text.parse_options("k=7, token=mean, plus=false, rate=0.25", OPTIONS) == {
         "k": 7, "token": "mean", "plus": False, "rate": 0.25}
-    assert text.parse_options("", defaults) == {}
-    for bad, message in (("k=seven", "must be a int"), ("q=1", "Unknown option"), ("k", "name=value"),
-                         ("plus=maybe", "must be a bool")):
+    assert text.parse_options("", OPTIONS) == {}
+    for bad, message in (("k=seven", "k' must be a whole number, not 'seven'"), ("q=1", "Unknown option"),
+                         ("k", "name=value"), ("plus=maybe", "must be a true or false"),
+                         ("k=0", "My method: k must be a whole number 1…10, not 0"),
+                         ("k=11", "k must be a whole number 1…10, not 11"),
+                         ("token=first", "token must be one of last, mean, not 'first'")):
         with pytest.raises(InvalidInput, match=message):
-            text.parse_options(bad, defaults)
+            text.parse_options(bad, OPTIONS)
+
+
+def test_a_long_option_is_quoted_short():
+    with pytest.raises(InvalidInput) as refused:
+        text.parse_options("k=" + "9" * 100_000, OPTIONS)
+    assert len(str(refused.value)) < 200 and "99999…'" in str(refused.value)
+    with pytest.raises(InvalidInput) as refused:
+        text.parse_options("x" * 100_000 + "=1", OPTIONS)
+    assert len(str(refused.value)) < 200 and str(refused.value).startswith("Unknown option 'xxx")
 
 
 def test_user_errors_show_messages_not_tracebacks():
@@ -214,6 +236,17 @@ def test_user_errors_show_messages_not_tracebacks():
         next(gen)
     with pytest.raises(gr.Error, match="Something went wrong"):
         breaks()
+
+
+def test_user_errors_cap_a_message_that_quotes_too_much():
+    @user_errors
+    def echoes():
+        raise InvalidInput("Bad value " + "x" * 100_000)
+
+    with pytest.raises(gr.Error) as shown:
+        echoes()
+    assert len(shown.value.message) == MAX_MESSAGE_CHARS and shown.value.message.startswith("Bad value xxx")
+    assert shown.value.message.endswith("…")
 
 
 def test_default_block_size_and_formatting():

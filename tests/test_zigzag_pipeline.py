@@ -15,7 +15,7 @@ from evaluation.backend import Backend
 from evaluation.zigzag_output import result_from_csv, write_bars_csv
 from prune.architectures import decoder_layers, final_norm, get_path
 from prune.calibration import BUILTIN_TEXTS, Calibration, load_text
-from prune.errors import UnsupportedArchitecture
+from prune.errors import InvalidInput, UnsupportedArchitecture
 from prune.hidden import norm_last_tokens, residual_stream
 from prune.methods import get_method
 from prune.methods import zigzag as zigzag_module
@@ -89,6 +89,15 @@ def test_the_method_scores_layer_i_by_r_i_and_never_cuts_the_final_norm(monkeypa
     assert result.best_layers(len(cut)) == cut
     fewer = zigzag_module.zigzag(ctx, texts=paragraphs + 100, max_tokens=2048, k=5)
     assert asked[-1] == paragraphs and f"gives {paragraphs} texts" in fewer.warnings[0]
+
+
+def test_a_k_of_at_least_the_texts_is_refused_before_the_hidden_states(monkeypatch, tiny_tokenizer):
+    asked = []
+    monkeypatch.setattr(zigzag_module, "norm_last_tokens", lambda _model, ids: asked.append(ids))
+    ctx = Context(tiny_model("llama", 2), tiny_tokenizer, Calibration(source="text", text="one\ntwo\n\nthree"))
+    with pytest.raises(InvalidInput, match="Zigzag's k = 3 needs more than k texts; the calibration gives 3"):
+        zigzag_module.zigzag(ctx, texts=256, k=3)
+    assert asked == []
 
 
 def test_our_diagrams_written_as_the_authors_csv_give_the_same_result(monkeypatch, tiny_tokenizer, tmp_path):

@@ -20,7 +20,7 @@ from evaluation import lm_eval_adapter
 from evaluation.measurement import Measurement, to_dataframe
 from evaluation.models import ModelSpec
 from evaluation.sparsity_sweep import format_table
-from prune.errors import InvalidInput, LayerCutError, ModelNotFound
+from prune.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.methods import options_for_cut
 from prune.recipe import Decompose, Recipe, WidthPrune
 from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
@@ -33,6 +33,7 @@ from .range_control import parse_range, range_update
 from .session import SLOTS, Session
 
 log = logging.getLogger(__name__)
+MAX_MESSAGE_CHARS = 500  # the longest message a visitor sees
 
 
 def user_errors(fn):
@@ -42,9 +43,10 @@ def user_errors(fn):
         if isinstance(err, gr.Error):
             return err
         if isinstance(err, LayerCutError):
-            return gr.Error(str(err), print_exception=False)
+            return gr.Error(bounded(str(err)), print_exception=False)
         log.exception("Unexpected error in %s", fn.__name__)
-        return gr.Error(f"Something went wrong ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}). "
+        first = str(err).splitlines()[0] if str(err) else ""
+        return gr.Error(f"Something went wrong ({type(err).__name__}: {bounded(first, 200)}). "
                         "The details are in the server log.", print_exception=False)
 
     if inspect.isgeneratorfunction(fn):
@@ -63,6 +65,11 @@ def user_errors(fn):
         except Exception as err:
             raise convert(err) from None
     return call
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """A message cut to ``limit`` characters: a safety net for any that quotes too much of what was typed."""
+    return message if len(message) <= limit else message[:limit - 1] + "…"
 
 
 def reporter(progress):
@@ -158,12 +165,13 @@ class Handlers:
             label = catalog.WIDTH_METHODS[method].label
             return *self._cut_outputs(session), f"{label}: set its level and press *Build*."
         spec = prune.METHODS[method]
+        remove = check_remove(remove, method)
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.policy,
                                          self.default_calibration, bos)
         size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=info.num_layers - 1)
-        options = options_for_cut(spec, size, text.parse_options(options, spec.options))
+        options = options_for_cut(spec, size, text.parse_options(options, spec))
         session, status = self._analyze(session, method, options, calibration, size, check_selection(selection),
-                                        request, progress, check_remove(remove))
+                                        request, progress, remove)
         return *self._cut_outputs(session), status
 
     def _analyze(self, session, method, options, calibration, size, selection, request, progress, remove=LAYERS):
@@ -172,7 +180,6 @@ class Handlers:
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))
-        remove = remove if result.sublayer_scores else LAYERS  # only the sub-layer method scores blocks in layers
         session = session.with_cut(chosen_recipe(result, size, selection, origin, remove))
         return session, text.analysis_status(result)
 
@@ -285,16 +292,17 @@ class Handlers:
         _need_model(session)
         if session.result is None:
             raise InvalidInput("Analyze first: the choice comes from the importance scores.")
+        remove = check_remove(remove, session.result.method)
         size = inputs.whole_number(size, "The number of layers", minimum=1, maximum=session.info.num_layers - 1)
         return self._cut_outputs(session.with_cut(chosen_recipe(session.result, size, check_selection(selection),
-                                                                session.origin, remove=check_remove(remove))))
+                                                                session.origin, remove=remove)))
 
     @user_errors
     def named_cut(self, session: Session, name: str):
         """A named cut of the analysis (e.g. persistence "10%"), contiguous or not."""
         _need_model(session)
         if session.result is None or name not in (session.result.cuts or {}):
-            raise InvalidInput(f"No cut named '{name}' in this analysis.")
+            raise InvalidInput(f"No cut named {quoted(name)} in this analysis.")
         recipe = Recipe.cut(session.info.num_layers, session.result.cuts[name], origin=f"{session.origin}: {name} cut")
         if 2 * len(recipe.depth_cut.layers) > session.info.num_layers:
             gr.Warning(f"The {name} cut removes more than half of the layers "
@@ -344,7 +352,7 @@ class Handlers:
         settings = dict(max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
                         temperature=inputs.real_number(temperature, "Temperature", minimum=0, maximum=5),
                         top_p=inputs.real_number(top_p, "Top-p", minimum=0, maximum=1),
-                        seed=inputs.whole_number(seed, "The seed", minimum=0))
+                        seed=inputs.whole_number(seed, "The seed", minimum=0, maximum=inputs.LARGEST_SEED))
         variants = session.variants()
         for state in self.backend.generate(session.spec, variants, prompt, progress=reporter(progress),
                                            owner=_owner(request), **settings):
@@ -362,8 +370,9 @@ class Handlers:
         _need_model(session)
         if not batch_sizes:
             raise InvalidInput("Choose at least one batch size.")
+        batches = sorted({inputs.whole_number(b, "A batch size", minimum=1, maximum=256) for b in batch_sizes})
         found = self.backend.speed(
-            session.spec, session.variants(), batch_sizes=tuple(sorted(int(b) for b in batch_sizes)),
+            session.spec, session.variants(), batch_sizes=tuple(batches),
             prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
             new_tokens=(inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),),
             repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50), progress=reporter(progress),
@@ -399,7 +408,8 @@ class Handlers:
     def perplexity(self, session: Session, seq_len, max_windows, request: gr.Request = None, progress=gr.Progress()):
         _need_model(session)
         found = self.backend.perplexity(session.spec, session.variants(),
-                                        seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2),),
+                                        seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2,
+                                                                      maximum=8192),),
                                         max_windows=self.policy.limit(max_windows, "Windows"),
                                         progress=reporter(progress), owner=_owner(request))
         return self._results_outputs(session.with_results(found))

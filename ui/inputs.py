@@ -17,12 +17,16 @@ from pathlib import Path
 import prune
 from evaluation.models import ModelSpec
 from prune.calibration import BOS_CHOICES, hub_dataset
-from prune.errors import InvalidInput, ModelNotFound
+from prune.errors import InvalidInput, ModelNotFound, quoted
 from prune.loading import is_default
 
 DEFAULT_MAX_PROMPT_CHARS = 4000
 DEFAULT_SHARED_MAX_QUESTIONS = 500  # "0 = all" on a shared server: at most this many questions or windows
 MAX_TEXT_BYTES = 8 * 2**20  # uploads (Gradio refuses larger ones) and inline calibration text alike
+LARGEST = 10**9  # the default cap of a whole number: past any count this app takes, far from int64's end
+LARGEST_LIMIT = 100_000  # questions per task or windows: more than any data set here holds
+LARGEST_SEED = 2**32 - 1  # what every random generator (torch, numpy, Python) takes
+MAX_NAME_PART, MAX_NAME_CHARS = 255, 4096  # what file systems take: longer names fail deep inside the OS
 CALIBRATION_SOURCES = ("default", "builtin", "text", "upload", "file", "wikitext2", "hub")
 
 
@@ -62,26 +66,27 @@ def _env_number(name: str, default: int) -> int:
     return int(value) if value.isdigit() and int(value) > 0 else default
 
 
-def whole_number(value, what: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """An integer from a UI number, or a one-line message (2.5 is refused, never rounded)."""
+def whole_number(value, what: str, *, minimum: int | None = None, maximum: int = LARGEST) -> int:
+    """An integer from a UI number, or a one-line message (2.5 is refused, never rounded; so is anything past
+    ``maximum``, which by default is far beyond any count this app takes)."""
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{what} must be a whole number, not {value!r}.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidInput(f"{what} must be a whole number, not {quoted(value)}.") from None
     if not math.isfinite(number) or number != int(number):
-        raise InvalidInput(f"{what} must be a whole number, not {value!r}.")
+        raise InvalidInput(f"{what} must be a whole number, not {quoted(value)}.")
     number = int(number)
-    if minimum is not None and number < minimum or maximum is not None and number > maximum:
-        span = f"{minimum}…{maximum}" if maximum is not None else f"at least {minimum}"
-        raise InvalidInput(f"{what} must be {span}, not {number}.")
+    if minimum is not None and number < minimum or number > maximum:
+        span = f"{minimum:,}…{maximum:,}" if minimum is not None else f"at most {maximum:,}"
+        raise InvalidInput(f"{what} must be {span}, not {quoted(number)}.")
     return number
 
 
-def optional_limit(value, what: str) -> int | None:
+def optional_limit(value, what: str, maximum: int = LARGEST_LIMIT) -> int | None:
     """A limit where 0 or empty means 'all'."""
     if value in (None, ""):
         return None
-    number = whole_number(value, what, minimum=0)
+    number = whole_number(value, what, minimum=0, maximum=maximum)
     return number or None
 
 
@@ -96,19 +101,19 @@ def percentages(text: str | None, what: str) -> list[float]:
 def real_number(value, what: str, *, minimum: float, maximum: float) -> float:
     try:
         number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{what} must be a number, not {value!r}.") from None
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidInput(f"{what} must be a number, not {quoted(value)}.") from None
     if not (math.isfinite(number) and minimum <= number <= maximum):
-        raise InvalidInput(f"{what} must be between {minimum} and {maximum}, not {value!r}.")
+        raise InvalidInput(f"{what} must be between {minimum} and {maximum}, not {quoted(value)}.")
     return number
 
 
 def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dtype: str | None,
                policy: Policy) -> ModelSpec:
     """The model a visitor asked for; on a shared server a local folder must lie under the model root."""
-    name = (name or "").strip() or prune.DEFAULT_MODEL
+    name = _plain_name((name or "").strip()) or prune.DEFAULT_MODEL
     if dtype not in (None, "", "auto", "float32", "bfloat16", "float16"):
-        raise InvalidInput(f"Unknown precision '{dtype}'. Choose auto, float32, bfloat16 or float16.")
+        raise InvalidInput(f"Unknown precision {quoted(dtype)}. Choose auto, float32, bfloat16 or float16.")
     if policy.shared and trust_remote_code:
         raise InvalidInput("This shared server runs no model code of its own (trust remote code is off here): "
                            "choose a model that transformers supports natively.")
@@ -121,9 +126,29 @@ def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dty
                      token=(token or "").strip() or None)
 
 
+def _plain_name(name: str) -> str:
+    """``name``, or a one-line message when no file system or hub could take it (too long, control characters)."""
+    if len(name) > MAX_NAME_CHARS or any(len(part) > MAX_NAME_PART for part in name.split("/")):
+        raise InvalidInput(f"The model name is too long ({len(name):,} characters): a Hugging Face id or a folder "
+                           f"name has at most {MAX_NAME_PART} characters between slashes.")
+    if any(ord(char) < 32 for char in name):
+        raise InvalidInput("A model name has no control characters (tabs, line breaks, NUL).")
+    return name
+
+
 def shared_not_found(name: str) -> ModelNotFound:
-    """The one message a shared server gives for any model it cannot load, so it tells nothing of its disk."""
-    return ModelNotFound(f"'{name}' is not a model this server can load: give a Hugging Face model id "
+    """The one message a shared server gives for any model it cannot load, so it tells nothing of its disk.
+
+    When the Hub cannot be reached, asking for a Hugging Face id would not help: the message says so instead,
+    whatever the name (a folder or an id alike).
+    """
+    from prune import loading
+
+    if not loading._hub_reachable():
+        return ModelNotFound(f"{quoted(name)} is not a model this server can load: the Hugging Face Hub cannot be "
+                             "reached from this server (offline), so it loads only the embedded model and the "
+                             "models it already holds.")
+    return ModelNotFound(f"{quoted(name)} is not a model this server can load: give a Hugging Face model id "
                          "(gated models need a token).")
 
 
@@ -158,7 +183,8 @@ def calibration(source: str, detail: str | None, upload: str | None, samples, se
 
 def _calibration(source, detail, upload, samples, seq_len, policy: Policy, default: prune.Calibration):
     if source not in CALIBRATION_SOURCES:
-        raise InvalidInput(f"Unknown calibration source '{source}'. Choose one of: {', '.join(CALIBRATION_SOURCES)}.")
+        raise InvalidInput(f"Unknown calibration source {quoted(source)}. "
+                           f"Choose one of: {', '.join(CALIBRATION_SOURCES)}.")
     n = whole_number(samples, "Calibration samples", minimum=1, maximum=4096)
     length = whole_number(seq_len, "Tokens per sample", minimum=2, maximum=8192)
     detail = (detail or "").strip() or None
@@ -175,9 +201,9 @@ def _calibration(source, detail, upload, samples, seq_len, policy: Policy, defau
             raise InvalidInput("Give the path of a text file to calibrate on.")
         path = Path(detail).expanduser()
         if path.is_dir():
-            raise InvalidInput(f"'{detail}' is a folder, not a text file.")
+            raise InvalidInput(f"{quoted(detail)} is a folder, not a text file.")
         if not path.is_file():
-            raise InvalidInput(f"Calibration file '{detail}' does not exist.")
+            raise InvalidInput(f"Calibration file {quoted(detail)} does not exist.")
         return prune.Calibration(source="file", path=str(path), n_samples=n, seq_len=length)
     if source == "hub":
         from prune.loading import _hub_reachable

@@ -4,18 +4,28 @@
 reaches Python. This component draws the figure with the plotly.js that ships inside the
 ``plotly`` Python package (served locally: works offline) and turns ``plotly_click`` into a
 custom ``point_click`` event whose data is ``{"x", "y", "curve"}``.
+
+The script is served from a copy under the working folder, named by a relative path: the page's
+config (``/config``) would otherwise show where the server's Python packages are installed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import gradio as gr
 import plotly
 import plotly.graph_objects as go
 
+log = logging.getLogger(__name__)
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
+SERVED_COPY = Path(".gradio") / "layercut" / f"plotly-{plotly.__version__}.min.js"  # relative to the working folder
 
 # A plot first drawn inside a hidden block gets its props without ``height``: fall back, never fail.
 _TEMPLATE = '<div class="lc-plot" style="height: ${typeof height === "undefined" ? 460 : height}px"></div>'
@@ -56,9 +66,8 @@ class PlotView(gr.HTML):
     """Shows a Plotly figure (given as ``go.Figure`` or its JSON dict); clicks fire ``point_click``."""
 
     def __init__(self, value: go.Figure | dict | None = None, *, height: int = 460, **kwargs):
-        gr.set_static_paths([str(PLOTLY_JS)])
         # Relative URL: works at the root and behind a path prefix (e.g. a Space's proxy).
-        head = f'<script src="gradio_api/file={PLOTLY_JS.as_posix()}"></script>'
+        head = f'<script src="gradio_api/file={plotly_path()}"></script>'
         super().__init__(value=value, html_template=_TEMPLATE, css_template=_CSS, js_on_load=_JS, head=head,
                          height=height, **kwargs)
 
@@ -69,3 +78,31 @@ class PlotView(gr.HTML):
 
     def api_info(self) -> dict:
         return {"type": "object", "description": "a Plotly figure as JSON ({data, layout})"}
+
+
+@functools.cache
+def plotly_path() -> str:
+    """Where the page asks for plotly.js: the copy's relative path, served as a static file; the installed file's
+    absolute path only when the working folder cannot be written to."""
+    try:
+        if not SERVED_COPY.is_file() or SERVED_COPY.stat().st_size != PLOTLY_JS.stat().st_size:
+            _copy_atomically(PLOTLY_JS, SERVED_COPY)
+    except OSError as err:
+        log.warning("Serving plotly.js from where it is installed (%s): the page's config names that path", err)
+        gr.set_static_paths([str(PLOTLY_JS)])
+        return PLOTLY_JS.as_posix()
+    gr.set_static_paths([str(SERVED_COPY.resolve())])
+    return SERVED_COPY.as_posix()
+
+
+def _copy_atomically(source: Path, target: Path) -> None:
+    """Copy via a temporary file and a rename: a server starting beside this one never reads half a script."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, staging = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    os.close(fd)
+    try:
+        shutil.copyfile(source, staging)
+        os.replace(staging, target)
+    except BaseException:
+        Path(staging).unlink(missing_ok=True)
+        raise

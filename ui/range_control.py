@@ -14,7 +14,7 @@ import re
 
 import gradio as gr
 
-from prune.errors import InvalidCut
+from prune.errors import InvalidCut, quoted
 from prune.surgery import check_block
 
 from .text import example_block
@@ -144,15 +144,15 @@ def parse_range(value, num_layers: int) -> tuple[int, int]:
         value = _NUMBER.findall(value)
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         start, end = example_block(int(num_layers)) or (0, 1)
-        raise InvalidCut(f"A block is two numbers [start, end), e.g. [{start}, {end}]; got {value!r}.")
+        raise InvalidCut(f"A block is two numbers [start, end), e.g. [{start}, {end}]; got {quoted(value)}.")
     bounds = []
     for part in value:
         try:
             number = float(part)
         except (TypeError, ValueError):
-            raise InvalidCut(f"Block bounds must be whole numbers, got {part!r}.") from None
+            raise InvalidCut(f"Block bounds must be whole numbers, got {quoted(part)}.") from None
         if not math.isfinite(number) or number != int(number):
-            raise InvalidCut(f"Block bounds must be whole numbers, got {part!r}.")
+            raise InvalidCut(f"Block bounds must be whole numbers, got {quoted(part)}.")
         bounds.append(int(number))
     start, end = bounds
     check_block(int(num_layers), start, end)

@@ -8,7 +8,7 @@ import gradio as gr
 from evaluation.backend import RankSearchDone
 from evaluation.offline_tasks import SUPPORTED_TASKS
 from evaluation.search_splits import WIKITEXT, metric_name, tolerance_for
-from prune.errors import InvalidInput
+from prune.errors import InvalidInput, quoted
 from prune.lowrank import check_space
 from prune.rank_search import Point
 
@@ -37,7 +37,7 @@ class SearchHandlers:
         info = _need_model(session)
         space = check_space(space)
         if criterion != WIKITEXT and criterion not in SUPPORTED_TASKS:
-            raise InvalidInput(f"Search on {WIKITEXT} or a benchmark task, not {criterion!r}.")
+            raise InvalidInput(f"Search on {WIKITEXT} or a benchmark task, not {quoted(criterion)}.")
         tolerance = inputs.real_number(tolerance, "The tolerance", minimum=0, maximum=100)
         count = inputs.whole_number(last_layers, "The layers searched", minimum=1, maximum=info.num_layers)
         names = [n.strip() for n in (projections or "").split(",") if n.strip()] or None

@@ -226,31 +226,42 @@ def options_text(options: dict) -> str:
     return ", ".join(f"{name}={value}" for name, value in options.items())
 
 
-def parse_options(text: str, defaults: dict) -> dict:
-    """``"k=5, token=mean"`` → typed options (types follow the method's defaults)."""
-    from prune.errors import InvalidInput
+def parse_options(text: str, method) -> dict:
+    """``"k=5, token=mean"`` → typed options (types follow the method's defaults), each a value the method takes."""
+    from prune.errors import InvalidInput, quoted
 
+    defaults = method.options
     options = {}
     for item in filter(None, (part.strip() for part in (text or "").replace("\n", ",").split(","))):
         name, sep, raw = (s.strip() for s in item.partition("="))
         if not sep or not name:
-            raise InvalidInput(f"Write method options as name=value, separated by commas; got '{item}'.")
+            raise InvalidInput(f"Write method options as name=value, separated by commas; got {quoted(item)}.")
         if name not in defaults:
-            raise InvalidInput(f"Unknown option '{name}'; this method takes {', '.join(defaults) or 'no options'}.")
-        kind = type(defaults[name])
-        try:
-            if kind is bool:
-                if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError
-                value = raw.lower() in ("true", "1", "yes")
-            elif kind in (int, float):
-                value = kind(raw)
-            else:
-                value = raw
-        except ValueError:
-            raise InvalidInput(f"Option '{name}' must be a {kind.__name__}, got '{raw}'.") from None
-        options[name] = value
+            raise InvalidInput(f"Unknown option {quoted(name)}; this method takes "
+                               f"{', '.join(defaults) or 'no options'}.")
+        options[name] = _typed(name, raw, type(defaults[name]))
+        method.check(name, options[name])
     return options
+
+
+def _typed(name: str, raw: str, kind: type):
+    """``raw`` as the type of the option's default."""
+    from prune.errors import InvalidInput, quoted
+
+    try:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return raw.lower() in ("true", "1", "yes")
+        if kind in (int, float):
+            return kind(raw)
+        return raw
+    except ValueError:
+        raise InvalidInput(f"Option {quoted(name)} must be a {_KINDS.get(kind, kind.__name__)}, "
+                           f"not {quoted(raw)}.") from None
+
+
+_KINDS = {bool: "true or false", int: "whole number", float: "number"}
 
 STABILITY_HELP = (
     "How shaky is the choice? The analysis is re-scored on bootstrap resamples of its calibration "

@@ -11,13 +11,9 @@ from . import register
 from .similarity import block_matrix
 
 
-@register("angular", "Angular distance (Gromov et al. 2024)", selection="block")
+@register("angular", "Angular distance (Gromov et al. 2024)", selection="block", allowed={"token": ("last", "mean")})
 def angular_distance(ctx, *, token: str = "last") -> ImportanceResult:
     """arccos(cos(h_l, h_{l+n}))/π averaged over samples; small = the block barely turns the stream."""
-    if token not in ("last", "mean"):
-        from ..errors import InvalidInput
-
-        raise InvalidInput("Angular distance reads the 'last' token or the 'mean' over tokens.")
 
     def distance(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
         if token == "last":

@@ -10,7 +10,7 @@ import torch
 from ..hidden import logits_after, logits_from_hidden
 from ..result import ImportanceResult, blocks_from_layers
 from ..surgery import remove_layers
-from . import register
+from . import WINDOWS, register
 
 
 def _nll(logits: torch.Tensor, input_ids: torch.Tensor) -> float:
@@ -29,7 +29,7 @@ def removed_block_nll(model, input_ids: torch.Tensor, residual: torch.Tensor, st
     return _nll(logits_after(suffix, input_ids, residual[start]), input_ids)
 
 
-@register("ppl", "PPL criterion (Shortened LLaMA)")
+@register("ppl", "PPL criterion (Shortened LLaMA)", allowed={"max_samples": WINDOWS})
 def ppl_criterion(ctx, *, max_samples: int = 4, exact_blocks: bool = False) -> ImportanceResult:
     """Calibration perplexity with each layer removed; low = removing it costs little.
 

@@ -31,12 +31,12 @@ from ..errors import InvalidInput
 from ..hidden import StopForward, inject_hidden, logits_from_hidden, run_until_stopped
 from ..result import ImportanceResult, blocks_from_layers
 from ..surgery import remove_layers
-from . import register
+from . import WINDOWS, register
 
 BATCH = 8  # windows per forward: bounds the [B, T, vocab] logits (49k words on the default model)
 
 
-@register("sleb", "Greedy removal (SLEB)")
+@register("sleb", "Greedy removal (SLEB)", allowed={"num_removals": range(1, 1025), "max_samples": WINDOWS})
 def sleb(ctx, *, num_removals: int = 8, max_samples: int = 2, protect_ends: bool = True) -> ImportanceResult:
     """Remove layers one at a time, each the one whose removal leaves the lowest calibration perplexity.
 
@@ -44,16 +44,12 @@ def sleb(ctx, *, num_removals: int = 8, max_samples: int = 2, protect_ends: bool
     k ≤ ``num_removals`` is the first k removals; layers never removed come after, as
     ``num_removals`` + the rank of their perplexity at the last step; protected ones are +inf.
     """
-    if max_samples < 1:
-        raise InvalidInput("SLEB needs max_samples ≥ 1.")
     windows = spread(len(ctx.input_ids), max_samples)
     input_ids = ctx.input_ids[windows]
     states = list(ctx.residual[:, windows])  # h_0 … h_m of the current model, [N, T, D] each
     count = len(states) - 1
     protected = {0, count - 1} if protect_ends else set()
     candidates = count - len(protected)
-    if num_removals < 1:
-        raise InvalidInput("SLEB needs num_removals ≥ 1.")
     if candidates < 1 or count < 2:
         raise InvalidInput(f"A {count}-layer model has no layer SLEB may remove"
                            + (" (it keeps the first and last: protect_ends=False lifts that)." if protect_ends else "."))

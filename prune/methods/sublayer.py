@@ -37,7 +37,7 @@ from .similarity import block_matrix
 Sink = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
-@register("sublayer", "Attention / MLP drop (He et al. 2024)")
+@register("sublayer", "Attention / MLP drop (He et al. 2024)", sublayers=True)
 def sublayer_drop(ctx) -> ImportanceResult:
     """1 − cos(x, x + f(x)) of every attention and MLP block, all tokens; whole layers as the authors' Block Drop."""
     scores, residual = block_scores(ctx.model, ctx.input_ids)

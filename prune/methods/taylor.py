@@ -23,12 +23,12 @@ from torch.utils.checkpoint import checkpoint
 
 from ..architectures import decoder_layers
 from ..result import ImportanceResult, blocks_from_layers
-from . import register
+from . import WINDOWS, register
 
 KEEP_FIRST, KEEP_LAST = 4, 2  # the "+" heuristic: never remove these layers
 
 
-@register("taylor", "Taylor+ (Shortened LLaMA)")
+@register("taylor", "Taylor+ (Shortened LLaMA)", allowed={"max_samples": WINDOWS})
 def taylor(ctx, *, plus: bool = True, max_samples: int = 8) -> ImportanceResult:
     """Σ |W ⊙ ∂L/∂W| over each layer's weights from one backward pass; "+" protects the first 4 and last 2."""
     input_ids = ctx.input_ids[:max_samples].to(ctx.model.device)

@@ -10,13 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..calibration import bos_token, load_text
+from ..errors import InvalidInput
 from ..hidden import norm_last_tokens
 from ..result import ImportanceResult, blocks_from_layers
 from ..topology import betti_numbers, inter_layer_persistence, knn_zigzag, persistence_cuts
 from . import register
 
 
-@register("zigzag", "Zigzag persistence (Gardinazzi et al. 2024)")
+@register("zigzag", "Zigzag persistence (Gardinazzi et al. 2024)",
+          allowed={"texts": range(2, 20_001), "max_tokens": range(1, 8193), "k": range(1, 101)})
 def zigzag(ctx, *, texts: int = 256, max_tokens: int = 32, k: int = 5) -> ImportanceResult:
     """The authors' zigzag persistence (last token after each layer's post-attention norm, k-NN clique complexes, H1 inter-layer persistence r; cuts "10%"/"20%" = layers with r ≥ 0.9/0.8·max r, any number of them), on one point per line of the calibration text instead of their SST sentences or Pile documents; by default 256 texts cut at 32 tokens, so it takes under a minute on a CPU (the authors: thousands, up to 2048 tokens — set texts and max_tokens)."""
     diagrams, params, notes = text_diagrams(ctx, texts=texts, max_tokens=max_tokens, k=k)
@@ -32,6 +34,9 @@ def text_diagrams(ctx, *, texts: int = 1000, max_tokens: int = 2048, k: int = 5)
     bos = bos_token(ctx.tokenizer, ctx.calibration)
     start = [] if bos is None else [bos]
     ids = [(start + row)[:max_tokens] for row in ctx.tokenizer(chunks, add_special_tokens=False)["input_ids"] if row]
+    if k >= len(ids):  # before the hidden states: k-NN needs more than k points
+        raise InvalidInput(f"Zigzag's k = {k} needs more than k texts; the calibration gives {len(ids)} "
+                           "(one per non-empty line).")
     notes = []
     if len(ids) < texts:
         notes.append(f"The calibration text gives {len(ids)} texts (one per non-empty line) where {texts} were asked; "
