@@ -65,7 +65,7 @@ from functools import reduce
 from pathlib import Path
 
 import prune
-from prune.errors import InvalidCut, InvalidInput, LayerCutError
+from prune.errors import InvalidCut, InvalidInput, LayerCutError, quoted
 from prune.methods import METHODS, options_for_cut, sleb
 from prune.paths import safe_name, write_atomic
 from prune.calibration import BOS_CHOICES, Calibration
@@ -198,7 +198,7 @@ def _check_mode(args) -> None:
             raise InvalidInput("--personalized needs --start_block and --end_block (the last layer cut, inclusive).")
     elif args.method is not None:
         if args.method not in METHODS:
-            raise InvalidInput(f"Unknown method '{args.method}'. Known methods: {', '.join(METHODS)}.")
+            raise InvalidInput(f"Unknown method {quoted(args.method)}. Known methods: {', '.join(METHODS)}.")
         if args.num_layers is None or args.num_layers < 1:
             raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
     if args.drop and args.method is None:

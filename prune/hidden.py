@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from .architectures import architecture_of, decoder_layers, final_norm, get_path
-from .errors import InvalidInput, UnsupportedArchitecture
+from .errors import InvalidInput, UnsupportedArchitecture, quoted
 
 
 class StopForward(Exception):
@@ -67,8 +67,8 @@ def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch:
     """
     arch = architecture_of(model)
     if arch.ffn_norm is None:
-        raise UnsupportedArchitecture(f"Model type '{model.config.model_type}' has no norm before its feed-forward "
-                                      "block, which zigzag persistence reads.")
+        raise UnsupportedArchitecture(f"Model type {quoted(model.config.model_type)} has no norm before its "
+                                      "feed-forward block, which zigzag persistence reads.")
     if not texts or min(len(t) for t in texts) < 1:
         raise InvalidInput("Zigzag persistence needs texts of at least one token.")
     norms = [get_path(layer, arch.ffn_norm) for layer in decoder_layers(model)] + [final_norm(model)]

@@ -100,7 +100,8 @@ def chosen(size: Size, projections: Iterable[str] | None = None,
         unknown = sorted(names - known)
         if unknown or not names:
             offered = sorted({m.path.rpartition(".")[2] for layer in size.matrices for m in layer})
-            raise InvalidInput(f"No projection named {', '.join(unknown) or '(none)'} in this model's layers. "
+            named = ", ".join(map(quoted, unknown[:3])) or "(none)"
+            raise InvalidInput(f"No projection named {named} in this model's layers. "
                                f"Choose among: {', '.join(offered)}.")
     found = [(i, m) for i in picked for m in size.matrices[i]
              if names is None or m.path in names or m.path.rpartition(".")[2] in names]

@@ -158,3 +158,68 @@ def test_sweep_measures_every_cut_and_ranks_the_methods(client):
     assert "Best cut measured" in summary
     methods = [row[0] for row in table["data"]]
     assert {"angular", "block_influence", "relative_magnitude", "ppl", "taylor", "zigzag"} <= set(methods)
+
+
+def test_hostile_values_get_one_line_each_before_any_work(client):
+    """What a probe of a shared server sent through the API: each gets its own one-line message, never
+    Gradio's bare "Error" or "Something went wrong"."""
+    with pytest.raises(AppError, match=r"too long \(300 characters\)"):
+        client.predict("a" * 300, "", False, "auto", api_name="/load_model")
+    client.predict("", "", False, "auto", api_name="/load_model")
+    client.predict("angular", "token=last", "builtin", "", None, 16, 128, 3, api_name="/analyze")
+    for method, options, message in (("ppl", "max_samples=0", "max_samples must be a whole number 1…4,096, not 0"),
+                                     ("zigzag", "texts=0", "texts must be a whole number 2…20,000, not 0"),
+                                     ("sleb", "num_removals=0", "num_removals must be a whole number 1…1,024")):
+        with pytest.raises(AppError, match=message):
+            client.predict(method, options, "builtin", "", None, 16, 128, 3, api_name="/analyze")
+    said = []
+    for call in (("angular", "", "builtin", "", None, 16, 128, 3, "paper", "auto", "attention", "/analyze"),
+                 (3, "paper", "attention", "/best_block")):
+        with pytest.raises(AppError, match="scores whole layers only: to remove attention blocks") as refused:
+            client.predict(*call[:-1], api_name=call[-1])
+        said.append(str(refused.value))
+    assert said[0] == said[1]
+    with pytest.raises(AppError) as refused:
+        client.predict("angular", "token=" + "x" * 100_000, "builtin", "", None, 16, 128, 3, api_name="/analyze")
+    assert "token must be one of last, mean" in str(refused.value) and len(str(refused.value)) < 200
+
+    for value in ("", "abc"):  # a slider's value reaches the handler as sent
+        with pytest.raises(AppError, match=f"The number of layers must be a whole number, not '{value}'"):
+            client.predict(value, api_name="/best_block")
+        with pytest.raises(AppError, match=f"Max new tokens must be a whole number, not '{value}'"):
+            client.predict("Hi", value, 0, 1, 0, api_name="/generate")
+    with pytest.raises(AppError, match="Temperature must be a number, not ''"):
+        client.predict("Hi", 12, "", 1, 0, api_name="/generate")
+    with pytest.raises(AppError, match="The seed must be 0…4,294,967,295, not 9223372036854775808"):
+        client.predict("Hi", 12, 0, 1, 2**63, api_name="/generate")
+    with pytest.raises(AppError, match="Questions per task must be 0…100,000, not 9223372036854775808"):
+        client.predict(["arc_easy"], 2**63, 0, api_name="/benchmarks")
+
+
+def test_the_api_schema_gives_the_types_the_server_takes(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    batches = endpoints["/speed"]["parameters"][0]["type"]
+    window = endpoints["/perplexity"]["parameters"][0]["type"]
+    assert batches["items"] == {"enum": ["1", "4", "8", "16", "32"], "type": "string"}
+    assert window == {"type": "string", "enum": ["128", "512", "2048"]}
+    assert {p["type"]["type"] for p in endpoints["/generate"]["parameters"][1:4]} == {"number"}  # the sliders
+    client.predict("", "", False, "auto", api_name="/load_model")
+    table, *_ = client.predict(["1"], 8, 2, 1, api_name="/speed")
+    assert table["data"], table
+    table, _plot = client.predict("128", 1, api_name="/perplexity")
+    metrics = [row[table["headers"].index("Metric")] for row in table["data"]]
+    assert any("perplexity" in metric.lower() for metric in metrics), metrics
+
+
+def test_the_page_config_names_no_server_path(client):
+    import os
+    import sys
+    import urllib.request
+
+    from conftest import REPO
+
+    config = urllib.request.urlopen(client.src.rstrip("/") + "/config").read().decode()
+    assert "plotly" in config  # the script is still there, by a relative path
+    for path in {str(REPO), os.path.realpath(REPO), sys.prefix, os.path.realpath(sys.prefix), os.path.expanduser("~"),
+                 "site-packages"}:
+        assert path not in config, path

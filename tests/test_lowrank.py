@@ -358,7 +358,7 @@ def test_bad_requests_are_refused_clearly(tiny_tokenizer):
         (dict(ranks=0), "whole number from 1 to"),
         (dict(ranks=17), "whole number from 1 to 16"),
         (dict(ranks=2.5), "whole number"),
-        (dict(ranks=4, projections=["qq_proj"]), "No projection named qq_proj"),
+        (dict(ranks=4, projections=["qq_proj"]), "No projection named 'qq_proj'"),
         (dict(ranks=4, layers=[5]), "Layers to decompose are 0…1"),
         (dict(ranks={(0, "self_attn.q_proj"): 2}, layers=[0]), "name their own projections"),
         (dict(ranks={(9, "self_attn.q_proj"): 2}), "No projection"),

@@ -57,7 +57,7 @@ def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slo
     (("feature", "wikitext2", -1, 10, 1, ""), "The tolerance"),
     (("feature", "wikitext2", 1.0, 10, 0, ""), "The layers searched"),
     (("diagonal", "wikitext2", 1.0, 10, 1, ""), "Unknown decomposition space"),
-    (("weight", "wikitext2", 1.0, 10, 1, "nope_proj"), "No projection named nope_proj"),
+    (("weight", "wikitext2", 1.0, 10, 1, "nope_proj"), "No projection named 'nope_proj'"),
 ])
 def test_bad_input_is_one_line_and_leaves_the_slots(visitor, args, message):
     searches, session = visitor

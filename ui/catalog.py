@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import prune
 from prune.calibration import Calibration
-from prune.errors import InvalidInput
+from prune.errors import InvalidInput, quoted
 from prune.lowrank import DESCRIPTIONS as LOWRANK_DESCRIPTIONS
 from prune.recipe import Decompose, Sparsify, WidthPrune
 from prune.sparsity import MAX_SPARSITY, PATTERNS
@@ -80,7 +80,7 @@ def level_slider(name: str) -> dict:
 def step_for(name: str, level: float, pattern: str, calibration: Calibration):
     """The recipe step a width method builds at ``level`` % (the steps check their values)."""
     if name not in WIDTH_METHODS:
-        raise InvalidInput(f"'{name}' is not a width method; choose one of {', '.join(WIDTH_METHODS)}.")
+        raise InvalidInput(f"{quoted(name)} is not a width method; choose one of {', '.join(WIDTH_METHODS)}.")
     if name == WIDTH:
         return WidthPrune.of(level / 100, calibration)
     if name.startswith(LOWRANK):
