@@ -57,7 +57,7 @@ def load_model(
     source, config, hub = _source_and_config(name_or_path, hub)
     _check_fits(config, torch_dtype, device, name_or_path)
 
-    with as_user_errors(f"the load of {quoted(DEFAULT_MODEL if is_default(name_or_path) else name_or_path)}"):
+    with as_user_errors(f"the load of {quoted(DEFAULT_MODEL if is_default(name_or_path) else name_or_path, 200)}"):
         tokenizer = AutoTokenizer.from_pretrained(source, **hub)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token

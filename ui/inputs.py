@@ -49,12 +49,11 @@ class Policy:
                    max_questions=_env_number("LAYERCUT_MAX_QUESTIONS", DEFAULT_SHARED_MAX_QUESTIONS))
 
     def limit(self, value, what: str) -> int | None:
-        """A "0 = all" limit as typed; on a shared server "all" and anything larger mean ``max_questions``,
-        so one abandoned page cannot hold the only device for hours."""
-        number = optional_limit(value, what)
+        """A "0 = all" limit as typed; on a shared server "all" means ``max_questions`` (the label says so) and
+        more is refused, so one abandoned page cannot hold the only device for hours."""
         if not self.shared:
-            return number
-        return min(number or self.max_questions, self.max_questions)
+            return optional_limit(value, what)
+        return optional_limit(value, what, maximum=self.max_questions) or self.max_questions
 
     def limit_words(self) -> str:
         """How a limit's label says what 0 means here."""
