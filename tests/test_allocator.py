@@ -58,5 +58,14 @@ def test_memory_returns_near_the_variant_budget_after_ten_visitors_build_variant
         f"resident {mib['after']} MiB after the builds, over {mib['baseline']} MiB at rest + the budget and margin"
 
 
+def test_server_memory_reads_the_process_beside_the_variant_cache():
+    from evaluation.allocator import server_memory
+    from evaluation.variants import VariantCache
+
+    memory = server_memory(VariantCache(budget_bytes=123))
+    assert memory.rss_bytes > 0
+    assert (memory.held_bytes, memory.budget_bytes) == (0, 123)
+
+
 if __name__ == "__main__":
     print(json.dumps(visitors_build()))
