@@ -30,8 +30,8 @@ from prune.rank_search import Point, SearchResult
 from prune.recipe import Recipe
 from prune.stability import Stability, block_stability
 
-from . import (explain, generation, healing, lm_eval_adapter, logit_lens, memory, perplexity, reuse, search_splits,
-               sparse_kernels, sparsity_sweep, speed, sweep)
+from . import (allocator, explain, generation, healing, lm_eval_adapter, logit_lens, memory, perplexity, reuse,
+               search_splits, sparse_kernels, sparsity_sweep, speed, sweep)
 from .explain import CutFeedback, DivergenceReport
 from .jobs import Cancelled, Job, JobRunner, Progress, cancellable
 from .lm_eval_adapter import DEFAULT_SCORER
@@ -81,6 +81,7 @@ class Backend:
         else:
             self.data_dir = Path(data_dir).expanduser() if str(data_dir).strip() else None
         self.device = device or default_device()
+        allocator.configure()  # before Gradio's worker threads allocate: see evaluation/allocator.py
         self.jobs = JobRunner(self.device)
         self.pool = ModelPool(self.device, model_budget_bytes)
         self.variants = VariantCache()

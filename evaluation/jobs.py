@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from prune.errors import LayerCutError
 from prune.failures import as_user_errors
 
+from . import allocator
+
 Progress = Callable[[float, str], object]
 
 _LOCKS: dict[str, threading.Lock] = {}
@@ -106,6 +108,7 @@ class JobRunner:
         finally:
             with self._guard:
                 self._events.pop(event, None)
+            allocator.release()  # what the job freed goes back to the system, whichever thread ran it
 
     @contextmanager
     def holding(self, job: Job) -> Iterator[None]:

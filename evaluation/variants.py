@@ -114,7 +114,7 @@ class VariantCache:
 
     @property
     def used_bytes(self) -> int:
-        return sum(cost for _, cost in self._items.values())
+        return sum(cost for _, cost in list(self._items.values()))  # a snapshot: read while others build
 
     def __len__(self) -> int:
         return len(self._items)
