@@ -55,6 +55,7 @@ CSS = """
 .gen-out textarea { font-size: 1.05rem !important; }
 """
 EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "A": [], "B": []})
+MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to it
 DEVICE = dict(concurrency_id="device", concurrency_limit=1)  # one heavy job at a time; others queue
 LIGHT = dict(concurrency_limit=None, show_progress="hidden")
 FEEDBACK = dict(concurrency_limit=None, show_progress="minimal")  # beside the device's jobs (one at a time inside)
@@ -129,6 +130,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
         with gr.Row():
             model_md = gr.Markdown("Loading the embedded model…", elem_id="model-info")
             analysis_md = gr.Markdown("", elem_id="analysis-info")
+            memory_md = gr.Markdown(h.server_memory(), elem_id="server-memory")
         banner = gr.Markdown(text.banner_markdown(Session()), elem_id="cut-banner")
 
         with gr.Tabs():
@@ -407,6 +409,8 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
                              (bench_stop, "cancel_benchmarks")):
             # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.
             button.click(h.cancel, None, None, api_name=name, cancels=running, queue=False)
+        gr.Timer(MEMORY_REFRESH_S).tick(h.server_memory, None, memory_md, api_name="server_memory", queue=False,
+                                        show_progress="hidden")
         demo.unload(h.page_closed)  # a closed page's jobs stop and its exports go, whatever kind they are
     demo.queue(default_concurrency_limit=1)
     return demo

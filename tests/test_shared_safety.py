@@ -234,3 +234,14 @@ def test_the_page_stops_a_visitors_jobs_when_gradio_says_it_closed(tmp_path):
     demo = app.build_demo(Backend(device="cpu"), policy=inputs.Policy(shared=True))
     unloads = [fn.fn for fn in demo.fns.values() if any(target[1] == "unload" for target in fn.targets)]
     assert [f.__name__ for f in unloads] == ["page_closed"] and unloads[0].__self__.backend is not None
+
+
+def test_the_page_shows_the_servers_memory_beside_the_variant_budget(tmp_path):
+    import psutil
+
+    backend = Backend(device="cpu")
+    line = Handlers(backend, inputs.Policy(shared=True), downloads=shared_downloads(tmp_path)).server_memory()
+    budget = backend.variants.budget_bytes / 2**30
+    resident = float(line.split("Server memory: ")[1].split(" GiB")[0])
+    assert f"cached 0.00 of {budget:.2f} GiB" in line
+    assert abs(resident - psutil.Process().memory_info().rss / 2**30) < 0.1

@@ -16,7 +16,7 @@ from dataclasses import replace
 import gradio as gr
 
 import prune
-from evaluation import lm_eval_adapter
+from evaluation import allocator, lm_eval_adapter
 from evaluation.measurement import Measurement, to_dataframe
 from evaluation.models import ModelSpec
 from evaluation.sparsity_sweep import format_table
@@ -448,6 +448,10 @@ class Handlers:
         """Stop this visitor's jobs only."""
         self.backend.cancel(_owner(request) or "")
         gr.Info("Stopping your running job…")
+
+    def server_memory(self):
+        """The server's memory, for the line under the pickers (refreshed by a timer: other visitors change it)."""
+        return text.server_memory_markdown(allocator.server_memory(self.backend.variants))
 
     def page_closed(self, request: gr.Request = None):
         """The visitor's page closed (Gradio's heartbeat ended): stop their jobs, streamed or not, so the device

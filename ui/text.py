@@ -97,6 +97,12 @@ def model_markdown(info) -> str:
             f"{info.device} · {str(info.dtype).replace('torch.', '')}")
 
 
+def server_memory_markdown(found) -> str:
+    """The server's resident memory beside what the variant cache holds (``evaluation.allocator.ServerMemory``)."""
+    return (f"Server memory: {found.rss_bytes / 2**30:.2f} GiB resident · compressed models cached "
+            f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB")
+
+
 def banner_markdown(session) -> str:
     """The banner above the tabs: what A and B remove (the edited one marked), for this visitor only."""
     if session.loading:
