@@ -114,7 +114,7 @@ def _check_replaceable(target: Path) -> None:
     """Refuse anything at ``target`` but nothing, an empty folder or an earlier LayerCut export."""
     if target.is_symlink() or (target.exists() and not (
             target.is_dir() and (is_export(target) or not any(target.iterdir())))):
-        raise InvalidInput(f"Refusing to overwrite {target}: it exists and is not a LayerCut export.")
+        raise InvalidInput(f"Refusing to overwrite '{target.name}': it exists and is not a LayerCut export.")
 
 
 def _partial_path(target: Path) -> Path:

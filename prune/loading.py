@@ -57,7 +57,7 @@ def load_model(
     source, config, hub = _source_and_config(name_or_path, hub)
     _check_fits(config, torch_dtype, device, name_or_path)
 
-    with as_user_errors(f"the load of {quoted(DEFAULT_MODEL if is_default(name_or_path) else name_or_path, 200)}"):
+    with as_user_errors(f"the load of {_named(DEFAULT_MODEL if is_default(name_or_path) else name_or_path)}"):
         tokenizer = AutoTokenizer.from_pretrained(source, **hub)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -81,7 +81,7 @@ def _load_factored(folder: str, config, dtype: torch.dtype) -> torch.nn.Module:
 
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
-        raise BrokenModel(f"{quoted(folder)} records factored weights but holds no .safetensors file.")
+        raise BrokenModel(f"{_named(folder)} records factored weights but holds no .safetensors file.")
     model = with_factor_shapes(AutoModelForCausalLM.from_config(config, dtype=dtype))
     state = {}
     for file in files:
@@ -91,7 +91,7 @@ def _load_factored(folder: str, config, dtype: torch.dtype) -> torch.nn.Module:
     tied = tied if getattr(config, "tie_word_embeddings", False) else set()
     if unexpected or set(missing) - tied:
         wrong = sorted(unexpected or set(missing) - tied)
-        raise BrokenModel(f"{quoted(folder)} does not hold the factored weights its config records ({wrong[0]}, …).")
+        raise BrokenModel(f"{_named(folder)} does not hold the factored weights its config records ({wrong[0]}, …).")
     model.tie_weights()
     return model
 
@@ -137,10 +137,10 @@ def _resolve(name_or_path: str) -> str:
         local = Path(text)
     if local.is_dir():
         if not (local / "config.json").is_file():
-            raise ModelNotFound(f"Folder {quoted(text)} is not a model folder: it has no config.json.")
+            raise ModelNotFound(f"Folder {_named(text)} is not a model folder: it has no config.json.")
         return str(local.resolve())
     if not _HUB_ID.match(text) or ".." in text:
-        raise ModelNotFound(f"{quoted(text)} is neither an existing folder nor a valid Hugging Face model id.")
+        raise ModelNotFound(f"{_named(text)} is neither an existing folder nor a valid Hugging Face model id.")
     return text
 
 
@@ -148,15 +148,15 @@ def _load_config(source: str, name: str | None, hub: dict):
     try:
         return AutoConfig.from_pretrained(source, **hub)
     except ValueError as err:  # e.g. custom code that needs trust_remote_code
-        raise ModelNotFound(f"Cannot load the config of {quoted(name)}: {_first_line(err)}") from None
+        raise ModelNotFound(f"Cannot load the config of {_named(name)}: {_first_line(err)}") from None
     except OSError as err:
         offline = hub.get("local_files_only") or os.environ.get("HF_HUB_OFFLINE") == "1"
         if offline or "connect" in str(err).lower():
-            raise ModelNotFound(f"Model {quoted(name)} was not found on this machine, and the Hugging Face Hub cannot "
+            raise ModelNotFound(f"Model {_named(name)} was not found on this machine, and the Hugging Face Hub cannot "
                                 "be reached from this server (offline): give a local folder with a config.json, or "
                                 "load the embedded model.") from None
         raise ModelNotFound(
-            f"Model {quoted(name)} was not found locally or on the Hugging Face Hub. "
+            f"Model {_named(name)} was not found locally or on the Hugging Face Hub. "
             "Check the id, or give a folder with a config.json; gated models need a token."
         ) from None
 
@@ -167,7 +167,7 @@ def _check_fits(config, dtype: torch.dtype, device: str, name) -> None:
     free = available_memory_bytes(device)
     if needed * MEMORY_HEADROOM > free:
         raise ModelTooLarge(
-            f"{quoted(name)} needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
+            f"{_named(name)} needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
             f"but only {free / 2**30:.1f} GiB are free on {device}. Pick a smaller model or a lower precision."
         )
 
@@ -179,6 +179,11 @@ def weight_bytes_needed(config, dtype: torch.dtype) -> int:
     with init_empty_weights():
         meta = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def _named(name) -> str:
+    """A model name or folder as messages show it: whole up to 255 characters (a folder's path is worth reading)."""
+    return quoted(name, limit=255)
 
 
 def _first_line(err: Exception) -> str:
