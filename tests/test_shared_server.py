@@ -68,7 +68,7 @@ def test_two_visitors_exports_of_one_name_are_private_to_each(server):
 
 def test_an_upload_over_the_limit_is_refused_and_not_kept(server, tmp_path):
     url, _backend = server
-    client = visitor(url)
+    client = Client(url, verbose=False, download_files=False)  # refused at the upload, before any handler
     big = tmp_path / "big.txt"
     big.write_bytes(b"word " * (MAX_TEXT_BYTES // 5 + 1000))
     with pytest.raises(Exception, match="(?i)too large|exceeds|size"):
