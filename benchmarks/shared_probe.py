@@ -307,9 +307,9 @@ class Probe:
         layers = exported_layers(self.export_p[1])
         self.checks.append(Check("exports of the same name: P's download", layers == 24,
                                  f"P cut 6 layers and downloads a model of {layers} layers; Q got {reply_q!r}"))
-        on_disk = json.loads((self.server.cache / "exports" / "probe-same" / "config.json").read_text())
-        kept = on_disk.get("num_hidden_layers") == 24
-        now = on_disk.get("num_hidden_layers")
+        config = next((f for f in self.export_p[1] or [] if str(f.get("path", "")).endswith("config.json")), {})
+        now = httpx.get(config["url"], timeout=30).json().get("num_hidden_layers") if config else None
+        kept = now == 24  # read through P's own link, after Q exported the same name
         self.checks.append(Check("exports of the same name: P's folder", kept, "P's folder still holds P's model"
                                  if kept else f"Q's export replaced the folder P was told it saved ({now} layers now)"))
 

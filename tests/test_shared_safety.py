@@ -245,3 +245,21 @@ def test_the_page_shows_the_servers_memory_beside_the_variant_budget(tmp_path):
     resident = float(line.split("Server memory: ")[1].split(" GiB")[0])
     assert f"cached 0.00 of {budget:.2f} GiB" in line
     assert abs(resident - psutil.Process().memory_info().rss / 2**30) < 0.1
+
+
+@pytest.mark.parametrize("name, message", [(12, "named by text"), (["x"], "named by text"),
+                                           ("~nosuchuser/x", "not a model this server can load")])
+def test_model_names_that_are_no_text_or_no_home_get_one_line(name, message):
+    with pytest.raises(prune.errors.LayerCutError, match=message):
+        inputs.model_spec(name, None, False, "auto", inputs.Policy(shared=True))
+
+
+@pytest.mark.parametrize("method", [None, "nope", "A" * 1000])
+def test_an_unknown_method_is_one_line_before_anything_runs(method, tmp_path):
+    handlers = Handlers(Backend(device="cpu"), inputs.Policy(shared=True), downloads=shared_downloads(tmp_path))
+    for call in (lambda: handlers.method_info(method),
+                 lambda: handlers.analyze(Session(info=SimpleNamespace(num_layers=4)), method, "", "default", "",
+                                          None, 4, 8, 1)):
+        with pytest.raises(Exception, match="Unknown method") as refused:
+            call()
+        assert len(str(refused.value)) < 400 and "\n" not in str(refused.value)

@@ -60,6 +60,16 @@ def method_choices() -> list[tuple[str, str]]:
             + [(f"{m.group} · {m.label}", m.name) for m in WIDTH_METHODS.values()])
 
 
+def check_method(name) -> str:
+    """A method of the picker (depth or width), or a one-line message naming the known ones."""
+    if not isinstance(name, str) or (name not in prune.METHODS and name not in WIDTH_METHODS):
+        from prune.errors import UnknownMethod, quoted
+
+        raise UnknownMethod(f"Unknown method {quoted(name)}. Known methods: "
+                            f"{', '.join([*prune.METHODS, *WIDTH_METHODS])}.")
+    return name
+
+
 def is_width(name: str) -> bool:
     return name in WIDTH_METHODS
 

@@ -143,7 +143,7 @@ class Handlers:
         Outputs: description, options, Analyze button, Build button, the width row, level slider,
         pattern radio, the width-against-depth button.
         """
-        width = catalog.is_width(method)
+        width = catalog.is_width(catalog.check_method(method))
         if width:
             about, options = catalog.width_markdown(method), ""
         else:
@@ -161,7 +161,7 @@ class Handlers:
                 request: gr.Request = None, progress=gr.Progress()):
         """Score every block with ``method``, then put ``block_size`` layers it picks in the edited slot."""
         info = _need_model(session)
-        if catalog.is_width(method):  # after a load with a width method picked: nothing to score
+        if catalog.is_width(catalog.check_method(method)):  # after a load with a width method: nothing to score
             label = catalog.WIDTH_METHODS[method].label
             return *self._cut_outputs(session), f"{label}: set its level and press *Build*."
         spec = prune.METHODS[method]

@@ -110,6 +110,8 @@ def real_number(value, what: str, *, minimum: float, maximum: float) -> float:
 def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dtype: str | None,
                policy: Policy) -> ModelSpec:
     """The model a visitor asked for; on a shared server a local folder must lie under the model root."""
+    if name is not None and not isinstance(name, str):
+        raise InvalidInput(f"A model is named by text (a Hugging Face id or a folder), not {quoted(name)}.")
     name = _plain_name((name or "").strip()) or prune.DEFAULT_MODEL
     if dtype not in (None, "", "auto", "float32", "bfloat16", "float16"):
         raise InvalidInput(f"Unknown precision {quoted(dtype)}. Choose auto, float32, bfloat16 or float16.")
@@ -117,9 +119,8 @@ def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dty
         raise InvalidInput("This shared server runs no model code of its own (trust remote code is off here): "
                            "choose a model that transformers supports natively.")
     if policy.shared and not is_default(name) and _looks_like_path(name):
-        folder = Path(name).expanduser()
         root = policy.model_root
-        if root is None or not _inside(folder, root):
+        if root is None or not _inside(name, root):
             raise shared_not_found(name)
     return ModelSpec(name=name, dtype=dtype or "auto", trust_remote_code=bool(trust_remote_code),
                      token=(token or "").strip() or None)
@@ -152,13 +153,20 @@ def shared_not_found(name: str) -> ModelNotFound:
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or Path(name).expanduser().exists()
+    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or _exists(name)
 
 
-def _inside(path: Path, root: Path) -> bool:
+def _exists(name: str) -> bool:
     try:
-        return path.resolve().is_relative_to(root)
-    except (OSError, RuntimeError):
+        return Path(name).expanduser().exists()
+    except (OSError, RuntimeError, ValueError):  # too long, "~nobody", a NUL byte
+        return False
+
+
+def _inside(name: str, root: Path) -> bool:
+    try:
+        return Path(name).expanduser().resolve().is_relative_to(root)
+    except (OSError, RuntimeError, ValueError):  # "~nobody", a NUL byte
         return False
 
 
