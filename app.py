@@ -411,7 +411,7 @@ def build_demo(backend=None, *, policy: Policy | None = None, default_model: Mod
             button.click(h.cancel, None, None, api_name=name, cancels=running, queue=False)
         gr.Timer(MEMORY_REFRESH_S).tick(h.server_memory, None, memory_md, api_name="server_memory", queue=False,
                                         show_progress="hidden")
-        demo.unload(h.page_closed)  # a closed page's jobs stop and its exports go, whatever kind they are
+        demo.unload(h.page_closed)  # a closed page's jobs stop, whatever kind they are
     demo.queue(default_concurrency_limit=1)
     return demo
 
