@@ -15,7 +15,6 @@ import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -23,6 +22,7 @@ import prune
 from prune.architectures import architecture_of, decoder_layers, get_path
 from prune.devices import available_memory_bytes, parse_dtype
 from prune.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
+from prune.paths import local_path
 from prune.recipe import DepthCut, SubLayerDrop
 from prune.scoring import model_fingerprint
 from prune.sublayers import ATTENTION, MLP
@@ -52,20 +52,14 @@ class ModelSpec:
     access: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        needs_token = self.token and not is_default(self.name) and not _is_folder(self.name)
+        folder = local_path(self.name)
+        needs_token = self.token and not is_default(self.name) and not (folder and folder.is_dir())
         digest = hmac.new(_ACCESS_KEY, self.token.encode(), hashlib.sha256).hexdigest()[:32] if needs_token else None
         object.__setattr__(self, "access", digest)
 
     @property
     def label(self) -> str:
         return prune.DEFAULT_MODEL if is_default(self.name) else self.name
-
-
-def _is_folder(name: str) -> bool:
-    try:
-        return Path(name).expanduser().is_dir()
-    except (OSError, RuntimeError, ValueError):  # too long, "~nobody", a NUL byte
-        return False
 
 
 @dataclass(frozen=True)

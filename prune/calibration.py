@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .errors import InvalidInput, quoted
+from .paths import local_path
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
@@ -140,7 +141,8 @@ def hub_dataset(spec: str) -> tuple[str, str | None, str, str]:
     if len(parts) not in (3, 4):
         raise refused
     name, config, split, column = parts if len(parts) == 4 else (parts[0], None, parts[1], parts[2])
-    if not _HUB_NAME.fullmatch(name) or ".." in name or name.lower() in _packaged_builders() or _exists(name):
+    on_disk = local_path(name) or local_path(name.split("/")[0])  # the datasets library would read it
+    if not _HUB_NAME.fullmatch(name) or ".." in name or name.lower() in _packaged_builders() or on_disk:
         raise refused
     if not all(_HUB_PART.fullmatch(part) for part in (split, column, *((config,) if config is not None else ()))):
         raise refused
@@ -153,13 +155,6 @@ def _packaged_builders() -> set[str]:
     except ImportError:
         return set()
     return set(_PACKAGED_DATASETS_MODULES)
-
-
-def _exists(name: str) -> bool:
-    try:
-        return Path(name).exists() or Path(name.split("/")[0]).exists()
-    except (OSError, ValueError):
-        return True
 
 
 def _hub_text(spec: str, max_chars: int = 400_000) -> str:

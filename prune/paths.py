@@ -21,6 +21,16 @@ def cache_root() -> Path:
     return root
 
 
+def local_path(name: str) -> Path | None:
+    """The existing file or folder ``name`` means on this machine (``~`` expanded), or None: none is there,
+    or no file system takes such a name (too long, "~nobody", a NUL byte)."""
+    try:
+        path = Path(name).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
 def safe_name(text: str, max_len: int = 80) -> str:
     """A file-name-safe slug of ``text`` (no separators, no dot-dot, bounded length)."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "unnamed"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import prune
 from prune.calibration import Calibration
-from prune.errors import InvalidInput, quoted
+from prune.errors import InvalidInput, UnknownMethod, quoted
 from prune.lowrank import DESCRIPTIONS as LOWRANK_DESCRIPTIONS
 from prune.recipe import Decompose, Sparsify, WidthPrune
 from prune.sparsity import MAX_SPARSITY, PATTERNS
@@ -63,8 +63,6 @@ def method_choices() -> list[tuple[str, str]]:
 def check_method(name) -> str:
     """A method of the picker (depth or width), or a one-line message naming the known ones."""
     if not isinstance(name, str) or (name not in prune.METHODS and name not in WIDTH_METHODS):
-        from prune.errors import UnknownMethod, quoted
-
         raise UnknownMethod(f"Unknown method {quoted(name)}. Known methods: "
                             f"{', '.join([*prune.METHODS, *WIDTH_METHODS])}.")
     return name

@@ -19,6 +19,7 @@ from evaluation.models import ModelSpec
 from prune.calibration import BOS_CHOICES, hub_dataset
 from prune.errors import InvalidInput, ModelNotFound, quoted
 from prune.loading import is_default
+from prune.paths import local_path
 
 DEFAULT_MAX_PROMPT_CHARS = 4000
 DEFAULT_SHARED_MAX_QUESTIONS = 500  # "0 = all" on a shared server: at most this many questions or windows
@@ -153,14 +154,7 @@ def shared_not_found(name: str) -> ModelNotFound:
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or _exists(name)
-
-
-def _exists(name: str) -> bool:
-    try:
-        return Path(name).expanduser().exists()
-    except (OSError, RuntimeError, ValueError):  # too long, "~nobody", a NUL byte
-        return False
+    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or local_path(name) is not None
 
 
 def _inside(name: str, root: Path) -> bool:
