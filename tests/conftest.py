@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,26 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextmanager
+def shared_server():
+    """The app launched as a shared server (``app.py --shared``) on the default model: (its URL, its backend)."""
+    import app
+    from evaluation.backend import Backend
+    from evaluation.offline_tasks import default_data_dir
+    from ui.inputs import Policy
+
+    policy = Policy(shared=True)
+    backend = Backend(data_dir=str(default_data_dir()))
+    demo = app.build_demo(backend, policy=policy)
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **app.launch_options(policy))
+    try:
+        yield f"http://127.0.0.1:{port}/", backend
+    finally:
+        demo.close()
 
 
 def tiny_model(arch: str, layers: int = 4, seed: int = 0):

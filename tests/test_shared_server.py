@@ -9,14 +9,11 @@ import httpx
 import pytest
 from gradio.utils import get_upload_folder
 from gradio_client import Client
-from gradio_client.exceptions import AppError
 
-from conftest import free_port
-from evaluation.backend import Backend
-from evaluation.offline_tasks import default_data_dir
+from conftest import shared_server
 from prune.paths import cache_root
 from ui.downloads import SHARED_FOLDER
-from ui.inputs import MAX_TEXT_BYTES, Policy
+from ui.inputs import MAX_TEXT_BYTES
 
 pytestmark = pytest.mark.slow
 CALL_TIMEOUT_S = 600
@@ -24,18 +21,8 @@ CALL_TIMEOUT_S = 600
 
 @pytest.fixture(scope="module")
 def server():
-    import app
-
-    policy = Policy(shared=True)
-    backend = Backend(data_dir=str(default_data_dir()))
-    demo = app.build_demo(backend, policy=policy)
-    port = free_port()
-    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
-                **app.launch_options(policy))
-    try:
-        yield f"http://127.0.0.1:{port}/", backend
-    finally:
-        demo.close()
+    with shared_server() as running:
+        yield running
 
 
 def visitor(url: str) -> Client:
