@@ -1,7 +1,7 @@
 """LayerCut's web UI: pick a model and method, see the importance map, drag a cut, compare.
 
 ``build_demo()`` lays out the page and wires every event (each with an ``api_name``) to
-``ui.handlers``, which call ``evaluation.backend.Backend``; no model code lives here. Each
+``ui.handlers``, which call ``evaluation.serving.backend.Backend``; no model code lives here. Each
 visitor's comparison (model, analysis, cuts A and B, results) lives in its own ``gr.State``.
 Run ``python app.py [--model NAME] [--shared]`` (host/port from GRADIO_SERVER_NAME / _PORT).
 """
@@ -15,15 +15,15 @@ import gradio as gr
 import pandas as pd
 
 import prune
-from evaluation.models import ModelSpec
-from evaluation.offline_tasks import SUPPORTED_TASKS, default_data_dir
-from evaluation.search_splits import WIKITEXT
-from prune.calibration import BOS_CHOICES
-from prune.loading import ensure_embedded_model
-from prune.lowrank import SPACES
-from prune.paths import cache_root
-from prune.selection import SELECTIONS
-from prune.sparsity import METHODS as SPARSITY_METHODS, PATTERNS
+from evaluation.serving.models import ModelSpec
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS, default_data_dir
+from evaluation.sweeps.search_splits import WIKITEXT
+from prune.core.calibration import BOS_CHOICES
+from prune.core.loading import ensure_embedded_model
+from prune.lowrank.decomposition import SPACES
+from prune.core.paths import cache_root
+from prune.depth.selection import SELECTIONS
+from prune.sparsity.masks import METHODS as SPARSITY_METHODS, PATTERNS
 from ui import catalog, plots, text
 from ui.explain_handlers import ExplainHandlers
 from ui.handlers import Handlers
@@ -72,7 +72,7 @@ def launch_options(policy: Policy | None = None) -> dict:
 def build_demo(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None) -> gr.Blocks:
     """The page; ``policy`` says whether this server is shared (default: from the environment)."""
     if backend is None:
-        from evaluation.backend import Backend
+        from evaluation.serving.backend import Backend
 
         data_dir = default_data_dir()
         backend = Backend(data_dir=str(data_dir) if data_dir else None)

@@ -27,9 +27,9 @@ def main() -> None:
 
 def run(block: int, data_dir: str | None) -> None:
     import prune
-    from evaluation.offline_tasks import default_data_dir
-    from prune.calibration import default_calibration
-    from prune.selection import chosen_layers
+    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.calibration import default_calibration
+    from prune.depth.selection import chosen_layers
 
     calibration = default_calibration(data_dir or default_data_dir())
     started = time.perf_counter()

@@ -40,10 +40,10 @@ def main() -> None:
 
 def run(args) -> None:
     import prune
-    from evaluation.offline_tasks import default_data_dir
-    from evaluation.sweep import format_sweep, rank_agreement
-    from prune.calibration import default_calibration, token_windows
-    from prune.stability import block_stability
+    from evaluation.quality.offline_tasks import default_data_dir
+    from evaluation.sweeps.cuts import format_sweep, rank_agreement
+    from prune.core.calibration import default_calibration, token_windows
+    from prune.depth.stability import block_stability
     from ui.handlers import default_block_size
 
     data_dir = default_data_dir()
@@ -93,9 +93,9 @@ def run(args) -> None:
 
 def cached_sweep(model, tokenizer, task: str, block: int, limit: int, data_dir):
     """The measured sweep, from the results cache when this model, task, block and limit ran before."""
-    from evaluation.store import ResultStore
-    from evaluation.sweep import SweepResult, sweep
-    from prune.scoring import model_fingerprint
+    from evaluation.serving.store import ResultStore
+    from evaluation.sweeps.cuts import SweepResult, sweep
+    from prune.depth.scoring import model_fingerprint
 
     store = ResultStore()
     key = {"kind": "calibration-sweep", "model": model_fingerprint(model), "task": task, "block_size": block,
@@ -111,7 +111,7 @@ def cached_sweep(model, tokenizer, task: str, block: int, limit: int, data_dir):
 
 def greedy_answer(model, tokenizer, prompt: str, max_new_tokens: int = 24) -> str:
     """The chat answer with greedy decoding."""
-    from evaluation.generation import TokenStream, encode_prompt
+    from evaluation.measure.generation import TokenStream, encode_prompt
 
     stream = TokenStream(model, tokenizer, encode_prompt(tokenizer, prompt), max_new_tokens=max_new_tokens,
                          temperature=0.0, top_p=1.0, seed=0)

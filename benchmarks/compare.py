@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from evaluation.backend import Backend
-from evaluation.measurement import to_markdown
+from evaluation.serving.backend import Backend
+from evaluation.measure.measurement import to_markdown
 
 
 def main() -> None:

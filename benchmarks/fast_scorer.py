@@ -27,9 +27,9 @@ import torch  # noqa: E402
 from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 import prune  # noqa: E402
-from prune.architectures import num_layers as len_layers  # noqa: E402
-from evaluation.fast_lm import FastLM  # noqa: E402
-from evaluation.sweep import evaluate_loaded, load_task, sweep, task_metrics  # noqa: E402
+from prune.core.architectures import num_layers as len_layers  # noqa: E402
+from evaluation.quality.fast_lm import FastLM  # noqa: E402
+from evaluation.sweeps.cuts import evaluate_loaded, load_task, sweep, task_metrics  # noqa: E402
 
 
 class Clock:

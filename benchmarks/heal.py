@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/heal.py [--start 15 --end 21] [--ppl_windows 64] [--hellaswag 200]
 
-The cut removes layers ``[start, end)`` (end exclusive); each method of :mod:`prune.heal` then
+The cut removes layers ``[start, end)`` (end exclusive); each method of :mod:`prune.healing.train` then
 heals it with its default steps on WikiText-2 *validation* (its last windows held out for the
 held-out loss). Perplexity is on WikiText-2 *test* (never trained on), the first windows of 128
 tokens; "gap won" is the share of the perplexity lost to the cut that healing won back. hellaswag
@@ -35,13 +35,13 @@ def main() -> None:
 def run(args) -> None:
     import torch
 
-    from evaluation import lm_eval_adapter
-    from evaluation.backend import Backend
-    from evaluation.measurement import ORIGINAL
-    from evaluation.models import ModelSpec
-    from prune.calibration import Calibration
-    from prune.heal_step import Heal
-    from prune.recipe import Recipe
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.measure.measurement import ORIGINAL
+    from evaluation.serving.models import ModelSpec
+    from prune.core.calibration import Calibration
+    from prune.healing.step import Heal
+    from prune.core.recipe import Recipe
 
     backend = Backend(data_dir=args.data_dir)
     spec = ModelSpec()

@@ -9,12 +9,12 @@ Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tok
 split (evaluation/perplexity.py, no BOS), the same windows for every model. Calibration (feature space):
 LayerCut's default, WikiText-2 validation, 32 windows × 128 tokens (the authors: one batch of 512 task texts
 padded to 128 tokens). Every linear map of every layer is decomposed at the same fraction of its break-even rank
-d·k/(d+k) (prune.lowrank's uniform rule). Speed: evaluation/speed.py, the dense and the factored models taking
+d·k/(d+k) (prune.lowrank.decomposition's uniform rule). Speed: evaluation/speed.py, the dense and the factored models taking
 turns run by run, decode latency per token after a 128-token prompt, beside the ideal speedup (the ratio of
 matmul FLOPs per token, LM head and attention included). Then one matrix alone (a SmolLM2 MLP projection,
 1536 × 576), dense against factored at ranks around break-even: the time ratio against d·k / (r·(d + k)).
-Last, the surgical rank search (prune.rank_search) over the last ``--search-layers`` layers, as the app runs it
-(evaluation.search_splits): ``--search-on wikitext2`` (test windows of 256 tokens; the authors' bound,
+Last, the surgical rank search (prune.lowrank.rank_search) over the last ``--search-layers`` layers, as the app runs it
+(evaluation.sweeps.search_splits): ``--search-on wikitext2`` (test windows of 256 tokens; the authors' bound,
 perplexity ≤ original · (1 + tolerance %)^n after n projections) or a task's accuracy (at least the original's
 minus ``--tolerance`` points), the first 20 % of ``--search-limit`` windows or shuffled documents the search
 split, the rest the test split.
@@ -48,10 +48,11 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import prune
-    from evaluation import perplexity, speed
-    from evaluation.offline_tasks import default_data_dir
-    from prune import lowrank
-    from prune.calibration import default_calibration
+    from evaluation.quality import perplexity
+    from evaluation.measure import speed
+    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.lowrank import decomposition as lowrank
+    from prune.core.calibration import default_calibration
 
     data_dir = default_data_dir()
     if data_dir is None:
@@ -81,8 +82,8 @@ def main() -> None:
 
 def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: int, total: int) -> dict:
     """Perplexity and time to decompose of the dense model and both spaces at each ratio; the feature-space models."""
-    from evaluation import perplexity
-    from prune import lowrank
+    from evaluation.quality import perplexity
+    from prune.lowrank import decomposition as lowrank
 
     def ppl(m):
         return perplexity.measure_perplexity(m, tokenizer, ids, label="m", seq_lens=(seq_len,), bos=(False,),
@@ -159,11 +160,11 @@ def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> 
 
 def rank_search(model, tokenizer, data_dir, calibration, layers: int, criterion: str, limit: int,
                 tolerance: float) -> None:
-    """The authors' search over the last ``layers`` layers (evaluation.search_splits' criterion, as the app's),
+    """The authors' search over the last ``layers`` layers (evaluation.sweeps.search_splits' criterion, as the app's),
     reported on the disjoint test split."""
-    from evaluation.search_splits import criterion_splits, format_search
-    from prune.architectures import decoder_layers
-    from prune.rank_search import surgical_search
+    from evaluation.sweeps.search_splits import criterion_splits, format_search
+    from prune.core.architectures import decoder_layers
+    from prune.lowrank.rank_search import surgical_search
 
     search, test, bound = criterion_splits(criterion, tolerance, tokenizer, data_dir, limit=limit)
     count = len(decoder_layers(model))

@@ -57,7 +57,7 @@ def main() -> None:
 
 def measure(case: str, threshold: int | None, rounds: list[int], budget: int) -> dict:
     """One case's figures, in this process."""
-    from evaluation import allocator
+    from evaluation.serving import allocator
 
     if threshold is not None:
         ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, threshold)
@@ -66,9 +66,9 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
         allocator.configure, allocator.release = (lambda: False), (lambda: None)
     else:
         allocator.release = timed(allocator.release, trims)
-    from evaluation.backend import Backend
-    from evaluation.models import ModelSpec
-    from prune.recipe import Recipe, Sparsify
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from prune.core.recipe import Recipe, Sparsify
 
     backend = Backend(device="cpu", data_dir="")
     backend.variants.budget_bytes = budget

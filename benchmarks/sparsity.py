@@ -31,10 +31,11 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import prune
-    from evaluation import perplexity, speed
-    from evaluation.offline_tasks import default_data_dir
-    from prune.calibration import default_calibration
-    from prune.sparsity import zero_fraction
+    from evaluation.quality import perplexity
+    from evaluation.measure import speed
+    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.calibration import default_calibration
+    from prune.sparsity.masks import zero_fraction
 
     data_dir = default_data_dir()
     if data_dir is None:
@@ -55,7 +56,7 @@ def main() -> None:
     print(f"  {rows[-1]}", flush=True)
     sparse_for_speed = None
     for pattern in ("unstructured", "2:4"):
-        for method in prune.sparsity.METHODS:
+        for method in prune.sparsity.masks.METHODS:
             started = time.perf_counter()
             sparse = prune.sparsify(model, tokenizer, method, 0.5 if pattern == "unstructured" else None,
                                     pattern=pattern, calibration=calibration)

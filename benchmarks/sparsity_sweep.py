@@ -35,10 +35,10 @@ def main() -> None:
 
     import torch
 
-    from evaluation import lm_eval_adapter
-    from evaluation.backend import Backend
-    from evaluation.models import ModelSpec
-    from evaluation.sparsity_sweep import format_table
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from evaluation.sweeps.sparsity import format_table
 
     backend = Backend()
     spec = ModelSpec()

@@ -23,11 +23,11 @@ def main() -> None:
     args = parser.parse_args()
 
     import prune
-    from evaluation import lm_eval_adapter
-    from evaluation.backend import Backend
-    from evaluation.models import ModelSpec
-    from evaluation.offline_tasks import default_data_dir
-    from prune.recipe import Recipe
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.recipe import Recipe
 
     backend = Backend(data_dir=str(args.data_dir or default_data_dir()))
     spec = ModelSpec(prune.DEFAULT_MODEL)

@@ -31,7 +31,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     import prune
-    from prune.loading import default_checkpoint
+    from prune.core.loading import default_checkpoint
 
     print(f"torch threads: {torch.get_num_threads()}")
     if args.only in (None, "1b"):
@@ -60,7 +60,7 @@ def one_billion_llama(vocab_size: int):
 
 def report(label: str, model, tokenizer, reference: bool) -> None:
     import prune
-    from evaluation.memory import weight_bytes
+    from evaluation.measure.memory import weight_bytes
 
     weights = weight_bytes(model)
     print(f"\n{label}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters, "
@@ -77,7 +77,7 @@ def report(label: str, model, tokenizer, reference: bool) -> None:
 
 def peak_while(run):
     """(result, growth of peak RSS over the RSS before, seconds) of ``run()``."""
-    from evaluation.memory import _proc_status, _reset_peak_rss
+    from evaluation.measure.memory import _proc_status, _reset_peak_rss
 
     gc.collect()
     if not _reset_peak_rss():
@@ -91,7 +91,7 @@ def peak_while(run):
 
 def plain_saliency(model, ids) -> np.ndarray:
     """The textbook computation: one backward keeping every gradient, then Σ |W·g| per layer's weights."""
-    from prune.architectures import decoder_layers
+    from prune.core.architectures import decoder_layers
 
     with torch.enable_grad():
         model(input_ids=ids, labels=ids, use_cache=False).loss.backward()

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/width.py [--ratio 0.8] [--ppl_windows 64] [--hellaswag 200]
 
 The width side is ``prune.shrink_width`` at ``--ratio`` of the parameters; the depth side removes
-``prune.width.matching_depth_layers`` whole layers, the best contiguous block of angular distance,
+``prune.width.shrink.matching_depth_layers`` whole layers, the best contiguous block of angular distance,
 both on the default calibration (WikiText-2 validation). Everything is measured through the
 Backend the app uses, the three models side by side in one run: WikiText-2 test perplexity on
 the first windows of 128 tokens, decode speed at batch 1 and 8 after a 128-token prompt (the
@@ -32,12 +32,12 @@ def main() -> None:
 
 
 def run(args) -> None:
-    from evaluation import lm_eval_adapter
-    from evaluation.backend import Backend
-    from evaluation.measurement import ORIGINAL
-    from evaluation.models import ModelSpec
-    from prune.recipe import Recipe, WidthPrune
-    from prune.width import matching_depth_layers
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.measure.measurement import ORIGINAL
+    from evaluation.serving.models import ModelSpec
+    from prune.core.recipe import Recipe, WidthPrune
+    from prune.width.shrink import matching_depth_layers
 
     backend = Backend(data_dir=args.data_dir)
     spec = ModelSpec()

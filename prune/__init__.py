@@ -14,19 +14,19 @@ Public API::
 
 __version__ = "0.2.0"
 
-from .calibration import Calibration  # noqa: E402
-from .errors import LayerCutError  # noqa: E402
-from .heal import heal  # noqa: E402
-from .heal_step import Heal  # noqa: E402  (registers the recipe step "heal")
-from .loading import DEFAULT_MODEL, load_model  # noqa: E402
-from .lowrank import decompose  # noqa: E402
-from .methods import METHODS  # noqa: E402
-from .methods.context import Context  # noqa: E402
-from .result import ImportanceResult  # noqa: E402
-from .scoring import score  # noqa: E402
-from .sparsity import sparsify  # noqa: E402
-from .surgery import cut, remove_layers  # noqa: E402
-from .width import shrink_width  # noqa: E402
+from prune.core.calibration import Calibration  # noqa: E402
+from prune.core.errors import LayerCutError  # noqa: E402
+from prune.healing.train import heal  # noqa: E402
+from prune.healing.step import Heal  # noqa: E402  (registers the recipe step "heal")
+from prune.core.loading import DEFAULT_MODEL, load_model  # noqa: E402
+from prune.lowrank.decomposition import decompose  # noqa: E402
+from prune.depth.methods import METHODS  # noqa: E402
+from prune.depth.methods.context import Context  # noqa: E402
+from prune.depth.result import ImportanceResult  # noqa: E402
+from prune.depth.scoring import score  # noqa: E402
+from prune.sparsity.masks import sparsify  # noqa: E402
+from prune.core.surgery import cut, remove_layers  # noqa: E402
+from prune.width.shrink import shrink_width  # noqa: E402
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Heal", "ImportanceResult", "LayerCutError", "METHODS", "cut", "decompose",
            "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]

@@ -48,8 +48,8 @@ def free_port() -> int:
 def shared_server():
     """The app launched as a shared server (``app.py --shared``) on the default model: (its URL, its backend)."""
     import app
-    from evaluation.backend import Backend
-    from evaluation.offline_tasks import default_data_dir
+    from evaluation.serving.backend import Backend
+    from evaluation.quality.offline_tasks import default_data_dir
     from ui.inputs import Policy
 
     policy = Policy(shared=True)
@@ -120,7 +120,7 @@ def tiny_folder(tmp_path_factory, tiny_tokenizer):
 @pytest.fixture(scope="module")
 def spec(tiny_folder):
     """The tiny folder as a model spec (a module may define its own)."""
-    from evaluation.models import ModelSpec
+    from evaluation.serving.models import ModelSpec
 
     return ModelSpec(tiny_folder)
 
@@ -128,7 +128,7 @@ def spec(tiny_folder):
 @pytest.fixture(scope="module")
 def backend(spec):
     """A CPU backend with the tiny model loaded, one per test module."""
-    from evaluation.backend import Backend
+    from evaluation.serving.backend import Backend
 
     b = Backend(device="cpu")
     b.load(spec)
@@ -138,7 +138,7 @@ def backend(spec):
 @pytest.fixture(scope="session")
 def data_dir():
     """The benchmark data folder (LAYERCUT_DATA_DIR or ../shared/benchdata); its absence fails, never skips."""
-    from evaluation.offline_tasks import default_data_dir
+    from evaluation.quality.offline_tasks import default_data_dir
 
     path = default_data_dir()
     if path is None or not path.is_dir():
@@ -162,7 +162,7 @@ def one_thread_for_tiny_models(request):
 def assert_read_sequentially(seen: list, derived, model, ids) -> None:
     """Each layer's recorded calibration inputs ``seen`` are ``derived``'s own (the outputs of the layers
     already changed before it), and past the first layer no longer the original ``model``'s."""
-    from prune.hidden import residual_stream
+    from prune.core.hidden import residual_stream
 
     after, before = residual_stream(derived, ids), residual_stream(model, ids)
     assert len(seen) == len(after) - 1

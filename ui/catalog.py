@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import prune
-from prune.calibration import Calibration
-from prune.errors import InvalidInput, UnknownMethod, quoted
-from prune.lowrank import DESCRIPTIONS as LOWRANK_DESCRIPTIONS
-from prune.recipe import Decompose, Sparsify, WidthPrune
-from prune.sparsity import MAX_SPARSITY, PATTERNS
-from prune.width import DESCRIPTION as WIDTH_DESCRIPTION
+from prune.core.calibration import Calibration
+from prune.core.errors import InvalidInput, UnknownMethod, quoted
+from prune.lowrank.decomposition import DESCRIPTIONS as LOWRANK_DESCRIPTIONS
+from prune.core.recipe import Decompose, Sparsify, WidthPrune
+from prune.sparsity.masks import MAX_SPARSITY, PATTERNS
+from prune.width.shrink import DESCRIPTION as WIDTH_DESCRIPTION
 
-WIDTH = "width"  # structured width pruning; the sparsity methods keep prune.sparsity's names
+WIDTH = "width"  # structured width pruning; the sparsity methods keep prune.sparsity.masks's names
 LOWRANK = "lowrank-"  # + the space: "lowrank-feature", "lowrank-weight"
 
 

@@ -30,9 +30,9 @@ from pathlib import Path
 
 from gradio.utils import get_upload_folder
 
-from evaluation import exports
-from evaluation.memory import folder_bytes
-from prune.paths import cache_root
+from evaluation.exports import folder as exports
+from evaluation.measure.memory import folder_bytes
+from prune.core.paths import cache_root
 
 SHARED_FOLDER = "layercut-exports"
 EXPORTS_BUDGET_BYTES = 8 * 2**30  # older exports are removed past this

@@ -1,15 +1,15 @@
 """Explaining the cut in the page: numbers beside the range on every release, and after a generation where each
-compressed answer leaves the original's (see :meth:`evaluation.backend.Backend.cut_feedback` and ``divergence``)."""
+compressed answer leaves the original's (see :meth:`evaluation.serving.backend.Backend.cut_feedback` and ``divergence``)."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from evaluation.jobs import Cancelled
+from evaluation.serving.jobs import Cancelled
 
-from . import inputs, plots, text
-from .handlers import Handlers, _need_model, _owner, reporter, user_errors
-from .session import SLOTS, Session
+from ui import inputs, plots, text
+from ui.handlers import Handlers, _need_model, _owner, reporter, user_errors
+from ui.session import SLOTS, Session
 
 MARK = " ⟦▶ leaves the original here⟧ "
 LENS_POSITIONS = 12  # the prompt's last positions the logit lens shows (readable on a projector)

@@ -1,6 +1,6 @@
 """Event handlers: turn UI inputs into Backend calls and Backend results into UI outputs.
 
-No model code: everything heavy happens in ``evaluation.backend.Backend``. Each handler takes
+No model code: everything heavy happens in ``evaluation.serving.backend.Backend``. Each handler takes
 the visitor's :class:`~ui.session.Session` (what this browser tab compares) and returns a new
 one; jobs run as the visitor's own (``request.session_hash``), so Stop cancels only them.
 """
@@ -16,21 +16,22 @@ from dataclasses import replace
 import gradio as gr
 
 import prune
-from evaluation import allocator, lm_eval_adapter
-from evaluation.measurement import Measurement, to_dataframe
-from evaluation.models import ModelSpec
-from evaluation.sparsity_sweep import format_table
-from prune.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
-from prune.methods import options_for_cut
-from prune.recipe import Decompose, Recipe, WidthPrune
-from prune.selection import LAYERS, check_remove, check_selection, chosen_recipe
-from prune.sublayers import ATTENTION, MLP
-from prune.width import matching_depth_layers
+from evaluation.serving import allocator
+from evaluation.quality import lm_eval_adapter
+from evaluation.measure.measurement import Measurement, to_dataframe
+from evaluation.serving.models import ModelSpec
+from evaluation.sweeps.sparsity import format_table
+from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
+from prune.depth.methods import options_for_cut
+from prune.core.recipe import Decompose, Recipe, WidthPrune
+from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
+from prune.drop.sublayers import ATTENTION, MLP
+from prune.width.shrink import matching_depth_layers
 
-from . import catalog, inputs, plots, text
-from .downloads import Downloads
-from .range_control import parse_range, range_update
-from .session import SLOTS, Session
+from ui import catalog, inputs, plots, text
+from ui.downloads import Downloads
+from ui.range_control import parse_range, range_update
+from ui.session import SLOTS, Session
 
 log = logging.getLogger(__name__)
 MAX_MESSAGE_CHARS = 500  # the longest message a visitor sees
@@ -315,7 +316,7 @@ class Handlers:
 
         On a shared server the folder is the visitor's own (see ``ui.downloads``) and named by its name only.
         """
-        from evaluation import export_texts, exports
+        from evaluation.exports import texts as export_texts, folder as exports
 
         _need_model(session)
         recipe = session.cut()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from evaluation.healing import LossPoint
-from prune.errors import InvalidInput
-from prune.heal_step import Heal
+from evaluation.serving.healing import LossPoint
+from prune.core.errors import InvalidInput
+from prune.healing.step import Heal
 
-from . import inputs, plots, text
-from .handlers import Handlers, _need_model, _owner, reporter, user_errors
-from .session import SLOTS, Session
+from ui import inputs, plots, text
+from ui.handlers import Handlers, _need_model, _owner, reporter, user_errors
+from ui.session import SLOTS, Session
 
 PPL_SEQ_LEN, PPL_WINDOWS = 256, 32  # the held-out check after healing: 8,192 tokens of WikiText-2 test
 NO_CHANGE = 10  # the cut outputs (8), the benchmark table and plot: unchanged while training

@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import prune
-from evaluation.models import ModelSpec
-from prune.calibration import BOS_CHOICES, hub_dataset
-from prune.errors import InvalidInput, ModelNotFound, quoted
-from prune.loading import is_default
-from prune.paths import local_path
+from evaluation.serving.models import ModelSpec
+from prune.core.calibration import BOS_CHOICES, hub_dataset
+from prune.core.errors import InvalidInput, ModelNotFound, quoted
+from prune.core.loading import is_default
+from prune.core.paths import local_path
 
 DEFAULT_MAX_PROMPT_CHARS = 4000
 DEFAULT_SHARED_MAX_QUESTIONS = 500  # "0 = all" on a shared server: at most this many questions or windows
@@ -143,7 +143,7 @@ def shared_not_found(name: str) -> ModelNotFound:
     When the Hub cannot be reached, asking for a Hugging Face id would not help: the message says so instead,
     whatever the name (a folder or an id alike).
     """
-    from prune import loading
+    from prune.core import loading
 
     if not loading._hub_reachable():
         return ModelNotFound(f"{quoted(name)} is not a model this server can load: the Hugging Face Hub cannot be "
@@ -207,7 +207,7 @@ def _calibration(source, detail, upload, samples, seq_len, policy: Policy, defau
             raise InvalidInput(f"Calibration file {quoted(detail)} does not exist.")
         return prune.Calibration(source="file", path=str(path), n_samples=n, seq_len=length)
     if source == "hub":
-        from prune.loading import _hub_reachable
+        from prune.core.loading import _hub_reachable
 
         hub_dataset(detail or "")  # a path or a packaged builder is refused before anything else
         if not _hub_reachable():

@@ -218,7 +218,7 @@ def empty_figure(message: str) -> go.Figure:
 
 
 def _rows(measurements, group: str | None = None, unit: str | None = None):
-    from evaluation.measurement import comparison_rows
+    from evaluation.measure.measurement import comparison_rows
 
     return [r for r in comparison_rows(list(measurements))
             if (group is None or r.group == group) and (unit is None or r.unit == unit)]

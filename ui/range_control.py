@@ -2,7 +2,7 @@
 
 (``gradio_rangeslider`` does not render under Gradio 6.) The handles sit on the L+1
 *boundaries* between layers, so the span between them is exactly the block ``[start, end)``:
-0-based, start inclusive, end exclusive, as in ``prune.surgery``. Dragging updates the
+0-based, start inclusive, end exclusive, as in ``prune.core.surgery``. Dragging updates the
 summary and the layer strip live in the browser (parameter counts come from the
 ``layer_params`` prop); releasing a handle fires ``release`` with ``value = [start, end]``.
 """
@@ -14,10 +14,10 @@ import re
 
 import gradio as gr
 
-from prune.errors import InvalidCut, quoted
-from prune.surgery import check_block
+from prune.core.errors import InvalidCut, quoted
+from prune.core.surgery import check_block
 
-from .text import example_block
+from ui.text import example_block
 
 _TEMPLATE = r"""${(() => {
   const L = Number(layers) || 0;

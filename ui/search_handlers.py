@@ -1,20 +1,20 @@
 """The surgical rank search in the page: its inputs checked, the live plot of parameters against the scores,
-and the searched model put in the edited slot (see :meth:`evaluation.backend.Backend.rank_search`)."""
+and the searched model put in the edited slot (see :meth:`evaluation.serving.backend.Backend.rank_search`)."""
 
 from __future__ import annotations
 
 import gradio as gr
 
-from evaluation.backend import RankSearchDone
-from evaluation.offline_tasks import SUPPORTED_TASKS
-from evaluation.search_splits import WIKITEXT, metric_name, tolerance_for
-from prune.errors import InvalidInput, quoted
-from prune.lowrank import check_space
-from prune.rank_search import Point
+from evaluation.serving.backend import RankSearchDone
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from evaluation.sweeps.search_splits import WIKITEXT, metric_name, tolerance_for
+from prune.core.errors import InvalidInput, quoted
+from prune.lowrank.decomposition import check_space
+from prune.lowrank.rank_search import Point
 
-from . import inputs, plots, text
-from .handlers import Handlers, _need_model, _owner, _rank_map, reporter, user_errors
-from .session import Session
+from ui import inputs, plots, text
+from ui.handlers import Handlers, _need_model, _owner, _rank_map, reporter, user_errors
+from ui.session import Session
 
 NO_CHANGE = 10  # the cut outputs (8), the rank map's box and plot: unchanged while the search runs
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import prune
-from evaluation.measurement import Measurement
-from evaluation.models import ModelInfo, ModelSpec
-from prune.recipe import Recipe
+from evaluation.measure.measurement import Measurement
+from evaluation.serving.models import ModelInfo, ModelSpec
+from prune.core.recipe import Recipe
 
 SLOTS = ("A", "B")  # the compressed models compared with the original, in column order
 

@@ -98,7 +98,7 @@ def model_markdown(info) -> str:
 
 
 def server_memory_markdown(found) -> str:
-    """The server's resident memory beside what the variant cache holds (``evaluation.allocator.ServerMemory``)."""
+    """The server's resident memory beside what the variant cache holds (``evaluation.serving.allocator.ServerMemory``)."""
     return (f"Server memory: {found.rss_bytes / 2**30:.2f} GiB resident · compressed models cached "
             f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB")
 
@@ -222,7 +222,7 @@ def _number(value) -> bool:
 
 
 def method_markdown(method) -> str:
-    from prune.selection import paper_rule_words
+    from prune.depth.selection import paper_rule_words
 
     return f"**{method.label}**: *{method.description}* ({paper_rule_words(method.name)}.)"
 
@@ -234,7 +234,7 @@ def options_text(options: dict) -> str:
 
 def parse_options(text: str, method) -> dict:
     """``"k=5, token=mean"`` → typed options (types follow the method's defaults), each a value the method takes."""
-    from prune.errors import InvalidInput, quoted
+    from prune.core.errors import InvalidInput, quoted
 
     defaults = method.options
     options = {}
@@ -252,7 +252,7 @@ def parse_options(text: str, method) -> dict:
 
 def _typed(name: str, raw: str, kind: type):
     """``raw`` as the type of the option's default."""
-    from prune.errors import InvalidInput, quoted
+    from prune.core.errors import InvalidInput, quoted
 
     try:
         if kind is bool:
@@ -347,8 +347,8 @@ LOGIT_LENS_HELP = (
 
 
 def heal_help() -> str:
-    """What the two healing methods train, with their defaults (from ``prune.heal.DEFAULTS``)."""
-    from prune.heal import DEFAULTS
+    """What the two healing methods train, with their defaults (from ``prune.healing.train.DEFAULTS``)."""
+    from prune.healing.train import DEFAULTS
 
     lora, last = DEFAULTS["lora"], DEFAULTS["last_layers"]
     return (

@@ -1,0 +1,518 @@
+"""The command line (the seed's ``benchmark.py``, kept compatible): benchmark the original and a cut.
+
+Modes (one of):
+  --full                                        the unpruned model only
+  --personalized --start_block S --end_block E  cut layers S…E, E inclusive ("last layer that will be cut")
+  --persistence                                 the zigzag-persistence cuts "10%" and "20%" (thresholds r ≥ 0.9 / 0.8·max r)
+      [--zigzag_output FILE [--dry_run] [--num_hidden_layers N]]   … read from the authors' CSV
+  --method NAME --num_layers K [--selection paper|block]
+                                                K layers by any method: as its paper picks them (default), or
+                                                the best contiguous block (sleb: its first K greedy removals,
+                                                printed step by step)
+  --method sublayer --num_layers N --drop attention|mlp   drop the N lowest-scored attention (or MLP) blocks
+  --sweep K                                     every block of K layers measured, beside each method's ranking
+  --sparsity_sweep [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt]
+                                                the first --task and WikiText-2 perplexity at each sparsity level
+  --rank_search feature|weight [--search_on wikitext2|TASK] [--tolerance T] [--search_limit N] [--search_layers N]
+                                                surgical rank search of the last N layers' projections, then the
+                                                searched model compared like a cut
+
+With a cut mode (or a step), --explain compares each compressed model with the original on a small fixed
+slice of the calibration text (perplexity of both, mean KL and top-1 next-token agreement) instead of
+running the tasks; it writes ``explain.json``.
+
+After the chosen cut (or, with --full, on the original) one more step may follow:
+  --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
+  --width RATIO                                 remove heads and MLP channels until RATIO of the parameters stay
+  --decompose feature|weight --param_ratio R    factor every projection at low rank until R of the parameters stay
+  --heal lora|last_layers [--heal_steps N] [--heal_budget_s S]
+                                                retrain briefly on WikiText-2 *validation* (after another step only);
+                                                prints WikiText-2 *test* perplexity before and after healing
+(several: width, then low rank, then sparsity, then healing).
+
+Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
+``--output_folder``; exits with status 2 and a one-line reason on bad input.
+
+Examples::
+
+    python -m evaluation.cli --full --task arc_easy,piqa --limit 200
+    python -m evaluation.cli --method sublayer --num_layers 10 --drop attention --task hellaswag
+    python -m evaluation.cli --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
+    python -m evaluation.cli --personalized --start_block 15 --end_block 20 --explain
+    python -m evaluation.cli --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
+    python -m evaluation.cli --rank_search feature --search_layers 4 --task arc_easy --limit 200
+    layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
+
+Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
+
+    accelerate launch -m lm_eval run --model hf --model_args pretrained=./cut,dtype=bfloat16 \\
+        --tasks hellaswag arc_easy --batch_size 16          # data-parallel, one copy per GPU
+    lm-eval run --model vllm --model_args pretrained=./cut,data_parallel_size=2 --tasks hellaswag
+    vllm serve ./cut                                        # or any HF-compatible server
+
+(offline, add ``--include_path ~/.cache/layercut/tasks/<fingerprint> --tasks layercut_hellaswag``:
+the converted local tasks this command prepared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from functools import reduce
+from pathlib import Path
+
+import prune
+from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
+from prune.depth.methods import METHODS, options_for_cut, sleb
+from prune.core.paths import safe_name, write_atomic
+from prune.core.calibration import BOS_CHOICES, Calibration
+from prune.lowrank.decomposition import SPACES
+from prune.healing.train import METHODS as HEAL_METHODS
+from prune.healing.step import Heal
+from prune.core.recipe import Decompose, Recipe, Sparsify, WidthPrune
+from prune.depth.selection import LAYERS, SELECTIONS, check_remove, chosen_recipe
+from prune.sparsity.masks import METHODS as SPARSITY_METHODS, PATTERNS
+from prune.drop.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
+
+from evaluation.explain import cut as explain
+from evaluation.quality import lm_eval_adapter
+from evaluation.exports import zigzag_csv as zigzag_output
+from evaluation.serving.backend import Backend
+from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
+from evaluation.serving.models import ModelSpec
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from evaluation.sweeps.search_splits import WIKITEXT, format_search
+from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
+
+DEFAULT_TASKS = "arc_easy"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="layercut-benchmark", description="Benchmark a model and a depth-pruned version of it with lm-eval.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"Tasks: {', '.join(SUPPORTED_TASKS)}.\nMethods: {', '.join(METHODS)}.",
+    )
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--full", action="store_true", help="evaluate the unpruned model")
+    mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
+    mode.add_argument("--persistence", action="store_true",
+                      help="the zigzag-persistence cuts \"10%%\" and \"20%%\": layers with r ≥ 0.9 / 0.8·max r, however many")
+    mode.add_argument("--method", metavar="NAME", help="cut --num_layers layers chosen by this method")
+    mode.add_argument("--sweep", type=int, metavar="K",
+                      help="measure every block of K layers on the first --task, and how well each method predicts it")
+    mode.add_argument("--sparsity_sweep", action="store_true",
+                      help="the first --task and WikiText-2 perplexity at each of --levels, for each of --methods")
+    mode.add_argument("--rank_search", choices=SPACES, default=None,
+                      help="search each projection's rank (Chavan et al. 2024), then compare the searched model")
+    parser.add_argument("--search_on", default=WIKITEXT,
+                        help=f"with --rank_search: {WIKITEXT} (perplexity) or a task (accuracy; default {WIKITEXT})")
+    parser.add_argument("--tolerance", type=float, default=0.5,
+                        help="with --rank_search: %% perplexity growth allowed per projection, or accuracy points "
+                             "below the original (default 0.5)")
+    parser.add_argument("--search_limit", type=int, default=40,
+                        help="with --rank_search: WikiText-2 windows of 256 tokens, or task documents, split "
+                             "20 %% search / 80 %% test (default 40; 0 = all)")
+    parser.add_argument("--search_layers", type=int, default=None,
+                        help="with --rank_search: search the last N layers (default: all)")
+    parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
+    parser.add_argument("--end_block", type=int, help="last layer that will be cut (inclusive)")
+    parser.add_argument("--num_layers", type=int, help="how many layers --method cuts")
+    parser.add_argument("--selection", default="paper", choices=list(SELECTIONS),
+                        help="paper: as the method's paper picks them (ShortGPT, Shortened LLaMA: the K least "
+                             "important layers anywhere; angular distance: a block); block: the best contiguous block")
+    parser.add_argument("--bos", default="auto", choices=list(BOS_CHOICES),
+                        help="prepend BOS to calibration windows (auto: when the tokenizer adds one, e.g. Gemma)")
+    parser.add_argument("--drop", choices=DROP_KINDS, default=None,
+                        help="with --method sublayer: drop the --num_layers lowest-scored attention (or MLP) blocks, "
+                             "wherever they are, instead of cutting whole layers (He et al. 2024)")
+    parser.add_argument("--sparsify", metavar="METHOD", default=None,
+                        help=f"then zero --sparsity of every decoder matrix by {', '.join(SPARSITY_METHODS)}")
+    parser.add_argument("--sparsity", type=float, default=None, help="with --sparsify: the fraction zeroed, 0…0.99")
+    parser.add_argument("--pattern", default="unstructured",
+                        help=f"with --sparsify: {', '.join(PATTERNS)} (N:M implies its sparsity N/M)")
+    parser.add_argument("--width", type=float, metavar="RATIO", default=None,
+                        help="then remove heads and MLP channels until RATIO of the parameters stay (0.8: 80 %%)")
+    parser.add_argument("--decompose", choices=SPACES, default=None,
+                        help="then factor every projection in feature space (Chavan et al. 2024) or weight space (SVD)")
+    parser.add_argument("--param_ratio", type=float, default=None,
+                        help="with --decompose: the fraction of the parameters kept (0.8: 80 %%)")
+    parser.add_argument("--heal", choices=HEAL_METHODS, default=None,
+                        help="then retrain briefly: LoRA, merged (Shortened LLaMA), or the last layers, final norm and "
+                             "LM head (Lu et al. 2024), on WikiText-2 validation; test perplexity is never trained on")
+    parser.add_argument("--heal_steps", type=int, default=None,
+                        help="with --heal: optimizer steps (default: lora " + str(_default_steps("lora"))
+                             + ", last_layers " + str(_default_steps("last_layers")) + ")")
+    parser.add_argument("--heal_budget_s", type=float, default=None,
+                        help="with --heal: stop after the step that crosses this many seconds")
+    parser.add_argument("--levels", default=None,
+                        help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
+    parser.add_argument("--methods", default=None,
+                        help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
+    parser.add_argument("--ppl_seq_len", type=int, default=512,
+                        help="with --sparsity_sweep or --heal: tokens per WikiText-2 perplexity window (default 512)")
+    parser.add_argument("--ppl_windows", type=int, default=16,
+                        help="with --sparsity_sweep or --heal: WikiText-2 perplexity windows (default 16)")
+    parser.add_argument("--model", default=None,
+                        help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
+    parser.add_argument("--limit", type=int, default=None, help="examples per task (per subject for mmlu; default: all)")
+    parser.add_argument("--num_fewshot", type=int, default=0, help="few-shot examples (offline: arc_*, mmlu only)")
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--output_folder", default="results", help="where results and tables go (default ./results)")
+    parser.add_argument("--token", default=None, help="Hugging Face token for gated models")
+    parser.add_argument("--data_dir", default=None,
+                        help="benchmark data folder (default $LAYERCUT_DATA_DIR or ../shared/benchdata; '' = the hub)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
+    parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16")
+    parser.add_argument("--seed", type=int, default=0, help="0 = lm-eval's default seeds")
+    parser.add_argument("--scorer", default=lm_eval_adapter.DEFAULT_SCORER, choices=sorted(lm_eval_adapter.SCORERS),
+                        help="fast: each context run once (same log-likelihoods as hflm); hflm: lm-eval's own")
+    parser.add_argument("--no_cache", action="store_true", help="neither read nor write the results cache")
+    parser.add_argument("--explain", action="store_true",
+                        help="instead of tasks: perplexity, mean KL and top-1 agreement with the original on a small "
+                             "slice of the calibration text (with a cut mode or a step)")
+    parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
+    zigzag_output.add_arguments(parser)
+    return parser
+
+
+class _Printer:
+    """Progress on stderr: one line per new message or 5% step."""
+
+    def __init__(self):
+        self._last = (None, -1.0)
+
+    def __call__(self, fraction: float, message: str = "") -> None:
+        message = message or ""
+        if message != self._last[0] or fraction - self._last[1] >= 0.05:
+            print(f"[{fraction * 100:5.1f}%] {message}", file=sys.stderr, flush=True)
+            self._last = (message, fraction)
+
+
+def _check_mode(args) -> None:
+    """What can be checked before loading a model."""
+    if args.personalized:
+        if args.start_block is None or args.end_block is None:
+            raise InvalidInput("--personalized needs --start_block and --end_block (the last layer cut, inclusive).")
+    elif args.method is not None:
+        if args.method not in METHODS:
+            raise InvalidInput(f"Unknown method {quoted(args.method)}. Known methods: {', '.join(METHODS)}.")
+        if args.num_layers is None or args.num_layers < 1:
+            raise InvalidInput("--method needs --num_layers K ≥ 1 (how many layers to cut).")
+    if args.drop and args.method is None:
+        raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
+    if args.drop:
+        check_remove(args.drop, args.method)
+    adds_step = args.sparsify is not None or args.width is not None or args.decompose is not None or args.heal is not None
+    if (args.heal_steps is not None or args.heal_budget_s is not None) and args.heal is None:
+        raise InvalidInput("--heal_steps and --heal_budget_s go with --heal lora|last_layers.")
+    if (args.sparsity is not None or args.pattern != "unstructured") and args.sparsify is None:
+        raise InvalidInput("--sparsity and --pattern go with --sparsify METHOD.")
+    if (args.decompose is None) != (args.param_ratio is None):
+        raise InvalidInput("--decompose feature|weight and --param_ratio R go together.")
+    if adds_step and (args.sweep is not None or args.sparsity_sweep):
+        raise InvalidInput("--sparsify, --width, --decompose and --heal add a step to a compared model: not with "
+                           "--sweep or --sparsity_sweep.")
+    if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
+        raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
+    search_options = (args.search_on != WIKITEXT or args.tolerance != 0.5 or args.search_limit != 40
+                      or args.search_layers is not None)
+    if search_options and args.rank_search is None:
+        raise InvalidInput("--search_on, --tolerance, --search_limit and --search_layers go with --rank_search.")
+    if args.rank_search is not None and (args.search_limit < 0 or args.tolerance < 0 or
+                                         (args.search_layers is not None and args.search_layers < 1)):
+        raise InvalidInput("--search_limit and --tolerance are at least 0, --search_layers at least 1.")
+    if args.explain and (args.sweep is not None or args.sparsity_sweep or args.export_dir or
+                         (args.full and not adds_step)):
+        raise InvalidInput("--explain compares a compressed model with the original: use it with a cut mode "
+                           "(--personalized, --method, --persistence, --rank_search) or a step, without --sweep, "
+                           "--sparsity_sweep or --export_dir.")
+    if args.full and args.export_dir and not adds_step:
+        raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
+    if args.batch_size < 1:
+        raise InvalidInput("--batch_size must be at least 1.")
+
+
+def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> list[int]:
+    """Layers S…E (E inclusive), checked in the seed's terms."""
+    if not (0 <= start <= end_inclusive < num_layers) or end_inclusive - start + 1 >= num_layers:
+        raise InvalidCut(f"Cannot cut layers {start}…{end_inclusive} (--end_block is inclusive): the model has "
+                         f"layers 0…{num_layers - 1} and at least one must remain.")
+    return list(range(start, end_inclusive + 1))
+
+
+def _joined(levels) -> str:
+    return ",".join(f"{level:g}" for level in levels)
+
+
+def _levels(text: str | None) -> tuple[float, ...]:
+    """--levels as numbers (the sweep checks their range)."""
+    if text is None:
+        return DEFAULT_LEVELS
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InvalidInput(f"--levels takes fractions separated by commas ({_joined(DEFAULT_LEVELS)}), "
+                           f"not '{text}'.") from None
+
+
+def _calibration(args, backend: Backend) -> Calibration:
+    """The default calibration with the --bos choice: for analyses and the steps that calibrate."""
+    return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
+
+
+def _default_steps(method: str) -> int:
+    from prune.healing.train import DEFAULTS
+
+    return DEFAULTS[method]["steps"]
+
+
+def _extra_steps(args, calibration: Calibration, data_dir=None) -> list:
+    """The checked --width, --decompose, --sparsify and --heal steps, in the order they apply."""
+    steps = []
+    if args.width is not None:
+        steps.append(WidthPrune.of(args.width, calibration))
+    if args.decompose is not None:
+        steps.append(Decompose.of(args.decompose, param_ratio=args.param_ratio, calibration=calibration))
+    if args.sparsify is not None:
+        steps.append(Sparsify.of(args.sparsify, args.sparsity, args.pattern, calibration))
+    if args.heal is not None:
+        text = Calibration(source="wikitext2", path=str(data_dir) if data_dir else None, bos=calibration.bos)
+        steps.append(Heal.of(args.heal, args.heal_steps, args.heal_budget_s, text))
+    return steps
+
+
+def _with_steps(cuts: dict[str, Recipe], steps: list) -> dict[str, Recipe]:
+    """Each compared recipe followed by ``steps`` (with --full: the original followed by them)."""
+    if not steps:
+        return cuts
+    suffix = "_".join(safe_name(s.short()) for s in steps)
+    if not cuts:
+        return {suffix: reduce(Recipe.then, steps, Recipe(origin="--full with " + " and ".join(s.short() for s in steps)))}
+    return {f"{mode}_{suffix}": reduce(Recipe.then, steps, recipe) for mode, recipe in cuts.items()}
+
+
+def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, Recipe]:
+    """Mode name → the recipe it compares (none for --full)."""
+    if args.full:
+        return {}
+    if args.personalized:
+        layers = _personalized_layers(args.start_block, args.end_block, info.num_layers)
+        return {"personalized": Recipe.cut(info.num_layers, layers, origin="chosen by hand")}
+    if args.persistence:
+        return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
+    calibration = _calibration(args, backend)
+    if args.rank_search:
+        return {"rank_search": _searched(args, backend, spec, info, calibration, progress)}
+    method = METHODS[args.method]
+    result = backend.analyze(spec, args.method, calibration=calibration, progress=progress,
+                             **options_for_cut(method, args.num_layers))
+    progress(1.0, f"{method.label}: {result.timing()}.")
+    if "removal_order" in result.params:  # a greedy order: show how its cut was built
+        print("\n".join(sleb.step_lines(result)), flush=True)
+    name = f"{args.method}-{args.drop}" if args.drop else args.method
+    return {name: chosen_recipe(result, args.num_layers, args.selection, origin=method.label,
+                                remove=args.drop or LAYERS)}
+
+
+def _searched(args, backend: Backend, spec: ModelSpec, info, calibration: Calibration, progress) -> Recipe:
+    """--rank_search: the search's table printed; the recipe of the searched model."""
+    layers = None if args.search_layers is None else range(max(0, info.num_layers - args.search_layers),
+                                                            info.num_layers)
+    done = None
+    for done in backend.rank_search(spec, space=args.rank_search, criterion=args.search_on, tolerance=args.tolerance,
+                                    limit=args.search_limit or None, layers=layers, calibration=calibration,
+                                    progress=progress):
+        pass
+    print(format_search(done.result, args.search_on), flush=True)
+    if done.recipe is None:
+        raise InvalidInput("The rank search lowered no projection within the tolerance: nothing to compare. "
+                           "Allow a larger --tolerance.")
+    return done.recipe
+
+
+def _results_json(entries: dict[str, dict], config: dict) -> dict:
+    """lm-eval's results layout: results (groups' subtasks flattened in), higher_is_better, n-samples, config."""
+    results, better, sizes, shots, versions = {}, {}, {}, {}, {}
+    for task, entry in entries.items():
+        results[task] = entry["results"]
+        results.update(entry.get("subtasks", {}))
+        better[task] = entry.get("higher_is_better")
+        sizes[task] = entry.get("n-samples")
+        shots[task] = entry.get("n-shot")
+        versions[task] = entry.get("version")
+    return {"results": results, "higher_is_better": better, "n-samples": sizes, "n-shot": shots,
+            "versions": versions, "config": config}
+
+
+def run(args, progress=None) -> Path | None:
+    """Run one invocation; returns the output folder."""
+    _check_mode(args)
+    if zigzag_output.handled_early(args):  # --dry_run: the cuts are printed; nothing is loaded or evaluated
+        return None
+    progress = progress or _Printer()
+    backend = Backend(data_dir=args.data_dir, device=args.device)
+    request = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
+                                            data_dir=backend.data_dir)
+    out_dir = Path(args.output_folder).expanduser().resolve()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
+    spec = ModelSpec(name=args.model or prune.DEFAULT_MODEL, dtype=args.dtype or "auto", token=args.token)
+    steps = _extra_steps(args, _calibration(args, backend), backend.data_dir)  # checked before the model loads
+    if args.sparsity_sweep:
+        return _sparsity_sweep(args, backend, spec, request, out_dir, progress)
+    info = backend.load(spec, progress=progress)
+    if args.sweep is not None:
+        return _sweep(args, backend, spec, request, out_dir, progress)
+    cuts = _with_steps(_cuts(args, backend, spec, info, progress), steps)
+    for mode, recipe in cuts.items():
+        progress(0.0, f"{mode}: {info.describe_cut(recipe)} removed")
+        if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
+            print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
+                  f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
+    if args.explain:
+        return _explain(args, backend, spec, info, cuts, out_dir, progress)
+    config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
+              "tasks": list(request.names), "limit": args.limit, "num_fewshot": args.num_fewshot,
+              "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
+              "data_dir": str(backend.data_dir) if backend.data_dir else "hub",
+              "layercut_version": prune.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    results = backend.benchmark_results(spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer,
+                                        seed=args.seed, use_cache=not args.no_cache, progress=progress)
+    _write_json(out_dir / "results_full.json",
+                _results_json(results[ORIGINAL], {**config, "mode": "full", "removed_layers": []}))
+    measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
+    for mode, recipe in cuts.items():
+        _write_json(out_dir / f"results_{mode}.json", _results_json(results[mode], {
+            **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers) if recipe.depth_cut else [],
+            "dropped_blocks": _dropped_blocks(recipe), "cut": recipe.describe(),
+            "recipe": recipe.to_json(),
+            "params_removed_pct": round(100 * info.removed_params(recipe) / info.num_params, 3)}))
+        label = PRUNED if len(cuts) == 1 else mode
+        measurements += lm_eval_adapter.to_measurements(results[mode], model=label)
+    for mode, recipe in cuts.items() if args.export_dir else ():
+        target = Path(args.export_dir).expanduser().resolve()
+        saved = backend.export(spec, recipe, target / mode if len(cuts) > 1 else target,
+                               scores=[m for m in measurements if m.model in (ORIGINAL, PRUNED, mode)])
+        progress(1.0, f"Saved the {mode} checkpoint to {saved}")
+
+    header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
+    header += "".join(f"- {mode}: {recipe.describe()}\n" for mode, recipe in cuts.items())
+    table = to_markdown(measurements)
+    (out_dir / "comparison.md").write_text(header + "\n" + table)
+    (out_dir / "comparison.csv").write_text(to_csv(measurements))
+    print(table)
+    if args.heal:
+        _print_healing(args, backend, spec, cuts)
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recipe]) -> None:
+    """WikiText-2 test perplexity (never trained on) of the original and of each compared model before and after
+    healing, and what each heal did."""
+    unhealed = {f"{mode} before healing": Recipe(recipe.steps[:-1], recipe.origin) for mode, recipe in cuts.items()}
+    found = backend.perplexity(spec, {**unhealed, **cuts}, seq_lens=(args.ppl_seq_len,), bos=(False,),
+                               max_windows=args.ppl_windows)
+    ppl = {m.model: m.value for m in found}
+    windows = found[0].details["windows"]
+    print(f"\nHealing trained on WikiText-2 validation (its last windows held out); perplexity below is on "
+          f"WikiText-2 test, never trained on ({windows} windows of {args.ppl_seq_len} tokens). Zero-shot tasks "
+          f"above are not what healing on WikiText targets.")
+    print(f"| model | WikiText-2 test perplexity |\n|---|---|\n| {ORIGINAL} | {ppl[ORIGINAL]:.2f} |")
+    for mode, recipe in cuts.items():
+        record = getattr(backend.model(spec, recipe).config, "layercut_healed", {})
+        before, after = ppl[f"{mode} before healing"], ppl[mode]
+        gap = before - ppl[ORIGINAL]
+        won = f", {100 * (before - after) / gap:.0f} % of the gap to the original won back" if gap > 0 else ""
+        print(f"| {mode} before healing | {before:.2f} |\n| {mode} healed | {after:.2f}{won} |")
+        print(f"{mode}: {recipe.steps[-1].describe()}; {record.get('steps_done')} steps done, held-out loss "
+              f"{_pair(record.get('heldout_loss'))}, training loss {_pair(record.get('train_loss'))}")
+
+
+def _pair(values) -> str:
+    return " → ".join(f"{v:.3f}" for v in values) if values and None not in values else "?"
+
+
+def _explain(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str, Recipe], out_dir: Path,
+             progress) -> Path:
+    """--explain: each compressed model beside the original on the feedback slice; no task runs."""
+    calibration = _calibration(args, backend)
+    measurements, record = [], {}
+    for mode, recipe in cuts.items():
+        found = backend.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
+                                     progress=progress)
+        how = f"resumed from layer {found.resumed_at}" if found.resumed else "run whole"
+        print(f"{mode}: {recipe.describe()}: {found.summary()} ({found.tokens} tokens, {how})", flush=True)
+        measurements += found.measurements(PRUNED if len(cuts) == 1 else mode)
+        record[mode] = {"cut": recipe.describe(), "recipe": recipe.to_json(), **found.to_json()}
+    slice_ = explain.feedback_slice(calibration)
+    _write_json(out_dir / "explain.json", {
+        "model": info.name, "num_layers": info.num_layers, "slice": {"source": slice_.source, "windows": slice_.n_samples,
+                                                                    "seq_len": slice_.seq_len},
+        "kl": "KL(original || compressed), nats per token", "cuts": record, "layercut_version": prune.__version__})
+    print(to_markdown(measurements))
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
+    """--sweep K: the measured quality of every cut of K layers and each method's rank agreement."""
+    from evaluation.sweeps.cuts import format_sweep
+
+    report = backend.sweep(spec, request, args.sweep, batch_size=args.batch_size, use_cache=not args.no_cache,
+                           progress=progress)
+    _write_json(out_dir / f"sweep_{request.names[0]}_{args.sweep}.json", {
+        "sweep": report.sweep.to_json(), "rank_agreement": report.agreement, "method_scores": report.scores,
+        "failed_methods": report.failed, "model": backend.load(spec).name, "layercut_version": prune.__version__})
+    print(format_sweep(report.sweep, report.agreement))
+    for method, reason in report.failed.items():
+        print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _sparsity_sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
+    """--sparsity_sweep: the first task's metric and WikiText-2 perplexity at each level, per method."""
+    methods = SPARSITY_METHODS if args.methods is None else [m.strip() for m in args.methods.split(",") if m.strip()]
+    result = backend.sparsity_sweep(spec, request, levels=_levels(args.levels), methods=methods,
+                                    calibration=_calibration(args, backend), ppl_seq_len=args.ppl_seq_len,
+                                    ppl_windows=args.ppl_windows, batch_size=args.batch_size,
+                                    use_cache=not args.no_cache, progress=progress)
+    _write_json(out_dir / f"sparsity_sweep_{request.names[0]}.json", {
+        "sparsity_sweep": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__})
+    print(format_table(result))
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def _dropped_blocks(recipe: Recipe) -> dict[str, list[int]]:
+    drop = recipe.sublayer_drop
+    return {ATTENTION: list(drop.attention), MLP: list(drop.mlp)} if drop else {ATTENTION: [], MLP: []}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        run(args)
+    except LayerCutError as err:
+        print(f"layercut-benchmark: error: {' '.join(str(err).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("layercut-benchmark: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

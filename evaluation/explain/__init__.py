@@ -1,0 +1,1 @@
+"""Explaining a cut: agreement and divergence with the original, the logit lens."""

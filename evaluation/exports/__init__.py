@@ -1,0 +1,1 @@
+"""Exports: a derived model as a Hugging Face folder, its model card and hand-offs."""

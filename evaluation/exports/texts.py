@@ -1,0 +1,295 @@
+"""The texts an export carries: its model card, and the same cut for mergekit and llama.cpp.
+
+Layer numbering in the mergekit and llama.cpp texts is the base model's, 0-based:
+
+* mergekit (arcee-ai/mergekit ``mergekit/config.py``, ``mergekit/plan.py``): a passthrough merge
+  concatenates ``slices``, each ``sources: [{model, layer_range: [start, end]}]`` with ``end``
+  exclusive (``plan_slice`` takes ``layer_range[1] - layer_range[0]`` layers from
+  ``layer_range[0]``); ``dtype`` is ``bfloat16``, ``float16`` or ``float32``
+  (``mergekit/common.py`` ``dtype_from_name``).
+* llama.cpp (ggml-org/llama.cpp ``tools/quantize/quantize.cpp`` ``parse_layer_prune``,
+  ``src/llama-quant.cpp`` ``remap_layer``): ``--prune-layers L0,L1,...`` is a comma-separated
+  list of non-negative block ids (``blk.N``); those blocks are dropped, the rest renumbered and
+  the block count updated. The output type ``COPY`` copies tensors without requantizing.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from torch import nn
+
+import prune
+from prune.core.architectures import decoder_layers
+from prune.core.errors import InvalidCut, InvalidInput
+from prune.core.loading import _DEFAULT_GGUF, DEFAULT_MODEL
+from prune.core.architectures import width_of
+from prune.lowrank.decomposition import ranks_of
+from prune.core.recipe import Decompose, DepthCut, Recipe, SubLayerDrop, WidthPrune
+from prune.sparsity.masks import zero_fraction
+from prune.drop.sublayers import dropped_numel
+
+from evaluation.measure.measurement import Measurement, to_markdown
+from evaluation.measure.memory import num_params
+
+MERGEKIT_FILE = "mergekit.yml"
+MAX_NAME = 80  # export folder names
+LLAMA_FILE = "llama-quantize-prune-layers.txt"
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_HUB_IDS = {DEFAULT_MODEL: "HuggingFaceTB/SmolLM2-135M-Instruct"}  # the embedded GGUF's source model
+_MERGEKIT_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def default_export_name(base_name: str, recipe: Recipe) -> str:
+    """'SmolLM2-135M-Instruct-minus-6-layers-20-25': base model and cut, within the name rules."""
+    base = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(base_name).rstrip("/")).name).lstrip(".") or "model"
+    removed = base_layers_removed(recipe)
+    drops = _only_drop(recipe)
+    if drops is not None:
+        what = "-".join(f"minus-{len(layers)}-{word}" for word, layers in (("attn", drops.attention),
+                                                                          ("mlp", drops.mlp)) if layers)
+    elif removed is None:
+        what = f"layercut-{recipe.key[:8]}"
+    else:
+        plural = "layer" if len(removed) == 1 else "layers"
+        runs = _runs(removed)
+        ids = f"{runs[0][0]}-{runs[0][1] - 1}" if len(runs) == 1 else "_".join(map(str, removed))
+        what = f"minus-{len(removed)}-{plural}-{ids}"
+        if len(what) > MAX_NAME // 2:
+            what = f"minus-{len(removed)}-{plural}-{recipe.key[:8]}"
+    return f"{base[:MAX_NAME - len(what) - 1]}-{what}"
+
+
+# ---------------------------------------------------------------- the export
+
+
+
+# ---------------------------------------------------------------- the cut in other tools' terms
+
+
+def _only_drop(recipe: Recipe) -> SubLayerDrop | None:
+    """The recipe's one step when it only drops attention/MLP blocks, else None."""
+    return recipe.steps[0] if len(recipe.steps) == 1 and isinstance(recipe.steps[0], SubLayerDrop) else None
+
+
+def base_layers_removed(recipe: Recipe) -> tuple[int, ...] | None:
+    """The base model's removed layers when every step is a depth cut (chained cuts composed), else None."""
+    if recipe.is_original or not all(isinstance(s, DepthCut) for s in recipe.steps):
+        return None
+    kept = list(range(recipe.steps[0].num_layers))  # base index of each current layer
+    for cut in recipe.steps:
+        if cut.num_layers != len(kept):
+            raise InvalidCut(f"A step made for {cut.num_layers} layers follows one that leaves {len(kept)}.")
+        kept = [k for i, k in enumerate(kept) if i not in cut.layers]
+    return tuple(i for i in range(recipe.steps[0].num_layers) if i not in kept)
+
+
+def mergekit_yaml(recipe: Recipe, base_name: str, dtype=None) -> str:
+    """A mergekit passthrough config that rebuilds the cut from the base model's own weights."""
+    removed = _depth_only(recipe, "mergekit")
+    num_layers = recipe.steps[0].num_layers
+    kept = [i for i in range(num_layers) if i not in removed]
+    model = _hub_id(base_name) or str(base_name)
+    config = {"slices": [{"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in _runs(kept)],
+              "merge_method": "passthrough"}
+    name = str(dtype).removeprefix("torch.") if dtype is not None else ""
+    if name in _MERGEKIT_DTYPES:
+        config["dtype"] = name
+    header = (f"# The LayerCut cut {recipe.short()} of {base_name} as a mergekit passthrough merge:\n"
+              f"# kept layers as slices, layer_range [start, end) 0-based, end exclusive.\n"
+              f"# Run: mergekit-yaml {MERGEKIT_FILE} ./pruned-model\n")
+    return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+
+
+def llama_prune_argument(recipe: Recipe) -> str:
+    """``--prune-layers 20,21,...``: the removed blocks, 0-based, as llama-quantize parses them."""
+    return "--prune-layers " + ",".join(map(str, _depth_only(recipe, "llama.cpp")))
+
+
+def _llama_command(recipe: Recipe, base_name: str) -> str:
+    """The whole command: COPY keeps the GGUF's own tensor types and only drops the blocks."""
+    return f"llama-quantize {llama_prune_argument(recipe)} {_gguf_name(base_name)} pruned.gguf COPY"
+
+
+def llama_file_text(recipe: Recipe, base_name: str) -> str:
+    usage = f"# Remove the same layers from a GGUF of {base_name}: {_llama_command(recipe, base_name)}"
+    return f"{usage}\n{llama_prune_argument(recipe)}\n"
+
+
+def _depth_only(recipe: Recipe, tool: str) -> tuple[int, ...]:
+    removed = base_layers_removed(recipe)
+    if removed is None:
+        raise InvalidInput(f"Only depth cuts can be written for {tool}; this recipe is: {recipe.describe()}.")
+    return removed
+
+
+def _runs(indices) -> list[tuple[int, int]]:
+    """Sorted indices as contiguous [start, end) runs."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return [(a, b) for a, b in runs]
+
+
+def _hub_id(base_name: str) -> str | None:
+    """The Hub id a model card can name as ``base_model``; None for a local folder."""
+    name = _HUB_IDS.get(str(base_name), str(base_name))
+    return name if _HUB_ID.fullmatch(name) and not Path(name).exists() else None
+
+
+def _gguf_name(base_name: str) -> str:
+    """The embedded default's own GGUF (pruned, it holds this export's weights, still quantized), else a placeholder."""
+    if base_name == DEFAULT_MODEL:
+        return _DEFAULT_GGUF
+    return f"{Path(str(base_name).rstrip('/')).name}.gguf"
+
+
+# ---------------------------------------------------------------- the model card
+
+
+def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: int, name: str = "",
+               scores: list[Measurement] | None = None, origin: str = "", factored: bool = False) -> str:
+    """README.md: what was cut from which model and how it was chosen, scores, loading, other tools."""
+    name = name or default_export_name(base_name, recipe)
+    removed = base_layers_removed(recipe)
+    drops = _only_drop(recipe)
+    hub = _hub_id(base_name)
+    tags, how = [], "."
+    if removed is not None:
+        tags, how = ["depth-pruning"], ": whole decoder layers removed, the kept layers unchanged."
+    elif drops is not None:
+        tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
+        how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
+    sparse = recipe.sparsity  # the last sparsify step decides the zeros
+    narrow = [item for item in recipe.steps if isinstance(item, WidthPrune)]
+    lowrank = [item for item in recipe.steps if isinstance(item, Decompose)]
+    front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
+             "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])
+             + (["width-pruning"] if narrow else []) + (["low-rank"] if lowrank else [])}
+    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
+             f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
+             "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
+    if origin:
+        lines.append(f"- Base weights from: {origin}")
+    lines.append(f"- Recipe: {recipe.describe()}")
+    if removed is not None:
+        kept = [i for i in range(num_layers) if i not in removed]
+        lines.append(f"- Removed layers (0-based, base model numbering): {', '.join(map(str, removed))} "
+                     f"— {len(removed)} of {num_layers}; kept: "
+                     + ", ".join(f"[{a}, {b})" for a, b in _runs(kept)) + " (end exclusive)")
+        counts = _parameter_counts(model, len(removed))
+        if counts:
+            before, after = counts
+            lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
+    if drops is not None:
+        lines += _drop_lines(model, drops)
+    if sparse:
+        lines.append(f"- Sparsity: {100 * zero_fraction(model):.1f} % of the decoder layers' linear weights are zero "
+                     f"(counted; {sparse.describe()}), stored densely: the checkpoint is as large as a dense one "
+                     "and runs no faster with dense kernels")
+    if narrow:
+        lines.append(f"- Width: {_width_words(model)} per layer, {num_params(model):,} parameters ({narrow[-1].describe()}); "
+                     "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
+                     "with any kernels")
+    if lowrank:
+        lines.append(f"- Low-rank: {lowrank[-1].describe()}; {num_params(model):,} parameters in memory. "
+                     + (FACTORED_FORM if factored else MERGED_FORM))
+    lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
+    lines += ["", "The saved config records the recipe under `layercut`.", ""]
+    if lowrank:
+        lines += ["## Ranks", "", *rank_table(ranks_of(model)), ""]
+    if scores:
+        lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
+    if drops is not None:
+        lines += ["## How it is saved", "", DROP_FORMAT, ""]
+    if lowrank and factored:
+        lines += ["## How to load", "", "```python", "import prune", "",
+                  f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
+    else:
+        lines += ["## How to load", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
+                  "", f'model = AutoModelForCausalLM.from_pretrained("./{name}")',
+                  f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
+    if drops is not None:
+        lines += ["With LayerCut the dropped blocks are dropped again on load (faster, smaller KV cache):", "",
+                  "```python", "import prune", "", f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
+    lines += ["## The same cut with other tools", ""]
+    if drops is not None:
+        lines += [DROP_TOOLS.format(mergekit=MERGEKIT_FILE, llama=LLAMA_FILE), ""]
+    elif removed is None:
+        lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
+                  f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
+    else:
+        lines += ["Both read the base model's own files: the result equals this folder only when those hold the "
+                  "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
+                  f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
+                  mergekit_yaml(recipe, base_name, model_dtype(model)).rstrip(), "```", "",
+                  f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
+                  "```sh", _llama_command(recipe, base_name), "```", ""]
+    return "\n".join(lines)
+
+
+MERGED_FORM = ("Saved merged back: each factored projection is stored as the one dense matrix its two factors "
+               "multiply to, so any transformers loads this folder as a standard model with the same outputs, at the "
+               "original's size and speed; the ranks are in the config (`layercut_ranks`) and below")
+FACTORED_FORM = ("Saved factored: each factored projection as its two factors (`first`, `second`), smaller on disk; "
+                 "the config is marked `layercut_factored` and records the ranks (`layercut_ranks`, and below). Plain "
+                 "transformers cannot build these modules: load the folder with LayerCut's `prune.load_model`")
+DROP_FORMAT = (
+    "A standard transformers config cannot say that a layer has no attention or no MLP, so this folder holds the "
+    "dense model: every weight of each dropped block is saved as zero, so that block adds exactly 0 to the residual "
+    "stream and any transformers version loads the folder as a normal model with the same outputs, at the original's "
+    "size and speed. The config records the dropped blocks (`layercut_dropped_attention`, `layercut_dropped_mlp`, one "
+    "flag per layer, and the recipe under `layercut`); LayerCut's `prune.load_model` reads them and removes the blocks "
+    "again, so a dropped attention costs no compute and stores no keys or values in the KV cache.")
+DROP_TOOLS = (
+    "mergekit and llama.cpp describe a model by whole layers: neither can express a layer without its attention or "
+    "its MLP, so `{mergekit}` and `{llama}` are not written. Converting this folder to GGUF keeps the zeroed blocks: "
+    "the same outputs, without the savings.")
+
+
+def rank_table(ranks: dict[tuple[int, str], int]) -> list[str]:
+    """Markdown rows: one per decomposed layer, one column per projection (its last path component), "—" where dense."""
+    names = list(dict.fromkeys(path for _, path in ranks))  # in the layers' own order
+    lines = ["| layer | " + " | ".join(p.rpartition(".")[2] for p in names) + " |", "|---:|" + "---:|" * len(names)]
+    for layer in sorted({i for i, _ in ranks}):
+        lines.append(f"| {layer} | " + " | ".join(str(ranks.get((layer, p), "—")) for p in names) + " |")
+    return lines
+
+
+def _drop_lines(model: nn.Module, drops: SubLayerDrop) -> list[str]:
+    """The dropped blocks and the parameter count, for 'What was done'."""
+    lines = [f"- Dropped {what} (0-based layers): {', '.join(map(str, layers))} — {len(layers)} of {drops.num_layers}"
+             for what, layers in (("attention", drops.attention), ("MLP", drops.mlp)) if layers]
+    after = num_params(model)
+    before = after + dropped_numel(model)
+    lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed; saved as "
+                 "zeros, see below)")
+    return lines
+
+
+def _width_words(model: nn.Module) -> str:
+    """'6 attention heads (2 KV heads, head_dim 64) and 1,016 MLP channels', from the derived config."""
+    config, table = model.config, width_of(model)
+    mlp = f"{getattr(config, table.channel_field):,} MLP channels"
+    if table.heads is None:
+        return mlp
+    return (f"{config.num_attention_heads} attention heads ({config.num_key_value_heads} KV heads, head_dim "
+            f"{config.head_dim}) and {mlp}")
+
+
+def model_dtype(model: nn.Module):
+    return next(model.parameters()).dtype
+
+
+def _parameter_counts(model: nn.Module, removed: int) -> tuple[int, int] | None:
+    """(base, derived) parameters, inferred when all layers have the same size (else None)."""
+    sizes = {sum(p.numel() for p in layer.parameters()) for layer in decoder_layers(model)}
+    if len(sizes) != 1:
+        return None
+    after = num_params(model)
+    return after + removed * sizes.pop(), after

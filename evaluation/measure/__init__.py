@@ -1,0 +1,1 @@
+"""Measuring: the one result shape, speed, memory, streamed generation, sparse kernels."""

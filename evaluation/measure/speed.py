@@ -1,0 +1,272 @@
+"""Inference speed: prefill latency, per-token decode latency and throughput, plus the ideal speedup.
+
+Each (batch size, output length) runs after a warm-up, ``repeats`` times; a value is the
+median with the interquartile range as spread. On CUDA the device is timed with events and
+synchronised; on CPU with ``perf_counter``. The prefill computes logits for the last position
+only (as ``generate`` does). The ideal speedup is the ratio of matmul FLOPs of the two models
+for the same work: every 2-D weight of every decoder layer (2 FLOPs per weight and token),
+the attention scores and values (4 · context · heads · head_dim per token and layer that still
+has attention) and the LM head (2 · hidden · vocab per token whose logits are computed). Norms,
+activations and the embedding lookup are ignored; a mixture-of-experts layer counts all its experts.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from prune.core.architectures import decoder_layers
+from prune.core.errors import InvalidInput
+from prune.drop.sublayers import attention_layers
+
+from evaluation.serving.jobs import Job
+from evaluation.measure.measurement import Measurement
+
+GROUP = "speed"
+
+
+# ---------------------------------------------------------------- FLOPs
+
+
+def layer_matmul_flops(model) -> list[int]:
+    """Per decoder layer: 2 FLOPs per weight of every matrix (projections, MLP), per token."""
+    return [2 * sum(p.numel() for p in layer.parameters() if p.dim() >= 2) for layer in decoder_layers(model)]
+
+
+def _attention_width(config) -> int:
+    """heads × head_dim: the width of the attention scores and values."""
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return heads * head_dim
+
+
+def head_flops(model) -> int:
+    """2 FLOPs per LM-head weight, per token whose logits are computed."""
+    return 2 * model.get_output_embeddings().weight.numel()
+
+
+def forward_flops(model, tokens: int, past: int = 0, head_tokens: int | None = None) -> float:
+    """Matmul FLOPs of one sequence's forward over ``tokens`` new tokens after ``past`` cached ones."""
+    layers = layer_matmul_flops(model)
+    # Σ over the new tokens of their context lengths past+1 … past+tokens
+    contexts = tokens * past + tokens * (tokens + 1) / 2
+    attention = 4 * _attention_width(model.config) * contexts * attention_layers(model)  # a dropped one has none
+    head_tokens = tokens if head_tokens is None else head_tokens
+    return tokens * sum(layers) + attention + head_tokens * head_flops(model)
+
+
+def per_token_flops(model, context: int) -> float:
+    """FLOPs for one token that attends to ``context`` positions (itself included), LM head included."""
+    return forward_flops(model, 1, past=max(int(context) - 1, 0), head_tokens=1)
+
+
+def ideal_speedup(original, pruned, context: int) -> float:
+    """How much faster the pruned model would be if time were proportional to per-token FLOPs."""
+    return per_token_flops(original, context) / per_token_flops(pruned, context)
+
+
+# ---------------------------------------------------------------- timing
+
+
+class _Timer:
+    """Wall time of a block: CUDA events (then a synchronise) on CUDA, perf_counter on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.ms = 0.0
+
+    def __enter__(self):
+        if self.cuda:
+            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self._end.record()
+            torch.cuda.synchronize()
+            self.ms = self._start.elapsed_time(self._end)
+        else:
+            self.ms = (time.perf_counter() - self._t0) * 1000
+        return False
+
+
+class GpuUtilization:
+    """Samples NVML GPU utilisation in a thread while the block runs (CUDA with nvidia-ml-py only)."""
+
+    def __init__(self, device: torch.device, interval_s: float = 0.02):
+        self.samples: list[int] = []
+        self._interval, self._handle, self._stop = interval_s, None, threading.Event()
+        if device.type != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self._nvml = pynvml
+        except Exception:  # no NVML library, driver mismatch…: simply no utilisation figure
+            self._handle = None
+
+    def __enter__(self):
+        if self._handle is not None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._sample, daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self):
+        while not self._stop.is_set():
+            self.samples.append(self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu)
+            self._stop.wait(self._interval)
+
+    def __exit__(self, *exc):
+        if self._handle is not None:
+            self._stop.set()
+            self._thread.join()
+        return False
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def _keeps_last_logits(model) -> dict:
+    """``logits_to_keep=1`` where the model supports it, so the prefill skips unused logits."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+@torch.no_grad()
+def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
+    """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens."""
+    device = input_ids.device
+    with _Timer(device) as prefill:
+        out = model(input_ids=input_ids, use_cache=True, **_keeps_last_logits(model))
+        token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+    cache = out.past_key_values
+    with _Timer(device) as decode:
+        for _ in range(new_tokens - 1):  # the prefill produced the first token
+            out = model(input_ids=token, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+    return prefill.ms, decode.ms
+
+
+def _summary(name: str, samples: list[float], unit: str, higher: bool, model: str, details: dict) -> Measurement:
+    q1, median, q3 = np.percentile(samples, [25, 50, 75])
+    return Measurement(name, float(median), unit, higher, float(q3 - q1), "IQR", model, GROUP,
+                       details={**details, "samples": [float(s) for s in samples]})
+
+
+def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128, new_tokens=(32,),
+                  repeats: int = 3, warmup: int = 1, seed: int = 0, job: Job | None = None) -> list[Measurement]:
+    """Speed of each model in ``{label: model}`` (see the module docstring for what is timed).
+
+    The models take turns run by run, so a change in the machine's load affects them alike.
+    """
+    batch_sizes, new_tokens = list(batch_sizes), list(new_tokens)
+    if not batch_sizes or min(batch_sizes) < 1 or not new_tokens or min(new_tokens) < 2:
+        raise InvalidInput("Speed needs batch sizes ≥ 1 and output lengths ≥ 2 tokens.")
+    if prompt_len < 1 or repeats < 1:
+        raise InvalidInput("Speed needs a prompt of at least 1 token and at least 1 repeat.")
+    for model in models.values():
+        limit = getattr(model.config, "max_position_embeddings", None)
+        if limit and prompt_len + max(new_tokens) > limit:
+            raise InvalidInput(f"Prompt + output ({prompt_len + max(new_tokens)} tokens) exceeds the model's "
+                               f"{limit} positions.")
+    first = next(iter(models.values()))
+    device = next(first.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    results: list[Measurement] = []
+    steps, done = len(batch_sizes) * len(models) * (warmup + repeats * len(new_tokens)), 0
+    for batch in batch_sizes:
+        ids = torch.randint(0, first.config.vocab_size, (batch, prompt_len), generator=generator).to(device)
+        prefills: dict[str, list[float]] = {label: [] for label in models}
+        utils = {label: GpuUtilization(device) for label in models}
+        try:
+            for _ in range(warmup):
+                for label, model in models.items():
+                    _run_once(model, ids, 2)
+                    done += 1
+                    _report(job, done / steps, f"warm-up, batch {batch}")
+            for count in new_tokens:
+                decode = {label: [] for label in models}
+                throughput = {label: [] for label in models}
+                for r in range(repeats):
+                    for label, model in models.items():
+                        with utils[label]:
+                            pre_ms, dec_ms = _run_once(model, ids, count)
+                        prefills[label].append(pre_ms)
+                        decode[label].append(dec_ms / (count - 1))
+                        throughput[label].append(batch * count / ((pre_ms + dec_ms) / 1000))
+                        done += 1
+                        _report(job, done / steps, f"{label}: batch {batch}, {count} new tokens, run {r + 1}/{repeats}")
+                common = {"batch": batch, "prompt_len": prompt_len, "new_tokens": count, "device": str(device)}
+                for label in models:
+                    results.append(_summary(f"decode latency per token (batch {batch}, {count} new)", decode[label],
+                                            "ms", False, label, {**common, "context": prompt_len + count / 2}))
+                    results.append(_summary(f"throughput (batch {batch}, {count} new)", throughput[label], "tokens/s",
+                                            True, label, common))
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            raise InvalidInput(f"Batch size {batch} ran out of memory on {device}: "
+                               "choose smaller batch sizes.") from None
+        for label in models:
+            results.append(_summary(f"prefill latency (batch {batch}, {prompt_len} tokens)", prefills[label], "ms",
+                                    False, label, {"batch": batch, "prompt_len": prompt_len, "device": str(device)}))
+            samples = utils[label].samples
+            if samples:
+                results.append(Measurement(f"GPU utilization (batch {batch})", float(np.mean(samples)), "%", None,
+                                           float(np.std(samples)), "std", label, GROUP,
+                                           details={"batch": batch, "samples": len(samples)}))
+    return _ordered(results)
+
+
+def _report(job: Job | None, fraction: float, message: str) -> None:
+    if job is not None:
+        job.update(fraction, message)
+
+
+def _ordered(results: list[Measurement]) -> list[Measurement]:
+    """Prefill first, then decode latency, throughput and utilisation, each by batch size (a stable
+    sort: the models keep their order)."""
+    kinds = ("prefill", "decode", "throughput", "GPU")
+    return sorted(results, key=lambda m: (next(i for i, k in enumerate(kinds) if m.name.startswith(k)),
+                                          m.details.get("batch", 0), m.details.get("new_tokens", 0)))
+
+
+def with_ideal(original_model, pruned_model, original: list[Measurement],
+               pruned: list[Measurement]) -> list[Measurement]:
+    """Pruned measurements with ``ideal`` set: the value a FLOPs-proportional speedup would give."""
+    by_name = {m.name: m for m in original}
+    out = []
+    for m in pruned:
+        ref = by_name.get(m.name)
+        ratio = _ideal_ratio(original_model, pruned_model, m.details)
+        if ref is None or ratio is None:
+            out.append(m)
+            continue
+        ideal = ref.value * ratio if m.higher_is_better else ref.value / ratio
+        out.append(replace(m, ideal=ideal, details={**m.details, "ideal_speedup": ratio}))
+    return out
+
+
+def _ideal_ratio(original, pruned, details: dict) -> float | None:
+    """FLOPs ratio for the work behind one measurement (prefill, one decode step, or a whole request)."""
+    prompt, count = details.get("prompt_len"), details.get("new_tokens")
+    if prompt is None:
+        return None
+    if count is None:  # prefill: prompt tokens through the layers, logits for the last one
+        work = [forward_flops(m, prompt, 0, head_tokens=1) for m in (original, pruned)]
+    elif "context" in details:  # one decode step at the mean context
+        work = [per_token_flops(m, int(details["context"])) for m in (original, pruned)]
+    else:  # a whole request: the prefill then count − 1 decode steps
+        work = [forward_flops(m, prompt, 0, 1) + forward_flops(m, count - 1, prompt) for m in (original, pruned)]
+    return work[0] / work[1]

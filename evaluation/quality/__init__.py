@@ -1,0 +1,1 @@
+"""Quality: lm-evaluation-harness tasks (offline), a faster scorer, perplexity, resumed cuts."""

@@ -1,0 +1,528 @@
+"""The one backend the UI tabs and the command line call; it holds no selection of its own.
+
+Every call names the base model (a :class:`~evaluation.serving.models.ModelSpec`) and the compared
+models as ``{label: Recipe}``; the backend loads base models into a shared pool, builds
+variants from recipes into a cache keyed by recipe, runs heavy work as jobs of the calling
+visitor (one at a time per device, with progress and per-visitor cancellation), and returns
+every measurement as a :class:`~evaluation.measure.measurement.Measurement` labelled "original" or
+by the caller's label. Nothing one caller does changes what another sees.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+import prune
+from prune.lowrank import rank_search
+from prune.core.calibration import Calibration, default_calibration, load_text
+from prune.core.devices import default_device
+from prune.core.errors import InvalidInput, LayerCutError
+from prune.healing.train import HEALED_FIELD
+from prune.depth.methods import get_method
+from prune.depth.methods.context import Context
+from prune.core.paths import digest
+from prune.lowrank.rank_search import Point, SearchResult
+from prune.core.recipe import Recipe
+from prune.depth.stability import Stability, block_stability
+
+from evaluation.serving import allocator, healing
+from evaluation.explain import cut as explain, logit_lens
+from evaluation.measure import generation, memory, sparse_kernels, speed
+from evaluation.quality import lm_eval_adapter, perplexity, reuse
+from evaluation.sweeps import search_splits, sparsity as sparsity_sweep, cuts as sweep
+from evaluation.explain.cut import CutFeedback, DivergenceReport
+from evaluation.serving.jobs import Cancelled, Job, JobRunner, Progress, cancellable
+from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
+from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
+from evaluation.serving.models import Loaded, ModelInfo, ModelPool, ModelSpec
+from evaluation.quality.offline_tasks import default_data_dir
+from evaluation.sweeps.sparsity import DEFAULT_LEVELS, SparsitySweepResult
+from evaluation.serving.store import ResultStore
+from evaluation.sweeps.cuts import SweepReport
+from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own_bytes
+
+Variants = Mapping[str, Recipe]  # label → recipe, in column order
+
+
+@dataclass(frozen=True)
+class HealDone:
+    """A finished heal: the recipe of the healed model (cached as its variant) and what its config records."""
+
+    recipe: Recipe
+    record: dict  # prune.healing.train's layercut_healed: method, steps done, losses, whether the budget stopped it
+
+
+@dataclass(frozen=True)
+class RankSearchDone:
+    """A finished rank search and the recipe that rebuilds its model (cached as that recipe's variant)."""
+
+    result: SearchResult
+    recipe: Recipe | None  # None when every projection stayed dense
+
+
+MAX_VARIANTS = 2
+_MEMORY_PROMPT_TOKENS = 128
+_CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
+
+
+class Backend:
+    """Shared base models, cached variants, and measurements of any comparison; see the module docstring.
+
+    ``data_dir``: the benchmark data folder; None → ``LAYERCUT_DATA_DIR`` or ../shared/benchdata,
+    "" → none (benchmarks read the Hugging Face Hub).
+    """
+
+    def __init__(self, data_dir: str | Path | None = None, device: str | None = None, *,
+                 model_budget_bytes: int | None = None):
+        if data_dir is None:
+            self.data_dir = default_data_dir()
+        else:
+            self.data_dir = Path(data_dir).expanduser() if str(data_dir).strip() else None
+        self.device = device or default_device()
+        allocator.configure()  # before Gradio's worker threads allocate: see evaluation/allocator.py
+        self.jobs = JobRunner(self.device)
+        self.pool = ModelPool(self.device, model_budget_bytes)
+        self.variants = VariantCache()
+        self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
+        self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()
+        self.explainer = explain.Explainer()
+
+    # ------------------------------------------------------------ models
+
+    def load(self, spec: ModelSpec, *, progress: Progress | None = None, owner: str | None = None) -> ModelInfo:
+        """Make sure ``spec`` is loaded (shared with every visitor); a failed load unloads nothing it need not."""
+        if (loaded := self.pool.peek(spec)) is not None:
+            return loaded.info
+        with self.jobs.run("loading the model", progress, owner=owner) as job:
+            job.update(0.0, f"Loading {spec.label}…")
+            info = self.pool.get(spec).info
+            job.update(1.0, f"Loaded {info.name}: {info.num_layers} layers.")
+            return info
+
+    def adopt(self, model, tokenizer, *, name: str | None = None) -> ModelSpec:
+        """Serve an already loaded model (from ``prune.load_model``) and return the spec that names it."""
+        spec = ModelSpec(name=name or getattr(model, "layercut_name", None) or "custom model")
+        self.pool.adopt(spec, model, tokenizer)
+        return spec
+
+    def _base(self, spec: ModelSpec) -> Loaded:
+        return self.pool.get(spec)
+
+    def _sides(self, spec: ModelSpec, variants: Variants, job: Job | None = None) -> tuple[Loaded, list[Side]]:
+        """The base and the compared models: the original first, then each variant in order.
+
+        A variant not cached yet is built here; with ``job`` its build (per layer for sparsity)
+        is reported and can be cancelled.
+        """
+        if len(variants) > MAX_VARIANTS:
+            raise InvalidInput(f"Compare at most {MAX_VARIANTS} compressed models with the original.")
+        if ORIGINAL in variants:
+            raise InvalidInput(f"'{ORIGINAL}' names the base model; give the compressed models other labels.")
+        base = self._base(spec)
+        sides = [Side(ORIGINAL, Recipe(), base.model)]
+        sides += [Side(label, recipe, self.variants.get(base, recipe, _building(job, label)))
+                  for label, recipe in variants.items()]
+        return base, sides
+
+    def model(self, spec: ModelSpec, recipe: Recipe | None = None) -> torch.nn.Module:
+        """The model a recipe derives from ``spec`` (shares weights where it can; never alters the base)."""
+        base = self._base(spec)
+        return self.variants.get(base, recipe or Recipe())
+
+    def estimated_bytes(self, spec: ModelSpec, recipe: Recipe) -> int:
+        """What ``recipe``'s variant will own (its copied or rebuilt matrices), before building it."""
+        return estimated_bytes(self._base(spec).model, recipe)
+
+    def build(self, spec: ModelSpec, recipe: Recipe, *, progress: Progress | None = None,
+              owner: str | None = None) -> int:
+        """Build (or find cached) the variant ``recipe`` derives, as this visitor's job; the bytes it owns.
+
+        Sparsity and width steps calibrate layer by layer: ``progress`` reports each layer, and
+        the visitor's Stop cancels between layers. Comparisons then find it built.
+        """
+        with self.jobs.run(f"building {recipe.short()}", progress, owner=owner) as job:
+            base = self._base(spec)
+            model = self.variants.get(base, recipe, job.update)
+            job.update(1.0, f"Built {recipe.short()}.")
+            return own_bytes(model, base.model)
+
+    def _key(self, base: Loaded, recipe: Recipe) -> dict:
+        """What identifies one compared model in result caches."""
+        info = base.info
+        return {"model": base.fingerprint, "recipe": recipe.key, "dtype": info.dtype,
+                "device": info.device.split(":")[0]}
+
+    # ------------------------------------------------------------ analysis
+
+    def analyze(self, spec: ModelSpec, method: str, *, calibration: Calibration | None = None,
+                progress: Progress | None = None, owner: str | None = None, use_cache: bool = True,
+                **options) -> prune.ImportanceResult:
+        """``prune.score`` (and its disk cache), keeping one residual stream per calibration in memory."""
+        method_spec = get_method(method)
+        with self.jobs.run(f"the {method_spec.label} analysis", progress, owner=owner) as job:
+            base = self._base(spec)
+            job.update(0.0, f"Scoring layers with {method_spec.label}…")
+            context = self._context(base, calibration or self.default_calibration)
+            with cancellable(base.model, job):
+                return prune.score(None, None, method, context=context, use_cache=use_cache, **options)
+
+    def stability(self, spec: ModelSpec, method: str, block_size: int, *, calibration: Calibration | None = None,
+                  resamples: int = 20, progress: Progress | None = None, owner: str | None = None,
+                  **options) -> Stability:
+        """How often each block of ``block_size`` wins over bootstrap resamples of the calibration windows."""
+        with self.jobs.run("the stability check", progress, owner=owner) as job:
+            base = self._base(spec)
+            job.update(0.0, f"Re-scoring {resamples} resamples of the calibration windows…")
+            context = self._context(base, calibration or self.default_calibration)
+            with cancellable(base.model, job):
+                return block_stability(context, method, block_size, resamples=resamples, **options)
+
+    def _context(self, base: Loaded, calibration: Calibration) -> Context:
+        """The method context of (model, calibration): its residual stream is computed once and kept."""
+        key = (base.fingerprint, digest(calibration.key()))
+        if key not in self._contexts:
+            while len(self._contexts) >= _CONTEXTS_KEPT:  # bound the memory held by residual streams
+                self._contexts.popitem(last=False)
+            self._contexts[key] = Context(base.model, base.tokenizer, calibration)
+        self._contexts.move_to_end(key)
+        return self._contexts[key]
+
+    # ------------------------------------------------------------ export
+
+    def export(self, spec: ModelSpec, recipe: Recipe, target: Path, *, scores: list[Measurement] | None = None,
+               progress: Progress | None = None, owner: str | None = None, factored: bool = False) -> Path:
+        """Save what ``recipe`` derives as a normal Hugging Face folder with a model card (see ``exports``);
+        ``factored`` keeps low-rank factors as they are (smaller; LayerCut loads them)."""
+        from evaluation.exports import folder as exports
+
+        if recipe.is_original:
+            raise InvalidInput("Choose a cut before exporting: there is no compressed model yet.")
+        with self.jobs.run("the export", progress, owner=owner) as job:
+            base = self._base(spec)
+            job.update(0.0, "Saving the checkpoint…")
+            return exports.export(self.variants.get(base, recipe, _building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
+                                  num_layers=base.info.num_layers, target=target, scores=scores, factored=factored)
+
+    # ------------------------------------------------------------ measurements
+
+    def generate(self, spec: ModelSpec, variants: Variants, prompt: str, *, max_new_tokens: int = 64,
+                 temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, progress: Progress | None = None,
+                 owner: str | None = None) -> Iterator[dict]:
+        """Stream every compared model's answer: yields ``{label: state}`` as tokens arrive.
+
+        Bad input (an empty prompt, bad settings) raises here, before the first token.
+        """
+        settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                             seed=seed)
+        if not (prompt or "").strip():
+            raise InvalidInput("The prompt is empty: type something for the models to continue.")
+
+        def stream():
+            with self.jobs.run("generation", progress, owner=owner, hold=False) as job:
+                with self.jobs.holding(job):
+                    base, sides = self._sides(spec, variants, job)
+                models = {side.label: side.model for side in sides}
+                yield from generation.stream_side_by_side(models, base.tokenizer, prompt, job=job,
+                                                          hold=lambda: self.jobs.holding(job), **settings)
+
+        return stream()
+
+    def speed(self, spec: ModelSpec, variants: Variants, *, batch_sizes=(1, 8, 32), prompt_len: int = 128,
+              new_tokens=(32,), repeats: int = 3, progress: Progress | None = None,
+              owner: str | None = None) -> list[Measurement]:
+        """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each."""
+        with self.jobs.run("the speed measurement", progress, owner=owner) as job:
+            _base, sides = self._sides(spec, variants, job)
+            timed, notes = {}, {}
+            for side in sides:
+                notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
+                timed[side.label] = side.model
+                if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
+                    timed[side.label], count = sparse_kernels.accelerated(side.model)
+                    notes[side.label] = f"timed with PyTorch's 2:4 semi-structured sparse kernels ({count} matrices)."
+            found = speed.measure_speed(timed, batch_sizes=batch_sizes, prompt_len=prompt_len, new_tokens=new_tokens,
+                                        repeats=repeats, job=job)
+        found = [replace(m, details={**m.details, "sparsity_note": notes[m.model]}) if notes[m.model] else m
+                 for m in found]
+        original = [m for m in found if m.model == ORIGINAL]
+        out = list(original)
+        for side in sides[1:]:
+            out += speed.with_ideal(sides[0].model, side.model, original, [m for m in found if m.model == side.label])
+        return out
+
+    def memory(self, spec: ModelSpec, variants: Variants, *, new_tokens: int = 64, progress: Progress | None = None,
+               owner: str | None = None) -> list[Measurement]:
+        """Parameters, weight memory, peak memory while generating and checkpoint size of every compared model."""
+        with self.jobs.run("the memory measurement", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            ids = base.tokenizer(load_text(Calibration()), add_special_tokens=False, return_tensors="pt")["input_ids"]
+            ids = ids[:, :_MEMORY_PROMPT_TOKENS]  # [1, T]
+            out = []
+            for i, side in enumerate(sides):
+                job.update(i / len(sides), f"{side.label}: generating…")
+                out += memory.measure_memory(side.model, ids, label=side.label, new_tokens=new_tokens)
+            job.update(1.0, "Memory measured.")
+            return out
+
+    def benchmark_results(self, spec: ModelSpec, variants: Variants, request: lm_eval_adapter.TaskRequest, *,
+                          batch_size: int = 16, scorer: str = DEFAULT_SCORER, seed: int = 0, use_cache: bool = True,
+                          progress: Progress | None = None, owner: str | None = None) -> dict[str, dict[str, dict]]:
+        """lm-eval results per compared model and standard task name (see ``lm_eval_adapter.evaluate``).
+
+        With the fast scorer, a variant that is one contiguous cut resumes from the original's
+        hidden states at the cut (``reuse.make_fast_pair``) instead of rerunning the prefix.
+        """
+        lm_eval_adapter.get_scorer(scorer)
+        store = ResultStore(enabled=use_cache)
+        settings = {"kind": "benchmark", "limit": request.limit, "num_fewshot": request.num_fewshot,
+                    "batch_size": batch_size, "scorer": scorer, "seed": seed, "data": request.data,
+                    "bootstrap_iters": 1000}
+        with self.jobs.run("the benchmarks", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            keys = {s.label: {t: {**settings, **self._key(base, s.recipe), "task": t} for t in request.names}
+                    for s in sides}
+            found = {label: {t: store.get(key) for t, key in per.items()} for label, per in keys.items()}
+            missing = {label: tuple(t for t, entry in per.items() if entry is None) for label, per in found.items()}
+            scorers = reuse.paired_scorers(base.model, base.tokenizer, sides, missing, scorer, batch_size)
+            for i, side in enumerate(sides):
+                sub = job.sub(i / len(sides), (i + 1) / len(sides))
+                if not missing[side.label]:
+                    continue
+                sub.update(0.0, f"{side.label}: {', '.join(missing[side.label])}…")
+                part = lm_eval_adapter.TaskRequest(missing[side.label], request.limit, request.num_fewshot,
+                                                   request.data_dir, request.data)
+                fresh = lm_eval_adapter.evaluate(side.model, base.tokenizer, part, batch_size=batch_size,
+                                                 scorer=scorer, seed=seed, job=sub, lm=scorers.get(side.label))
+                for task, entry in fresh.items():
+                    store.put(keys[side.label][task], entry)
+                    found[side.label][task] = entry
+            job.update(1.0, "Benchmarks done.")
+        return found
+
+    def benchmarks(self, spec: ModelSpec, variants: Variants, request: lm_eval_adapter.TaskRequest,
+                   **settings) -> list[Measurement]:
+        """Accuracy (%, ± stderr) and other lm-eval metrics of every compared model."""
+        results = self.benchmark_results(spec, variants, request, **settings)
+        return [m for label, entries in results.items() for m in lm_eval_adapter.to_measurements(entries, model=label)]
+
+    def perplexity(self, spec: ModelSpec, variants: Variants, *, seq_lens=(128, 2048), bos=(False, True),
+                   max_windows: int | None = None, use_cache: bool = True, progress: Progress | None = None,
+                   owner: str | None = None) -> list[Measurement]:
+        """WikiText-2 perplexity of every compared model at each sequence length, with and without BOS."""
+        rows = perplexity.wikitext2_rows(self.data_dir)
+        store = ResultStore(enabled=use_cache)
+        text = digest("\n".join(rows))
+        with self.jobs.run("the perplexity measurement", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            perplexity.check_seq_lens(base.model, seq_lens)
+            settings = [(s, b) for s in seq_lens for b in bos if not (b and base.tokenizer.bos_token_id is None)]
+            if not settings:
+                raise InvalidInput("This tokenizer has no BOS token: measure perplexity without BOS.")
+            ids = None
+            out, steps = [], len(sides) * len(settings)
+            for i, side in enumerate(sides):
+                for j, (seq_len, with_bos) in enumerate(settings):
+                    key = {"kind": "perplexity", **self._key(base, side.recipe), "seq_len": seq_len, "bos": with_bos,
+                           "max_windows": max_windows, "text": text}
+                    cached = store.get(key)
+                    if cached is None:
+                        ids = perplexity.token_ids(base.tokenizer, rows) if ids is None else ids
+                        step = (i * len(settings) + j) / steps
+                        cached = to_json_list(perplexity.measure_perplexity(
+                            side.model, base.tokenizer, ids, label=side.label, seq_lens=(seq_len,),
+                            bos=(with_bos,), max_windows=max_windows, job=job.sub(step, step + 1 / steps)))
+                        store.put(key, cached)
+                    out += [replace(m, model=side.label) for m in from_json_list(cached)]  # this caller's label
+            job.update(1.0, "Perplexity measured.")
+        return out
+
+    def sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, block_size: int, *,
+              methods: list[str] | None = None, calibration: Calibration | None = None, batch_size: int = 16,
+              use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> SweepReport:
+        """Measured quality of every cut of ``block_size`` layers on the request's first task, beside each method.
+
+        Cached like benchmarks; ``methods`` (default: every registered one) are analysed on the
+        original and ranked by agreement with the measurement. A method whose analysis fails is
+        reported in ``failed`` and the others go on.
+        """
+        base = self._base(spec)
+        if not 1 <= block_size < base.info.num_layers:
+            raise InvalidInput(f"A block must have 1…{base.info.num_layers - 1} layers, not {block_size}.")
+        task = request.names[0]
+        store = ResultStore(enabled=use_cache)
+        key = {"kind": "sweep", **self._key(base, Recipe()), "task": task, "block_size": block_size,
+               "limit": request.limit, "batch_size": batch_size, "data": request.data}
+        cached = store.get(key)
+        if cached is not None:
+            result = sweep.SweepResult.from_json(cached)
+        else:
+            with self.jobs.run(f"the sweep over blocks of {block_size}", progress, owner=owner) as job:
+                with cancellable(base.model, job):
+                    result = sweep.sweep(base.model, base.tokenizer, task, block_size, limit=request.limit,
+                                          data_dir=request.data_dir, batch_size=batch_size, progress=job.update)
+            store.put(key, result.to_json())
+        analyses, failed = {}, {}
+        for method in methods if methods is not None else list(prune.METHODS):
+            try:
+                analyses[method] = self.analyze(spec, method, calibration=calibration, progress=progress, owner=owner)
+            except Cancelled:
+                raise
+            except LayerCutError as err:
+                failed[method] = str(err)
+        scores = {m: [float(v) for v in r.block_scores[block_size - 1, result.starts]] for m, r in analyses.items()}
+        return SweepReport(result, sweep.rank_agreement(result, analyses), scores, failed)
+
+    def sparsity_sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *,
+                       levels=DEFAULT_LEVELS, methods=prune.sparsity.masks.METHODS, calibration: Calibration | None = None,
+                       ppl_seq_len: int = 512, ppl_windows: int = 16, batch_size: int = 16, use_cache: bool = True,
+                       progress: Progress | None = None, owner: str | None = None) -> SparsitySweepResult:
+        """The request's first task and WikiText-2 perplexity at each sparsity level, per method (one job).
+
+        Wanda and SparseGPT calibrate on ``calibration`` (None: the backend's default). Every
+        (method, level) point is cached like the other results, so a rerun is instant and a
+        cancelled sweep resumes from the points it finished (see ``evaluation.sweeps.sparsity``).
+        """
+        plan = sparsity_sweep.check_plan(levels, methods, calibration or self.default_calibration,
+                                         ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows)
+        rows = perplexity.wikitext2_rows(self.data_dir)
+        with self.jobs.run("the sparsity sweep", progress, owner=owner) as job:
+            base = self._base(spec)
+            return sparsity_sweep.sweep_levels(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
+                                               batch_size=batch_size, store=ResultStore(enabled=use_cache),
+                                               identify=lambda recipe: self._key(base, recipe), job=job)
+
+    def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
+                    tolerance: float = 0.5, limit: int | None = 40, layers=None, projections=None, steps: int = 10,
+                    calibration: Calibration | None = None, progress: Progress | None = None,
+                    owner: str | None = None) -> Iterator[Point | RankSearchDone]:
+        """The surgical rank search on the original (:mod:`prune.lowrank.rank_search`) as it goes, one job of ``owner``.
+
+        Yields the original's :class:`~prune.lowrank.rank_search.Point`, one after each projection (scored on
+        the test split after each layer), then :class:`RankSearchDone` with the recipe that rebuilds the
+        searched model (None if no projection could be lowered), which is cached as that recipe's
+        variant (so comparisons find it built).
+        ``criterion`` and ``tolerance``: see :func:`evaluation.sweeps.search_splits.criterion_splits`; the search
+        split is the first fifth. Stop cancels between candidates.
+        """
+        calibration = None if space == "weight" else calibration or self.default_calibration
+
+        def run():
+            with self.jobs.run("the rank search", progress, owner=owner) as job:
+                base = self._base(spec)
+                search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
+                                                                     self.data_dir, limit=limit)
+                checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
+                found = None
+                for found in rank_search.searching(base.model, base.tokenizer, search=checked[0], test=checked[1],
+                                                   tolerance=bound, space=space, projections=projections,
+                                                   layers=layers, steps=steps, calibration=calibration,
+                                                   test_each_layer=True, progress=job.update):
+                    if isinstance(found, rank_search.Point):
+                        yield found
+                recipe = None
+                if found.ranks:  # else every projection stayed dense: nothing to compare
+                    recipe = Recipe((found.step(calibration),),
+                                    origin=f"surgical rank search on {criterion} (tolerance {tolerance:g})")
+                    self.variants.put(base, recipe, found.model)
+                yield RankSearchDone(found, recipe)
+
+        return run()
+
+    # ------------------------------------------------------------ explaining a cut
+
+    def cut_feedback(self, spec: ModelSpec, recipe: Recipe, *, calibration: Calibration | None = None,
+                     windows: int = explain.FEEDBACK_WINDOWS, seq_len: int = explain.FEEDBACK_SEQ_LEN,
+                     use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> CutFeedback:
+        """Perplexity, mean KL and top-1 agreement of ``recipe``'s model against the original, on a small fixed
+        slice of ``calibration`` (default: the backend's): ``windows`` × ``seq_len`` tokens, for feedback on a drag.
+
+        A cut or drop resumes from the original's residual stream (computed on the first call per model and
+        slice) and runs beside any other job: not under the device lock, which a visitor's long job may hold
+        for minutes, but one feedback at a time, on private hook-free copies of the shared weights (see
+        ``evaluation.explain.cut``). Any other recipe is built and run whole under the device lock. A newer call of
+        the same ``owner`` (None: one anonymous caller) cancels an older one still running or waiting (that one
+        raises ``Cancelled``), as does the owner's Stop; results are cached.
+        """
+        superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
+        self.load(spec, progress=progress, owner=owner)
+        base = self._base(spec)
+        cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
+        store = ResultStore(enabled=use_cache)
+        key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
+        if (cached := store.get(key)) is not None:
+            return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
+        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None
+        with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
+            def check():
+                job.check()
+                superseded()
+
+            variant = None if resumes else self.variants.get(base, recipe, _building(job, recipe.short()))
+            found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant, check)
+        store.put(key, found.to_json())
+        return found
+
+    def divergence(self, spec: ModelSpec, variants: Variants, prompt: str, *, max_new_tokens: int = 64,
+                   answers: Mapping[str, list[int]] | None = None, progress: Progress | None = None,
+                   owner: str | None = None) -> DivergenceReport:
+        """Where each compressed model's answer leaves the original's greedy one, and teacher-forced on that
+        answer, its per-token KL and top-1 agreement (see ``explain.divergence``).
+
+        ``answers``: a column's own generated ids (the ``token_ids`` a generation state carries); a column
+        without them is answered greedily here.
+        """
+        settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
+        with self.jobs.run("the divergence", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            job.update(0.0, "Answering greedily and comparing token by token…")
+            return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
+                                      answers=answers, check=job.check)
+
+    def logit_lens(self, spec: ModelSpec, variants: Variants, prompt: str, *, last: int | None = 24,
+                   progress: Progress | None = None, owner: str | None = None) -> dict[str, logit_lens.LogitLens]:
+        """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
+        with self.jobs.run("the logit lens", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            job.update(0.0, "Reading every layer's residual stream…")
+            return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
+                                          check=job.check))
+
+    def heal(self, spec: ModelSpec, recipe: Recipe, step, *, progress: Progress | None = None,
+             owner: str | None = None) -> Iterator[healing.LossPoint | HealDone]:
+        """Heal ``recipe``'s model with the step ``step`` (:class:`prune.healing.step.Heal`) as ``owner``'s job.
+
+        Yields each training step's loss (step 0 before training; the held-out loss every few steps) and
+        then :class:`HealDone`; the healed model is cached as ``recipe.then(step)``'s variant, beside the
+        unhealed one, which stays untouched. A budget that stops early is recorded in the healed config
+        (its steps done may differ in a rebuild after eviction). Stop cancels between steps.
+        """
+        healed_recipe = recipe.then(step)  # checked: a heal never comes first
+
+        def run():
+            with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
+                base = self._base(spec)
+                unhealed = self.variants.get(base, recipe, _building(job, recipe.short()))
+                for item in healing.stream(job, step, unhealed, base.tokenizer):
+                    if isinstance(item, healing.LossPoint):
+                        yield item
+                        continue
+                    self.variants.put(base, healed_recipe, item)
+                    yield HealDone(healed_recipe, dict(getattr(item.config, HEALED_FIELD, {})))
+
+        return run()
+
+    def cancel(self, owner: str | None = None) -> None:
+        """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""
+        self.jobs.cancel(owner)
+
+
+def _building(job: Job | None, label: str) -> Progress | None:
+    """Progress of building one compared model: messages only (the job's own fraction starts after it)."""
+    if job is None:
+        return None
+    return lambda fraction, message: job.update(0.0, f"Building {label}: {message} ({fraction:.0%})")

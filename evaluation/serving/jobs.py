@@ -1,0 +1,149 @@
+"""One heavy job at a time per device, with progress reporting and cooperative cancellation.
+
+A failure the user can act on (out of memory, a broken model file) leaves a job as a one-line
+:class:`~prune.core.errors.LayerCutError` (see :mod:`prune.core.failures`).
+
+A job gets a :class:`Job` handle: ``job.update(fraction, message)`` reports progress and is
+also a safe point where a pending cancellation raises :class:`Cancelled`; ``job.check()``
+is a safe point without a report. The per-device lock is a plain ``threading.Lock`` (not
+re-entrant: it may be released from another thread, as a streaming generator resumed by a
+different worker thread does), so code inside a job passes its ``Job`` down instead of
+starting a nested one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from prune.core.errors import LayerCutError
+from prune.core.failures import as_user_errors
+
+from evaluation.serving import allocator
+
+Progress = Callable[[float, str], object]
+
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+class Cancelled(LayerCutError):
+    """The user cancelled the running job."""
+
+
+def device_key(device: str) -> str:
+    """'cuda' and 'cuda:0' are the same device; every CPU job shares 'cpu'."""
+    device = str(device or "cpu")
+    if device.startswith("cuda"):
+        return device if ":" in device else "cuda:0"
+    return device.split(":")[0]
+
+
+def device_lock(device: str) -> threading.Lock:
+    """The process-wide lock of one device."""
+    with _LOCKS_GUARD:
+        return _LOCKS.setdefault(device_key(device), threading.Lock())
+
+
+class Job:
+    """A running job's handle: progress reports and cancellation checks."""
+
+    def __init__(self, label: str, progress: Progress | None, cancelled: threading.Event,
+                 span: tuple[float, float] = (0.0, 1.0)):
+        self.label = label
+        self._progress = progress
+        self._cancelled = cancelled
+        self._span = span
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def check(self) -> None:
+        """A safe point: raise :class:`Cancelled` if cancellation was requested."""
+        if self._cancelled.is_set():
+            raise Cancelled(f"Cancelled: {self.label} was stopped before it finished.")
+
+    def stop(self) -> None:
+        """Cancel this job only (its next safe point raises :class:`Cancelled`)."""
+        self._cancelled.set()
+
+    def update(self, fraction: float, message: str = "") -> None:
+        """Report progress (``fraction`` of this job or sub-job, 0…1); also a safe point."""
+        self.check()
+        if self._progress is not None:
+            lo, hi = self._span
+            self._progress(lo + (hi - lo) * min(max(float(fraction), 0.0), 1.0), message)
+
+    def sub(self, start: float, end: float) -> "Job":
+        """A view of this job whose 0…1 maps onto ``start…end`` of it (for steps of a job)."""
+        lo, hi = self._span
+        return Job(self.label, self._progress, self._cancelled, (lo + (hi - lo) * start, lo + (hi - lo) * end))
+
+
+class JobRunner:
+    """Runs jobs on one device for many owners (visitors); ``cancel(owner)`` stops only that owner's jobs."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self._events: dict[threading.Event, str | None] = {}
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def run(self, label: str, progress: Progress | None = None, *, owner: str | None = None,
+            hold: bool = True) -> Iterator[Job]:
+        """A job of ``owner``; with ``hold`` the device lock is held throughout (else use :meth:`holding`)."""
+        event = threading.Event()
+        with self._guard:
+            self._events[event] = owner
+        job = Job(label, progress, event)
+        try:
+            with as_user_errors(label):  # out of memory, a broken file: one line for the user, not a traceback
+                if hold:
+                    with self.holding(job):
+                        yield job
+                else:
+                    yield job
+        finally:
+            with self._guard:
+                self._events.pop(event, None)
+            allocator.release()  # what the job freed goes back to the system, whichever thread ran it
+
+    @contextmanager
+    def holding(self, job: Job) -> Iterator[None]:
+        """Hold the device lock, waiting (cancellably) while another job has it."""
+        lock = device_lock(self.device)
+        told = False
+        while not lock.acquire(timeout=0.05):
+            job.check()
+            if not told and job._progress is not None:
+                job._progress(0.0, f"Waiting for another job on {device_key(self.device)} to finish…")
+                told = True
+        try:
+            job.check()
+            yield
+        finally:
+            lock.release()
+
+    def cancel(self, owner: str | None = None) -> None:
+        """Ask ``owner``'s running or waiting jobs to stop at their next safe point (None: every owner's)."""
+        with self._guard:
+            for event, who in self._events.items():
+                if owner is None or who == owner:
+                    event.set()
+
+    def busy(self, owner: str | None = None) -> bool:
+        """Whether ``owner`` (None: anyone) has a job running or waiting."""
+        with self._guard:
+            return any(owner is None or who == owner for who in self._events.values())
+
+
+@contextmanager
+def cancellable(model, job: Job):
+    """Make every forward of ``model`` a safe point of ``job`` (for code that takes no job)."""
+    hook = model.register_forward_pre_hook(lambda _m, _a: job.check())
+    try:
+        yield
+    finally:
+        hook.remove()

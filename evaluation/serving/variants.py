@@ -1,0 +1,120 @@
+"""Compared models built from recipes, cached by (base model, recipe key) within a memory budget.
+
+A depth cut shares every weight with its base model and costs nothing; later kinds of step
+(sparsity, width, low-rank, healing) own new tensors: a sparse variant owns a dense copy of every
+matrix it pruned, zeros included; a width-pruned one its smaller matrices; a decomposed one its
+factors. What a variant costs is the bytes of the tensors it does not share with its base
+(:func:`estimated_bytes` tells it before building); when the cached variants cost more than the
+budget, the least recently used go first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from prune.healing.train import head_params, owned_params as healed_params
+from prune.healing.step import Heal
+from prune.lowrank.decomposition import owned_params as lowrank_params
+from prune.core.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune, stamp
+from prune.sparsity.masks import sparse_copy_bytes
+from prune.width.shrink import owned_params, size_of
+
+from evaluation.serving.jobs import Progress
+from evaluation.serving.models import Loaded
+
+DEFAULT_BUDGET_BYTES = 4 * 2**30
+
+
+def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
+    """Bytes of ``model``'s tensors that are not shared with ``base``."""
+    shared = {t.data_ptr() for t in (*base.parameters(), *base.buffers())}
+    seen: dict[int, int] = {}
+    for tensor in (*model.parameters(), *model.buffers()):
+        if tensor.data_ptr() not in shared:
+            seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
+    return sum(seen.values())
+
+
+def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
+    """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy,
+    the smaller matrices its width step builds, the factors its low-rank step makes, what its heal step trains.
+
+    Depth cuts are applied (they are cheap views) so that a later step counts only kept layers; after
+    a width step the matrices are counted by arithmetic (their share of the layers' parameters).
+    """
+    model, size, total = base, size_of(base), 0
+    built = True  # model is the variant so far (only depth cuts), else the last one built before a width step
+    element = next(base.parameters()).element_size()
+    for item in recipe.steps:
+        after = item.resize(size) if hasattr(item, "resize") else size
+        if isinstance(item, Sparsify):  # a later sparsify replaces the copies of an earlier one
+            total = sparse_copy_bytes(model) * sum(size.layers) // sum(size_of(model).layers)
+        elif isinstance(item, WidthPrune):
+            total, built = owned_params(size, after) * element, False
+        elif isinstance(item, Decompose):
+            total += lowrank_params(size, item.plan(size)) * element
+        elif isinstance(item, Heal):  # LoRA copies the matrices earlier steps may already own; last layers add theirs
+            found = healed_params(size, item.method, item.option, head_params(base), copied=total > 0) * element
+            total = max(total, found) if item.method == "lora" else total + found
+        elif isinstance(item, DepthCut) and built:
+            model = item.apply(model)
+        size = after
+    return total
+
+
+@dataclass(frozen=True)
+class Side:
+    """One column of a comparison: its label, how it derives from the base, and the model."""
+
+    label: str
+    recipe: Recipe
+    model: torch.nn.Module
+
+
+class VariantCache:
+    """Derived models by (base fingerprint, recipe key); least recently used out past the budget."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_BUDGET_BYTES):
+        self.budget_bytes = budget_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[torch.nn.Module, int]] = OrderedDict()
+        self._guard = threading.Lock()
+
+    def get(self, base: Loaded, recipe: Recipe, progress: Progress | None = None) -> torch.nn.Module:
+        """The model ``recipe`` derives from ``base`` (the base itself for the empty recipe).
+
+        Built outside the cache's lock: a long build (SparseGPT) reports ``progress`` per layer,
+        where a job's cancellation can stop it.
+        """
+        if recipe.is_original:
+            return base.model
+        key = (base.fingerprint, recipe.key)
+        with self._guard:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+        model = recipe.apply(base.model, base.tokenizer, progress)
+        self._keep(key, model, own_bytes(model, base.model))
+        return model
+
+    def put(self, base: Loaded, recipe: Recipe, model: torch.nn.Module) -> None:
+        """Cache ``model`` as what ``recipe`` derives from ``base`` (built elsewhere, e.g. by a rank search)."""
+        stamp(model, recipe)
+        self._keep((base.fingerprint, recipe.key), model, own_bytes(model, base.model))
+
+    def _keep(self, key: tuple[str, str], model: torch.nn.Module, cost: int) -> None:
+        with self._guard:
+            self._items[key] = (model, cost)
+            self._items.move_to_end(key)
+            while len(self._items) > 1 and self.used_bytes > self.budget_bytes:
+                self._items.popitem(last=False)
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(cost for _, cost in list(self._items.values()))  # a snapshot: read while others build
+
+    def __len__(self) -> int:
+        return len(self._items)

@@ -1,0 +1,1 @@
+"""Sweeps: every cut of K layers, sparsity levels, the rank search's splits."""

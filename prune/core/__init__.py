@@ -1,0 +1,1 @@
+"""What every family builds on: loading, architectures, calibration, hidden states, surgery, recipes."""

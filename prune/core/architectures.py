@@ -1,0 +1,153 @@
+"""One table: where each architecture keeps its decoder layers, final norm, attention, MLP and prunable widths.
+
+Adding an architecture is one row here; nothing else in LayerCut branches on model type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from torch import nn
+
+from prune.core.errors import UnsupportedArchitecture, quoted
+
+
+@dataclass(frozen=True)
+class SubLayers:
+    """Names inside one decoder layer: its attention and feed-forward blocks, and what each adds to the residual."""
+
+    attention: str = "self_attn"  # the module a dropped attention replaces
+    mlp: str | None = "mlp"  # the module a dropped MLP replaces; None: no single module (OPT's loose fc1/fc2)
+    # The module whose output is added to the residual stream, when not the block itself (a post-norm).
+    attention_out: str | None = None
+    mlp_out: str | None = None
+    cache_argument: str = "past_key_values"  # the keyword by which the attention block receives the KV cache
+    parallel_flag: str | None = None  # config flag: attention and MLP both read the layer's input (Pythia)
+    residual_scale: str | None = None  # config field that scales each block's output before the add (Granite)
+
+
+@dataclass(frozen=True)
+class Width:
+    """Where a decoder layer's prunable structures live and how their matrices are laid out (:mod:`prune.width.shrink`).
+
+    ``channels`` and ``heads`` list ``(path in the layer, "axis segment…")``: axis ``out`` slices the
+    output rows (and the bias), ``in`` the input columns. The segments are concatenated along that
+    axis, each holding every unit in order: ``q`` the query heads of one KV group (heads / groups ×
+    head_dim), ``kv`` one KV head (head_dim), ``c`` one MLP channel. The one ``in`` entry of a kind
+    is the matrix that writes the residual stream: its inputs are what the importance reads.
+    """
+
+    channels: tuple[tuple[str, str], ...]
+    channel_field: str = "intermediate_size"  # the config field that sizes the MLP
+    # None: the config derives head_dim from hidden_size / num_attention_heads, so a reloaded model
+    # could not keep the head size: heads are kept. Else the config has num_attention_heads,
+    # num_key_value_heads and honours an explicit head_dim.
+    heads: tuple[tuple[str, str], ...] | None = None
+
+
+_GATED_MLP = (("mlp.gate_proj", "out c"), ("mlp.up_proj", "out c"), ("mlp.down_proj", "in c"))
+_QKVO = (("self_attn.q_proj", "out q"), ("self_attn.k_proj", "out kv"), ("self_attn.v_proj", "out kv"),
+         ("self_attn.o_proj", "in q"))
+_LLAMA_WIDTH = Width(channels=_GATED_MLP, heads=_QKVO)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Attribute paths from the top-level *ForCausalLM module."""
+
+    layers: str  # the nn.ModuleList of decoder layers
+    final_norm: str  # applied to the last residual state before the LM head
+    # In each decoder layer: the norm of the residual stream entering the feed-forward block
+    # (Llama's post_attention_layernorm, whose output the zigzag authors read); None: no such norm.
+    ffn_norm: str | None = "post_attention_layernorm"
+    sublayers: SubLayers = SubLayers()
+    width: Width | None = _LLAMA_WIDTH  # None: no width pruning (see width_of)
+
+
+_DECODER = Architecture(layers="model.layers", final_norm="model.norm")
+_POST_NORMS = SubLayers(attention_out="post_attention_layernorm", mlp_out="post_feedforward_layernorm")
+_SANDWICH = replace(_DECODER, ffn_norm="pre_feedforward_layernorm",  # post_attention_layernorm normalises attn's output
+                    sublayers=_POST_NORMS)
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": _DECODER,
+    "mistral": _DECODER,
+    "mixtral": replace(_DECODER, width=None),  # experts: each its own MLP
+    "qwen2": _DECODER,
+    "qwen3": _DECODER,
+    "gemma": _DECODER,
+    "gemma2": _SANDWICH,
+    "gemma3_text": _SANDWICH,
+    "phi3": replace(_DECODER, width=Width(channels=(("mlp.gate_up_proj", "out c c"), ("mlp.down_proj", "in c")),
+                                          heads=(("self_attn.qkv_proj", "out q kv kv"), ("self_attn.o_proj", "in q")))),
+    "olmo": _DECODER,
+    # norms only sublayer outputs; the MLP reads the raw residual; q_norm / k_norm span all heads
+    "olmo2": replace(_DECODER, ffn_norm=None, sublayers=_POST_NORMS, width=replace(_LLAMA_WIDTH, heads=_QKVO + (
+        ("self_attn.q_norm", "out q"), ("self_attn.k_norm", "out kv")))),
+    "granite": replace(_DECODER, sublayers=SubLayers(residual_scale="residual_multiplier")),
+    "smollm3": _DECODER,
+    # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)
+    "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm",
+                             sublayers=SubLayers(attention="attention", cache_argument="layer_past",
+                                                 parallel_flag="use_parallel_residual"),
+                             width=Width(channels=(("mlp.dense_h_to_4h", "out c"), ("mlp.dense_4h_to_h", "in c")))),
+    "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2",
+                         sublayers=SubLayers(attention="attn"),
+                         width=Width(channels=(("mlp.c_fc", "out c"), ("mlp.c_proj", "in c")), channel_field="n_inner")),
+    # OPT-350m normalises after each sublayer; there the per-layer final_layer_norm is the layer's output
+    "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm",
+                        ffn_norm="final_layer_norm", sublayers=SubLayers(mlp=None, mlp_out="fc2"),
+                        width=Width(channels=(("fc1", "out c"), ("fc2", "in c")), channel_field="ffn_dim")),
+}
+
+# Config fields that hold one entry per layer besides the generic "list as long as the
+# layer count" rule (they can be shorter or hold indices, so they need naming).
+PER_LAYER_INDEX_FIELDS = ("mlp_only_layers", "no_rope_layers")
+
+
+def architecture_of(model_or_config) -> Architecture:
+    """The table row for a model (or config); a clear error for anything else."""
+    config = getattr(model_or_config, "config", model_or_config)
+    model_type = getattr(config, "model_type", None)
+    if model_type not in ARCHITECTURES:
+        supported = ", ".join(sorted(ARCHITECTURES))
+        raise UnsupportedArchitecture(
+            f"LayerCut cannot cut layers of model type {quoted(model_type)}. Supported decoder-only "
+            f"architectures: {supported}."
+        )
+    return ARCHITECTURES[model_type]
+
+
+def width_of(model_or_config) -> Width:
+    """The width-pruning row for a model (or config); a clear error where there is none."""
+    config = getattr(model_or_config, "config", model_or_config)
+    found = architecture_of(config).width
+    if found is None:
+        supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
+        raise UnsupportedArchitecture(
+            f"LayerCut cannot prune the width of model type {quoted(config.model_type)} (a mixture of experts has "
+            f"one MLP per expert). Width pruning supports: {supported}."
+        )
+    return found
+
+
+def get_path(root: nn.Module, path: str) -> nn.Module:
+    """Follow a dotted attribute path."""
+    module = root
+    for name in path.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The model's list of decoder layers."""
+    return get_path(model, architecture_of(model).layers)
+
+
+def final_norm(model: nn.Module) -> nn.Module:
+    """The norm between the last layer and the LM head."""
+    return get_path(model, architecture_of(model).final_norm)
+
+
+def num_layers(model: nn.Module) -> int:
+    return len(decoder_layers(model))

@@ -1,0 +1,40 @@
+"""Device, dtype and memory facts, so loading and measuring decide the same way."""
+
+from __future__ import annotations
+
+import psutil
+import torch
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """fp32 on CPU; bf16 on CUDA where supported, else fp16."""
+    if str(device).startswith("cuda"):
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+def parse_dtype(name: str | torch.dtype | None, device: str) -> torch.dtype:
+    """'auto'/None → the device default; else a torch dtype by name ('bfloat16', 'fp16', ...)."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name in (None, "", "auto"):
+        return default_dtype(device)
+    aliases = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16"}
+    dtype = getattr(torch, aliases.get(name, name), None)
+    if not isinstance(dtype, torch.dtype):
+        from prune.core.errors import InvalidInput, quoted
+
+        raise InvalidInput(f"Unknown dtype {quoted(name)}. Use auto, float32, bfloat16 or float16.")
+    return dtype
+
+
+def available_memory_bytes(device: str) -> int:
+    """Memory a new model may use: free RAM on CPU; free RAM plus free VRAM on CUDA (offload)."""
+    free = psutil.virtual_memory().available
+    if str(device).startswith("cuda"):
+        free += sum(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+    return int(free)

@@ -1,0 +1,152 @@
+"""Read the residual stream between decoder layers, and resume a forward pass from it.
+
+``residual_stream`` returns h_0 … h_L: h_l is the input of layer l and h_L the output of
+the last layer, *before* the final norm (``output_hidden_states`` would give the normed
+one for the last entry on many architectures). ``norm_last_tokens`` returns what the zigzag
+authors read instead: each layer's pre-feed-forward norm output, then the final norm's.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+from prune.core.architectures import architecture_of, decoder_layers, final_norm, get_path
+from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
+
+
+class StopForward(Exception):
+    """Raised by a hook to end a forward pass once what it needs has been seen."""
+
+
+def run_until_stopped(model: nn.Module, **inputs) -> None:
+    """``model(**inputs)``, where a hook raising StopForward ends the pass early (its output is not needed)."""
+    try:
+        model(**inputs)
+    except StopForward:
+        pass
+
+
+def _hidden_arg(args, kwargs):
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _hidden_out(output):
+    return output[0] if isinstance(output, tuple) else output
+
+
+@torch.no_grad()
+def residual_stream(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8, last_token_only: bool = False):
+    """[L+1, N, T, D] (or [L+1, N, D] for the last token) float32 states on the CPU."""
+    layers = decoder_layers(model)
+    chunks = []
+    for batch in input_ids.split(batch_size):
+        states: list[torch.Tensor] = []
+        keep = (lambda h: h[:, -1]) if last_token_only else (lambda h: h)
+        hooks = [layers[0].register_forward_pre_hook(
+            lambda _m, args, kwargs: states.append(keep(_hidden_arg(args, kwargs)).float().cpu()), with_kwargs=True)]
+        hooks += [layer.register_forward_hook(lambda _m, _a, out: states.append(keep(_hidden_out(out)).float().cpu()))
+                  for layer in layers]
+        try:
+            model(input_ids=batch.to(model.device), use_cache=False)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        chunks.append(torch.stack(states))  # [L+1, B, (T,) D]
+    return torch.cat(chunks, dim=1)
+
+
+@torch.no_grad()
+def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch: int = 4096) -> torch.Tensor:
+    """[L+1, N, D] float32: each text's last token after every layer's pre-feed-forward norm, then the final norm.
+
+    The zigzag authors' representations: one point per whole text. Texts of similar length are
+    batched with right padding (causal attention keeps real tokens blind to it).
+    """
+    arch = architecture_of(model)
+    if arch.ffn_norm is None:
+        raise UnsupportedArchitecture(f"Model type {quoted(model.config.model_type)} has no norm before its "
+                                      "feed-forward block, which zigzag persistence reads.")
+    if not texts or min(len(t) for t in texts) < 1:
+        raise InvalidInput("Zigzag persistence needs texts of at least one token.")
+    norms = [get_path(layer, arch.ffn_norm) for layer in decoder_layers(model)] + [final_norm(model)]
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    chunks: list[list[torch.Tensor]] = [[] for _ in norms]
+    for batch in _length_batches([len(texts[i]) for i in order], tokens_per_batch):
+        rows = [texts[order[j]] for j in batch]
+        lengths = torch.tensor([len(t) for t in rows])
+        ids = torch.zeros(len(rows), int(lengths.max()), dtype=torch.long)  # right padding
+        for row, tokens in enumerate(rows):
+            ids[row, : len(tokens)] = torch.tensor(tokens)
+        mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
+        last = (torch.arange(len(rows)), lengths - 1)
+
+        def keep(position, shape=ids.shape, last=last):
+            def hook(_module, _args, output):  # OPT's per-layer norm sees [B*T, D]: reshape
+                chunks[position].append(output.reshape(*shape, -1)[last].float().cpu())
+                if position == len(norms) - 1:
+                    raise StopForward  # the LM head's logits are not needed
+            return hook
+
+        hooks = [norm.register_forward_hook(keep(p)) for p, norm in enumerate(norms)]
+        try:
+            run_until_stopped(model, input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                              use_cache=False)
+        finally:
+            for hook in hooks:
+                hook.remove()
+    states = torch.stack([torch.cat(c) for c in chunks])  # [L+1, N, D] in length order
+    return states[:, torch.argsort(torch.tensor(order))]
+
+
+def _length_batches(lengths: list[int], tokens_per_batch: int) -> list[range]:
+    """Consecutive index ranges over ascending ``lengths`` whose padded size fits the budget."""
+    batches, start = [], 0
+    while start < len(lengths):
+        stop = start + 1
+        while stop < len(lengths) and (stop + 1 - start) * lengths[stop] <= tokens_per_batch:
+            stop += 1
+        batches.append(range(start, stop))
+        start = stop
+    return batches
+
+
+@contextmanager
+def inject_hidden(model: nn.Module, hidden: torch.Tensor):
+    """Make the model's first layer read ``hidden`` instead of the embeddings' output."""
+    layers = decoder_layers(model)
+
+    def replace(_module, args, kwargs):
+        value = hidden.to(device=_hidden_arg(args, kwargs).device, dtype=_hidden_arg(args, kwargs).dtype)
+        if args:
+            return (value, *args[1:]), kwargs
+        return args, {**kwargs, "hidden_states": value}
+
+    hook = layers[0].register_forward_pre_hook(replace, with_kwargs=True)
+    try:
+        yield
+    finally:
+        hook.remove()
+
+
+@torch.no_grad()
+def logits_from_hidden(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """LM-head logits for a last residual state (final norm applied here)."""
+    head = model.get_output_embeddings()
+    norm = final_norm(model)
+    return head(norm(hidden.to(head.weight.device, head.weight.dtype)))
+
+
+@torch.no_grad()
+def logits_after(model: nn.Module, input_ids: torch.Tensor, hidden: torch.Tensor | None) -> torch.Tensor:
+    """Logits of ``model`` run on ``input_ids`` but with its first layer fed ``hidden``.
+
+    ``model`` is usually a pruned view holding only the layers after a cut, so the prefix
+    computed once by the original is reused instead of recomputed.
+    """
+    if hidden is None:
+        return model(input_ids=input_ids.to(model.device), use_cache=False).logits
+    with inject_hidden(model, hidden):
+        return model(input_ids=input_ids.to(model.device), use_cache=False).logits

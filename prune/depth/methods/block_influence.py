@@ -1,0 +1,21 @@
+"""Block Influence (ShortGPT, Men et al. 2024): 1 − cos(h_in, h_out), averaged over tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from prune.depth.result import ImportanceResult
+from prune.depth.methods import register
+from prune.depth.methods.similarity import block_matrix
+
+
+@register("block_influence", "Block Influence (ShortGPT)")
+def block_influence(ctx) -> ImportanceResult:
+    """1 − cos(h_l, h_{l+n}) over all tokens; small = the layers barely change the hidden state."""
+    blocks = block_matrix(ctx.residual, influence)
+    return ImportanceResult("block_influence", blocks, "1 − cos(h_in, h_out)", layer_scores=blocks[0].copy())
+
+
+def influence(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """[S] mean over samples and tokens of 1 − cos for [S, N, T, D] stacks."""
+    return (1 - torch.nn.functional.cosine_similarity(before, after, dim=-1)).mean(dim=(1, 2))

@@ -1,0 +1,1 @@
+"""Healing: a short retraining after a compression (LoRA or the last layers)."""

@@ -1,0 +1,1 @@
+"""Sparsity: magnitude, Wanda and SparseGPT, unstructured or N:M."""

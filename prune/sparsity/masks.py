@@ -1,0 +1,201 @@
+"""Sparsity: zero a fraction of every linear weight inside the decoder layers, by magnitude, Wanda or SparseGPT.
+
+What is pruned, as in both papers' code: every ``nn.Linear`` (GPT-2's ``Conv1D``, whose weight is
+stored [in, out], read transposed) inside each decoder layer; never the embeddings, norms or LM
+head. The comparison group, in which exactly ⌊size · sparsity⌋ weights are zeroed:
+
+* ``magnitude`` — |W|, over the whole matrix (the baseline in the Wanda and SparseGPT repos: one
+  threshold per layer's matrix, not per row); reads no data.
+* ``wanda`` (Sun et al. 2023, arXiv 2306.11695) — |W_ij| · ‖X_j‖₂, within each output row.
+* ``sparsegpt`` (Frantar & Alistarh 2023, arXiv 2301.00774) — see :mod:`prune.sparsity.sparsegpt`:
+  within each block of 128 columns (all rows together), and the kept weights are updated.
+* ``N:M`` patterns (``"2:4"``, ``"4:8"``) — in every row, in every group of M consecutive input
+  weights, the N lowest by the method's score are zero (2:4: two of every four).
+
+Wanda and SparseGPT prune sequentially, as the papers do: the calibration inputs of layer i are
+the outputs of layers 0…i−1 already pruned; within a layer every matrix's statistics are read in
+one pass of the unpruned layer (the papers' default; SparseGPT's ``--true-sequential`` is not
+done). The derived model shares every tensor it does not change with the original, and owns the
+pruned matrices, stored densely: zeros save no memory and no time with dense kernels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers.pytorch_utils import Conv1D
+
+from prune.core.architectures import decoder_layers
+from prune.core.calibration import Calibration, token_windows
+from prune.core.errors import InvalidInput, UnknownMethod, quoted
+from prune.core.sequential import layer_calls, matrices, rows_of, run_layer
+from prune.sparsity.sparsegpt import count, lowest, sparsegpt
+from prune.core.surgery import clone_layers
+
+METHODS = ("magnitude", "wanda", "sparsegpt")
+PATTERNS = ("unstructured", "2:4", "4:8")  # offered; any N:M with 0 < N < M is accepted
+MAX_SPARSITY = 0.99
+_NM = re.compile(r"(\d+):(\d+)")
+
+Progress = Callable[[float, str], object]
+
+
+def check_request(method: str, sparsity: float | None, pattern: str = "unstructured") -> tuple[str, float, str]:
+    """(method, sparsity, pattern) checked; an N:M pattern implies its sparsity, N / M."""
+    if method not in METHODS:
+        raise UnknownMethod(f"Unknown sparsity method {quoted(method)}. Choose one of: {', '.join(METHODS)}.")
+    nm = parse_pattern(pattern)
+    if nm is not None:
+        implied = nm[0] / nm[1]
+        if sparsity is not None and abs(float(sparsity) - implied) > 1e-9:
+            raise InvalidInput(f"The {pattern} pattern zeroes {nm[0]} of every {nm[1]} weights, a sparsity of "
+                               f"{implied:.0%}; the sparsity {float(sparsity):.0%} conflicts with it: leave it out.")
+        return method, implied, pattern
+    if sparsity is None or isinstance(sparsity, bool) or not 0.0 <= float(sparsity) <= MAX_SPARSITY:
+        raise InvalidInput(f"Sparsity is a fraction from 0 to {MAX_SPARSITY} (0.5: half the weights zero), "
+                           f"not {quoted(sparsity)}.")
+    return method, float(sparsity), "unstructured"
+
+
+def parse_pattern(pattern: str) -> tuple[int, int] | None:
+    """None for unstructured, else (N, M): N of every M consecutive input weights of a row are zero."""
+    if pattern == "unstructured":
+        return None
+    found = _NM.fullmatch(str(pattern))
+    if not found or not 0 < int(found[1]) < int(found[2]):
+        raise InvalidInput(f"Unknown sparsity pattern {quoted(pattern)}. Choose unstructured or N:M with 0 < N < M "
+                           f"({', '.join(PATTERNS[1:])}: N of every M consecutive weights of a row are zero).")
+    return int(found[1]), int(found[2])
+
+
+def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *, pattern: str = "unstructured",
+             calibration: Calibration | None = None, progress: Progress | None = None,
+             batch_size: int = 8) -> nn.Module:
+    """A copy of ``model`` whose decoder layers' linear weights are ``sparsity`` zero; ``model`` is untouched.
+
+    ``calibration`` (None: the built-in text) feeds Wanda and SparseGPT; magnitude reads no data.
+    ``progress(fraction, message)`` is called after each layer (raising there cancels).
+    """
+    method, sparsity, pattern = check_request(method, sparsity, pattern)
+    nm = parse_pattern(pattern)
+    _check_shapes(model, nm)
+    derived = clone_layers(model)
+    layers = decoder_layers(derived)
+    report = progress or (lambda _fraction, _message: None)
+    if method == "magnitude":
+        for index, layer in enumerate(layers):
+            for module in matrices(layer).values():
+                _set_rows(module, _zeroed(rows_of(module), _magnitude_mask(rows_of(module), sparsity, nm)))
+            report((index + 1) / len(layers), f"Magnitude pruning: layer {index + 1} of {len(layers)}")
+        return derived
+    if tokenizer is None:
+        raise InvalidInput(f"{method} reads calibration activations: it needs the model's tokenizer.")
+    device = next(model.parameters()).device
+    windows = token_windows(tokenizer, calibration or Calibration())
+    hidden, calls = layer_calls(derived, windows.to(device), batch_size)
+    report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
+    for index, layer in enumerate(layers):
+        found = _statistics(layer, hidden, [c[index] for c in calls], method)
+        for name, module in matrices(layer).items():
+            rows = rows_of(module)
+            if method == "wanda":  # a matrix no calibration token reached falls back to |W| per row
+                squares = found.get(name, torch.ones(rows.shape[1], device=rows.device))
+                _set_rows(module, _zeroed(rows, _wanda_mask(rows, squares, sparsity, nm)))
+            else:
+                hessian = found.get(name, torch.eye(rows.shape[1], device=rows.device))
+                _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
+        del found
+        hidden = run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
+        report((index + 1) / len(layers), f"{method}: layer {index + 1} of {len(layers)} pruned")
+    return derived
+
+
+# ---------------------------------------------------------------- the matrices
+
+
+def _set_rows(module: nn.Module, rows: torch.Tensor) -> None:
+    """Give ``module`` (a clone's own) a new weight parameter from [outputs, inputs] values."""
+    old = module.weight
+    value = rows.t() if isinstance(module, Conv1D) else rows
+    module.weight = nn.Parameter(value.to(old.dtype).contiguous(), requires_grad=old.requires_grad)
+
+
+def _zeroed(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return rows.masked_fill(mask, 0)
+
+
+def zero_fraction(model: nn.Module) -> float:
+    """The fraction of the decoder layers' linear weights that are exactly zero, counted."""
+    zeros = total = 0
+    for layer in decoder_layers(model):
+        for module in matrices(layer).values():
+            zeros += int((module.weight == 0).sum())
+            total += module.weight.numel()
+    return zeros / total if total else 0.0
+
+
+def sparse_copy_bytes(model: nn.Module) -> int:
+    """Bytes of the matrices :func:`sparsify` copies: what a sparse variant owns, zeros stored densely."""
+    return sum(m.weight.numel() * m.weight.element_size()
+               for layer in decoder_layers(model) for m in matrices(layer).values())
+
+
+def _check_shapes(model: nn.Module, nm: tuple[int, int] | None) -> None:
+    if nm is None:
+        return
+    odd = sorted({f"{name} ({rows_of(m).shape[1]} inputs)" for layer in decoder_layers(model)
+                  for name, m in matrices(layer).items() if rows_of(m).shape[1] % nm[1]})
+    if odd:
+        raise InvalidInput(f"{nm[0]}:{nm[1]} sparsity needs input sizes divisible by {nm[1]}: {', '.join(odd)}.")
+
+
+# ---------------------------------------------------------------- masks (True: set to zero)
+
+
+def _magnitude_mask(rows: torch.Tensor, sparsity: float, nm: tuple[int, int] | None) -> torch.Tensor:
+    """The lowest |W| of the whole matrix (or of each N:M group)."""
+    score = rows.float().abs()
+    if nm is not None:
+        return _nm_mask(score, nm)
+    return lowest(score.flatten(), count(score.numel(), sparsity)).view_as(score)
+
+
+def _wanda_mask(rows: torch.Tensor, squares: torch.Tensor, sparsity: float, nm: tuple[int, int] | None) -> torch.Tensor:
+    """The lowest |W_ij| · ‖X_j‖₂ of each row (or of each N:M group); ``squares`` is Σ_tokens X_j², [inputs]."""
+    score = rows.float().abs() * squares.sqrt()[None, :]
+    if nm is not None:
+        return _nm_mask(score, nm)
+    return lowest(score, count(score.shape[1], sparsity))
+
+
+def _nm_mask(score: torch.Tensor, nm: tuple[int, int]) -> torch.Tensor:
+    """The N lowest of every M consecutive scores of each row."""
+    n, m = nm
+    return lowest(score.view(score.shape[0], -1, m), n).view_as(score)
+
+
+# ---------------------------------------------------------------- statistics
+
+
+@torch.no_grad()
+def _statistics(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple], method: str) -> dict:
+    """Per matrix of one layer, from its inputs on the calibration: Σ X_j² [inputs] (Wanda) or XᵀX (SparseGPT)."""
+    found: dict[str, torch.Tensor] = {}
+
+    def collect(name):
+        def hook(_module, args, _output):
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # [tokens, inputs]
+            value = (x * x).sum(0) if method == "wanda" else x.T @ x
+            found[name] = found[name] + value if name in found else value
+        return hook
+
+    handles = [m.register_forward_hook(collect(name)) for name, m in matrices(layer).items()]
+    try:
+        run_layer(layer, hidden, calls)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found

@@ -1,0 +1,1 @@
+"""Width pruning: fewer attention heads and MLP channels, matrices that really shrink."""

@@ -1,0 +1,182 @@
+"""The result shape, the comparison arithmetic, the results cache and the job runner (no models)."""
+
+import json
+import math
+import threading
+
+import pytest
+
+from evaluation.measure import measurement as M
+from evaluation.serving.jobs import Cancelled, JobRunner
+from evaluation.measure.measurement import Measurement
+from evaluation.serving.store import ResultStore
+
+
+def _pair(name, orig, pruned, unit="%", higher=True, group="benchmarks", **extra):
+    return [Measurement(name, orig, unit, higher, model="original", group=group),
+            Measurement(name, pruned, unit, higher, model="pruned", group=group, **extra)]
+
+
+# ---------------------------------------------------------------- comparison arithmetic
+
+
+def test_degradation_and_retention_of_a_higher_is_better_metric():
+    (row,) = M.comparison_rows(_pair("arc_easy acc", 60.0, 45.0))
+    assert row.degradation == pytest.approx(15.0)  # points
+    assert row.retention_pct == pytest.approx(75.0)
+
+
+def test_lower_is_better_metrics_degrade_when_they_grow():
+    (row,) = M.comparison_rows(_pair("perplexity", 10.0, 12.5, unit="", higher=False, group="perplexity"))
+    assert row.degradation == pytest.approx(2.5)
+    assert row.retention_pct == pytest.approx(80.0)  # 10 / 12.5
+
+
+def test_speedup_and_ideal_speedup_of_a_latency():
+    (row,) = M.comparison_rows(_pair("decode", 10.0, 8.0, unit="ms", higher=False, group="speed", ideal=7.5))
+    assert row.speedup == pytest.approx(1.25)
+    assert row.ideal_speedup == pytest.approx(10 / 7.5)
+    (row,) = M.comparison_rows(_pair("throughput", 100.0, 120.0, unit="tokens/s", group="speed", ideal=150.0))
+    assert row.speedup == pytest.approx(1.2)
+    assert row.ideal_speedup == pytest.approx(1.5)
+
+
+def test_tables_show_the_columns_that_apply():
+    ms = (_pair("arc_easy acc", 60.0, 45.0) + _pair("decode", 10.0, 8.0, "ms", False, "speed", ideal=7.5)
+          + _pair("parameters", 100.0, 80.0, "", False, "memory"))
+    records = M.table_records(ms)
+    acc, dec, params = records
+    assert acc["Degradation"] == "15.00" and acc["Retention %"] == "75.00" and acc["Speedup ×"] == ""
+    assert dec["Speedup ×"] == "1.25" and dec["Ideal speedup ×"] == "1.33" and dec["Degradation"] == ""
+    assert params["Pruned / original %"] == "80.00"
+    markdown = M.to_markdown(ms)
+    assert "| arc_easy acc |" in markdown and "Ideal speedup ×" in markdown
+    rows = M.to_csv(ms).splitlines()
+    assert rows[0].startswith("Group,Metric,Unit,Original,Original ±,Pruned,Pruned ±,Degradation")
+    assert rows[1].startswith("benchmarks,arc_easy acc,%,60.0,,45.0,,15.0,75.0")
+
+
+def test_a_zero_original_keeps_the_retention_column_with_a_dash():
+    """Retention of a task the original scores 0 on is undefined: the column stays, the cell says so."""
+    (record,) = M.table_records(_pair("gsm8k exact_match", 0.0, 0.0))
+    assert record["Retention %"] == "—" and record["Degradation"] == "0"
+    both = M.table_records(_pair("gsm8k exact_match", 0.0, 2.0) + _pair("arc_easy acc", 60.0, 45.0))
+    assert [r["Retention %"] for r in both] == ["—", "75.00"]
+    assert "| gsm8k exact_match | % | 0 | 2.00 | -2.00 | — |" in M.to_markdown(_pair("gsm8k exact_match", 0.0, 2.0))
+    assert M.to_csv(_pair("gsm8k exact_match", 0.0, 2.0)).splitlines()[1].endswith(",-2.0,")  # raw: empty, no dash
+    (memory,) = M.table_records(_pair("peak memory", 0.0, 3.0, "MiB", False, "memory"))
+    assert memory["Pruned / original %"] == "—"
+    (no_pair,) = M.table_records([Measurement("gsm8k exact_match", 0.0, "%")])
+    assert "Retention %" not in no_pair  # nothing to compare: no column
+
+
+def test_without_a_cut_there_is_no_pruned_column():
+    records = M.table_records([Measurement("arc_easy acc", 60.0, "%", spread=1.5, spread_kind="stderr")])
+    assert records == [{"Metric": "arc_easy acc", "Unit": "%", "Original": "60.00 ± 1.50"}]
+    assert "± is the stderr" in M.to_markdown([Measurement("a", 1.0, spread=0.1, spread_kind="stderr")])
+
+
+def test_several_variants_get_columns_side_by_side():
+    ms = _pair("acc", 60.0, 45.0) + [Measurement("acc", 50.0, "%", model="persistence_20", group="benchmarks")]
+    (record,) = M.table_records(ms)
+    assert list(record) == ["Metric", "Unit", "Original", "Pruned", "Degradation (pruned)", "Retention % (pruned)",
+                            "persistence_20", "Degradation (persistence_20)", "Retention % (persistence_20)"]
+    assert [record["Retention % (pruned)"], record["Retention % (persistence_20)"]] == ["75.00", "83.33"]
+
+
+def test_measurements_round_trip_through_json_with_non_finite_values():
+    m = Measurement("ppl", math.inf, "", False, spread=None, model="pruned", group="perplexity", details={"n": 3})
+    back = M.from_json_list(json.loads(json.dumps(M.to_json_list([m]))))[0]
+    assert math.isnan(back.value) and back.model == "pruned" and back.details == {"n": 3}
+
+
+# ---------------------------------------------------------------- results cache
+
+
+def test_store_round_trip_and_key_sensitivity(tmp_path):
+    store = ResultStore(tmp_path)
+    key = {"kind": "benchmark", "task": "arc_easy", "limit": 20}
+    assert store.get(key) is None
+    store.put(key, {"acc": 0.5})
+    assert store.get(key) == {"acc": 0.5}
+    assert store.get({**key, "limit": 21}) is None
+    assert ResultStore(tmp_path, enabled=False).get(key) is None
+
+
+def test_a_half_written_or_foreign_file_is_a_miss(tmp_path):
+    store = ResultStore(tmp_path)
+    key = {"kind": "benchmark", "task": "piqa"}
+    store.put(key, {"acc": 0.7})
+    path = store.path(key)
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])  # a crash mid-write by some other writer
+    assert store.get(key) is None
+    path.write_text(json.dumps({"acc": 0.7}))  # valid JSON, not our layout
+    assert store.get(key) is None
+    store.put(key, {"acc": 0.7})
+    assert store.get(key) == {"acc": 0.7}
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_disabled_store_writes_nothing(tmp_path):
+    ResultStore(tmp_path, enabled=False).put({"kind": "x"}, 1)
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- jobs
+
+
+def test_progress_maps_sub_jobs_onto_the_parent():
+    seen = []
+    with JobRunner("cpu").run("job", lambda f, msg: seen.append(round(f, 3))) as job:
+        job.sub(0.5, 1.0).update(0.5, "half of the second half")
+    assert seen == [0.75]
+
+
+def test_cancel_stops_a_running_job_at_its_next_safe_point():
+    runner = JobRunner("cpu")
+    started, steps, outcome = threading.Event(), [], {}
+
+    def work():
+        try:
+            with runner.run("a long job") as job:
+                started.set()
+                while len(steps) < 10_000_000:
+                    steps.append(1)
+                    job.update(0.0)
+        except Cancelled as err:
+            outcome["error"] = err
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    started.wait(5)
+    runner.cancel()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert isinstance(outcome.get("error"), Cancelled) and len(steps) < 10_000_000
+    assert not runner.busy()
+
+
+def test_jobs_on_one_device_run_one_at_a_time_and_a_waiting_job_can_be_cancelled():
+    first, second = JobRunner("cpu"), JobRunner("cpu")  # two backends, one device
+    messages = []
+    with first.run("first"):
+        outcome = {}
+
+        def wait_for_lock():
+            try:
+                with second.run("second", lambda f, msg: messages.append(msg)):
+                    outcome["ran"] = True
+            except Cancelled:
+                outcome["cancelled"] = True
+
+        thread = threading.Thread(target=wait_for_lock)
+        thread.start()
+        thread.join(0.3)
+        assert thread.is_alive() and "ran" not in outcome  # waiting for the device
+        second.cancel()
+        thread.join(5)
+    assert outcome == {"cancelled": True}
+    assert any("Waiting" in m for m in messages)
+    with second.run("again"):  # the lock was released and a new job is not cancelled
+        pass

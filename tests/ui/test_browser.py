@@ -1,0 +1,407 @@
+"""The app in a real browser: Debian's headless Chromium driven by Playwright, on the default model.
+
+The tests share one page and run in file order (pick → see → drag → click → generate →
+benchmark → speed), saving a screenshot of each tab to assets/screenshot-<tab>.png. Timings
+(launch → usable page, Analyze → heatmap) are printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import time
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+# The README's screenshots: refreshed with LAYERCUT_SCREENSHOTS=assets; otherwise a temp folder,
+# so a test run leaves the work tree clean.
+ASSETS = (Path(__file__).resolve().parents[2] / "assets" if os.environ.get("LAYERCUT_SCREENSHOTS") == "assets"
+          else Path(tempfile.mkdtemp(prefix="layercut-screens-")))
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+VIEWPORT = {"width": 1280, "height": 800}
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed: run bash setup.sh --test")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser):
+    import app
+
+    started = time.perf_counter()
+    demo = app.build_demo()
+    port = free_port()
+    demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
+                **app.launch_options())
+    page = browser.new_page(viewport=VIEWPORT)
+    try:
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector("#analyze", state="visible", timeout=60_000)
+        TIMINGS["launch → usable page"] = time.perf_counter() - started
+        opened = time.perf_counter()
+        page.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
+        TIMINGS["page open → first heatmap (load + analyze)"] = time.perf_counter() - opened
+        yield page
+    finally:
+        page.close()
+        demo.close()
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name).click()
+    page.wait_for_timeout(300)
+
+
+def banner(page) -> str:
+    return page.inner_text("#cut-banner")
+
+
+def wait_banner(page, text: str, timeout: float = 30_000) -> None:
+    page.wait_for_function("t => document.querySelector('#cut-banner').innerText.includes(t)", arg=text,
+                           timeout=timeout)
+
+
+def test_heatmap_renders_with_best_blocks_and_selection(page):
+    title = page.text_content("#heatmap .gtitle")
+    assert "lower = more removable" in title
+    assert page.locator("#heatmap .hm").count() >= 1  # the heatmap trace
+    assert page.locator("#heatmap .scatterlayer .point").count() >= 29  # a best-block marker per size, + selection
+    start = page.get_attribute("#layer-range .lc-range", "data-start")
+    end = page.get_attribute("#layer-range .lc-range", "data-end")
+    assert int(end) - int(start) == 3  # the best block of a tenth of the layers, chosen at startup
+    assert "wins" in page.inner_text("#stability")  # how stable that choice is, shown at once
+    assert f"[{start}, {end})" in banner(page)
+
+
+def click_cell(page, start: int, size: int) -> None:
+    """Click the heatmap cell of the block [start, start + size)."""
+    page.locator("#heatmap .lc-plot").scroll_into_view_if_needed()
+    point = page.evaluate("""([start, size]) => {
+        const gd = document.querySelector('#heatmap .lc-plot');
+        const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+        return {x: area.left + gd._fullLayout.xaxis.l2p(start), y: area.top + gd._fullLayout.yaxis.l2p(size)};
+    }""", [start, size])
+    page.mouse.click(point["x"], point["y"])
+
+
+def test_dragging_a_handle_changes_the_cut(page):
+    control = page.locator("#layer-range .lc-track")
+    box = control.bounding_box()
+    start, end = int(page.get_attribute("#layer-range .lc-range", "data-start")), \
+        int(page.get_attribute("#layer-range .lc-range", "data-end"))
+    layers, thumb = 30, 22
+
+    def x_of(boundary):  # centre of a handle sitting on boundary ``boundary``
+        return box["x"] + thumb / 2 + (box["width"] - thumb) * boundary / layers
+
+    y = box["y"] + box["height"] / 2
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('agrees on')",
+                           timeout=120_000)  # the startup cut's numbers (the original's states computed once)
+    before = page.inner_text("#cut-feedback")
+    page.mouse.move(x_of(end), y)
+    page.mouse.down()
+    page.mouse.move(x_of(end + 4), y, steps=8)
+    during = page.inner_text("#layer-range .lc-summary")
+    assert f"[{start}, {end + 4})" in during and f"{end + 4 - start} of 30 layers" in during  # live, in the browser
+    assert f"[{start}, {end})" in banner(page)  # the server has not been asked yet
+    page.mouse.up()
+    wait_banner(page, f"[{start}, {end + 4})")
+    assert f"({end + 4 - start} of 30)" in banner(page)
+    assert "parameters" in banner(page) and "%" in banner(page)
+    released = time.perf_counter()
+    page.wait_for_function("b => { const t = document.querySelector('#cut-feedback').innerText; "
+                           "return t.includes('agrees on') && t !== b; }", arg=before, timeout=60_000)
+    TIMINGS["release → agreement, KL and perplexity shown"] = time.perf_counter() - released
+    assert "A against the original" in page.inner_text("#cut-feedback")
+
+
+def test_clicking_a_heatmap_cell_selects_that_block(page):
+    start, size = 10, 4
+    click_cell(page, start, size)
+    wait_banner(page, f"[{start}, {start + size})")
+    page.wait_for_function("document.querySelector('#layer-range .lc-range').dataset.start === '10'")
+    assert page.get_attribute("#layer-range .lc-range", "data-end") == str(start + size)
+    assert page.locator("#layer-range .lc-cell.cut").count() == size
+
+
+def test_analyze_with_another_method_redraws_the_heatmap(page):
+    page.locator("#method input").click()
+    page.get_by_role("option", name="Block Influence (ShortGPT)").click()
+    page.wait_for_timeout(300)
+    started = time.perf_counter()
+    page.click("#analyze")
+    page.wait_for_function("document.querySelector('#heatmap .gtitle').textContent.includes('cos')", timeout=300_000)
+    TIMINGS["Analyze → heatmap (block influence)"] = time.perf_counter() - started
+    page.wait_for_timeout(500)
+    assert "(3 of 30)" in banner(page) and "3 least important layers" in banner(page)  # ShortGPT's own rule
+    page.locator("#selection").get_by_text("best contiguous block").click()
+    page.click("#best-btn")
+    wait_banner(page, "best block of 3 layers")
+    assert "(3 of 30), end exclusive [" in banner(page)
+    page.wait_for_function("document.querySelector('#layer-range .lc-summary').innerText.includes('Cut layers')"
+                           " && document.querySelector('#layer-range .lc-summary').innerText.includes('[')")
+    page.screenshot(path=str(ASSETS / "screenshot-cut.png"), full_page=True)
+
+
+def test_generation_streams_both_outputs_side_by_side(page):
+    tab(page, "Generate")
+    page.click("#generate-btn")
+    seen: list[tuple[str, str]] = []
+    deadline = time.perf_counter() + 180
+    while time.perf_counter() < deadline:
+        pair = (page.input_value("#out-original textarea"), page.input_value("#out-A textarea"))
+        if not seen or pair != seen[-1]:
+            seen.append(pair)
+        stats = page.inner_text("#stats-original") + page.inner_text("#stats-A")
+        if stats.count("tokens/s") == 2 and "generating" not in stats:
+            break
+        page.wait_for_timeout(50)
+    final = seen[-1]
+    assert final[0].strip() and final[1].strip()
+    assert "Paris" in final[0]
+    growing = [pair for pair in seen if pair[0] and pair[1] and pair != final]
+    assert len(growing) >= 2, seen  # both columns showed partial text before the end
+    assert page.inner_text("#stats-A").count("time to first token") == 1
+    assert "no B cut" in page.input_value("#out-B textarea")
+    page.wait_for_function("document.querySelector('#divergence').innerText.includes('agrees on')", timeout=120_000)
+    caption = page.inner_text("#divergence")
+    assert caption.startswith("A agrees on") and "teacher-forced" in caption
+    if "leaves the original's answer at token" in caption:  # the mark sits in A's own text
+        page.wait_for_function("document.querySelector('#out-A textarea').value.includes('leaves the original here')")
+    page.wait_for_selector("#divergence-strip .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)
+
+
+def test_the_logit_lens_opens_for_the_original_and_the_cut(page):
+    tab(page, "Generate")
+    page.get_by_text("Logit lens: the top next token each layer already predicts").click()
+    page.click("#lens-btn")
+    page.wait_for_selector("#lens-original .lc-plot .hm", timeout=120_000)
+    page.wait_for_selector("#lens-cut .lc-plot .hm", timeout=30_000)
+    assert "✂ layer 13" in page.inner_text("#lens-original") and "layer 29" in page.inner_text("#lens-cut")
+    page.locator("#lens-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#lens-box").screenshot(path=str(ASSETS / "screenshot-logit-lens.png"))
+
+
+def test_benchmark_with_a_small_limit_fills_the_table(page):
+    tab(page, "Benchmarks")
+    page.fill("#limit input", "5")
+    page.click("#bench-btn")
+    page.wait_for_function("document.querySelector('#bench-table').innerText.includes('arc_easy acc')",
+                           timeout=300_000)
+    table = page.inner_text("#bench-table")
+    assert "Original" in table and "Retention %" in table
+    page.wait_for_selector("#bench-plot .lc-plot .barlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-benchmarks.png"), full_page=True)
+
+
+def test_cut_sweep_plots_every_cut_beside_the_methods(page):
+    tab(page, "Benchmarks")
+    page.get_by_text("Cut sweep: measure every block of K layers").click()
+    page.fill("#sweep-k input", "6")
+    page.fill("#sweep-limit input", "3")
+    page.click("#sweep-btn")
+    page.wait_for_function("document.querySelector('#sweep-summary').innerText.includes('Best cut measured')",
+                           timeout=600_000)
+    page.wait_for_selector("#sweep-plot .lc-plot .scatterlayer", timeout=30_000)
+    assert "Spearman" in page.inner_text("#sweep-table")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-sweep.png"), full_page=True)
+
+
+def test_speed_and_memory_tab(page, capsys):
+    tab(page, "Speed & memory")
+    page.get_by_label("8", exact=True).uncheck()
+    page.fill("#new-tokens input", "8")
+    page.fill("#repeats input", "2")
+    page.click("#speed-btn")
+    page.wait_for_function("document.querySelector('#speed-table').innerText.includes('throughput')",
+                           timeout=300_000)
+    page.click("#memory-btn")
+    page.wait_for_function("document.querySelector('#memory-table').innerText.includes('weight memory')",
+                           timeout=300_000)
+    page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-speed.png"), full_page=True)
+    with capsys.disabled():
+        print("\nLayerCut browser timings on the default model:")
+        for name, seconds in TIMINGS.items():
+            print(f"  {name}: {seconds:.1f} s")
+
+
+def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, page):
+    """A second page on the same server: its own cut; its Stop cancels its job, not the first page's."""
+    mine = banner(page)
+    other = browser.new_page(viewport=VIEWPORT)
+    try:
+        other.goto(page.url)
+        other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
+        other.get_by_role("radio", name="Cut B").click()
+        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B ✎')", timeout=30_000)
+        other.wait_for_timeout(1000)  # the heatmap redraws for B
+        click_cell(other, 2, 3)
+        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('[2, 5)')", timeout=30_000)
+        assert banner(page) == mine  # the first visitor's comparison is untouched
+        tab(page, "Generate")
+        page.fill("#prompt textarea", "Tell me a long story about a lighthouse keeper.")
+        page.locator("#generate-btn").click()  # the first visitor's job, running
+        tab(other, "Benchmarks")
+        other.fill("#limit input", "400")
+        other.click("#bench-btn")  # the second visitor's job, waiting for the device
+        other.wait_for_function("document.querySelector('#bench-table').closest('.block')"
+                                ".parentElement.innerText.includes('queue')", timeout=20_000)
+        other.screenshot(path=str(ASSETS / "screenshot-queue.png"), full_page=False)  # its place in the queue
+        other.get_by_role("button", name="Stop").last.click()
+        page.wait_for_function("document.querySelector('#stats-original').innerText.includes('tokens/s') && "
+                               "!document.querySelector('#stats-original').innerText.includes('generating')",
+                               timeout=300_000)
+        assert len(page.input_value("#out-original textarea")) > 40  # it ran to the end
+        assert "arc_easy" not in other.inner_text("#bench-table") or "400" not in other.inner_text("#bench-table")
+    finally:
+        other.close()
+
+
+def pick_method(page, name: str) -> None:
+    tab(page, "Analyze & cut")
+    page.locator("#method input").click()
+    page.get_by_role("option", name=name).click()
+
+
+def wait_built(page, what: str, timeout: float = 600_000) -> str:
+    """The status once ``what`` (a column title such as 'width 80%') is built."""
+    page.wait_for_function("w => { const t = document.querySelector('#analysis-info').innerText; "
+                           "return t.includes('Built in') && t.includes(w); }", arg=what, timeout=timeout)
+    return page.inner_text("#analysis-info")
+
+
+def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
+    """Width pruning: the one-click width-against-depth pair, measured side by side; then magnitude 2:4 into B."""
+    pick_method(page, "Width pruning (Wanda-sp")
+    page.wait_for_selector("#versus-btn", state="visible", timeout=10_000)
+    assert page.locator("#analyze").is_hidden() and page.locator("#pattern").is_hidden()
+    page.click("#versus-btn")
+    status = wait_built(page, "width 80%")
+    assert "B (width 80%) owns" in status and "shares every weight" in status
+    text = banner(page)
+    assert "(8 of 30)" in text and "width pruning to 80 % of the parameters" in text and "(20.0 %) removed" in text
+    page.wait_for_function("document.querySelector('#block-size input[type=number]').value === '8'", timeout=30_000)
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('A against the original')",
+                           timeout=120_000)  # A's numbers, not those of the cut the page showed before
+    tab(page, "Speed & memory")
+    page.click("#memory-btn")
+    page.wait_for_function("document.querySelector('#memory-table').innerText.includes('79.96')", timeout=300_000)
+    page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-width.png"), full_page=True)
+
+    pick_method(page, "Magnitude sparsity")
+    page.get_by_label("2:4").check()
+    page.get_by_role("radio", name="Cut B").click()
+    page.click("#build")
+    wait_built(page, "magnitude 2:4")
+    assert "magnitude, 2:4 sparsity" in banner(page)
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('B against the original')",
+                           timeout=120_000)  # the built variant, run whole
+    assert "the whole model run" in page.inner_text("#cut-feedback")
+    tab(page, "Speed & memory")
+    page.click("#memory-btn")
+    page.wait_for_function("document.querySelector('#memory-note').innerText.includes('no memory saving')",
+                           timeout=300_000)
+    page.get_by_label("8", exact=True).uncheck()  # a short measurement: the note is what is checked here
+    page.fill("#new-tokens input", "4")
+    page.fill("#repeats input", "1")
+    page.click("#speed-btn")
+    page.wait_for_function("document.querySelector('#speed-note').innerText.includes('Ampere')", timeout=300_000)
+
+    pick_method(page, "Weight space (truncated SVD)")  # low rank into B, its rank map drawn
+    page.wait_for_selector("#build", state="visible", timeout=10_000)
+    page.click("#build")
+    wait_built(page, "weight 80%")
+    assert "weight-space low-rank decomposition to 80 % of the parameters" in banner(page)
+    page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
+    page.locator("#rank-map").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#rank-map").screenshot(path=str(ASSETS / "screenshot-ranks.png"))
+
+
+def test_sparsity_sweep_plots_each_method_against_the_level(page):
+    tab(page, "Benchmarks")
+    page.get_by_text("Sparsity sweep: every sparsity method at each level").click()
+    page.fill("#sparse-levels textarea", "0, 50, 90")
+    page.locator("#sparse-methods").get_by_label("wanda").uncheck()
+    page.fill("#sparse-limit input", "5")
+    page.fill("#sparse-windows input", "2")
+    page.click("#sparse-btn")
+    page.wait_for_function("document.querySelector('#sparse-table table') !== null", timeout=600_000)
+    table = page.inner_text("#sparse-table")
+    assert "magnitude" in table and "90 %" in table and "dense" in table and "wanda" not in table
+    page.wait_for_selector("#sparse-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_timeout(500)
+    page.locator("#sparse-plot").screenshot(path=str(ASSETS / "screenshot-sparsity-sweep.png"))
+
+
+def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
+    """The surgical rank search of the last layer: progress lines while it runs, then the searched model in A."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.get_by_text("Surgical rank search (low-rank)").click()
+    page.locator("#search-space").get_by_label("weight").check()
+    page.fill("#search-limit input", "10")
+    page.fill("#search-layers input", "1")
+    page.locator("#search-btn").scroll_into_view_if_needed()
+    page.click("#search-btn")
+    page.wait_for_function("document.querySelector('#search-summary').innerText.includes('Layer 29')",
+                           timeout=300_000)  # a projection decided, the search still running
+    page.wait_for_selector("#search-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_function("document.querySelector('#search-summary').innerText.includes('Searched:')",
+                           timeout=600_000)
+    summary = page.inner_text("#search-summary")
+    assert "WikiText-2 perplexity" in summary and "It is now A" in summary
+    assert "weight-space low-rank decomposition at" in banner(page) and "searched ranks" in banner(page)
+    page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
+    page.locator("#search-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#search-box").screenshot(path=str(ASSETS / "screenshot-rank-search.png"))
+
+
+def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
+    """A cut in A healed by LoRA for a few steps into B; the three columns' held-out perplexity follows."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.click("#best-btn")
+    wait_banner(page, "removed")
+    page.get_by_text("Heal the edited slot's model into the other slot").click()
+    page.fill("#heal-steps input", "3")
+    page.locator("#heal-btn").scroll_into_view_if_needed()
+    page.click("#heal-btn")
+    page.wait_for_function("document.querySelector('#heal-status').innerText.includes('step 1 of 3')",
+                           timeout=300_000)  # the curve while it trains
+    page.wait_for_selector("#heal-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.wait_for_function("document.querySelector('#heal-status').innerText.includes('never trained on')",
+                           timeout=600_000)
+    status = page.inner_text("#heal-status")
+    assert "B is now A healed" in status and "original" in status and "B " in status
+    assert "LoRA healing" in banner(page)
+    page.locator("#heal-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#heal-box").screenshot(path=str(ASSETS / "screenshot-heal.png"))

@@ -1,0 +1,138 @@
+"""Handlers: a message for a session whose model is still loading, and for every bad value before any work."""
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import gradio as gr
+import numpy as np
+import pytest
+
+from evaluation.serving.models import ModelSpec
+from prune.core.errors import InvalidInput
+from prune.depth.result import ImportanceResult, blocks_from_layers
+from ui.handlers import Handlers
+from ui.session import Session
+
+
+@pytest.fixture
+def handlers():
+    return Handlers(SimpleNamespace(default_calibration=None))
+
+
+@pytest.mark.parametrize("event, args", [("set_cut", ([1, 3],)), ("best_block", (3,)), ("named_cut", ("10%",))])
+def test_a_cut_while_a_model_loads_is_a_message(handlers, event, args):
+    with pytest.raises(gr.Error, match="still loading"):
+        getattr(handlers, event)(Session().while_loading("org/model"), *args)
+
+
+def test_nothing_of_the_previous_model_shows_while_another_loads(handlers):
+    _range, banner, heat, bars, curve, named, _slot, session = handlers._cut_outputs(
+        Session().while_loading("org/model"))
+    assert "Loading org/model" in banner and session.info is None and session.result is None
+    assert not [t for t in heat.data if t.type == "heatmap"] and not bars.data
+    assert named["visible"] is False and curve["visible"] is False
+
+
+def _refusing_backend(**answers):
+    """A backend whose jobs answer with a message naming what they were given (one never asked for fails)."""
+    def job(name):
+        def run(*_args, **kwargs):
+            shown = {key: kwargs[key] for key in answers[name] if key in kwargs}
+            raise InvalidInput(f"{name} ran with {shown}")
+        return run
+
+    return SimpleNamespace(default_calibration=None, **{name: job(name) for name in answers})
+
+
+LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=30))
+
+
+def _analyzed(method: str) -> Session:
+    scores = np.arange(30.0)
+    result = ImportanceResult(method, blocks_from_layers(scores), "score", layer_scores=scores)
+    return replace(LOADED, result=result, origin=method)
+
+
+def _analyze(handlers, method, options, remove="layers"):
+    return handlers.analyze(LOADED, method, options, "builtin", "", None, 16, 128, 3, "paper", "auto", remove)
+
+
+@pytest.mark.parametrize("method, options, message", [
+    ("ppl", "max_samples=0", "PPL criterion (Shortened LLaMA): max_samples must be a whole number 1…4,096, not 0."),
+    ("ppl", "max_samples=-1", "max_samples must be a whole number 1…4,096, not -1"),
+    ("taylor", "max_samples=0", "Taylor+ (Shortened LLaMA): max_samples must be a whole number 1…4,096, not 0."),
+    ("zigzag", "texts=0", "texts must be a whole number 2…20,000, not 0"),
+    ("zigzag", "k=0", "k must be a whole number 1…100, not 0"),
+    ("zigzag", "k=5000", "k must be a whole number 1…100, not 5000"),
+    ("sleb", "num_removals=0", "Greedy removal (SLEB): num_removals must be a whole number 1…1,024, not 0."),
+    ("sleb", "max_samples=-1", "max_samples must be a whole number 1…4,096, not -1"),
+    ("angular", "token=first", "token must be one of last, mean, not 'first'"),
+])
+def test_an_option_out_of_its_range_is_refused_before_the_analysis_runs(method, options, message):
+    handlers = Handlers(_refusing_backend(analyze=["max_samples"]))
+    with pytest.raises(gr.Error) as refused:
+        _analyze(handlers, method, options)
+    assert message in refused.value.message and "ran with" not in refused.value.message
+
+
+def test_options_in_range_reach_the_analysis_as_typed():
+    handlers = Handlers(_refusing_backend(analyze=["max_samples", "num_removals"]))
+    with pytest.raises(gr.Error, match=r"analyze ran with \{'max_samples': 4096\}"):
+        _analyze(handlers, "ppl", "max_samples=4096")
+    with pytest.raises(gr.Error, match=r"analyze ran with \{'max_samples': 1, 'num_removals': 3\}"):
+        _analyze(handlers, "sleb", "num_removals=1, max_samples=1")  # a cut of 3 needs 3 greedy steps
+
+
+@pytest.mark.parametrize("remove", ["attention", "mlp"])
+def test_removing_attention_or_mlp_needs_a_method_that_scores_them_in_analyze_and_best_block(remove):
+    handlers = Handlers(_refusing_backend(analyze=[]))
+    what = "attention" if remove == "attention" else "MLP"
+    said = "Angular distance (Gromov et al. 2024) scores whole layers only: to remove " \
+           f"{what} blocks, analyze with Attention / MLP drop (He et al. 2024)."
+    with pytest.raises(gr.Error) as analyzing:
+        _analyze(handlers, "angular", "", remove)
+    with pytest.raises(gr.Error) as choosing:
+        handlers.best_block(_analyzed("angular"), 3, "paper", remove)
+    assert analyzing.value.message == choosing.value.message == said
+    with pytest.raises(gr.Error, match="analyze ran"):  # the sub-layer method scores them: on to the analysis
+        _analyze(handlers, "sublayer", "", remove)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (("", 0, 1, 0), "Max new tokens must be a whole number, not ''."),
+    (("abc", 0, 1, 0), "Max new tokens must be a whole number, not 'abc'."),
+    ((64, "", 1, 0), "Temperature must be a number, not ''."),
+    ((64, 0, None, 0), "Top-p must be a number, not None."),
+    ((64, 0, 1, 2**63), "The seed must be 0…4,294,967,295, not 9223372036854775808."),
+    ((64, 0, 1, 10**400), "The seed must be a whole number, not 1000000000"),
+])
+def test_generation_settings_are_checked_before_generating(settings, message):
+    handlers = Handlers(_refusing_backend(generate=["seed"]))
+    with pytest.raises(gr.Error) as refused:
+        list(handlers.generate(LOADED, "Hi", *settings))
+    assert refused.value.message.startswith(message)
+
+
+def test_absurd_limits_and_batch_sizes_are_refused_and_sane_ones_arrive_as_whole_numbers():
+    handlers = Handlers(_refusing_backend(speed=["batch_sizes"], perplexity=["seq_lens", "max_windows"],
+                                          benchmarks=[]))
+    with pytest.raises(gr.Error, match=r"Questions per task must be 0…100,000, not 9223372036854775808\."):
+        handlers.benchmarks(LOADED, ["arc_easy"], 2**63, 0)
+    with pytest.raises(gr.Error, match=r"Windows must be 0…100,000, not 9223372036854775808\."):
+        handlers.perplexity(LOADED, "512", 2**63)
+    with pytest.raises(gr.Error, match=r"The window must be 2…8,192, not 9223372036854775808\."):
+        handlers.perplexity(LOADED, 2**63, 10)
+    with pytest.raises(gr.Error, match=r"perplexity ran with \{'seq_lens': \(512,\), 'max_windows': 10\}"):
+        handlers.perplexity(LOADED, "512", 10)  # the dropdown's choices are strings
+    with pytest.raises(gr.Error, match=r"A batch size must be a whole number, not 'x'\."):
+        handlers.speed(LOADED, ["1", "x"], 16, 2, 1)
+    with pytest.raises(gr.Error, match=r"speed ran with \{'batch_sizes': \(1, 8\)\}"):
+        handlers.speed(LOADED, ["8", "1", "8"], 16, 2, 1)
+
+
+def test_an_over_long_model_name_is_refused_before_any_load():
+    handlers = Handlers(_refusing_backend(load=[]))
+    with pytest.raises(gr.Error) as refused:
+        list(handlers.load_model(Session(), "a" * 300, "", False, "auto"))
+    assert refused.value.message == ("The model name is too long (300 characters): a Hugging Face id or a folder "
+                                     "name has at most 255 characters between slashes.")

@@ -1,0 +1,79 @@
+"""The surgical rank search in the app: the live plot grows with each projection, the searched model lands in the
+edited slot (its rank map drawn), and bad input is one line before any work."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from evaluation.serving.backend import Backend
+from prune.core.recipe import Decompose
+from ui import plots
+from ui.handlers import Handlers
+from ui.search_handlers import NO_CHANGE, SearchHandlers
+from ui.session import Session
+
+from conftest import REPO, tiny_model
+
+LAYERS = 4
+CAL_INPUTS = ("text", (REPO / "assets" / "calibration.txt").read_text()[:4000], None, 4, 32)
+
+
+@pytest.fixture
+def visitor(tiny_tokenizer, data_dir):
+    backend = Backend(data_dir=str(data_dir), device="cpu")
+    spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
+    return SearchHandlers(Handlers(backend)), Session().for_model(spec, backend.load(spec))
+
+
+def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slot(visitor):
+    searches, session = visitor
+    outputs = list(searches.rank_search(session, "feature", "wikitext2", 1.0, 10, 1, "", *CAL_INPUTS))
+    *live, final = outputs
+    assert len(live) == 1 + 7  # the original, then each projection of the last layer
+    for count, (figure, summary, *rest) in enumerate(live, start=1):
+        search, test, *_ = figure.data
+        assert len(search.x) == count and len(rest) == NO_CHANGE and all(r == gr.update() for r in rest)
+        assert len(test.x) == (2 if count == 8 else 1)  # the test split: the original, then after the layer
+    assert live[0][1].startswith("Original: WikiText-2 perplexity") and "Layer 3 " in live[-1][1]
+    figure, summary, *cut, box, rank_map = final
+    new_session = cut[-1]
+    recipe = new_session.cuts[0]
+    step = recipe.steps[0]
+    assert isinstance(step, Decompose) and not step.sequential and {layer for layer, _, _ in step.ranks} == {3}
+    assert new_session.cuts[1] is None and session.cuts[0] is None  # the visitor's old session is untouched
+    assert "Searched:" in summary and "It is now **A**" in summary and box["visible"] is True
+    assert "searched ranks" in cut[1]  # the banner describes it
+    assert searches.h.backend.model(session.spec, recipe) is not None
+    # the plot's last search point is the result's parameters and search score
+    search = figure.data[0]
+    result_kept = 100 * sum(p.numel() for p in searches.h.backend.model(session.spec, recipe).parameters())
+    assert search.x[-1] == pytest.approx(result_kept / sum(p.numel() for p in
+                                                              searches.h.backend.model(session.spec).parameters()))
+
+
+@pytest.mark.parametrize("args, message", [
+    (("feature", "nonsense", 1.0, 10, 1, ""), "Search on wikitext2 or a benchmark task"),
+    (("feature", "wikitext2", -1, 10, 1, ""), "The tolerance"),
+    (("feature", "wikitext2", 1.0, 10, 0, ""), "The layers searched"),
+    (("diagonal", "wikitext2", 1.0, 10, 1, ""), "Unknown decomposition space"),
+    (("weight", "wikitext2", 1.0, 10, 1, "nope_proj"), "No projection named 'nope_proj'"),
+])
+def test_bad_input_is_one_line_and_leaves_the_slots(visitor, args, message):
+    searches, session = visitor
+    with pytest.raises(gr.Error) as caught:
+        list(searches.rank_search(session, *args, *CAL_INPUTS))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert not searches.h.backend.jobs.busy()
+
+
+def test_the_bound_drawn_is_the_tolerance_by_hand():
+    from prune.lowrank.rank_search import Point
+
+    points = [Point(-1, "", None, 100, 10.0, 12.0), Point(1, "mlp.up_proj", 4, 90, 10.2)]
+    figure = plots.rank_search_figure(points, "ppl", 10.0 * 1.01)
+    assert [t.name for t in figure.data] == ["search split", "test split (after each layer)",
+                                             "original, search split", "original, test split",
+                                             "tolerance (search split)"]
+    assert list(figure.data[0].x) == [100.0, 90.0] and list(figure.data[1].y) == [12.0]
+    assert list(figure.data[4].y) == [10.1, 10.1] and figure.layout.xaxis.autorange == "reversed"

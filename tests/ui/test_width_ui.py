@@ -1,0 +1,198 @@
+"""Width methods in the app: the picker's groups, Build into a slot (cost told before, owned after),
+width against depth at one size, the zeros and 2:4 notes, and bad input as one line."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+import pytest
+import torch
+
+import prune
+from evaluation.measure import sparse_kernels
+from evaluation.serving.backend import Backend
+from evaluation.serving.variants import estimated_bytes, own_bytes
+from prune.core.calibration import Calibration
+from prune.core.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune
+from prune.width.shrink import matching_depth_layers
+from ui import catalog, text
+from ui.handlers import Handlers
+from ui.session import Session
+
+from conftest import REPO, tiny_model
+
+LAYERS = 6
+CAL_INPUTS = ("text", (REPO / "assets" / "calibration.txt").read_text()[:4000], None, 4, 32)
+
+
+@pytest.fixture
+def visitor(tiny_tokenizer):
+    """(handlers, session) on a tiny Llama served by a real backend."""
+    backend = Backend(data_dir="", device="cpu")
+    spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
+    return Handlers(backend), Session().for_model(spec, backend.load(spec))
+
+
+def run(generator) -> list[tuple]:
+    """Every output a streaming handler yields."""
+    return list(generator)
+
+
+def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls():
+    choices = catalog.method_choices()
+    names = [name for _label, name in choices]
+    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
+    groups = [label.split(" · ")[0] for label, _name in choices]
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Width"] * 4 + ["Low-rank"] * 2
+
+    handlers = Handlers(Backend(data_dir="", device="cpu"))
+    about, options, analyze, build, row, level, pattern, versus = handlers.method_info("sparsegpt")
+    assert "SparseGPT" in about and options["interactive"] is False
+    assert (analyze["visible"], build["visible"], row["visible"], pattern["visible"], versus["visible"]) == (
+        False, True, True, True, False)
+    assert level["label"].startswith("Sparsity") and level["maximum"] == 99 and level["value"] == 50
+    *_, level, pattern, versus = handlers.method_info("width")
+    assert level["label"] == "Parameters kept (%)" and level["value"] == 80
+    assert pattern["visible"] is False and versus["visible"] is True
+    about, _options, _analyze, build, _row, level, pattern, versus = handlers.method_info("lowrank-feature")
+    assert "eigenvectors" in about and build["visible"] is True and level["label"] == "Parameters kept (%)"
+    assert pattern["visible"] is False and versus["visible"] is False
+    _about, options, analyze, build, row, *_ = handlers.method_info("angular")
+    assert analyze["visible"] is True and build["visible"] is False and row["visible"] is False
+    assert options["value"] == text.options_text(prune.METHODS["angular"].options)
+
+
+def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visitor):
+    handlers, session = visitor
+    first, last = run(handlers.build(session, "wanda", 50, "unstructured", False, *CAL_INPUTS))
+    built = last[-4].cut()
+    assert built == Recipe((Sparsify.of("wanda", 0.5, calibration=built.steps[0].calibration),))
+    model = handlers.backend.model(session.spec, built)
+    base = handlers.backend.model(session.spec)
+    owned = own_bytes(model, base)
+    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[-3]  # the estimate before = what it owns after
+    assert estimated_bytes(base, built) == owned
+    assert first[-4] == gr.update()  # the visitor's session is unchanged until the build succeeds
+    assert f"owns {text.mib(owned)}" in last[-3] and "wanda 50%" in last[-3]
+    assert last[-2]["visible"] is False  # no rank map: nothing was decomposed
+    assert "Wanda, 50 % unstructured sparsity" in last[1] and "zeros are stored densely" in last[1]
+    assert (model.model.layers[0].mlp.up_proj.weight == 0).float().mean().item() == pytest.approx(0.5)
+
+
+def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(visitor):
+    handlers, session = visitor
+    session = replace(session.with_block(1, 3, "by hand"), editing="B").with_block(2, 4, "by hand")
+    *_, last = run(handlers.build(session, "magnitude", 10, "2:4", True, *CAL_INPUTS))
+    recipe = last[-4].cut("B")
+    assert recipe.steps == (DepthCut.block(LAYERS, 2, 4), Sparsify.of("magnitude", None, "2:4"))
+    assert last[-4].cut("A") == session.cut("A")  # the other slot is untouched
+    weight = handlers.backend.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
+    assert ((weight.reshape(weight.shape[0], -1, 4) == 0).sum(-1) >= 2).all()
+
+
+def test_width_against_depth_fills_both_slots_with_the_same_size(visitor):
+    handlers, session = visitor
+    result = prune.score(handlers.backend.model(session.spec), handlers.backend._base(session.spec).tokenizer,
+                         "block_influence", calibration=Calibration(source="text", text=CAL_INPUTS[1], n_samples=4,
+                                                                    seq_len=32), use_cache=False)
+    session = replace(session, result=result, origin="BI")
+    _first, last = run(handlers.width_vs_depth(session, 80, "block", *CAL_INPUTS))
+    after = last[-4]
+    depth, width = after.cut("A"), after.cut("B")
+    n = matching_depth_layers(after.info.size, 0.8)
+    start, end = result.best_block(n)
+    assert depth.depth_cut == DepthCut.block(LAYERS, start, end)
+    assert isinstance(width.steps[0], WidthPrune) and width.steps[0].param_ratio == 0.8
+    sizes = {slot: after.info.num_params - after.info.removed_params(after.cut(slot)) for slot in "AB"}
+    layer = max(after.info.layer_params)
+    assert abs(sizes["A"] - sizes["B"]) <= layer  # same size, to within one layer
+    built = handlers.backend.model(session.spec, width)
+    assert sum(p.numel() for p in built.parameters()) == sizes["B"]  # the arithmetic the banner shows is exact
+
+
+def test_bad_width_input_is_one_line_and_keeps_the_session(visitor):
+    handlers, session = visitor
+    for method, level, pattern, match in (("wanda", 100, "unstructured", "from 0 to 0.99"),
+                                          ("wanda", "lots", "unstructured", "must be a number"),
+                                          ("magnitude", 50, "3:3", "pattern"), ("nope", 50, "unstructured",
+                                                                                 "not a width method")):
+        with pytest.raises(gr.Error, match=match) as err:
+            run(handlers.build(session, method, level, pattern, False, *CAL_INPUTS))
+        assert "\n" not in str(err.value)
+    with pytest.raises(gr.Error, match="Analyze with a depth method first"):
+        run(handlers.width_vs_depth(session, 80, "paper", *CAL_INPUTS))
+    status = handlers.analyze(session, "wanda", "", *CAL_INPUTS, 2)[-1]
+    assert "press *Build*" in status  # a load followed by its analysis, with a width method picked
+
+
+def test_memory_and_speed_say_what_zeros_cost_here(visitor):
+    handlers, session = visitor
+    *_, last = run(handlers.build(session, "magnitude", 10, "2:4", False, *CAL_INPUTS))
+    session = last[-4]
+    session = replace(session, editing="B").with_cut(Recipe((Sparsify.of("magnitude", 0.5),)))
+    _table, _plot, note = handlers.memory(session)
+    assert "**A**: 50 % of the decoder layers' linear weights are zero" in note and "no memory saving" in note
+    *_, note = handlers.speed(session, [1], 8, 3, 1)
+    lines = dict(line.split(": ", 1) for line in note.split("  \n"))
+    assert "Ampere" in lines["**A**"] and "CPU" in lines["**A**"]
+    assert "no kernel skips these zeros" in lines["**B**"]
+
+
+def test_two_four_matrices_are_found_by_their_zeros():
+    layer = torch.nn.Linear(64, 64)
+    model = tiny_model("llama", 1)
+    assert sparse_kernels.kernel_matrices(model) == []  # 32 × 32 matrices: below the kernels' 64
+    with torch.no_grad():
+        weight = layer.weight.reshape(64, 16, 4)
+        weight[:, :, :2] = 0
+    assert sparse_kernels._is_two_four(layer.weight)
+    with torch.no_grad():
+        layer.weight[5, 1] = 1.0  # one group with a single zero
+    assert not sparse_kernels._is_two_four(layer.weight)
+    assert sparse_kernels.unavailable(model).endswith("this model runs on CPU.")
+    assert sparse_kernels.why_no_gain(Recipe(), model) is None
+
+
+def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monkeypatch):
+    from ui import inputs
+
+    assert inputs.percentages("0, 10,50 %, 99", "Levels") == [0.0, 0.1, 0.5, 0.99]
+    for bad in ("", "ten", "0, 120", "-5"):
+        with pytest.raises(prune.core.errors.InvalidInput, match="Levels"):
+            inputs.percentages(bad, "Levels")
+    handlers, session = visitor
+    asked = {}
+
+    def sweep(spec, request, **settings):
+        asked.update(settings, task=request.names[0], limit=request.limit)
+        raise prune.core.errors.InvalidInput("stop here")
+
+    monkeypatch.setattr(handlers.backend, "sparsity_sweep", sweep)
+    with pytest.raises(gr.Error, match="stop here"):
+        handlers.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4)
+    assert asked["levels"] == [0.0, 0.5, 0.9] and asked["methods"] == ["wanda"] and asked["ppl_windows"] == 4
+    assert asked["task"] == "arc_easy" and asked["limit"] is None
+    with pytest.raises(gr.Error, match="Sparsity levels"):
+        handlers.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4)
+
+
+def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor):
+    handlers, session = visitor
+    first, last = run(handlers.build(session, "lowrank-weight", 80, "unstructured", False, *CAL_INPUTS))
+    recipe = last[-4].cut()
+    assert recipe == Recipe((Decompose.of("weight", param_ratio=0.8),))
+    model = handlers.backend.model(session.spec, recipe)
+    owned = own_bytes(model, handlers.backend.model(session.spec))
+    assert f"≈ **{text.mib(owned)}**" in first[-3]
+    heat = last[-1].data[0]
+    after = recipe.size(session.info.size)
+    assert last[-2]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                           "up_proj", "down_proj"]
+    assert [row[0] for row in heat.text] == [str(layer[0].rank) for layer in after.matrices]
+    assert sum(p.numel() for p in model.parameters()) == after.total  # the map's arithmetic is the built model's
+    table, _plot, _note = handlers.memory(last[-4])
+    macs = dict(zip(table["Metric"], zip(table["Original"], table["A"])))
+    original, decomposed = (float(str(v).replace(",", "")) for v in macs[next(k for k in macs if "multiply-adds" in k)])
+    weights = lambda size: sum(m.params for layer in size.matrices for m in layer)  # noqa: E731
+    assert original - decomposed == weights(session.info.size) - weights(after)  # one MAC per weight, per token
