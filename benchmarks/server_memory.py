@@ -68,7 +68,8 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
         allocator.release = timed(allocator.release, trims)
     from evaluation.serving.backend import Backend
     from evaluation.serving.models import ModelSpec
-    from prune.core.recipe import Recipe, Sparsify
+    from prune.core.recipe import Recipe
+    from prune.sparsity.step import Sparsify
 
     backend = Backend(device="cpu", data_dir="")
     backend.variants.budget_bytes = budget

@@ -36,7 +36,8 @@ def run(args) -> None:
     from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
     from evaluation.serving.models import ModelSpec
-    from prune.core.recipe import Recipe, WidthPrune
+    from prune.core.recipe import Recipe
+    from prune.width.step import WidthPrune
     from prune.width.shrink import matching_depth_layers
 
     backend = Backend(data_dir=args.data_dir)

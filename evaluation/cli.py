@@ -69,13 +69,12 @@ from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
 from prune.depth.methods import METHODS, options_for_cut, sleb
 from prune.core.paths import safe_name, write_atomic
 from prune.core.calibration import BOS_CHOICES, Calibration
+from prune.core.family import FAMILIES, step_families
 from prune.lowrank.decomposition import SPACES
-from prune.healing.train import METHODS as HEAL_METHODS
-from prune.healing.step import Heal
-from prune.core.recipe import Decompose, Recipe, Sparsify, WidthPrune
+from prune.core.recipe import Recipe
 from prune.depth.selection import LAYERS, SELECTIONS, check_remove, chosen_recipe
-from prune.sparsity.masks import METHODS as SPARSITY_METHODS, PATTERNS
-from prune.drop.sublayers import ATTENTION, KINDS as DROP_KINDS, MLP
+from prune.sparsity.masks import METHODS as SPARSITY_METHODS
+from prune.drop.sublayers import ATTENTION, MLP
 
 from evaluation.explain import cut as explain
 from evaluation.quality import lm_eval_adapter
@@ -126,28 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "important layers anywhere; angular distance: a block); block: the best contiguous block")
     parser.add_argument("--bos", default="auto", choices=list(BOS_CHOICES),
                         help="prepend BOS to calibration windows (auto: when the tokenizer adds one, e.g. Gemma)")
-    parser.add_argument("--drop", choices=DROP_KINDS, default=None,
-                        help="with --method sublayer: drop the --num_layers lowest-scored attention (or MLP) blocks, "
-                             "wherever they are, instead of cutting whole layers (He et al. 2024)")
-    parser.add_argument("--sparsify", metavar="METHOD", default=None,
-                        help=f"then zero --sparsity of every decoder matrix by {', '.join(SPARSITY_METHODS)}")
-    parser.add_argument("--sparsity", type=float, default=None, help="with --sparsify: the fraction zeroed, 0…0.99")
-    parser.add_argument("--pattern", default="unstructured",
-                        help=f"with --sparsify: {', '.join(PATTERNS)} (N:M implies its sparsity N/M)")
-    parser.add_argument("--width", type=float, metavar="RATIO", default=None,
-                        help="then remove heads and MLP channels until RATIO of the parameters stay (0.8: 80 %%)")
-    parser.add_argument("--decompose", choices=SPACES, default=None,
-                        help="then factor every projection in feature space (Chavan et al. 2024) or weight space (SVD)")
-    parser.add_argument("--param_ratio", type=float, default=None,
-                        help="with --decompose: the fraction of the parameters kept (0.8: 80 %%)")
-    parser.add_argument("--heal", choices=HEAL_METHODS, default=None,
-                        help="then retrain briefly: LoRA, merged (Shortened LLaMA), or the last layers, final norm and "
-                             "LM head (Lu et al. 2024), on WikiText-2 validation; test perplexity is never trained on")
-    parser.add_argument("--heal_steps", type=int, default=None,
-                        help="with --heal: optimizer steps (default: lora " + str(_default_steps("lora"))
-                             + ", last_layers " + str(_default_steps("last_layers")) + ")")
-    parser.add_argument("--heal_budget_s", type=float, default=None,
-                        help="with --heal: stop after the step that crosses this many seconds")
+    for family in FAMILIES.values():  # each family's own options, with their help, as it declares them
+        for option in family.options:
+            parser.add_argument(option.flag, **option.keywords)
     parser.add_argument("--levels", default=None,
                         help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
@@ -207,15 +187,13 @@ def _check_mode(args) -> None:
         raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
     if args.drop:
         check_remove(args.drop, args.method)
-    adds_step = args.sparsify is not None or args.width is not None or args.decompose is not None or args.heal is not None
-    if (args.heal_steps is not None or args.heal_budget_s is not None) and args.heal is None:
-        raise InvalidInput("--heal_steps and --heal_budget_s go with --heal lora|last_layers.")
-    if (args.sparsity is not None or args.pattern != "unstructured") and args.sparsify is None:
-        raise InvalidInput("--sparsity and --pattern go with --sparsify METHOD.")
-    if (args.decompose is None) != (args.param_ratio is None):
-        raise InvalidInput("--decompose feature|weight and --param_ratio R go together.")
+    adds_step = _adds_step(args)
+    for family in FAMILIES.values():
+        if family.check_args is not None:
+            family.check_args(args)
     if adds_step and (args.sweep is not None or args.sparsity_sweep):
-        raise InvalidInput("--sparsify, --width, --decompose and --heal add a step to a compared model: not with "
+        flags = [f.flag for f in FAMILIES.values() if f.flag]
+        raise InvalidInput(f"{', '.join(flags[:-1])} and {flags[-1]} add a step to a compared model: not with "
                            "--sweep or --sparsity_sweep.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
@@ -265,25 +243,14 @@ def _calibration(args, backend: Backend) -> Calibration:
     return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
 
 
-def _default_steps(method: str) -> int:
-    from prune.healing.train import DEFAULTS
-
-    return DEFAULTS[method]["steps"]
+def _adds_step(args) -> bool:
+    """Whether a family's flag adds a step to the compared models."""
+    return any(getattr(args, option.dest) is not None for f in FAMILIES.values() if f.flag for option in f.options[:1])
 
 
 def _extra_steps(args, calibration: Calibration, data_dir=None) -> list:
-    """The checked --width, --decompose, --sparsify and --heal steps, in the order they apply."""
-    steps = []
-    if args.width is not None:
-        steps.append(WidthPrune.of(args.width, calibration))
-    if args.decompose is not None:
-        steps.append(Decompose.of(args.decompose, param_ratio=args.param_ratio, calibration=calibration))
-    if args.sparsify is not None:
-        steps.append(Sparsify.of(args.sparsify, args.sparsity, args.pattern, calibration))
-    if args.heal is not None:
-        text = Calibration(source="wikitext2", path=str(data_dir) if data_dir else None, bos=calibration.bos)
-        steps.append(Heal.of(args.heal, args.heal_steps, args.heal_budget_s, text))
-    return steps
+    """The checked steps the families' flags ask for, in the order they apply."""
+    return [item for item in (f.from_args(args, calibration, data_dir) for f in step_families()) if item is not None]
 
 
 def _with_steps(cuts: dict[str, Recipe], steps: list) -> dict[str, Recipe]:

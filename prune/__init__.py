@@ -17,7 +17,6 @@ __version__ = "0.2.0"
 from prune.core.calibration import Calibration  # noqa: E402
 from prune.core.errors import LayerCutError  # noqa: E402
 from prune.healing.train import heal  # noqa: E402
-from prune.healing.step import Heal  # noqa: E402  (registers the recipe step "heal")
 from prune.core.loading import DEFAULT_MODEL, load_model  # noqa: E402
 from prune.lowrank.decomposition import decompose  # noqa: E402
 from prune.depth.methods import METHODS  # noqa: E402
@@ -28,5 +27,15 @@ from prune.sparsity.masks import sparsify  # noqa: E402
 from prune.core.surgery import cut, remove_layers  # noqa: E402
 from prune.width.shrink import shrink_width  # noqa: E402
 
-__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Heal", "ImportanceResult", "LayerCutError", "METHODS", "cut", "decompose",
-           "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]
+# The families, in the order the app's picker and the CLI's help show them; importing each registers it.
+from prune.depth.step import DepthCut  # noqa: E402
+from prune.drop.step import SubLayerDrop  # noqa: E402
+from prune.sparsity.step import Sparsify  # noqa: E402
+from prune.width.step import WidthPrune  # noqa: E402
+from prune.lowrank.step import Decompose  # noqa: E402
+from prune.healing.step import Heal  # noqa: E402
+from prune.core.family import FAMILIES  # noqa: E402
+
+__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal", "ImportanceResult",
+           "LayerCutError", "METHODS", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",
+           "remove_layers", "score", "shrink_width", "sparsify"]

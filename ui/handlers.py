@@ -23,7 +23,9 @@ from evaluation.serving.models import ModelSpec
 from evaluation.sweeps.sparsity import format_table
 from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.depth.methods import options_for_cut
-from prune.core.recipe import Decompose, Recipe, WidthPrune
+from prune.lowrank.step import Decompose
+from prune.core.recipe import Recipe
+from prune.width.step import WidthPrune
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
 from prune.drop.sublayers import ATTENTION, MLP
 from prune.width.shrink import matching_depth_layers
@@ -150,7 +152,7 @@ class Handlers:
         else:
             spec = prune.METHODS[method]
             about, options = text.method_markdown(spec), text.options_text(spec.options)
-        sparsity = width and catalog.WIDTH_METHODS[method].sparsity
+        sparsity = width and catalog.WIDTH_METHODS[method].patterns
         return (about, gr.update(value=options, interactive=not width), gr.update(visible=not width),
                 gr.update(visible=width), gr.update(visible=width),
                 gr.update(**catalog.level_slider(method)) if width else gr.update(),

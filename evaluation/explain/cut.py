@@ -35,7 +35,7 @@ from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.hidden import StopForward, run_until_stopped
 from prune.core.paths import digest
-from prune.core.recipe import DepthCut, Recipe, SubLayerDrop
+from prune.core.recipe import Recipe
 from prune.core.surgery import private_copy, remove_layers
 
 from evaluation.explain import agreement
@@ -63,7 +63,7 @@ def resume_layer(recipe: Recipe, num_layers: int) -> int | None:
     Only depth cuts and attention/MLP drops keep the layers before it exactly (``num_layers`` for the
     empty recipe); any other step may change every layer.
     """
-    if any(not isinstance(s, (DepthCut, SubLayerDrop)) for s in recipe.steps):
+    if not all(s.view for s in recipe.steps):
         return None
     return min(removed_blocks(recipe, num_layers), default=num_layers)
 

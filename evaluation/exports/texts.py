@@ -23,12 +23,12 @@ from torch import nn
 
 import prune
 from prune.core.architectures import decoder_layers
-from prune.core.errors import InvalidCut, InvalidInput
+from prune.core.errors import InvalidInput
+from prune.core.family import FAMILIES
 from prune.core.loading import _DEFAULT_GGUF, DEFAULT_MODEL
-from prune.core.architectures import width_of
 from prune.lowrank.decomposition import ranks_of
-from prune.core.recipe import Decompose, DepthCut, Recipe, SubLayerDrop, WidthPrune
-from prune.sparsity.masks import zero_fraction
+from prune.core.recipe import Recipe
+from prune.drop.step import SubLayerDrop
 from prune.drop.sublayers import dropped_numel
 
 from evaluation.measure.measurement import Measurement, to_markdown
@@ -69,21 +69,22 @@ def default_export_name(base_name: str, recipe: Recipe) -> str:
 # ---------------------------------------------------------------- the cut in other tools' terms
 
 
-def _only_drop(recipe: Recipe) -> SubLayerDrop | None:
+def _only_drop(recipe: Recipe):
     """The recipe's one step when it only drops attention/MLP blocks, else None."""
-    return recipe.steps[0] if len(recipe.steps) == 1 and isinstance(recipe.steps[0], SubLayerDrop) else None
+    return recipe.sublayer_drop if len(recipe.steps) == 1 else None
 
 
 def base_layers_removed(recipe: Recipe) -> tuple[int, ...] | None:
-    """The base model's removed layers when every step is a depth cut (chained cuts composed), else None."""
-    if recipe.is_original or not all(isinstance(s, DepthCut) for s in recipe.steps):
+    """The base model's removed layers when every step only removes whole layers (chained cuts composed), else None."""
+    first = recipe.first("cut")
+    if first is None or recipe.steps[0] is not first:
         return None
-    kept = list(range(recipe.steps[0].num_layers))  # base index of each current layer
-    for cut in recipe.steps:
-        if cut.num_layers != len(kept):
-            raise InvalidCut(f"A step made for {cut.num_layers} layers follows one that leaves {len(kept)}.")
-        kept = [k for i, k in enumerate(kept) if i not in cut.layers]
-    return tuple(i for i in range(recipe.steps[0].num_layers) if i not in kept)
+    kept: list[int] | None = list(range(first.num_layers))  # base index of each current layer
+    for item in recipe.steps:
+        kept = item.base_layers(kept)
+        if kept is None:
+            return None
+    return tuple(i for i in range(first.num_layers) if i not in kept)
 
 
 def mergekit_yaml(recipe: Recipe, base_name: str, dtype=None) -> str:
@@ -165,12 +166,10 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     elif drops is not None:
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
-    sparse = recipe.sparsity  # the last sparsify step decides the zeros
-    narrow = [item for item in recipe.steps if isinstance(item, WidthPrune)]
-    lowrank = [item for item in recipe.steps if isinstance(item, Decompose)]
+    last = _last_of_each_family(recipe)  # the last step of a kind decides what the variant holds
+    ranks = ranks_of(model) if recipe.last("lowrank") else {}  # a decomposed variant's ranks
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
-             "tags": ["layercut", "pruned"] + tags + (["sparse"] if sparse else [])
-             + (["width-pruning"] if narrow else []) + (["low-rank"] if lowrank else [])}
+             "tags": ["layercut", "pruned"] + tags + [s.card_tag for s in last if s.card_tag]}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
              f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
              "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
@@ -188,26 +187,16 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
             lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
     if drops is not None:
         lines += _drop_lines(model, drops)
-    if sparse:
-        lines.append(f"- Sparsity: {100 * zero_fraction(model):.1f} % of the decoder layers' linear weights are zero "
-                     f"(counted; {sparse.describe()}), stored densely: the checkpoint is as large as a dense one "
-                     "and runs no faster with dense kernels")
-    if narrow:
-        lines.append(f"- Width: {_width_words(model)} per layer, {num_params(model):,} parameters ({narrow[-1].describe()}); "
-                     "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
-                     "with any kernels")
-    if lowrank:
-        lines.append(f"- Low-rank: {lowrank[-1].describe()}; {num_params(model):,} parameters in memory. "
-                     + (FACTORED_FORM if factored else MERGED_FORM))
+    lines += [line for line in (s.card_line(model, factored) for s in last) if line]
     lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
     lines += ["", "The saved config records the recipe under `layercut`.", ""]
-    if lowrank:
-        lines += ["## Ranks", "", *rank_table(ranks_of(model)), ""]
+    if ranks:
+        lines += ["## Ranks", "", *rank_table(ranks), ""]
     if scores:
         lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
     if drops is not None:
         lines += ["## How it is saved", "", DROP_FORMAT, ""]
-    if lowrank and factored:
+    if ranks and factored:
         lines += ["## How to load", "", "```python", "import prune", "",
                   f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
     else:
@@ -233,12 +222,6 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     return "\n".join(lines)
 
 
-MERGED_FORM = ("Saved merged back: each factored projection is stored as the one dense matrix its two factors "
-               "multiply to, so any transformers loads this folder as a standard model with the same outputs, at the "
-               "original's size and speed; the ranks are in the config (`layercut_ranks`) and below")
-FACTORED_FORM = ("Saved factored: each factored projection as its two factors (`first`, `second`), smaller on disk; "
-                 "the config is marked `layercut_factored` and records the ranks (`layercut_ranks`, and below). Plain "
-                 "transformers cannot build these modules: load the folder with LayerCut's `prune.load_model`")
 DROP_FORMAT = (
     "A standard transformers config cannot say that a layer has no attention or no MLP, so this folder holds the "
     "dense model: every weight of each dropped block is saved as zero, so that block adds exactly 0 to the residual "
@@ -250,6 +233,12 @@ DROP_TOOLS = (
     "mergekit and llama.cpp describe a model by whole layers: neither can express a layer without its attention or "
     "its MLP, so `{mergekit}` and `{llama}` are not written. Converting this folder to GGUF keeps the zeroed blocks: "
     "the same outputs, without the savings.")
+
+
+def _last_of_each_family(recipe: Recipe) -> list:
+    """The last step of each kind in the recipe, in the order the families are registered."""
+    kinds = [f.step.kind for f in FAMILIES.values() if f.step is not None]
+    return [s for s in (recipe.last(kind) for kind in kinds) if s is not None]
 
 
 def rank_table(ranks: dict[tuple[int, str], int]) -> list[str]:
@@ -270,16 +259,6 @@ def _drop_lines(model: nn.Module, drops: SubLayerDrop) -> list[str]:
     lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed; saved as "
                  "zeros, see below)")
     return lines
-
-
-def _width_words(model: nn.Module) -> str:
-    """'6 attention heads (2 KV heads, head_dim 64) and 1,016 MLP channels', from the derived config."""
-    config, table = model.config, width_of(model)
-    mlp = f"{getattr(config, table.channel_field):,} MLP channels"
-    if table.heads is None:
-        return mlp
-    return (f"{config.num_attention_heads} attention heads ({config.num_key_value_heads} KV heads, head_dim "
-            f"{config.head_dim}) and {mlp}")
 
 
 def model_dtype(model: nn.Module):

@@ -23,10 +23,9 @@ from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.devices import available_memory_bytes, parse_dtype
 from prune.core.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
 from prune.core.paths import local_path
-from prune.core.recipe import DepthCut, SubLayerDrop
 from prune.depth.scoring import model_fingerprint
 from prune.drop.sublayers import ATTENTION, MLP
-from prune.width.shrink import Size, size_of
+from prune.core.sizes import Size, size_of
 
 from evaluation.measure import memory
 
@@ -106,18 +105,11 @@ class Loaded:
 
 
 def removed_blocks(recipe, num_layers: int) -> dict[int, set[str]]:
-    """Base layer → what the recipe removes of it: {"layer"}, or some of {"attention", "mlp"}."""
+    """Base layer → what the recipe removes of it: {"layer"}, or some of {"attention", "mlp"} (each step says)."""
     base = list(range(num_layers))  # the base index of each current layer
     gone: dict[int, set[str]] = {}
     for step in recipe.steps:
-        if isinstance(step, DepthCut):
-            for i in step.layers:
-                gone[base[i]] = {"layer"}
-            base = [b for i, b in enumerate(base) if i not in step.layers]
-        elif isinstance(step, SubLayerDrop):
-            for kind, layers in ((ATTENTION, step.attention), (MLP, step.mlp)):
-                for i in layers:
-                    gone.setdefault(base[i], set()).add(kind)
+        base = step.removed_blocks(base, gone)
     return gone
 
 

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from prune.healing.train import head_params, owned_params as healed_params
-from prune.healing.step import Heal
-from prune.lowrank.decomposition import owned_params as lowrank_params
-from prune.core.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune, stamp
-from prune.sparsity.masks import sparse_copy_bytes
-from prune.width.shrink import owned_params, size_of
+from prune.core.recipe import Recipe, stamp
+from prune.core.sizes import size_of
+from prune.core.step import Estimate
 
 from evaluation.serving.jobs import Progress
 from evaluation.serving.models import Loaded
@@ -40,30 +37,16 @@ def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
 
 
 def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
-    """What ``recipe``'s variant of ``base`` will own, before building it: the matrices its sparsify steps copy,
-    the smaller matrices its width step builds, the factors its low-rank step makes, what its heal step trains.
-
-    Depth cuts are applied (they are cheap views) so that a later step counts only kept layers; after
-    a width step the matrices are counted by arithmetic (their share of the layers' parameters).
+    """What ``recipe``'s variant of ``base`` will own, before building it: each step counts its own
+    (``Step.estimate``: the matrices a sparsify step copies, the smaller ones a width step builds, the
+    factors of a low-rank step, what a heal step trains); depth cuts are applied as cheap views, so that a
+    later step counts only the kept layers.
     """
-    model, size, total = base, size_of(base), 0
-    built = True  # model is the variant so far (only depth cuts), else the last one built before a width step
-    element = next(base.parameters()).element_size()
+    found = Estimate(base=base, model=base, size=size_of(base))
     for item in recipe.steps:
-        after = item.resize(size) if hasattr(item, "resize") else size
-        if isinstance(item, Sparsify):  # a later sparsify replaces the copies of an earlier one
-            total = sparse_copy_bytes(model) * sum(size.layers) // sum(size_of(model).layers)
-        elif isinstance(item, WidthPrune):
-            total, built = owned_params(size, after) * element, False
-        elif isinstance(item, Decompose):
-            total += lowrank_params(size, item.plan(size)) * element
-        elif isinstance(item, Heal):  # LoRA copies the matrices earlier steps may already own; last layers add theirs
-            found = healed_params(size, item.method, item.option, head_params(base), copied=total > 0) * element
-            total = max(total, found) if item.method == "lora" else total + found
-        elif isinstance(item, DepthCut) and built:
-            model = item.apply(model)
-        size = after
-    return total
+        after = item.resize(found.size)
+        found = replace(item.estimate(found, after), size=after)
+    return found.owned
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.core.paths import digest
-from prune.core.recipe import Recipe, Sparsify
+from prune.core.recipe import Recipe
+from prune.sparsity.step import Sparsify
 from prune.sparsity.masks import MAX_SPARSITY, METHODS, check_request
 
 from evaluation.quality import lm_eval_adapter, perplexity

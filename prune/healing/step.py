@@ -6,22 +6,25 @@ the original is pointless, and :class:`~prune.core.recipe.Recipe` refuses it (:a
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from torch import nn
 
 from prune.core.calibration import Calibration
-from prune.healing.train import check_options, heal
-from prune.core.recipe import Progress, _calibration_record, _rebuildable, _text_digest, step
+from prune.core.errors import InvalidInput
+from prune.core.family import Family, Option, register_family
+from prune.core.sizes import Size
+from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, rebuildable, step,
+                             text_digest, with_digest)
+from prune.healing.train import DEFAULTS, METHODS, check_options, head_params, heal, owned_params
 
 _NAMES = {"lora": "LoRA", "last_layers": "last-layers"}
 
 
 @step("heal")
 @dataclass(frozen=True, eq=False)
-class Heal:
+class Heal(Step):
     """Retrain briefly with LoRA (merged) or the last layers and the head, on WikiText-2 validation or a given text.
 
     Options are recorded in full (defaults filled in), so the key says exactly what was trained;
@@ -46,14 +49,14 @@ class Heal:
         if isinstance(text, str):
             text = Calibration(source="text", text=text)
         frozen = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in merged.items()))
-        return cls(method, steps, frozen, None if budget_s is None else float(budget_s), text, _text_digest(text))
+        return cls(method, steps, frozen, None if budget_s is None else float(budget_s), text, text_digest(text))
 
     @property
     def option(self) -> dict:
         return dict(self.options)
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None, callback=None) -> nn.Module:
-        text = _rebuildable(self.text, self.text_digest)
+        text = rebuildable(self.text, self.text_digest)
         return heal(model, tokenizer, method=self.method, steps=self.steps, budget_s=self.budget_s, text=text,
                     progress=progress, callback=callback, **self.option)
 
@@ -77,17 +80,46 @@ class Heal:
         """The JSON fields (without ``kind``): options as a dict, an inline text by digest."""
         return {"method": self.method, "steps": self.steps, "budget_s": self.budget_s,
                 "options": {k: list(v) if isinstance(v, tuple) else v for k, v in self.options},
-                "text": _calibration_record(self.text), "text_digest": self.text_digest}
+                "text": calibration_record(self.text), "text_digest": self.text_digest}
 
     @classmethod
     def from_record(cls, data: dict) -> Heal:
-        text = data.get("text")
         made = cls.of(data.get("method"), data.get("steps"), data.get("budget_s"),
-                      Calibration(**text) if text else None, **(data.get("options") or {}))
-        return cls(made.method, made.steps, made.options, made.budget_s, made.text, data.get("text_digest"))
+                      calibration_from(data.get("text")), **(data.get("options") or {}))
+        return with_digest(made, data.get("text_digest"))
 
-    def __eq__(self, other) -> bool:
-        return isinstance(other, Heal) and self.record() == other.record()
+    def estimate(self, found: Estimate, after: Size) -> Estimate:
+        """LoRA copies the matrices earlier steps may already own; the last layers add theirs."""
+        trained = owned_params(found.size, self.method, self.option, head_params(found.base),
+                               copied=found.owned > 0) * found.element
+        return replace(found, owned=max(found.owned, trained) if self.method == "lora" else found.owned + trained)
 
-    def __hash__(self) -> int:
-        return hash(json.dumps(self.record(), sort_keys=True))
+
+def from_args(args, calibration: Calibration, data_dir=None) -> Heal | None:
+    if args.heal is None:
+        return None
+    text = Calibration(source="wikitext2", path=str(data_dir) if data_dir else None, bos=calibration.bos)
+    return Heal.of(args.heal, args.heal_steps, args.heal_budget_s, text)
+
+
+def check_args(args) -> None:
+    if (args.heal_steps is not None or args.heal_budget_s is not None) and args.heal is None:
+        raise InvalidInput("--heal_steps and --heal_budget_s go with --heal lora|last_layers.")
+
+
+FAMILY = register_family(Family(
+    name="healing", label="Healing", step=Heal,
+    paper="Kim et al. 2024 (Shortened LLaMA: LoRA); Lu et al. 2024 (the last layers)",
+    link="https://arxiv.org/abs/2402.02834",
+    about="Retrains a compressed model briefly: LoRA adapters merged back, or the last layers, final norm and head.",
+    options=(Option("--heal", dict(choices=METHODS, default=None,
+                                   help="then retrain briefly: LoRA, merged (Shortened LLaMA), or the last layers, "
+                                        "final norm and LM head (Lu et al. 2024), on WikiText-2 validation; test "
+                                        "perplexity is never trained on")),
+             Option("--heal_steps", dict(type=int, default=None,
+                                         help=f"with --heal: optimizer steps (default: lora {DEFAULTS['lora']['steps']}, "
+                                              f"last_layers {DEFAULTS['last_layers']['steps']})")),
+             Option("--heal_budget_s", dict(type=float, default=None,
+                                            help="with --heal: stop after the step that crosses this many seconds"))),
+    from_args=from_args, check_args=check_args, stage=4,
+))

@@ -55,7 +55,7 @@ from torch import nn
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, bos_token, load_text
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
-from prune.lowrank.factored import Factored
+from prune.core.factored import Factored
 from prune.core.sequential import matrices
 
 METHODS = ("lora", "last_layers")
@@ -139,7 +139,7 @@ def heal(model: nn.Module, tokenizer, *, method: str = "lora", steps: int | None
 
 
 def owned_params(size, method: str, opts: dict, head_params: int, copied: bool) -> int:
-    """Parameters a healed variant of a model of ``size`` (a :class:`~prune.width.shrink.Size`) owns, by arithmetic.
+    """Parameters a healed variant of a model of ``size`` (a :class:`~prune.core.sizes.Size`) owns, by arithmetic.
 
     LoRA: every target projection (merged into its own copy). Last layers: the last N layers, the
     final norm and the head (``head_params``, with the final norm's). ``copied``: earlier steps

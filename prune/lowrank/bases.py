@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from prune.lowrank.factored import Factored, dense_module, pays
+from prune.core.factored import Factored, dense_module, pays
 from prune.core.sequential import rows_of, run_layer
 
 

@@ -58,10 +58,11 @@ from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.bases import Basis, factored_module, feature_basis, moments, weight_basis
-from prune.lowrank.factored import Factored, Matrix, dense_module, pays
+from prune.core.factored import Factored, Matrix, dense_module, pays
 from prune.core.sequential import layer_calls, rows_of, run_layer
 from prune.core.surgery import clone_layers
-from prune.width.shrink import Size, check_ratio, size_of
+from prune.core.sizes import Size, size_of
+from prune.core.sizes import check_ratio
 
 SPACES = ("feature", "weight")
 DESCRIPTIONS = {  # one line per space, for the app's method picker

@@ -38,9 +38,9 @@ from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.bases import factored_module
 from prune.lowrank.decomposition import RANKS_FIELD, Ranks, check_space, chosen, original_bases, put
-from prune.core.recipe import Decompose
+from prune.lowrank.step import Decompose
 from prune.core.surgery import clone_layers
-from prune.width.shrink import size_of
+from prune.core.sizes import size_of
 
 Score = Callable[[nn.Module], float]
 Progress = Callable[[float, str], object]

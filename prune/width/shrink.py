@@ -40,50 +40,18 @@ from transformers.pytorch_utils import Conv1D
 
 from prune.core.architectures import Width, decoder_layers, get_path, width_of
 from prune.core.calibration import Calibration, token_windows
-from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
-from prune.lowrank.factored import Factored, Matrix, layer_matrices
+from prune.core.errors import InvalidInput, UnsupportedArchitecture
 from prune.core.hidden import StopForward, run_until_stopped
 from prune.core.sequential import rows_of
+from prune.core.sizes import LayerShape, Size, check_ratio, layer_shape, size_of, writer
 from prune.core.surgery import clone_layers
 
 IMPORTANCE = "Wanda-sp"
 DESCRIPTION = ("Width pruning: removes MLP channels and attention heads (whole KV groups) in every layer by "
                "Wanda-sp importance (Σ |W|·‖X‖ over the structure's columns of o_proj / down_proj, as FLAP's "
                "code computes it), down to a parameter count; the matrices really shrink.")
-CHANNEL_STEP = 8  # MLP sizes change in steps of this many channels (1 for layers under 256 channels)
 
 Progress = Callable[[float, str], object]
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    """The prunable structures of a decoder layer (alike in every layer) and the parameters one of each holds."""
-
-    groups: int  # KV groups: a KV head and the query heads sharing it (heads, without GQA)
-    heads_per_group: int
-    head_dim: int
-    group_params: int  # 0 where the architecture keeps its heads
-    channels: int  # MLP intermediate channels
-    channel_params: int
-
-    @property
-    def step(self) -> int:
-        """Channels removed together."""
-        return CHANNEL_STEP if self.channels >= 256 else 1
-
-
-@dataclass(frozen=True)
-class Size:
-    """A model's parameter count as recipes change it: each decoder layer's and the rest (embeddings, final norm, LM head)."""
-
-    other: int
-    layers: tuple[int, ...]
-    shape: LayerShape | None  # None: this architecture's width cannot be pruned
-    matrices: tuple[tuple[Matrix, ...], ...] = ()  # each layer's linear maps (what low-rank steps count)
-
-    @property
-    def total(self) -> int:
-        return self.other + sum(self.layers)
 
 
 @dataclass(frozen=True)
@@ -98,55 +66,6 @@ class Plan:
 
 
 # ---------------------------------------------------------------- sizes and the plan (arithmetic only)
-
-
-def size_of(model: nn.Module) -> Size:
-    """The model's parameter count by layer (each shared tensor once), its linear maps, and its width structures
-    if it has any."""
-    layers = tuple(sum(p.numel() for p in layer.parameters()) for layer in decoder_layers(model))
-    total = sum(p.numel() for p in model.parameters())
-    try:
-        shape, kinds = layer_shape(model), _kinds(width_of(model))
-    except UnsupportedArchitecture:
-        shape, kinds = None, {}
-    found = tuple(tuple(replace(m, **kinds.get(m.path, {})) for m in layer_matrices(layer))
-                  for layer in decoder_layers(model))
-    return Size(total - sum(layers), layers, shape, found)
-
-
-def _kinds(width: Width) -> dict[str, dict[str, str]]:
-    """Path → which axis of that matrix width pruning resizes, and by which structures ("group", "channel")."""
-    found: dict[str, dict[str, str]] = {}
-    for entries, kind in ((width.channels, "channel"), (width.heads or (), "group")):
-        for path, spec in entries:
-            found.setdefault(path, {})[f"{spec.split()[0]}_kind"] = kind
-    return found
-
-
-def layer_shape(model: nn.Module) -> LayerShape:
-    """The structures width pruning removes, read from the layers' matrices and checked against the table."""
-    width = width_of(model)
-    config = model.config
-    groups, per_group, head_dim = _head_layout(config) if width.heads else (0, 0, 0)
-    shapes = set()
-    for layer in decoder_layers(model):
-        channels = _dims(get_path(layer, _writer(width.channels)[0]))[1]
-        group_params = _unit_params(layer, width.heads, groups, {"q": per_group * head_dim, "kv": head_dim}) \
-            if width.heads else 0
-        channel_params = _unit_params(layer, width.channels, channels, {"c": 1})
-        shapes.add(LayerShape(max(groups, 1), per_group, head_dim, group_params, channels, channel_params))
-    if len(shapes) != 1:
-        raise UnsupportedArchitecture("Width pruning needs every decoder layer to have the same sizes; this model's "
-                                      "layers differ.")
-    return shapes.pop()
-
-
-def check_ratio(param_ratio) -> float:
-    """The fraction of parameters kept: above 0, at most 1."""
-    if isinstance(param_ratio, bool) or not isinstance(param_ratio, (int, float)) or not 0 < param_ratio <= 1:
-        raise InvalidInput(f"The parameter ratio is the fraction of the model's parameters kept, above 0 and at "
-                           f"most 1 (0.8: keep 80 %), not {quoted(param_ratio)}.")
-    return float(param_ratio)
 
 
 def plan(size: Size, param_ratio: float) -> Plan:
@@ -231,8 +150,8 @@ def importance(model: nn.Module, tokenizer, calibration: Calibration | None = No
     for layer, seen in zip(decoder_layers(model), squares):
         groups = None
         if width.heads and shape.group_params:
-            groups = unit_scores(get_path(layer, _writer(width.heads)[0]), seen["heads"], shape.groups)
-        channels = unit_scores(get_path(layer, _writer(width.channels)[0]), seen["channels"], shape.channels)
+            groups = unit_scores(get_path(layer, writer(width.heads)[0]), seen["heads"], shape.groups)
+        channels = unit_scores(get_path(layer, writer(width.channels)[0]), seen["channels"], shape.channels)
         found.append(Scores(groups, channels))
     return found
 
@@ -262,7 +181,7 @@ def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batc
         raise StopForward
 
     kinds = {"channels": width.channels, **({"heads": width.heads} if width.heads else {})}
-    handles = [get_path(layer, _writer(entries)[0]).register_forward_hook(collect(index, kind))
+    handles = [get_path(layer, writer(entries)[0]).register_forward_hook(collect(index, kind))
                for index, layer in enumerate(layers) for kind, entries in kinds.items()]
     handles.append(layers[-1].register_forward_hook(stop))  # the LM head's logits are not needed
     try:
@@ -373,49 +292,9 @@ def _rebuilt(layer: nn.Module, config, index: int, entries, shape: LayerShape, k
 # ---------------------------------------------------------------- layouts
 
 
-def _head_layout(config) -> tuple[int, int, int]:
-    """(KV groups, query heads per group, head_dim) from a config that names them."""
-    heads = config.num_attention_heads
-    groups = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return groups, heads // groups, head_dim
-
-
-def _writer(entries) -> tuple[str, str]:
-    """The entry whose inputs are the structures' outputs (the matrix writing the residual stream)."""
-    (found,) = [(path, spec) for path, spec in entries if spec.split()[0] == "in"]
-    return found
-
-
-def _dims(module: nn.Module) -> tuple[int, int]:
-    """(outputs, inputs) of a matrix; (size, 1) of a vector (a norm's weight)."""
-    if isinstance(module, Factored):
-        raise UnsupportedArchitecture("Width pruning cannot slice a projection held as low-rank factors: prune the "
-                                      "width before decomposing.")
-    weight = module.weight
-    return (weight.shape[0], 1) if weight.dim() == 1 else tuple(rows_of(module).shape)
-
-
 def _weight_dim(module: nn.Module, axis: str) -> int:
     dim = 0 if axis == "out" or module.weight.dim() == 1 else 1
     return 1 - dim if isinstance(module, Conv1D) else dim
-
-
-def _unit_params(layer: nn.Module, entries, units: int, sizes: dict[str, int]) -> int:
-    """Parameters one unit holds across ``entries``, checking each matrix's axis against the table."""
-    total = 0
-    for path, spec in entries:
-        axis, *segments = spec.split()
-        module = get_path(layer, path)
-        outputs, inputs = _dims(module)
-        along, across = (outputs, inputs) if axis == "out" else (inputs, outputs)
-        per_unit = sum(sizes[s] for s in segments)
-        if along != units * per_unit:
-            raise UnsupportedArchitecture(f"Width pruning: {path} has {along} {axis}puts, not {units} × {per_unit} as "
-                                          "its config implies.")
-        has_bias = axis == "out" and getattr(module, "bias", None) is not None
-        total += per_unit * across + (per_unit if has_bias else 0)
-    return total
 
 
 def _axis_index(sizes: list[int], units: list[int], kept: list[torch.Tensor]) -> torch.Tensor:

@@ -20,7 +20,10 @@ from evaluation import cli as benchmark
 from evaluation.quality import lm_eval_adapter
 from prune.core.calibration import Calibration, default_calibration
 from prune.healing.step import Heal
-from prune.core.recipe import Decompose, Recipe, Sparsify, WidthPrune
+from prune.lowrank.step import Decompose
+from prune.core.recipe import Recipe
+from prune.sparsity.step import Sparsify
+from prune.width.step import WidthPrune
 
 
 def _run(capsys, *args):

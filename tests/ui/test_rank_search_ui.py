@@ -7,7 +7,7 @@ import gradio as gr
 import pytest
 
 from evaluation.serving.backend import Backend
-from prune.core.recipe import Decompose
+from prune.lowrank.step import Decompose
 from ui import plots
 from ui.handlers import Handlers
 from ui.search_handlers import NO_CHANGE, SearchHandlers

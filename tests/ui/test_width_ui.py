@@ -14,7 +14,11 @@ from evaluation.measure import sparse_kernels
 from evaluation.serving.backend import Backend
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.calibration import Calibration
-from prune.core.recipe import Decompose, DepthCut, Recipe, Sparsify, WidthPrune
+from prune.lowrank.step import Decompose
+from prune.depth.step import DepthCut
+from prune.core.recipe import Recipe
+from prune.sparsity.step import Sparsify
+from prune.width.step import WidthPrune
 from prune.width.shrink import matching_depth_layers
 from ui import catalog, text
 from ui.handlers import Handlers

@@ -17,7 +17,8 @@ from evaluation.explain.logit_lens import kept_layers, logit_lens
 from prune.core.architectures import decoder_layers, final_norm
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput
-from prune.core.recipe import Recipe, Sparsify
+from prune.core.recipe import Recipe
+from prune.sparsity.step import Sparsify
 
 IDS = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(0))  # [N, T]
 

@@ -18,7 +18,9 @@ from evaluation.exports import texts as export_texts, folder as exports
 from evaluation.measure.measurement import ORIGINAL, PRUNED, Measurement
 from evaluation.measure.memory import num_params
 from prune.core.errors import InvalidInput
-from prune.core.recipe import DepthCut, Recipe, recipe_of
+from prune.depth.step import DepthCut
+from prune.core.step import Step
+from prune.core.recipe import Recipe, recipe_of
 
 BASE = "org/tiny-llama"
 
@@ -121,9 +123,9 @@ def test_model_card_says_what_was_cut_how_and_with_what_result(base, tiny_tokeni
         assert text in card, text
 
 
-@dataclass(frozen=True)
-class _Reweighted:
-    """A stand-in for a future non-depth step (not registered, so the global registry stays clean)."""
+@dataclass(frozen=True, eq=False)
+class _Reweighted(Step):
+    """A stand-in for a future non-depth step on the step protocol (not registered: the global registry stays clean)."""
 
     kind: ClassVar[str] = "test-reweighted"
     factor: float = 1.0

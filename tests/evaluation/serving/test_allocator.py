@@ -29,7 +29,8 @@ def visitors_build() -> dict:
     import transformers
 
     from evaluation.serving.backend import Backend
-    from prune.core.recipe import Recipe, Sparsify
+    from prune.core.recipe import Recipe
+    from prune.sparsity.step import Sparsify
 
     backend = Backend(device="cpu", data_dir="")
     backend.variants.budget_bytes = BUDGET

@@ -14,7 +14,8 @@ from evaluation.serving.backend import Backend
 from evaluation.serving.jobs import Cancelled
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidCut, InvalidInput
-from prune.core.recipe import DepthCut, Recipe
+from prune.depth.step import DepthCut
+from prune.core.recipe import Recipe
 
 CUT = {"pruned": Recipe.block(4, 1, 3)}  # the compared models: original and layers 1–2 removed
 
@@ -268,7 +269,7 @@ def test_cancel_stops_generation_between_tokens_and_only_the_owners(backend, spe
 
 def test_a_rank_search_streams_its_points_and_leaves_the_searched_model_cached(backend, spec):
     from evaluation.serving.backend import RankSearchDone
-    from prune.core.recipe import Decompose
+    from prune.lowrank.step import Decompose
 
     items = list(backend.rank_search(spec, criterion="wikitext2", tolerance=1.0, limit=10, layers=[3], owner="v1"))
     first, *points, done = items

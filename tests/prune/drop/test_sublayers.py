@@ -21,7 +21,9 @@ from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.hidden import residual_stream
 from prune.drop.importance import block_scores, reading_blocks
-from prune.core.recipe import DepthCut, Recipe, SubLayerDrop, recipe_of
+from prune.depth.step import DepthCut
+from prune.core.recipe import Recipe, recipe_of
+from prune.drop.step import SubLayerDrop
 from prune.depth.result import ImportanceResult, lowest
 from prune.drop.sublayers import ATTENTION, MLP, DroppedBlock, dropped
 

@@ -15,10 +15,13 @@ from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, UnknownMethod
-from prune.lowrank.factored import Factored
+from prune.core.factored import Factored
 from prune.healing.train import HEALED_FIELD, split_windows
 from prune.healing.step import Heal
-from prune.core.recipe import STEPS, DepthCut, Recipe, Sparsify, recipe_of
+from prune.core.step import STEPS
+from prune.depth.step import DepthCut
+from prune.core.recipe import Recipe, recipe_of
+from prune.sparsity.step import Sparsify
 from prune.core.sequential import matrices
 
 from conftest import REPO, TINY_CONFIGS, tiny_model
@@ -242,7 +245,7 @@ def test_the_heal_step_key_record_and_titles():
     assert Heal.of("last_layers", layers=2, budget_s=90).describe().startswith(
         "last-layers healing (the last 2 layers, final norm and LM head), 40 steps (at most 90 s)")
     model = tiny_model("llama", 4)
-    size = prune.width.shrink.size_of(model)
+    size = prune.core.sizes.size_of(model)
     assert recipe.size(size) == Recipe.block(4, 1, 2).size(size)
 
 

@@ -21,10 +21,13 @@ from prune.lowrank import bases, decomposition as lowrank
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput
-from prune.lowrank.factored import Factored
-from prune.core.recipe import Decompose, Recipe, Sparsify, WidthPrune, recipe_of
+from prune.core.factored import Factored
+from prune.lowrank.step import Decompose
+from prune.core.recipe import Recipe, recipe_of
+from prune.sparsity.step import Sparsify
+from prune.width.step import WidthPrune
 from prune.core.sequential import matrices, rows_of
-from prune.width.shrink import size_of
+from prune.core.sizes import size_of
 
 from conftest import REPO, TINY_CONFIGS, assert_read_sequentially, tiny_model
 

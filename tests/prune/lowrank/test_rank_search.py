@@ -14,9 +14,10 @@ from prune.lowrank import decomposition as lowrank
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput
-from prune.lowrank.factored import Factored
+from prune.core.factored import Factored
 from prune.lowrank.rank_search import Tolerance, candidates, searching, surgical_search
-from prune.core.recipe import Decompose, Recipe
+from prune.lowrank.step import Decompose
+from prune.core.recipe import Recipe
 
 from conftest import REPO, tiny_model
 

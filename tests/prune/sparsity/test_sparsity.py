@@ -18,7 +18,8 @@ from prune.sparsity import masks as sparsity
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, UnknownMethod
-from prune.core.recipe import Recipe, Sparsify, recipe_of
+from prune.core.recipe import Recipe, recipe_of
+from prune.sparsity.step import Sparsify
 from prune.sparsity.sparsegpt import count, lowest, sparsegpt
 from prune.sparsity.masks import matrices, rows_of, sparse_copy_bytes, zero_fraction
 

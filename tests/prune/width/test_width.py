@@ -18,7 +18,9 @@ from prune.width import shrink as width
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, UnsupportedArchitecture
-from prune.core.recipe import DepthCut, Recipe, WidthPrune, recipe_of
+from prune.depth.step import DepthCut
+from prune.core.recipe import Recipe, recipe_of
+from prune.width.step import WidthPrune
 
 from conftest import _COMMON, REPO, TINY_CONFIGS, tiny_model
 

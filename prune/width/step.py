@@ -1,0 +1,114 @@
+"""The width family's recipe step, and what the family is: fewer heads and MLP channels (Wanda-sp, FLAP)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from torch import nn
+
+from prune.core.architectures import width_of
+from prune.core.calibration import Calibration
+from prune.core.family import Choice, Family, Level, Option, register_family
+from prune.core.sizes import Size
+from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
+                             rebuildable, step, text_digest, with_digest)
+from prune.core.sizes import check_ratio
+from prune.width.shrink import DESCRIPTION, IMPORTANCE, owned_params, plan, resized, shrink_width
+
+
+@step("width")
+@dataclass(frozen=True, eq=False)
+class WidthPrune(Step):
+    """Remove MLP channels and attention heads (whole KV groups) until ``param_ratio`` of the parameters stay.
+
+    See :mod:`prune.width.shrink`: Wanda-sp importance, the same structures from every layer, a standard
+    config. The derived model owns its smaller matrices. An inline calibration text is recorded by
+    its digest only, as in :class:`~prune.sparsity.step.Sparsify`.
+    """
+
+    kind: ClassVar[str]
+    card_tag: ClassVar[str] = "width-pruning"
+    refuses_after: ClassVar[dict[str, str]] = {
+        "lowrank": "Width pruning cannot slice a projection held as low-rank factors: prune the width before "
+                   "decomposing."}
+    param_ratio: float  # fraction of the parameters of the model the step applies to, embeddings included
+    calibration: Calibration | None = None
+    text_digest: str | None = None  # sha256 prefix of an inline calibration text (source "text")
+
+    @classmethod
+    def of(cls, param_ratio: float, calibration: Calibration | None = None) -> WidthPrune:
+        """A checked step; the importance calibrates on ``calibration`` (None: the built-in text)."""
+        calibration = calibration or Calibration()
+        return cls(check_ratio(param_ratio), calibration, text_digest(calibration))
+
+    @classmethod
+    def from_record(cls, data: dict) -> WidthPrune:
+        made = cls.of(data.get("param_ratio"), calibration_from(data.get("calibration")))
+        return with_digest(made, data.get("text_digest"))
+
+    def record(self) -> dict:
+        """The JSON fields (without ``kind``): an inline text by digest, never megabytes of it."""
+        return {"param_ratio": self.param_ratio, "calibration": calibration_record(self.calibration),
+                "text_digest": self.text_digest}
+
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        cal = rebuildable(self.calibration, self.text_digest)
+        return shrink_width(model, tokenizer, param_ratio=self.param_ratio, calibration=cal, progress=progress)
+
+    def resize(self, size: Size) -> Size:
+        """Every layer loses the structures :func:`prune.width.shrink.plan` chooses."""
+        return resized(size, plan(size, self.param_ratio))
+
+    def estimate(self, found: Estimate, after: Size) -> Estimate:
+        """The smaller matrices, by arithmetic (later steps count on the size, not on a built model)."""
+        return replace(found, owned=owned_params(found.size, after) * found.element, built=False)
+
+    def card_line(self, model: nn.Module, factored: bool = False) -> str:
+        params = sum(p.numel() for p in model.parameters())
+        return (f"- Width: {width_words(model)} per layer, {params:,} parameters ({self.describe()}); "
+                "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
+                "with any kernels")
+
+    def describe(self) -> str:
+        """'width pruning to 80 % of the parameters: heads and MLP channels by Wanda-sp (calibration: …)'."""
+        return (f"width pruning to {100 * self.param_ratio:g} % of the parameters: heads and MLP channels by "
+                f"{IMPORTANCE}{calibration_words(self.calibration)}")
+
+    def short(self) -> str:
+        """A column title: 'width 80%'."""
+        return f"width {100 * self.param_ratio:g}%"
+
+
+def width_words(model: nn.Module) -> str:
+    """'6 attention heads (2 KV heads, head_dim 64) and 1,016 MLP channels', from the derived config."""
+    config, table = model.config, width_of(model)
+    mlp = f"{getattr(config, table.channel_field):,} MLP channels"
+    if table.heads is None:
+        return mlp
+    return (f"{config.num_attention_heads} attention heads ({config.num_key_value_heads} KV heads, head_dim "
+            f"{config.head_dim}) and {mlp}")
+
+
+def build(name: str, level: float, pattern: str, calibration: Calibration) -> WidthPrune:
+    return WidthPrune.of(level / 100, calibration)
+
+
+def from_args(args, calibration: Calibration, data_dir=None) -> WidthPrune | None:
+    return None if args.width is None else WidthPrune.of(args.width, calibration)
+
+
+LEVEL = Level("Parameters kept (%)", 10, 99, 80)
+NAME = "width"  # the picker's name for width pruning
+
+FAMILY = register_family(Family(
+    name="width", label="Width", step=WidthPrune,
+    paper="An et al. 2024 (FLAP); Sun et al. 2023 (Wanda)", link="https://arxiv.org/abs/2312.11983",
+    about="Removes attention heads (whole KV groups) and MLP channels in every layer down to a parameter count.",
+    choices=(Choice(NAME, "Width pruning (Wanda-sp: heads and MLP channels)", DESCRIPTION, LEVEL),),
+    build=build,
+    options=(Option("--width", dict(type=float, metavar="RATIO", default=None,
+                                    help="then remove heads and MLP channels until RATIO of the parameters stay "
+                                         "(0.8: 80 %%)")),),
+    from_args=from_args, stage=1,
+))
