@@ -424,7 +424,7 @@ def _step_from_json(data: dict):
         return cls.from_record(data)
     values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    return cls(**values)
+    return cls.of(**values) if hasattr(cls, "of") else cls(**values)  # checked as when it was made
 
 
 @dataclass(frozen=True)
