@@ -16,6 +16,8 @@ Modes (one of):
   --rank_search feature|weight [--search_on wikitext2|TASK] [--tolerance T] [--search_limit N] [--search_layers N]
                                                 surgical rank search of the last N layers' projections, then the
                                                 searched model compared like a cut
+  --recipe FILE                                 the recipe an export recorded (its folder, layercut.json or
+                                                config.json), on --model or else the model its layercut.json names
 
 With a cut mode (or a step), --explain compares each compressed model with the original on a small fixed
 slice of the calibration text (perplexity of both, mean KL and top-1 next-token agreement) instead of
@@ -42,6 +44,7 @@ Examples::
     python -m evaluation.cli --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
     python -m evaluation.cli --rank_search feature --search_layers 4 --task arc_easy --limit 200
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
+    layercut-benchmark --recipe ./cut --task hellaswag      # the same cut again, from the export's recipe
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
 
@@ -76,6 +79,7 @@ from prune.depth.selection import LAYERS, SELECTIONS, check_remove, chosen_recip
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from prune.drop.sublayers import ATTENTION, MLP
 
+from evaluation import recipe_file
 from evaluation.explain import cut as explain
 from evaluation.quality import lm_eval_adapter
 from evaluation.exports import zigzag_csv as zigzag_output
@@ -107,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="the first --task and WikiText-2 perplexity at each of --levels, for each of --methods")
     mode.add_argument("--rank_search", choices=SPACES, default=None,
                       help="search each projection's rank (Chavan et al. 2024), then compare the searched model")
+    mode.add_argument("--recipe", metavar="FILE", default=None,
+                      help="evaluate the recipe an export recorded: its folder, layercut.json or config.json "
+                           "(on --model, else on the model its layercut.json names)")
     parser.add_argument("--search_on", default=WIKITEXT,
                         help=f"with --rank_search: {WIKITEXT} (perplexity) or a task (accuracy; default {WIKITEXT})")
     parser.add_argument("--tolerance", type=float, default=0.5,
@@ -286,6 +293,15 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
                                 remove=args.drop or LAYERS)}
 
 
+def _recorded_model(recorded: recipe_file.RecipeFile | None) -> str | None:
+    """The base model a --recipe file names, said on stderr (used only without --model)."""
+    if recorded is None or recorded.base_model is None:
+        return None
+    print(f"layercut-benchmark: --recipe: on {recorded.base_model}, the model {recorded.path.name} names "
+          f"(--model chooses another)", file=sys.stderr)
+    return recorded.base_model
+
+
 def _searched(args, backend: Backend, spec: ModelSpec, info, calibration: Calibration, progress) -> Recipe:
     """--rank_search: the search's table printed; the recipe of the searched model."""
     layers = None if args.search_layers is None else range(max(0, info.num_layers - args.search_layers),
@@ -322,6 +338,7 @@ def run(args, progress=None) -> Path | None:
     if zigzag_output.handled_early(args):  # --dry_run: the cuts are printed; nothing is loaded or evaluated
         return None
     progress = progress or _Printer()
+    recorded = recipe_file.read(args.recipe) if args.recipe else None  # checked before anything loads
     backend = Backend(data_dir=args.data_dir, device=args.device)
     request = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
                                             data_dir=backend.data_dir)
@@ -330,14 +347,16 @@ def run(args, progress=None) -> Path | None:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
-    spec = ModelSpec(name=args.model or prune.DEFAULT_MODEL, dtype=args.dtype or "auto", token=args.token)
+    spec = ModelSpec(name=args.model or _recorded_model(recorded) or prune.DEFAULT_MODEL, dtype=args.dtype or "auto",
+                     token=args.token)
     steps = _extra_steps(args, _calibration(args, backend), backend.data_dir)  # checked before the model loads
     if args.sparsity_sweep:
         return _sparsity_sweep(args, backend, spec, request, out_dir, progress)
     info = backend.load(spec, progress=progress)
     if args.sweep is not None:
         return _sweep(args, backend, spec, request, out_dir, progress)
-    cuts = _with_steps(_cuts(args, backend, spec, info, progress), steps)
+    cuts = _with_steps(recorded.cuts(info.num_layers) if recorded else _cuts(args, backend, spec, info, progress),
+                       steps)
     for mode, recipe in cuts.items():
         progress(0.0, f"{mode}: {info.describe_cut(recipe)} removed")
         if recipe.depth_cut and 2 * len(recipe.depth_cut.layers) > info.num_layers:
