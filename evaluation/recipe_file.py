@@ -86,8 +86,6 @@ def _checked(data: dict, path: Path) -> Recipe:
         recipe = Recipe.from_json(data)
     except LayerCutError as err:
         raise type(err)(f"{path}: {err}") from None
-    except (TypeError, ValueError, AttributeError, KeyError) as err:  # a field missing or of the wrong type
-        raise InvalidInput(f"{path}: a recipe step is malformed ({err}).") from None
     for index, step in enumerate(recipe.steps, 1):
         if any(_text_left_out(value) for value in vars(step).values()):
             raise InvalidInput(f"{path}: step {index} ({step.short()}) was recorded with an inline calibration "

@@ -6,7 +6,8 @@ import pytest
 
 from evaluation import cli as benchmark
 from prune.core.calibration import Calibration
-from prune.core.recipe import Recipe, Sparsify
+from prune.core.recipe import Recipe
+from prune.sparsity.step import Sparsify
 
 # lambada_openai's perplexity is a continuous score: two different models do not share it by chance
 TASKS = ("--task", "arc_easy,lambada_openai", "--limit", 5, "--batch_size", 4)
@@ -97,11 +98,11 @@ def _inline_text_recipe():
     pytest.param(_file("layercut.json", {"recipe": {"steps": [{"kind": "prune_everything"}]}}),
                  "Unknown recipe step 'prune_everything'. Known steps: cut, ", id="unknown step kind"),
     pytest.param(_file("layercut.json", {"recipe": {"steps": [{"kind": "cut", "layers": [1]}]}}),
-                 "a recipe step is malformed", id="malformed step"),
+                 "The recorded cut step is malformed", id="malformed step"),
     pytest.param(_file("layercut.json", {"recipe": {"steps": [{"kind": "cut", "layers": [9], "num_layers": 4}]}}),
                  "Layers [9] do not exist: the model has layers 0…3", id="layers out of range"),
     pytest.param(_file("layercut.json", {"recipe": {"steps": [{"kind": "drop", "mlp": ["x"], "num_layers": 4}]}}),
-                 "a recipe step is malformed", id="drop of a layer not a number"),
+                 "The recorded drop step is malformed", id="drop of a layer not a number"),
     pytest.param(_file("layercut.json", _inline_text_recipe()),
                  "step 1 (wanda 50%) was recorded with an inline calibration text kept only as its digest",
                  id="inline calibration text"),
