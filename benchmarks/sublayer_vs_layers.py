@@ -26,7 +26,7 @@ def main() -> None:
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
     from evaluation.serving.models import ModelSpec
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
     from prune.core.recipe import Recipe
 
     backend = Backend(data_dir=str(args.data_dir or default_data_dir()))

@@ -68,6 +68,7 @@ from functools import reduce
 from pathlib import Path
 
 import prune
+from prune.core.surgery import largest_cut
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
 from prune.depth.methods import METHODS, options_for_cut, sleb
 from prune.core.paths import safe_name, write_atomic
@@ -89,6 +90,7 @@ from evaluation.serving.models import ModelSpec
 from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.search_splits import WIKITEXT, format_search
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
+from evaluation.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
 
 DEFAULT_TASKS = "arc_easy"
 
@@ -116,12 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
                            "(on --model, else on the model its layercut.json names)")
     parser.add_argument("--search_on", default=WIKITEXT,
                         help=f"with --rank_search: {WIKITEXT} (perplexity) or a task (accuracy; default {WIKITEXT})")
-    parser.add_argument("--tolerance", type=float, default=0.5,
+    parser.add_argument("--tolerance", type=float, default=RANK_SEARCH.tolerance,
                         help="with --rank_search: %% perplexity growth allowed per projection, or accuracy points "
-                             "below the original (default 0.5)")
-    parser.add_argument("--search_limit", type=int, default=40,
+                             f"below the original (default {RANK_SEARCH.tolerance:g})")
+    parser.add_argument("--search_limit", type=int, default=RANK_SEARCH.limit,
                         help="with --rank_search: WikiText-2 windows of 256 tokens, or task documents, split "
-                             "20 %% search / 80 %% test (default 40; 0 = all)")
+                             f"20 %% search / 80 %% test (default {RANK_SEARCH.limit}; 0 = all)")
     parser.add_argument("--search_layers", type=int, default=None,
                         help="with --rank_search: search the last N layers (default: all)")
     parser.add_argument("--start_block", type=int, help="first layer that will be cut (0-based)")
@@ -139,16 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
                         help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
-    parser.add_argument("--ppl_seq_len", type=int, default=512,
-                        help="with --sparsity_sweep or --heal: tokens per WikiText-2 perplexity window (default 512)")
-    parser.add_argument("--ppl_windows", type=int, default=16,
+    parser.add_argument("--ppl_seq_len", type=int, default=PERPLEXITY.seq_len,
+                        help="with --sparsity_sweep or --heal: tokens per WikiText-2 perplexity window (default "
+                             f"{PERPLEXITY.seq_len})")
+    parser.add_argument("--ppl_windows", type=int, default=PERPLEXITY.windows,
                         help="with --sparsity_sweep or --heal: WikiText-2 perplexity windows (default 16)")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
     parser.add_argument("--limit", type=int, default=None, help="examples per task (per subject for mmlu; default: all)")
     parser.add_argument("--num_fewshot", type=int, default=0, help="few-shot examples (offline: arc_*, mmlu only)")
-    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--output_folder", default="results", help="where results and tables go (default ./results)")
     parser.add_argument("--token", default=None, help="Hugging Face token for gated models")
     parser.add_argument("--data_dir", default=None,
@@ -204,7 +207,7 @@ def _check_mode(args) -> None:
                            "--sweep or --sparsity_sweep.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
-    search_options = (args.search_on != WIKITEXT or args.tolerance != 0.5 or args.search_limit != 40
+    search_options = (args.search_on != WIKITEXT or args.tolerance != RANK_SEARCH.tolerance or args.search_limit != RANK_SEARCH.limit
                       or args.search_layers is not None)
     if search_options and args.rank_search is None:
         raise InvalidInput("--search_on, --tolerance, --search_limit and --search_layers go with --rank_search.")
@@ -224,7 +227,7 @@ def _check_mode(args) -> None:
 
 def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> list[int]:
     """Layers S…E (E inclusive), checked in the seed's terms."""
-    if not (0 <= start <= end_inclusive < num_layers) or end_inclusive - start + 1 >= num_layers:
+    if not (0 <= start <= end_inclusive < num_layers) or end_inclusive - start + 1 > largest_cut(num_layers):
         raise InvalidCut(f"Cannot cut layers {start}…{end_inclusive} (--end_block is inclusive): the model has "
                          f"layers 0…{num_layers - 1} and at least one must remain.")
     return list(range(start, end_inclusive + 1))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from prune.core.errors import InvalidInput
+from prune.core.paths import DATA_DIR_ENV, cache_root, default_data_dir
 
 from evaluation.quality import task_sources
 
@@ -47,31 +48,17 @@ SUPPORTED_TASKS: tuple[str, ...] = (
     "wikitext",
 )
 
-DATA_DIR_ENV = "LAYERCUT_DATA_DIR"
-CACHE_ENV = "LAYERCUT_CACHE"
 LOCAL_PREFIX = "layercut_"
 # Bump whenever a converter or the YAML layout changes, so old caches are never reused.
 CONVERTER_VERSION = "1"
-
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- public helpers
 
 
-def default_data_dir() -> Path | None:
-    """Where the benchmark data is, so tests and the app run offline without configuration."""
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        return Path(env).expanduser()
-    shared = _REPO_ROOT.parent / "shared" / "benchdata"
-    return shared if shared.is_dir() else None
-
-
 def default_cache_dir() -> Path:
     """Where converted tasks go: outside the repository, reused across runs."""
-    root = os.environ.get(CACHE_ENV) or "~/.cache/layercut"
-    return Path(root).expanduser() / "tasks"
+    return cache_root() / "tasks"
 
 
 def standard_name(local_name: str) -> str:

@@ -21,6 +21,7 @@ import prune
 from prune.lowrank import rank_search
 from prune.core.calibration import Calibration, default_calibration, load_text
 from prune.core.devices import default_device
+from prune.core.surgery import check_cut_size
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.healing.train import HEALED_FIELD
 from prune.depth.methods import get_method
@@ -40,11 +41,12 @@ from evaluation.serving.jobs import Cancelled, Job, JobRunner, Progress, cancell
 from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
 from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from evaluation.serving.models import Loaded, ModelInfo, ModelPool, ModelSpec
-from evaluation.quality.offline_tasks import default_data_dir
+from prune.core.paths import default_data_dir
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS, SparsitySweepResult
 from evaluation.serving.store import ResultStore
 from evaluation.sweeps.cuts import SweepReport
 from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own_bytes
+from evaluation.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
 
@@ -270,7 +272,7 @@ class Backend:
             return out
 
     def benchmark_results(self, spec: ModelSpec, variants: Variants, request: lm_eval_adapter.TaskRequest, *,
-                          batch_size: int = 16, scorer: str = DEFAULT_SCORER, seed: int = 0, use_cache: bool = True,
+                          batch_size: int = BATCH_SIZE, scorer: str = DEFAULT_SCORER, seed: int = 0, use_cache: bool = True,
                           progress: Progress | None = None, owner: str | None = None) -> dict[str, dict[str, dict]]:
         """lm-eval results per compared model and standard task name (see ``lm_eval_adapter.evaluate``).
 
@@ -342,7 +344,7 @@ class Backend:
         return out
 
     def sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, block_size: int, *,
-              methods: list[str] | None = None, calibration: Calibration | None = None, batch_size: int = 16,
+              methods: list[str] | None = None, calibration: Calibration | None = None, batch_size: int = BATCH_SIZE,
               use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> SweepReport:
         """Measured quality of every cut of ``block_size`` layers on the request's first task, beside each method.
 
@@ -351,8 +353,7 @@ class Backend:
         reported in ``failed`` and the others go on.
         """
         base = self._base(spec)
-        if not 1 <= block_size < base.info.num_layers:
-            raise InvalidInput(f"A block must have 1…{base.info.num_layers - 1} layers, not {block_size}.")
+        check_cut_size(block_size, base.info.num_layers)
         task = request.names[0]
         store = ResultStore(enabled=use_cache)
         key = {"kind": "sweep", **self._key(base, Recipe()), "task": task, "block_size": block_size,
@@ -379,7 +380,7 @@ class Backend:
 
     def sparsity_sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *,
                        levels=DEFAULT_LEVELS, methods=prune.sparsity.masks.METHODS, calibration: Calibration | None = None,
-                       ppl_seq_len: int = 512, ppl_windows: int = 16, batch_size: int = 16, use_cache: bool = True,
+                       ppl_seq_len: int = PERPLEXITY.seq_len, ppl_windows: int = PERPLEXITY.windows, batch_size: int = BATCH_SIZE, use_cache: bool = True,
                        progress: Progress | None = None, owner: str | None = None) -> SparsitySweepResult:
         """The request's first task and WikiText-2 perplexity at each sparsity level, per method (one job).
 
@@ -397,7 +398,7 @@ class Backend:
                                                identify=lambda recipe: self._key(base, recipe), job=job)
 
     def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
-                    tolerance: float = 0.5, limit: int | None = 40, layers=None, projections=None, steps: int = 10,
+                    tolerance: float = RANK_SEARCH.tolerance, limit: int | None = RANK_SEARCH.limit, layers=None, projections=None, steps: int = 10,
                     calibration: Calibration | None = None, progress: Progress | None = None,
                     owner: str | None = None) -> Iterator[Point | RankSearchDone]:
         """The surgical rank search on the original (:mod:`prune.lowrank.rank_search`) as it goes, one job of ``owner``.

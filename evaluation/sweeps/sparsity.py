@@ -29,6 +29,7 @@ from evaluation.quality.fast_lm import make_fast
 from evaluation.serving.jobs import Job, cancellable
 from evaluation.serving.store import ResultStore
 from evaluation.sweeps.cuts import evaluate_loaded, from_json_number, primary_metric, task_metrics, to_json_number
+from evaluation.settings import BATCH_SIZE, PERPLEXITY
 
 DEFAULT_LEVELS = (0.0, 0.1, 0.5, 0.9, 0.99)
 _BUILD_SHARE = 0.6  # of a point's progress bar: deriving the sparse model (SparseGPT dominates)
@@ -41,8 +42,8 @@ class SweepPlan:
     levels: tuple[float, ...]  # sorted, unique, 0 … MAX_SPARSITY
     methods: tuple[str, ...]  # from prune.sparsity.masks.METHODS, in the caller's order
     calibration: Calibration | None  # for wanda and sparsegpt (None: the built-in text)
-    ppl_seq_len: int = 512
-    ppl_windows: int = 16
+    ppl_seq_len: int = PERPLEXITY.seq_len
+    ppl_windows: int = PERPLEXITY.windows
 
     def recipe(self, method: str, level: float) -> Recipe:
         """The model of one point: the dense model at level 0, else one unstructured sparsify step."""
@@ -56,7 +57,8 @@ class SweepPlan:
 
 
 def check_plan(levels: Iterable[float] = DEFAULT_LEVELS, methods: Iterable[str] | str = METHODS,
-               calibration: Calibration | None = None, *, ppl_seq_len: int = 512, ppl_windows: int = 16) -> SweepPlan:
+               calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
+               ppl_windows: int = PERPLEXITY.windows) -> SweepPlan:
     """A checked plan: levels sorted and unique, known methods, whole positive perplexity settings."""
     return SweepPlan(check_levels(levels), check_methods(methods), calibration,
                      _whole(ppl_seq_len, 2, "The perplexity window length"),
@@ -116,8 +118,8 @@ class SparsitySweepResult:
     prune_s: dict[str, tuple[float, ...]]
     measure_s: dict[str, tuple[float, ...]]
     higher_is_better: bool = True
-    ppl_seq_len: int = 512
-    ppl_windows: int = 16
+    ppl_seq_len: int = PERPLEXITY.seq_len
+    ppl_windows: int = PERPLEXITY.windows
 
     @property
     def scale(self) -> float:
@@ -148,7 +150,7 @@ class SparsitySweepResult:
 
 
 def sweep_levels(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: SweepPlan, *,
-                 wikitext_rows: list[str], batch_size: int = 16, store: ResultStore | None = None,
+                 wikitext_rows: list[str], batch_size: int = BATCH_SIZE, store: ResultStore | None = None,
                  identify: Callable[[Recipe], dict] | None = None, job: Job | None = None) -> SparsitySweepResult:
     """Measure every point of ``plan`` on the request's first task and on WikiText-2 (``wikitext_rows``).
 

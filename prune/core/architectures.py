@@ -11,6 +11,9 @@ from torch import nn
 
 from prune.core.errors import UnsupportedArchitecture, quoted
 
+ATTENTION, MLP = "attention", "mlp"  # the two blocks of a decoder layer (what a sub-layer drop removes)
+KINDS = (ATTENTION, MLP)
+
 
 @dataclass(frozen=True)
 class SubLayers:

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from prune.core.errors import InvalidInput, quoted
-from prune.core.paths import local_path
+from prune.core.paths import default_data_dir, local_path
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
@@ -121,8 +121,6 @@ def _read_file(path) -> str:
 def _data_dir(path) -> str:
     if path:
         return path
-    from evaluation.quality.offline_tasks import default_data_dir
-
     found = default_data_dir()
     if found is None:
         raise InvalidInput("No benchmark data folder is configured: set LAYERCUT_DATA_DIR.")

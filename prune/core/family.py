@@ -64,6 +64,10 @@ class Family:
     from_args: Callable | None = None  # (parsed arguments, calibration, data folder) → step or None
     check_args: Callable | None = None  # (parsed arguments) → None, or a one-line message for options that do not go together
     stage: int = 0  # where flags' steps go in a recipe built from the CLI (the order steps may follow each other)
+    # Loading a saved variant: for a config that needs modules of another shape, what reshapes a model built from
+    # it before its weights are read (None: a standard model); and what restores the family's form after loading.
+    reshape: Callable | None = None  # (config) → (model → model) or None
+    restore: Callable | None = None  # (model) → model
 
     @property
     def flag(self) -> str | None:
@@ -81,6 +85,19 @@ def register_family(family: Family) -> Family:
 def choices() -> dict[str, tuple[Family, Choice]]:
     """Every picker choice that builds a step, by name, with its family, in registration order."""
     return {c.name: (f, c) for f in FAMILIES.values() for c in f.choices}
+
+
+def reshape_for(config) -> Callable | None:
+    """What reshapes a model built from ``config`` (a saved variant's), if a family says it must."""
+    return next((found for f in FAMILIES.values() if f.reshape and (found := f.reshape(config))), None)
+
+
+def restored(model):
+    """``model`` after each family restored its own form (e.g. dropped blocks dropped again)."""
+    for family in FAMILIES.values():
+        if family.restore is not None:
+            model = family.restore(model)
+    return model
 
 
 def step_families() -> list[Family]:

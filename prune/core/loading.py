@@ -19,9 +19,8 @@ from prune.core.architectures import architecture_of
 from prune.core.devices import available_memory_bytes, default_device, parse_dtype
 from prune.core.errors import BrokenModel, ModelNotFound, ModelTooLarge, quoted
 from prune.core.failures import as_user_errors
+from prune.core.family import reshape_for, restored
 from prune.core.paths import cache_root
-from prune.lowrank.decomposition import FACTORED_FIELD, with_factor_shapes
-from prune.drop.sublayers import restore
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +46,9 @@ def load_model(
 ):
     """Return ``(model, tokenizer)``; ``None`` means the embedded default model.
 
-    A LayerCut export whose config records dropped attention or MLP blocks comes back with them
-    dropped (``prune.drop.sublayers``): faster, and no KV cache for the dropped attention. A low-rank
-    checkpoint saved with its factors (``prune.lowrank.decomposition``) comes back factored.
+    A LayerCut export comes back in its family's form (each family says how, ``Family.reshape`` and
+    ``Family.restore``): dropped attention or MLP blocks dropped again (faster, no KV cache for a dropped
+    attention), a low-rank checkpoint saved with its factors factored.
     """
     device = device or default_device()
     torch_dtype = parse_dtype(dtype, device)
@@ -62,27 +61,28 @@ def load_model(
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
         placement = {"device_map": "auto"} if device.startswith("cuda") else {}
-        if getattr(config, FACTORED_FIELD, False):
-            model = _load_factored(source, config, torch_dtype).to(device)
+        reshape = reshape_for(config)
+        if reshape is not None:
+            model = _load_reshaped(source, config, torch_dtype, reshape).to(device)
         else:
             model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
             if not placement:
                 model.to(device)
     model.eval()
-    model = restore(model)  # a LayerCut checkpoint with dropped attention/MLP blocks (saved as zeros) drops them again
+    model = restored(model)  # e.g. a checkpoint with dropped attention/MLP blocks (saved as zeros) drops them again
     model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
     return model, tokenizer
 
 
-def _load_factored(folder: str, config, dtype: torch.dtype) -> torch.nn.Module:
-    """A factored low-rank checkpoint (a local LayerCut folder): the model built from its config, its decomposed
-    projections made factored of the recorded ranks, then every weight read from the folder's safetensors."""
+def _load_reshaped(folder: str, config, dtype: torch.dtype, reshape) -> torch.nn.Module:
+    """A checkpoint whose modules a family reshapes (e.g. a factored low-rank one, a local LayerCut folder): the
+    model built from its config, reshaped as recorded, then every weight read from the folder's safetensors."""
     from safetensors.torch import load_file
 
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         raise BrokenModel(f"{_named(folder)} records factored weights but holds no .safetensors file.")
-    model = with_factor_shapes(AutoModelForCausalLM.from_config(config, dtype=dtype))
+    model = reshape(AutoModelForCausalLM.from_config(config, dtype=dtype))
     state = {}
     for file in files:
         state.update(load_file(str(file)))

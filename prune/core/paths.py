@@ -1,4 +1,4 @@
-"""Where LayerCut keeps its caches, and sanitising of user-given names."""
+"""Where LayerCut keeps its caches and finds its data, and sanitising of user-given names."""
 
 from __future__ import annotations
 
@@ -12,13 +12,25 @@ from pathlib import Path
 from prune.core.errors import InvalidInput, quoted
 
 CACHE_ENV = "LAYERCUT_CACHE"
+DATA_DIR_ENV = "LAYERCUT_DATA_DIR"
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def cache_root() -> Path:
-    """``$LAYERCUT_CACHE`` or ``~/.cache/layercut``: models, analyses and results live here."""
-    root = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "layercut")
+    """``$LAYERCUT_CACHE`` or ``~/.cache/layercut``: models, analyses, results and converted tasks live here."""
+    root = Path(os.environ.get(CACHE_ENV) or "~/.cache/layercut").expanduser()
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def default_data_dir() -> Path | None:
+    """Where the benchmark data is (``$LAYERCUT_DATA_DIR``, else ``../shared/benchdata`` beside the repository),
+    so tests and the app run offline without configuration."""
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    shared = REPO_ROOT.parent / "shared" / "benchdata"
+    return shared if shared.is_dir() else None
 
 
 def local_path(name: str) -> Path | None:

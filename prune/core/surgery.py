@@ -17,6 +17,18 @@ from prune.core.architectures import PER_LAYER_INDEX_FIELDS, architecture_of, de
 from prune.core.errors import InvalidCut, quoted
 
 
+def largest_cut(num_layers: int) -> int:
+    """A cut removes at least one layer and keeps at least one: 1 … L − 1 layers (the one home of that rule)."""
+    return num_layers - 1
+
+
+def check_cut_size(n: int, num_layers: int) -> int:
+    """``n`` layers to cut, or a one-line message when a model of ``num_layers`` cannot lose that many."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= largest_cut(num_layers):
+        raise InvalidCut(f"A block must have 1…{largest_cut(num_layers)} layers, not {quoted(n)}.")
+    return n
+
+
 def check_block(num_layers: int, start: int, end: int) -> None:
     """Reject empty, inverted, out-of-range and everything-removing blocks."""
     if not (isinstance(start, int) and isinstance(end, int)):
@@ -31,7 +43,7 @@ def check_block(num_layers: int, start: int, end: int) -> None:
             f"Block [{start}, {end}) is empty or inverted: end must be greater than start "
             f"(start inclusive, end exclusive)."
         )
-    if end - start >= num_layers:
+    if end - start > largest_cut(num_layers):
         raise InvalidCut(f"Cutting layers {start}…{end - 1} would remove all {num_layers} layers.")
 
 
@@ -43,7 +55,7 @@ def check_layers(num_layers: int, layers: Iterable[int]) -> list[int]:
     bad = [i for i in removed if not 0 <= i < num_layers]
     if bad:
         raise InvalidCut(f"Layers {bad} do not exist: the model has layers 0…{num_layers - 1}.")
-    if len(removed) >= num_layers:
+    if len(removed) > largest_cut(num_layers):
         raise InvalidCut(f"Removing {len(removed)} layers would remove all {num_layers} layers.")
     return removed
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prune.core.surgery import check_cut_size
 from prune.core.errors import InvalidCut
 
 
@@ -48,8 +49,7 @@ class ImportanceResult:
 
     def best_block(self, n: int) -> tuple[int, int]:
         """The most removable block of ``n`` layers as ``(start, end)``, end exclusive."""
-        if not 1 <= n < self.num_layers:
-            raise InvalidCut(f"A block must have 1…{self.num_layers - 1} layers, not {n}.")
+        check_cut_size(n, self.num_layers)
         row = self.block_scores[n - 1, : self.num_layers - n + 1]
         if not np.isfinite(row).any():
             raise InvalidCut(f"Every block of {n} layers touches a protected layer.")

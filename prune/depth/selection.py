@@ -9,11 +9,11 @@ lowest score. The rule of each method is written once, in its registration.
 
 from __future__ import annotations
 
+from prune.core.architectures import ATTENTION, MLP
 from prune.core.errors import InvalidCut, InvalidInput, quoted
 from prune.depth.methods import METHODS, get_method
 from prune.core.recipe import Recipe
 from prune.depth.result import ImportanceResult
-from prune.drop.sublayers import ATTENTION, MLP
 
 SELECTIONS = {  # name → how it is offered in the UI and the CLI
     "paper": "as in the method's paper",

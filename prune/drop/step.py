@@ -12,7 +12,7 @@ from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidCut
 from prune.core.family import Family, Option, register_family
 from prune.core.step import Progress, Step, step
-from prune.drop.sublayers import ATTENTION, KINDS, MLP, check_drop, drop
+from prune.drop.sublayers import ATTENTION, KINDS, MLP, check_drop, drop, restore
 
 
 @step("drop")
@@ -75,4 +75,5 @@ FAMILY = register_family(Family(
                                    help="with --method sublayer: drop the --num_layers lowest-scored attention (or "
                                         "MLP) blocks, wherever they are, instead of cutting whole layers "
                                         "(He et al. 2024)")),),
+    restore=restore,
 ))

@@ -24,12 +24,10 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from prune.core.architectures import architecture_of, decoder_layers
+from prune.core.architectures import ATTENTION, KINDS, MLP, architecture_of, decoder_layers
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.surgery import layer_view
 
-ATTENTION, MLP = "attention", "mlp"
-KINDS = (ATTENTION, MLP)
 CONFIG_FIELDS = {ATTENTION: "layercut_dropped_attention", MLP: "layercut_dropped_mlp"}
 _LABEL = {ATTENTION: "attention", MLP: "MLP"}
 

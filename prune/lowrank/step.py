@@ -14,8 +14,8 @@ from prune.core.family import Choice, Family, Level, Option, register_family
 from prune.core.sizes import Size, check_ratio
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
-from prune.lowrank.decomposition import (DESCRIPTIONS, SPACES, check_space, decompose, owned_params, plan as lowrank_plan,
-                                         resized as lowrank_resized)
+from prune.lowrank.decomposition import (DESCRIPTIONS, FACTORED_FIELD, SPACES, check_space, decompose, owned_params,
+                                         plan as lowrank_plan, resized as lowrank_resized, with_factor_shapes)
 
 
 @step("lowrank")
@@ -164,6 +164,11 @@ def check_args(args) -> None:
         raise InvalidInput("--decompose feature|weight and --param_ratio R go together.")
 
 
+def reshape(config):
+    """A checkpoint saved with its factors is built factored, of the ranks its config records."""
+    return with_factor_shapes if getattr(config, FACTORED_FIELD, False) else None
+
+
 LEVEL = Level("Parameters kept (%)", 10, 99, 80)
 
 FAMILY = register_family(Family(
@@ -179,5 +184,5 @@ FAMILY = register_family(Family(
                                              "weight space (SVD)")),
              Option("--param_ratio", dict(type=float, default=None,
                                           help="with --decompose: the fraction of the parameters kept (0.8: 80 %%)"))),
-    from_args=from_args, check_args=check_args, stage=2,
+    from_args=from_args, check_args=check_args, stage=2, reshape=reshape,
 ))

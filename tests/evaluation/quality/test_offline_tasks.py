@@ -7,11 +7,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import json  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 from evaluation.quality import offline_tasks as ot  # noqa: E402
+from prune.core import paths  # noqa: E402
 from evaluation.quality import task_sources  # noqa: E402
 from prune.core.errors import InvalidInput  # noqa: E402
 
@@ -368,16 +368,8 @@ def test_missing_file_is_named(data_dir, tmp_path):
         ot.prepare_tasks(partial, tmp_path / "cache", ["hellaswag"])
 
 
-def test_default_data_dir_prefers_env(monkeypatch, tmp_path):
-    monkeypatch.setenv(ot.DATA_DIR_ENV, str(tmp_path))
-    assert ot.default_data_dir() == tmp_path
-    monkeypatch.delenv(ot.DATA_DIR_ENV)
-    shared = Path(ot.__file__).resolve().parents[2].parent / "shared" / "benchdata"
-    assert ot.default_data_dir() == (shared if shared.is_dir() else None)
-
-
-def test_default_cache_dir_uses_layercut_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv(ot.CACHE_ENV, str(tmp_path))
+def test_converted_tasks_go_under_the_one_cache_root(monkeypatch, tmp_path):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path))
     assert ot.default_cache_dir() == tmp_path / "tasks"
 
 

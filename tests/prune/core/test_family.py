@@ -1,0 +1,80 @@
+"""The family registry: each family declared once, and the picker, the CLI and the loader read it."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+import prune
+from prune.core.calibration import Calibration
+from prune.core.errors import InvalidInput
+from prune.core.family import FAMILIES, choices, step_families
+from prune.core.recipe import Recipe
+from prune.core.step import STEPS, Step
+from evaluation import cli
+
+
+def test_every_family_declares_its_step_paper_and_link_once():
+    assert list(FAMILIES) == ["depth", "drop", "sparsity", "width", "lowrank", "healing"]
+    assert {f.step.kind for f in FAMILIES.values()} == set(STEPS) == {"cut", "drop", "sparsify", "width", "lowrank",
+                                                                       "heal"}
+    for family in FAMILIES.values():
+        assert issubclass(family.step, Step) and family.paper and family.link.startswith("https://")
+
+
+def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
+    found = choices()
+    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
+    for name, (family, choice) in found.items():
+        made = family.build(name, choice.level.default, "unstructured", Calibration())
+        assert type(made) is family.step
+        assert Recipe.from_json(Recipe((made,)).to_json()).steps == (made,)  # JSON and equality from the protocol
+    assert found["wanda"][0].build("wanda", 50, "unstructured", Calibration()).sparsity == 0.5
+    assert found["sparsegpt"][0].build("sparsegpt", 10, "2:4", Calibration()).sparsity == 0.5  # N:M implies its own
+    assert found["lowrank-weight"][0].build("lowrank-weight", 70, "", Calibration()).param_ratio == 0.7
+    with pytest.raises(InvalidInput, match="pattern"):
+        found["magnitude"][0].build("magnitude", 50, "3:3", Calibration())
+
+
+def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order():
+    parser = cli.build_parser()
+    flags = {action.option_strings[0] for action in parser._actions if action.option_strings}
+    assert {o.flag for f in FAMILIES.values() for o in f.options} <= flags
+    args = parser.parse_args(["--full", "--heal", "lora", "--sparsify", "wanda", "--sparsity", "0.3",
+                              "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8"])
+    made = cli._extra_steps(args, Calibration())
+    assert [s.kind for s in made] == ["width", "lowrank", "sparsify", "heal"]  # an order every recipe accepts
+    assert [f.name for f in step_families()] == ["width", "lowrank", "sparsity", "healing"]
+    Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
+    none = parser.parse_args(["--full"])
+    assert cli._extra_steps(none, Calibration()) == [] and not cli._adds_step(none)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--full", "--sparsity", "0.5"], "--sparsity and --pattern go with --sparsify METHOD."),
+    (["--full", "--param_ratio", "0.5"], "--decompose feature|weight and --param_ratio R go together."),
+    (["--full", "--heal_steps", "3"], "--heal_steps and --heal_budget_s go with --heal lora|last_layers."),
+    (["--sweep", "2", "--width", "0.8"], "--sparsify, --width, --decompose and --heal add a step to a compared model"),
+])
+def test_options_that_go_with_a_familys_flag_are_refused_without_it(argv, message):
+    with pytest.raises(InvalidInput) as err:
+        cli._check_mode(cli.build_parser().parse_args(argv))
+    assert str(err.value).startswith(message)
+
+
+def test_a_step_after_the_kind_it_refuses_is_refused_by_the_recipe():
+    sparse, low = prune.Sparsify.of("magnitude", 0.5), prune.Decompose.of("weight", param_ratio=0.8)
+    with pytest.raises(InvalidInput, match="decompose first, then sparsify"):
+        Recipe((sparse, low))
+    with pytest.raises(InvalidInput, match="prune the width before decomposing"):
+        Recipe((low, prune.WidthPrune.of(0.8)))
+    assert Recipe((low, sparse)).steps == (low, sparse)
+
+
+def test_the_options_argparse_gets_are_the_declared_ones():
+    parser = argparse.ArgumentParser()
+    for family in FAMILIES.values():
+        for option in family.options:
+            parser.add_argument(option.flag, **option.keywords)
+    assert parser.parse_args([]).pattern == "unstructured" and parser.parse_args(["--drop", "mlp"]).drop == "mlp"
