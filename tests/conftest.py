@@ -64,6 +64,30 @@ def shared_server():
         demo.close()
 
 
+@pytest.fixture(scope="session")
+def page():
+    """The app's page laid out once (on a CPU backend): its components by name, which handlers' outputs are keyed by."""
+    from evaluation.serving.backend import Backend
+    from ui.page import build_page
+
+    return build_page(Backend(data_dir="", device="cpu"))
+
+
+def handlers_on(page, backend, policy=None, **context):
+    """The page's handlers on ``backend`` (a real one or a stand-in), showing their results in ``page``'s components."""
+    from ui.handlers import Context
+    from ui.page import PageHandlers
+
+    return PageHandlers.on(Context(backend, policy, **context), page)
+
+
+def update_of(outputs: dict, component):
+    """What a handler's outputs do to ``component``: its update, or no change (``gr.update()``) if they leave it out."""
+    import gradio as gr
+
+    return outputs.get(component, gr.update())
+
+
 def tiny_model(arch: str, layers: int = 4, seed: int = 0):
     """A randomly initialised real model of ``arch`` (float32, eval mode)."""
     torch.manual_seed(seed)

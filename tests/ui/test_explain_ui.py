@@ -9,63 +9,66 @@ import pytest
 from evaluation.serving.backend import Backend
 from evaluation.serving.jobs import Cancelled
 from prune.core.recipe import Recipe
-from ui.explain_handlers import ExplainHandlers
-from ui.handlers import Handlers
 from ui.session import Session
 
-from conftest import tiny_model
+from conftest import handlers_on, tiny_model, update_of
 
 
 @pytest.fixture
-def visitor(tiny_tokenizer):
+def visitor(tiny_tokenizer, page):
     backend = Backend(data_dir="", device="cpu")
     spec = backend.adopt(tiny_model("llama", 6), tiny_tokenizer, name="tiny-llama")
-    return ExplainHandlers(Handlers(backend)), Session().for_model(spec, backend.load(spec))
+    return handlers_on(page, backend), Session().for_model(spec, backend.load(spec))
 
 
 def test_a_release_shows_the_cuts_numbers_against_the_original(visitor):
-    explains, session = visitor
-    assert explains.feedback(session) == ""  # no cut yet: nothing to compare
+    handlers, session = visitor
+    feedback = handlers.cut.feedback
+    assert feedback(session) == ""  # no cut yet: nothing to compare
     cut = session.with_block(2, 4, "chosen by hand")
-    shown = explains.feedback(cut)
-    found = explains.h.backend.cut_feedback(session.spec, Recipe.block(6, 2, 4))  # the same numbers, cached
+    shown = feedback(cut)
+    found = handlers.context.backend.cut_feedback(session.spec, Recipe.block(6, 2, 4))  # the same numbers, cached
     assert shown.startswith("**A against the original**") and found.summary() in shown
-    assert found.cached and "cached" in explains.feedback(cut)
-    other = explains.feedback(session.with_block(0, 3, "chosen by hand"))
+    assert found.cached and "cached" in feedback(cut)
+    other = feedback(session.with_block(0, 3, "chosen by hand"))
     assert "resumed from layer 0" in other and other != shown
 
 
-def test_the_numbers_follow_the_edited_slot_and_the_slider_its_cut(visitor):
-    explains, session = visitor
+def test_the_numbers_follow_the_edited_slot_and_the_slider_its_cut(visitor, page):
+    handlers, session = visitor
+    cuts, cut_size, edited = handlers.cut, handlers.steps.cut_size, page.view.session
     a = session.with_block(2, 4, "chosen by hand")
-    assert explains.feedback(a).startswith("**A against the original**")
-    *_, b = explains.h.edit_slot(a, "B")
-    assert explains.feedback(b) == ""  # B is empty: A's numbers no longer show
+    assert cuts.feedback(a).startswith("**A against the original**")
+    b = cuts.edit_slot(a, "B")[edited]
+    assert cuts.feedback(b) == ""  # B is empty: A's numbers no longer show
     b = b.with_block(0, 3, "chosen by hand")
-    assert explains.feedback(b).startswith("**B against the original**")
-    assert explains.h.cut_size(b) == gr.update(value=3)
-    *_, cleared = explains.h.clear_slot(b)
-    assert explains.feedback(cleared) == "" and explains.h.cut_size(cleared) == gr.update()
+    assert cuts.feedback(b).startswith("**B against the original**")
+    assert cut_size(b) == gr.update(value=3)
+    cleared = cuts.clear_slot(b)[edited]
+    assert cuts.feedback(cleared) == "" and cut_size(cleared) == gr.update()
 
 
 def test_a_superseded_release_changes_nothing(visitor, monkeypatch):
-    explains, session = visitor
+    handlers, session = visitor
 
     def superseded(*_args, **_kwargs):
         raise Cancelled("Cancelled: the cut feedback was stopped before it finished.")
 
-    monkeypatch.setattr(explains.h.backend, "cut_feedback", superseded)
-    assert explains.feedback(session.with_block(1, 2, "chosen by hand")) == gr.update()
+    monkeypatch.setattr(handlers.context.backend, "cut_feedback", superseded)
+    assert handlers.cut.feedback(session.with_block(1, 2, "chosen by hand")) == gr.update()
 
 
-def test_after_a_generation_each_column_is_marked_where_it_leaves_the_original(visitor):
-    explains, session = visitor
+def test_after_a_generation_each_column_is_marked_where_it_leaves_the_original(visitor, page):
+    handlers, session = visitor
+    explains, tab = handlers.generate, page.generate
     session = session.with_block(1, 5, "chosen by hand")
-    states = list(explains.h.generate(session, "The quick brown fox", 12, 0, 1, 0))
-    *_shown, answers = states[-1]
+    states = list(explains.generate(session, "The quick brown fox", 12, 0, 1, 0))
+    answers = states[-1][tab.answers]
     assert set(answers) == {"original", "A"}
-    text_a, text_b, figure, caption = explains.divergence(session, "The quick brown fox", 12, answers)
-    report = explains.h.backend.divergence(session.spec, session.variants(), "The quick brown fox",
+    shown = explains.divergence(session, "The quick brown fox", 12, answers)
+    text_a, text_b = (update_of(shown, tab.columns[slot].answer) for slot in "AB")
+    figure, caption = shown[tab.divergence_plot], shown[tab.divergence_md]
+    report = handlers.context.backend.divergence(session.spec, session.variants(), "The quick brown fox",
                                            max_new_tokens=12, answers={"A": answers["A"]})
     column = report.columns["A"]
     assert text_b == gr.update()  # no B
@@ -78,19 +81,24 @@ def test_after_a_generation_each_column_is_marked_where_it_leaves_the_original(v
     assert list(figure.data[0].y) == pytest.approx(list(column.kl)) and len(figure.data) == 1
 
 
-def test_divergence_without_a_cut_or_answers_shows_nothing(visitor):
-    explains, session = visitor
-    *texts, _figure, caption = explains.divergence(session, "Hi", 8, {"original": [1, 2]})
-    assert texts == [gr.update(), gr.update()] and caption == ""
+def test_divergence_without_a_cut_or_answers_shows_nothing(visitor, page):
+    handlers, session = visitor
+    tab = page.generate
+    shown = handlers.generate.divergence(session, "Hi", 8, {"original": [1, 2]})
+    texts = [update_of(shown, tab.columns[slot].answer) for slot in "AB"]
+    assert texts == [gr.update(), gr.update()] and shown[tab.divergence_md] == ""
 
 
-def test_the_logit_lens_shows_the_original_with_the_cut_marked_and_the_cut_model_beside(visitor):
-    explains, session = visitor
-    original, empty = explains.logit_lens(session, "The quick brown fox jumps")
+def test_the_logit_lens_shows_the_original_with_the_cut_marked_and_the_cut_model_beside(visitor, page):
+    handlers, session = visitor
+    lens, tab = handlers.generate.logit_lens, page.generate
+    shown = lens(session, "The quick brown fox jumps")
+    original, empty = shown[tab.lens_original], shown[tab.lens_cut]
     assert list(original.data[0].y) == [-1, 0, 1, 2, 3, 4, 5] and "Choose a cut" in empty.layout.annotations[0].text
     cut = session.with_block(2, 4, "chosen by hand")
-    original, beside = explains.logit_lens(cut, "The quick brown fox jumps")
-    lenses = explains.h.backend.logit_lens(cut.spec, {"A": cut.cut()}, "The quick brown fox jumps", last=12)
+    shown = lens(cut, "The quick brown fox jumps")
+    original, beside = shown[tab.lens_original], shown[tab.lens_cut]
+    lenses = handlers.context.backend.logit_lens(cut.spec, {"A": cut.cut()}, "The quick brown fox jumps", last=12)
     assert list(beside.data[0].y) == [-1, 0, 1, 2, 3, 4, 5]  # the kept layers at their original depth …
     rows = [list(r) for r in lenses["A"].probs]
     assert [list(r) for r in beside.data[0].z] == [*rows[:3], [None] * len(rows[0]), [None] * len(rows[0]), *rows[3:]]

@@ -10,27 +10,29 @@ import pytest
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidInput
 from prune.depth.result import ImportanceResult, blocks_from_layers
-from ui.handlers import Handlers
 from ui.session import Session
+
+from conftest import handlers_on
 
 
 @pytest.fixture
-def handlers():
-    return Handlers(SimpleNamespace(default_calibration=None))
+def handlers(page):
+    return handlers_on(page, SimpleNamespace(default_calibration=None))
 
 
 @pytest.mark.parametrize("event, args", [("set_cut", ([1, 3],)), ("best_block", (3,)), ("named_cut", ("10%",))])
 def test_a_cut_while_a_model_loads_is_a_message(handlers, event, args):
     with pytest.raises(gr.Error, match="still loading"):
-        getattr(handlers, event)(Session().while_loading("org/model"), *args)
+        getattr(handlers.cut, event)(Session().while_loading("org/model"), *args)
 
 
-def test_nothing_of_the_previous_model_shows_while_another_loads(handlers):
-    _range, banner, heat, bars, curve, named, _slot, session = handlers._cut_outputs(
-        Session().while_loading("org/model"))
+def test_nothing_of_the_previous_model_shows_while_another_loads(page):
+    view = page.view
+    shown = view.show(Session().while_loading("org/model"))
+    banner, session = shown[view.banner], shown[view.session]
     assert "Loading org/model" in banner and session.info is None and session.result is None
-    assert not [t for t in heat.data if t.type == "heatmap"] and not bars.data
-    assert named["visible"] is False and curve["visible"] is False
+    assert not [t for t in shown[view.heatmap].data if t.type == "heatmap"] and not shown[view.bars].data
+    assert shown[view.named]["visible"] is False and shown[view.greedy]["visible"] is False
 
 
 def _refusing_backend(**answers):
@@ -54,7 +56,7 @@ def _analyzed(method: str) -> Session:
 
 
 def _analyze(handlers, method, options, remove="layers"):
-    return handlers.analyze(LOADED, method, options, "builtin", "", None, 16, 128, 3, "paper", "auto", remove)
+    return handlers.pick.analyze(LOADED, method, options, "builtin", "", None, 16, 128, 3, "paper", "auto", remove)
 
 
 @pytest.mark.parametrize("method, options, message", [
@@ -68,15 +70,15 @@ def _analyze(handlers, method, options, remove="layers"):
     ("sleb", "max_samples=-1", "max_samples must be a whole number 1…4,096, not -1"),
     ("angular", "token=first", "token must be one of last, mean, not 'first'"),
 ])
-def test_an_option_out_of_its_range_is_refused_before_the_analysis_runs(method, options, message):
-    handlers = Handlers(_refusing_backend(analyze=["max_samples"]))
+def test_an_option_out_of_its_range_is_refused_before_the_analysis_runs(page, method, options, message):
+    handlers = handlers_on(page, _refusing_backend(analyze=["max_samples"]))
     with pytest.raises(gr.Error) as refused:
         _analyze(handlers, method, options)
     assert message in refused.value.message and "ran with" not in refused.value.message
 
 
-def test_options_in_range_reach_the_analysis_as_typed():
-    handlers = Handlers(_refusing_backend(analyze=["max_samples", "num_removals"]))
+def test_options_in_range_reach_the_analysis_as_typed(page):
+    handlers = handlers_on(page, _refusing_backend(analyze=["max_samples", "num_removals"]))
     with pytest.raises(gr.Error, match=r"analyze ran with \{'max_samples': 4096\}"):
         _analyze(handlers, "ppl", "max_samples=4096")
     with pytest.raises(gr.Error, match=r"analyze ran with \{'max_samples': 1, 'num_removals': 3\}"):
@@ -84,15 +86,15 @@ def test_options_in_range_reach_the_analysis_as_typed():
 
 
 @pytest.mark.parametrize("remove", ["attention", "mlp"])
-def test_removing_attention_or_mlp_needs_a_method_that_scores_them_in_analyze_and_best_block(remove):
-    handlers = Handlers(_refusing_backend(analyze=[]))
+def test_removing_attention_or_mlp_needs_a_method_that_scores_them_in_analyze_and_best_block(page, remove):
+    handlers = handlers_on(page, _refusing_backend(analyze=[]))
     what = "attention" if remove == "attention" else "MLP"
     said = "Angular distance (Gromov et al. 2024) scores whole layers only: to remove " \
            f"{what} blocks, analyze with Attention / MLP drop (He et al. 2024)."
     with pytest.raises(gr.Error) as analyzing:
         _analyze(handlers, "angular", "", remove)
     with pytest.raises(gr.Error) as choosing:
-        handlers.best_block(_analyzed("angular"), 3, "paper", remove)
+        handlers.cut.best_block(_analyzed("angular"), 3, "paper", remove)
     assert analyzing.value.message == choosing.value.message == said
     with pytest.raises(gr.Error, match="analyze ran"):  # the sub-layer method scores them: on to the analysis
         _analyze(handlers, "sublayer", "", remove)
@@ -106,33 +108,34 @@ def test_removing_attention_or_mlp_needs_a_method_that_scores_them_in_analyze_an
     ((64, 0, 1, 2**63), "The seed must be 0…4,294,967,295, not 9223372036854775808."),
     ((64, 0, 1, 10**400), "The seed must be a whole number, not 1000000000"),
 ])
-def test_generation_settings_are_checked_before_generating(settings, message):
-    handlers = Handlers(_refusing_backend(generate=["seed"]))
+def test_generation_settings_are_checked_before_generating(page, settings, message):
+    handlers = handlers_on(page, _refusing_backend(generate=["seed"]))
     with pytest.raises(gr.Error) as refused:
-        list(handlers.generate(LOADED, "Hi", *settings))
+        list(handlers.generate.generate(LOADED, "Hi", *settings))
     assert refused.value.message.startswith(message)
 
 
-def test_absurd_limits_and_batch_sizes_are_refused_and_sane_ones_arrive_as_whole_numbers():
-    handlers = Handlers(_refusing_backend(speed=["batch_sizes"], perplexity=["seq_lens", "max_windows"],
-                                          benchmarks=[]))
+def test_absurd_limits_and_batch_sizes_are_refused_and_sane_ones_arrive_as_whole_numbers(page):
+    handlers = handlers_on(page, _refusing_backend(speed=["batch_sizes"], perplexity=["seq_lens", "max_windows"],
+                                                   benchmarks=[]))
+    runs, speeds = handlers.benchmarks, handlers.speed
     with pytest.raises(gr.Error, match=r"Questions per task must be 0…100,000, not 9223372036854775808\."):
-        handlers.benchmarks(LOADED, ["arc_easy"], 2**63, 0)
+        runs.benchmarks(LOADED, ["arc_easy"], 2**63, 0)
     with pytest.raises(gr.Error, match=r"Windows must be 0…100,000, not 9223372036854775808\."):
-        handlers.perplexity(LOADED, "512", 2**63)
+        runs.perplexity(LOADED, "512", 2**63)
     with pytest.raises(gr.Error, match=r"The window must be 2…8,192, not 9223372036854775808\."):
-        handlers.perplexity(LOADED, 2**63, 10)
+        runs.perplexity(LOADED, 2**63, 10)
     with pytest.raises(gr.Error, match=r"perplexity ran with \{'seq_lens': \(512,\), 'max_windows': 10\}"):
-        handlers.perplexity(LOADED, "512", 10)  # the dropdown's choices are strings
+        runs.perplexity(LOADED, "512", 10)  # the dropdown's choices are strings
     with pytest.raises(gr.Error, match=r"A batch size must be a whole number, not 'x'\."):
-        handlers.speed(LOADED, ["1", "x"], 16, 2, 1)
+        speeds.speed(LOADED, ["1", "x"], 16, 2, 1)
     with pytest.raises(gr.Error, match=r"speed ran with \{'batch_sizes': \(1, 8\)\}"):
-        handlers.speed(LOADED, ["8", "1", "8"], 16, 2, 1)
+        speeds.speed(LOADED, ["8", "1", "8"], 16, 2, 1)
 
 
-def test_an_over_long_model_name_is_refused_before_any_load():
-    handlers = Handlers(_refusing_backend(load=[]))
+def test_an_over_long_model_name_is_refused_before_any_load(page):
+    handlers = handlers_on(page, _refusing_backend(load=[]))
     with pytest.raises(gr.Error) as refused:
-        list(handlers.load_model(Session(), "a" * 300, "", False, "auto"))
+        list(handlers.pick.load_model(Session(), "a" * 300, "", False, "auto"))
     assert refused.value.message == ("The model name is too long (300 characters): a Hugging Face id or a folder "
                                      "name has at most 255 characters between slashes.")

@@ -8,39 +8,39 @@ import pytest
 
 from evaluation.serving.backend import Backend
 from prune.healing.step import Heal
-from ui.handlers import Handlers
-from ui.heal_handlers import NO_CHANGE, HealHandlers
 from ui.session import Session
 
-from conftest import tiny_model
+from conftest import handlers_on, tiny_model, update_of
 
 
 @pytest.fixture
-def visitor(tiny_tokenizer, data_dir):
+def visitor(tiny_tokenizer, data_dir, page):
     backend = Backend(data_dir=str(data_dir), device="cpu")
     spec = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama")
-    return HealHandlers(Handlers(backend)), Session().for_model(spec, backend.load(spec))
+    return handlers_on(page, backend).heal, Session().for_model(spec, backend.load(spec))
 
 
-def test_the_curve_grows_and_the_healed_model_fills_the_other_slot(visitor):
+def test_the_curve_grows_and_the_healed_model_fills_the_other_slot(visitor, page):
     heals, session = visitor
+    box, view = page.cut.heal, page.view
+    others = [*view.outputs(), *page.benchmarks.results.outputs()]  # the heal event's outputs beside its own two
     session = session.with_block(1, 3, "chosen by hand")
     outputs = list(heals.heal(session, "last_layers", 3, 0))
     *live, done, measured = outputs
     assert len(live) == 4  # step 0 (before training), then each step
-    for count, (figure, status, *rest) in enumerate(live, start=1):
-        train, held = figure.data
-        assert len(train.x) == count and rest == [gr.update()] * NO_CHANGE
-        assert f"step {count - 1} of 3" in status
-    assert list(live[-1][0].data[1].x) == [0, 3]  # held out before training and at the end (every 10 steps)
-    figure, status, *cut, table, plot = measured
-    new = cut[-1]
+    for count, shown in enumerate(live, start=1):
+        train, held = shown[box.plot].data
+        assert len(train.x) == count and [update_of(shown, c) for c in others] == [gr.update()] * len(others)
+        assert f"step {count - 1} of 3" in shown[box.status]
+    assert list(live[-1][box.plot].data[1].x) == [0, 3]  # held out before training and at the end (every 10 steps)
+    status = measured[box.status]
+    new = measured[view.session]
     assert new.cuts[0] == session.cuts[0] and new.cuts[1] == session.cuts[0].then(Heal.of("last_layers", 3))
     assert new.editing == "A" and "**B is now A healed**: 3 steps" in status
     assert "WikiText-2 *test* perplexity" in status and all(f"{label} **" in status for label in ("original", "A", "B"))
     ppl = {m.model: m.value for m in new.results if m.group == "perplexity"}
     assert set(ppl) == {"original", "A", "B"} and f"B **{ppl['B']:.2f}**" in status
-    assert "healing" in cut[1] and "B" in cut[1]  # the banner describes the healed slot
+    assert "healing" in measured[view.banner] and "B" in measured[view.banner]  # the banner describes the healed slot
 
 
 @pytest.mark.parametrize("cut, args, message", [

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import prune
-from conftest import tiny_model
+from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
@@ -155,27 +155,24 @@ def test_sessions_are_independent_values():
     (True, "give a Hugging Face model id"),
     (False, "the Hugging Face Hub cannot be reached from this server (offline), so it loads only the embedded model")])
 def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(tiny_folder, monkeypatch, reachable,
-                                                                                words):
-    from ui.handlers import Handlers
-
+                                                                                words, page):
     monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: reachable)
     monkeypatch.chdir(Path(tiny_folder).parent)
-    handlers = Handlers(Backend(device="cpu"), SHARED)
+    picks = handlers_on(page, Backend(device="cpu"), SHARED).pick
     local = Path(tiny_folder).name  # a bare name that exists here as a folder
     said = []
     for name in (local, "no-such-org/no-such-model"):
         with pytest.raises(Exception) as refused:
-            list(handlers.load_model(Session(), name, "", False, "auto"))  # the updates it streams, then the error
+            list(picks.load_model(Session(), name, "", False, "auto"))  # the updates it streams, then the error
         said.append(str(refused.value).replace(name, "NAME"))
     assert said[0] == said[1] and "can load" in said[0] and words in said[0]
 
 
-def test_loading_a_12_layer_model_gives_an_index_example_it_has(tmp_path, tiny_tokenizer):
-    from ui.handlers import Handlers
-
+def test_loading_a_12_layer_model_gives_an_index_example_it_has(tmp_path, tiny_tokenizer, page):
     folder = tmp_path / "twelve"
     tiny_model("llama", 12).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
-    *_loading, outputs = Handlers(Backend(device="cpu")).load_model(Session(), str(folder), "", False, "auto")
-    convention, status = outputs[-2:]
+    *_loading, outputs = handlers_on(page, Backend(device="cpu")).pick.load_model(Session(), str(folder), "", False,
+                                                                                   "auto")
+    convention, status = outputs[page.cut.convention], outputs[page.header.analysis_md]
     assert convention.endswith("**[9, 11)** removes layers 9–10, two layers.") and status == "Analyzing…"

@@ -9,47 +9,49 @@ import pytest
 from evaluation.serving.backend import Backend
 from prune.lowrank.step import Decompose
 from ui import plots
-from ui.handlers import Handlers
-from ui.search_handlers import NO_CHANGE, SearchHandlers
 from ui.session import Session
 
-from conftest import REPO, tiny_model
+from conftest import REPO, handlers_on, tiny_model, update_of
 
 LAYERS = 4
 CAL_INPUTS = ("text", (REPO / "assets" / "calibration.txt").read_text()[:4000], None, 4, 32)
 
 
 @pytest.fixture
-def visitor(tiny_tokenizer, data_dir):
+def visitor(tiny_tokenizer, data_dir, page):
     backend = Backend(data_dir=str(data_dir), device="cpu")
     spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
-    return SearchHandlers(Handlers(backend)), Session().for_model(spec, backend.load(spec))
+    return handlers_on(page, backend).search, Session().for_model(spec, backend.load(spec))
 
 
-def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slot(visitor):
+def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slot(visitor, page):
     searches, session = visitor
+    search_box, view = page.cut.search, page.view
+    others = [*view.outputs(), *page.cut.rank_map.outputs()]  # the search event's outputs beside its own two
     outputs = list(searches.rank_search(session, "feature", "wikitext2", 1.0, 10, 1, "", *CAL_INPUTS))
     *live, final = outputs
     assert len(live) == 1 + 7  # the original, then each projection of the last layer
-    for count, (figure, summary, *rest) in enumerate(live, start=1):
-        search, test, *_ = figure.data
-        assert len(search.x) == count and len(rest) == NO_CHANGE and all(r == gr.update() for r in rest)
+    for count, shown in enumerate(live, start=1):
+        search, test, *_ = shown[search_box.plot].data
+        rest = [update_of(shown, c) for c in others]
+        assert len(search.x) == count and len(rest) == 10 and all(r == gr.update() for r in rest)
         assert len(test.x) == (2 if count == 8 else 1)  # the test split: the original, then after the layer
-    assert live[0][1].startswith("Original: WikiText-2 perplexity") and "Layer 3 " in live[-1][1]
-    figure, summary, *cut, box, rank_map = final
-    new_session = cut[-1]
+    assert live[0][search_box.summary].startswith("Original: WikiText-2 perplexity")
+    assert "Layer 3 " in live[-1][search_box.summary]
+    figure, summary, box = final[search_box.plot], final[search_box.summary], final[page.cut.rank_map.box]
+    new_session = final[view.session]
     recipe = new_session.cuts[0]
     step = recipe.steps[0]
     assert isinstance(step, Decompose) and not step.sequential and {layer for layer, _, _ in step.ranks} == {3}
     assert new_session.cuts[1] is None and session.cuts[0] is None  # the visitor's old session is untouched
     assert "Searched:" in summary and "It is now **A**" in summary and box["visible"] is True
-    assert "searched ranks" in cut[1]  # the banner describes it
-    assert searches.h.backend.model(session.spec, recipe) is not None
+    assert "searched ranks" in final[view.banner]  # the banner describes it
+    backend = searches.context.backend
+    assert backend.model(session.spec, recipe) is not None
     # the plot's last search point is the result's parameters and search score
     search = figure.data[0]
-    result_kept = 100 * sum(p.numel() for p in searches.h.backend.model(session.spec, recipe).parameters())
-    assert search.x[-1] == pytest.approx(result_kept / sum(p.numel() for p in
-                                                              searches.h.backend.model(session.spec).parameters()))
+    result_kept = 100 * sum(p.numel() for p in backend.model(session.spec, recipe).parameters())
+    assert search.x[-1] == pytest.approx(result_kept / sum(p.numel() for p in backend.model(session.spec).parameters()))
 
 
 @pytest.mark.parametrize("args, message", [
@@ -64,7 +66,7 @@ def test_bad_input_is_one_line_and_leaves_the_slots(visitor, args, message):
     with pytest.raises(gr.Error) as caught:
         list(searches.rank_search(session, *args, *CAL_INPUTS))
     assert message in str(caught.value) and "\n" not in str(caught.value)
-    assert not searches.h.backend.jobs.busy()
+    assert not searches.context.backend.jobs.busy()
 
 
 def test_the_bound_drawn_is_the_tolerance_by_hand():

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 import prune
-from conftest import tiny_model
+from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
 from evaluation.exports.folder import MARKER
 from evaluation.serving.jobs import Cancelled
@@ -22,7 +22,7 @@ from prune.core.calibration import hub_dataset, load_text
 from prune.core.errors import InvalidInput
 from ui import inputs
 from ui.downloads import Downloads, bound_cache
-from ui.handlers import Handlers
+from ui.handlers import Context
 from ui.session import Session
 
 DEFAULT = prune.Calibration()
@@ -45,17 +45,17 @@ def custom_code_folder(root: Path, marker: Path) -> Path:
     return folder
 
 
-def test_a_shared_server_never_runs_a_visitors_model_code(tmp_path, tiny_tokenizer):
+def test_a_shared_server_never_runs_a_visitors_model_code(tmp_path, tiny_tokenizer, page):
     marker = tmp_path / "code-ran"
     folder = custom_code_folder(tmp_path / "models", marker)
     tiny_tokenizer.save_pretrained(folder)
     shared = inputs.Policy(shared=True, model_root=(tmp_path / "models").resolve())
-    handlers = Handlers(Backend(device="cpu"), shared)
+    picks = handlers_on(page, Backend(device="cpu"), shared).pick
     with pytest.raises(Exception, match="runs no model code") as refused:
-        list(handlers.load_model(Session(), str(folder), "", True, "auto"))
+        list(picks.load_model(Session(), str(folder), "", True, "auto"))
     assert "\n" not in str(refused.value) and not marker.exists()
-    *_, last = handlers.load_model(Session(), str(folder), "", False, "auto")  # unticked: the native Llama code
-    assert "2 layers" in last[0] and not marker.exists()
+    *_, last = picks.load_model(Session(), str(folder), "", False, "auto")  # unticked: the native Llama code
+    assert "2 layers" in last[page.header.model_md] and not marker.exists()
     # The folder's code is live: a personal machine that trusts it runs it (this is what the refusal prevents).
     prune.core.loading.check_model(str(folder), trust_remote_code=True)
     assert marker.read_text() == "ran"
@@ -202,7 +202,7 @@ def test_gradios_cache_stays_under_its_bound_and_keeps_what_is_recent(tmp_path):
 
 def test_a_closed_page_stops_that_visitors_jobs_only(tiny_folder, tmp_path):
     backend = Backend(device="cpu")
-    handlers = Handlers(backend, inputs.Policy(shared=True), downloads=shared_downloads(tmp_path))
+    context = Context(backend, inputs.Policy(shared=True), downloads=shared_downloads(tmp_path))
     stopped, started = {}, threading.Barrier(3)
 
     def job(owner: str) -> None:
@@ -220,7 +220,7 @@ def test_a_closed_page_stops_that_visitors_jobs_only(tiny_folder, tmp_path):
     for thread in threads:
         thread.start()
     started.wait()
-    handlers.page_closed(SimpleNamespace(session_hash="gone"))
+    context.page_closed(SimpleNamespace(session_hash="gone"))
     threads[0].join(timeout=30)
     assert stopped == {"gone": True} and backend.jobs.busy("stays") and not backend.jobs.busy("gone")
     backend.cancel("stays")
@@ -240,7 +240,7 @@ def test_the_page_shows_the_servers_memory_beside_the_variant_budget(tmp_path):
     import psutil
 
     backend = Backend(device="cpu")
-    line = Handlers(backend, inputs.Policy(shared=True), downloads=shared_downloads(tmp_path)).server_memory()
+    line = Context(backend, inputs.Policy(shared=True), downloads=shared_downloads(tmp_path)).server_memory()
     budget = backend.variants.budget_bytes / 2**30
     resident = float(line.split("Server memory: ")[1].split(" GiB")[0])
     assert f"cached 0.00 of {budget:.2f} GiB" in line
@@ -255,11 +255,12 @@ def test_model_names_that_are_no_text_or_no_home_get_one_line(name, message):
 
 
 @pytest.mark.parametrize("method", [None, "nope", "A" * 1000])
-def test_an_unknown_method_is_one_line_before_anything_runs(method, tmp_path):
-    handlers = Handlers(Backend(device="cpu"), inputs.Policy(shared=True), downloads=shared_downloads(tmp_path))
-    for call in (lambda: handlers.method_info(method),
-                 lambda: handlers.analyze(Session(info=SimpleNamespace(num_layers=4)), method, "", "default", "",
-                                          None, 4, 8, 1)):
+def test_an_unknown_method_is_one_line_before_anything_runs(method, tmp_path, page):
+    picks = handlers_on(page, Backend(device="cpu"), inputs.Policy(shared=True),
+                        downloads=shared_downloads(tmp_path)).pick
+    for call in (lambda: picks.method_info(method),
+                 lambda: picks.analyze(Session(info=SimpleNamespace(num_layers=4)), method, "", "default", "",
+                                       None, 4, 8, 1)):
         with pytest.raises(Exception, match="Unknown method") as refused:
             call()
         assert len(str(refused.value)) < 400 and "\n" not in str(refused.value)

@@ -21,21 +21,20 @@ from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 from prune.width.shrink import matching_depth_layers
 from ui import catalog, text
-from ui.handlers import Handlers
 from ui.session import Session
 
-from conftest import REPO, tiny_model
+from conftest import REPO, handlers_on, tiny_model, update_of
 
 LAYERS = 6
 CAL_INPUTS = ("text", (REPO / "assets" / "calibration.txt").read_text()[:4000], None, 4, 32)
 
 
 @pytest.fixture
-def visitor(tiny_tokenizer):
+def visitor(tiny_tokenizer, page):
     """(handlers, session) on a tiny Llama served by a real backend."""
     backend = Backend(data_dir="", device="cpu")
     spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
-    return Handlers(backend), Session().for_model(spec, backend.load(spec))
+    return handlers_on(page, backend), Session().for_model(spec, backend.load(spec))
 
 
 def run(generator) -> list[tuple]:
@@ -43,66 +42,73 @@ def run(generator) -> list[tuple]:
     return list(generator)
 
 
-def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls():
+def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls(page):
     choices = catalog.method_choices()
     names = [name for _label, name in choices]
     assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
     groups = [label.split(" · ")[0] for label, _name in choices]
     assert groups == ["Depth"] * len(prune.METHODS) + ["Width"] * 4 + ["Low-rank"] * 2
 
-    handlers = Handlers(Backend(data_dir="", device="cpu"))
-    about, options, analyze, build, row, level, pattern, versus = handlers.method_info("sparsegpt")
-    assert "SparseGPT" in about and options["interactive"] is False
-    assert (analyze["visible"], build["visible"], row["visible"], pattern["visible"], versus["visible"]) == (
-        False, True, True, True, False)
+    picks, header, steps = handlers_on(page, Backend(data_dir="", device="cpu")).pick, page.header, page.header.steps
+    shown = picks.method_info("sparsegpt")
+    level = shown[steps.level]
+    assert "SparseGPT" in shown[header.method_about] and shown[header.options]["interactive"] is False
+    assert tuple(shown[c]["visible"] for c in (header.analyze_btn, header.build_btn, steps.row, steps.pattern,
+                                               steps.versus_btn)) == (False, True, True, True, False)
     assert level["label"].startswith("Sparsity") and level["maximum"] == 99 and level["value"] == 50
-    *_, level, pattern, versus = handlers.method_info("width")
+    shown = picks.method_info("width")
+    level = shown[steps.level]
     assert level["label"] == "Parameters kept (%)" and level["value"] == 80
-    assert pattern["visible"] is False and versus["visible"] is True
-    about, _options, _analyze, build, _row, level, pattern, versus = handlers.method_info("lowrank-feature")
-    assert "eigenvectors" in about and build["visible"] is True and level["label"] == "Parameters kept (%)"
-    assert pattern["visible"] is False and versus["visible"] is False
-    _about, options, analyze, build, row, *_ = handlers.method_info("angular")
-    assert analyze["visible"] is True and build["visible"] is False and row["visible"] is False
-    assert options["value"] == text.options_text(prune.METHODS["angular"].options)
+    assert shown[steps.pattern]["visible"] is False and shown[steps.versus_btn]["visible"] is True
+    shown = picks.method_info("lowrank-feature")
+    assert "eigenvectors" in shown[header.method_about] and shown[header.build_btn]["visible"] is True
+    assert shown[steps.level]["label"] == "Parameters kept (%)"
+    assert shown[steps.pattern]["visible"] is False and shown[steps.versus_btn]["visible"] is False
+    shown = picks.method_info("angular")
+    assert shown[header.analyze_btn]["visible"] is True and shown[header.build_btn]["visible"] is False
+    assert shown[steps.row]["visible"] is False
+    assert shown[header.options]["value"] == text.options_text(prune.METHODS["angular"].options)
 
 
-def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visitor):
+def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visitor, page):
     handlers, session = visitor
-    first, last = run(handlers.build(session, "wanda", 50, "unstructured", False, *CAL_INPUTS))
-    built = last[-4].cut()
+    view, status, rank_map = page.view, page.header.analysis_md, page.cut.rank_map
+    first, last = run(handlers.steps.build(session, "wanda", 50, "unstructured", False, *CAL_INPUTS))
+    built = last[view.session].cut()
     assert built == Recipe((Sparsify.of("wanda", 0.5, calibration=built.steps[0].calibration),))
-    model = handlers.backend.model(session.spec, built)
-    base = handlers.backend.model(session.spec)
+    backend = handlers.context.backend
+    model = backend.model(session.spec, built)
+    base = backend.model(session.spec)
     owned = own_bytes(model, base)
-    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[-3]  # the estimate before = what it owns after
+    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[status]  # the estimate before = what it owns after
     assert estimated_bytes(base, built) == owned
-    assert first[-4] == gr.update()  # the visitor's session is unchanged until the build succeeds
-    assert f"owns {text.mib(owned)}" in last[-3] and "wanda 50%" in last[-3]
-    assert last[-2]["visible"] is False  # no rank map: nothing was decomposed
-    assert "Wanda, 50 % unstructured sparsity" in last[1] and "zeros are stored densely" in last[1]
+    assert update_of(first, view.session) == gr.update()  # the visitor's session is unchanged until the build succeeds
+    assert f"owns {text.mib(owned)}" in last[status] and "wanda 50%" in last[status]
+    assert last[rank_map.box]["visible"] is False  # no rank map: nothing was decomposed
+    assert "Wanda, 50 % unstructured sparsity" in last[view.banner] and "zeros are stored densely" in last[view.banner]
     assert (model.model.layers[0].mlp.up_proj.weight == 0).float().mean().item() == pytest.approx(0.5)
 
 
-def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(visitor):
+def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(visitor, page):
     handlers, session = visitor
     session = replace(session.with_block(1, 3, "by hand"), editing="B").with_block(2, 4, "by hand")
-    *_, last = run(handlers.build(session, "magnitude", 10, "2:4", True, *CAL_INPUTS))
-    recipe = last[-4].cut("B")
+    *_, last = run(handlers.steps.build(session, "magnitude", 10, "2:4", True, *CAL_INPUTS))
+    recipe = last[page.view.session].cut("B")
     assert recipe.steps == (DepthCut.block(LAYERS, 2, 4), Sparsify.of("magnitude", None, "2:4"))
-    assert last[-4].cut("A") == session.cut("A")  # the other slot is untouched
-    weight = handlers.backend.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
+    assert last[page.view.session].cut("A") == session.cut("A")  # the other slot is untouched
+    weight = handlers.context.backend.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
     assert ((weight.reshape(weight.shape[0], -1, 4) == 0).sum(-1) >= 2).all()
 
 
-def test_width_against_depth_fills_both_slots_with_the_same_size(visitor):
+def test_width_against_depth_fills_both_slots_with_the_same_size(visitor, page):
     handlers, session = visitor
-    result = prune.score(handlers.backend.model(session.spec), handlers.backend._base(session.spec).tokenizer,
+    backend = handlers.context.backend
+    result = prune.score(backend.model(session.spec), backend._base(session.spec).tokenizer,
                          "block_influence", calibration=Calibration(source="text", text=CAL_INPUTS[1], n_samples=4,
                                                                     seq_len=32), use_cache=False)
     session = replace(session, result=result, origin="BI")
-    _first, last = run(handlers.width_vs_depth(session, 80, "block", *CAL_INPUTS))
-    after = last[-4]
+    _first, last = run(handlers.steps.width_vs_depth(session, 80, "block", *CAL_INPUTS))
+    after = last[page.view.session]
     depth, width = after.cut("A"), after.cut("B")
     n = matching_depth_layers(after.info.size, 0.8)
     start, end = result.best_block(n)
@@ -111,33 +117,33 @@ def test_width_against_depth_fills_both_slots_with_the_same_size(visitor):
     sizes = {slot: after.info.num_params - after.info.removed_params(after.cut(slot)) for slot in "AB"}
     layer = max(after.info.layer_params)
     assert abs(sizes["A"] - sizes["B"]) <= layer  # same size, to within one layer
-    built = handlers.backend.model(session.spec, width)
+    built = backend.model(session.spec, width)
     assert sum(p.numel() for p in built.parameters()) == sizes["B"]  # the arithmetic the banner shows is exact
 
 
-def test_bad_width_input_is_one_line_and_keeps_the_session(visitor):
+def test_bad_width_input_is_one_line_and_keeps_the_session(visitor, page):
     handlers, session = visitor
     for method, level, pattern, match in (("wanda", 100, "unstructured", "from 0 to 0.99"),
                                           ("wanda", "lots", "unstructured", "must be a number"),
                                           ("magnitude", 50, "3:3", "pattern"), ("nope", 50, "unstructured",
                                                                                  "not a width method")):
         with pytest.raises(gr.Error, match=match) as err:
-            run(handlers.build(session, method, level, pattern, False, *CAL_INPUTS))
+            run(handlers.steps.build(session, method, level, pattern, False, *CAL_INPUTS))
         assert "\n" not in str(err.value)
     with pytest.raises(gr.Error, match="Analyze with a depth method first"):
-        run(handlers.width_vs_depth(session, 80, "paper", *CAL_INPUTS))
-    status = handlers.analyze(session, "wanda", "", *CAL_INPUTS, 2)[-1]
+        run(handlers.steps.width_vs_depth(session, 80, "paper", *CAL_INPUTS))
+    status = handlers.pick.analyze(session, "wanda", "", *CAL_INPUTS, 2)[page.header.analysis_md]
     assert "press *Build*" in status  # a load followed by its analysis, with a width method picked
 
 
-def test_memory_and_speed_say_what_zeros_cost_here(visitor):
+def test_memory_and_speed_say_what_zeros_cost_here(visitor, page):
     handlers, session = visitor
-    *_, last = run(handlers.build(session, "magnitude", 10, "2:4", False, *CAL_INPUTS))
-    session = last[-4]
+    *_, last = run(handlers.steps.build(session, "magnitude", 10, "2:4", False, *CAL_INPUTS))
+    session = last[page.view.session]
     session = replace(session, editing="B").with_cut(Recipe((Sparsify.of("magnitude", 0.5),)))
-    _table, _plot, note = handlers.memory(session)
+    note = handlers.speed.memory(session)[page.speed.memory_note]
     assert "**A**: 50 % of the decoder layers' linear weights are zero" in note and "no memory saving" in note
-    *_, note = handlers.speed(session, [1], 8, 3, 1)
+    note = handlers.speed.speed(session, [1], 8, 3, 1)[page.speed.speed_note]
     lines = dict(line.split(": ", 1) for line in note.split("  \n"))
     assert "Ampere" in lines["**A**"] and "CPU" in lines["**A**"]
     assert "no kernel skips these zeros" in lines["**B**"]
@@ -172,30 +178,32 @@ def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monk
         asked.update(settings, task=request.names[0], limit=request.limit)
         raise prune.core.errors.InvalidInput("stop here")
 
-    monkeypatch.setattr(handlers.backend, "sparsity_sweep", sweep)
+    monkeypatch.setattr(handlers.context.backend, "sparsity_sweep", sweep)
     with pytest.raises(gr.Error, match="stop here"):
-        handlers.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4)
+        handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4)
     assert asked["levels"] == [0.0, 0.5, 0.9] and asked["methods"] == ["wanda"] and asked["ppl_windows"] == 4
     assert asked["task"] == "arc_easy" and asked["limit"] is None
     with pytest.raises(gr.Error, match="Sparsity levels"):
-        handlers.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4)
+        handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4)
 
 
-def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor):
+def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor, page):
     handlers, session = visitor
-    first, last = run(handlers.build(session, "lowrank-weight", 80, "unstructured", False, *CAL_INPUTS))
-    recipe = last[-4].cut()
+    view, rank_map = page.view, page.cut.rank_map
+    first, last = run(handlers.steps.build(session, "lowrank-weight", 80, "unstructured", False, *CAL_INPUTS))
+    recipe = last[view.session].cut()
     assert recipe == Recipe((Decompose.of("weight", param_ratio=0.8),))
-    model = handlers.backend.model(session.spec, recipe)
-    owned = own_bytes(model, handlers.backend.model(session.spec))
-    assert f"≈ **{text.mib(owned)}**" in first[-3]
-    heat = last[-1].data[0]
+    backend = handlers.context.backend
+    model = backend.model(session.spec, recipe)
+    owned = own_bytes(model, backend.model(session.spec))
+    assert f"≈ **{text.mib(owned)}**" in first[page.header.analysis_md]
+    heat = last[rank_map.plot].data[0]
     after = recipe.size(session.info.size)
-    assert last[-2]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                           "up_proj", "down_proj"]
+    assert last[rank_map.box]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                      "gate_proj", "up_proj", "down_proj"]
     assert [row[0] for row in heat.text] == [str(layer[0].rank) for layer in after.matrices]
     assert sum(p.numel() for p in model.parameters()) == after.total  # the map's arithmetic is the built model's
-    table, _plot, _note = handlers.memory(last[-4])
+    table = handlers.speed.memory(last[view.session])[page.speed.memory_table]
     macs = dict(zip(table["Metric"], zip(table["Original"], table["A"])))
     original, decomposed = (float(str(v).replace(",", "")) for v in macs[next(k for k in macs if "multiply-adds" in k)])
     weights = lambda size: sum(m.params for layer in size.matrices for m in layer)  # noqa: E731

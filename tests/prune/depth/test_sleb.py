@@ -149,13 +149,11 @@ def test_cli_prints_the_steps_and_cuts_the_first_removals(tiny_folder, tmp_path,
     assert config["recipe"]["origin"] == "Greedy removal (SLEB): first 1 greedy removal"
 
 
-def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer):
+def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer, page):
     import json
     from dataclasses import replace
-    from types import SimpleNamespace
 
     from ui import plots
-    from ui.handlers import Handlers
     from ui.plot_view import PlotView
     from ui.session import Session
 
@@ -167,20 +165,22 @@ def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer
     assert f"cut so far: {sorted(order[:2])}" in trace.customdata[2]
     json.dumps(PlotView().postprocess(plots.greedy_curve_figure(result)), allow_nan=False)
 
-    handlers = Handlers(SimpleNamespace(default_calibration=None))
-    _range, _banner, _heat, _bars, shown, named, *_ = handlers._cut_outputs(Session(result=result))
+    view = page.view
+    outputs = view.show(Session(result=result))
+    shown, named = outputs[view.greedy], outputs[view.named]
     assert shown["visible"] is True and shown["value"].data[0].y == tuple(curve)
     assert named["label"] == "Cuts named by Greedy removal (SLEB)" and named["choices"] == list(result.cuts)
     other = replace(result, method="ppl", params={}, cuts={})
-    _range, _banner, _heat, _bars, hidden, named, *_ = handlers._cut_outputs(Session(result=other))
+    outputs = view.show(Session(result=other))
+    hidden, named = outputs[view.greedy], outputs[view.named]
     assert hidden["visible"] is False and named["visible"] is False and "label" not in named
-    assert handlers._cut_outputs(Session())[4]["visible"] is False
+    assert view.show(Session())[view.greedy]["visible"] is False
 
 
-def test_the_app_asks_a_greedy_analysis_for_as_many_steps_as_layers_cut(model, tiny_tokenizer):
+def test_the_app_asks_a_greedy_analysis_for_as_many_steps_as_layers_cut(model, tiny_tokenizer, page):
     from types import SimpleNamespace
 
-    from ui.handlers import Handlers
+    from conftest import handlers_on
     from ui.session import Session
 
     result = run(model, tiny_tokenizer, num_removals=3, protect_ends=False)
@@ -189,9 +189,9 @@ def test_the_app_asks_a_greedy_analysis_for_as_many_steps_as_layers_cut(model, t
                               analyze=lambda spec, method, **kw: asked.append(kw) or result)
     info = SimpleNamespace(num_layers=LAYERS, layer_params=[1] * LAYERS, num_params=LAYERS, name="tiny",
                            removed_params=lambda recipe: len(recipe.depth_cut.layers))
-    handlers = Handlers(backend)
-    outputs = handlers.analyze(Session(info=info), "sleb", "num_removals=2", "default", "", None, 6, 40, 3)
+    picks = handlers_on(page, backend).pick
+    outputs = picks.analyze(Session(info=info), "sleb", "num_removals=2", "default", "", None, 6, 40, 3)
     assert asked[0]["num_removals"] == 3  # raised to the 3 layers cut
-    assert outputs[-2].cut().depth_cut.layers == tuple(sorted(result.params["removal_order"]))
-    handlers.analyze(Session(info=info), "sleb", "max_samples=3", "default", "", None, 6, 40, 2)
+    assert outputs[page.view.session].cut().depth_cut.layers == tuple(sorted(result.params["removal_order"]))
+    picks.analyze(Session(info=info), "sleb", "max_samples=3", "default", "", None, 6, 40, 2)
     assert "num_removals" not in asked[1] and asked[1]["max_samples"] == 3  # the default 8 steps cover 2

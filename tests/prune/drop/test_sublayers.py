@@ -296,10 +296,10 @@ def test_lowest_picks_the_n_smallest_anywhere():
 # ---------------------------------------------------------------- UI and CLI
 
 
-def test_best_n_attention_blocks_fill_the_edited_slot():
+def test_best_n_attention_blocks_fill_the_edited_slot(page):
+    from conftest import handlers_on
     from evaluation.serving.models import ModelSpec
     from ui import plots
-    from ui.handlers import Handlers
     from ui.session import Session
     from ui.text import banner_markdown, column_label
 
@@ -307,8 +307,10 @@ def test_best_n_attention_blocks_fill_the_edited_slot():
     scores = {ATTENTION: np.array([0.5, 0.1, 0.4, 0.05, 0.3, 0.6]), MLP: np.array([0.2, 0.3, 0.1, 0.4, 0.5, 0.6])}
     result = ImportanceResult("sublayer", np.ones((6, 6)), "1 − cos", layer_scores=np.ones(6), sublayer_scores=scores)
     session = Session(spec=ModelSpec("tiny"), info=describe(model, "tiny"), result=result, origin="test")
-    handlers = Handlers(SimpleNamespace(default_calibration=None))
-    slider, banner, _heat, bars, *_rest, session = handlers.best_block(session, 2, "paper", "attention")
+    view = page.view
+    shown = handlers_on(page, SimpleNamespace(default_calibration=None)).cut.best_block(session, 2, "paper",
+                                                                                        "attention")
+    slider, banner, bars, session = shown[view.layer_range], shown[view.banner], shown[view.bars], shown[view.session]
     recipe = session.cut()
     assert recipe.sublayer_drop.attention == (1, 3) and recipe.depth_cut is None
     assert slider["custom"] == []  # the range shows no whole layer cut

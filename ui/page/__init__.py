@@ -1,0 +1,135 @@
+"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search and
+healing), "Generate", "Speed & memory" and "Benchmarks". Each part lays out its components in a dataclass, its
+handlers return updates keyed by those components, and it wires its own events; here they are put together,
+with what spans the page: the numbers after each change of the cut, Stop, the memory line, a closed page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from evaluation.serving.models import ModelSpec
+
+from ui.handlers import Context
+from ui.inputs import Policy
+from ui.page import benchmarks, cut_tab, generate, header, heal, search, speed
+from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
+from ui.page.cut_handlers import CutHandlers
+from ui.page.cut_tab import CutTab
+from ui.page.cut_view import CutView
+from ui.page.events import FEEDBACK
+from ui.page.generate import GenerateHandlers, GenerateTab
+from ui.page.header import Header
+from ui.page.heal import HealHandlers
+from ui.page.pick_handlers import PickHandlers
+from ui.page.search import SearchHandlers
+from ui.page.speed import SpeedHandlers, SpeedTab
+from ui.page.step_handlers import StepHandlers
+from ui.session import Session
+
+MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to it
+# The events after which the edited slot's model changes, and the name of the numbers that follow each
+FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "best", "startup": "startup",
+                  "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
+                  "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
+                  "heal": "heal"}
+# The events that run a job: Stop cancels them
+JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
+        "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
+        "logit_lens", "heal")
+
+
+@dataclass
+class PageHandlers:
+    """Every event handler of the page, by the part it belongs to, sharing one :class:`Context`."""
+
+    context: Context
+    pick: PickHandlers
+    steps: StepHandlers
+    cut: CutHandlers
+    search: SearchHandlers
+    heal: HealHandlers
+    generate: GenerateHandlers
+    speed: SpeedHandlers
+    benchmarks: BenchmarkHandlers
+
+    @classmethod
+    def on(cls, context: Context, page: Page) -> PageHandlers:
+        """Handlers that run on ``context``'s backend and show their results in ``page``'s components."""
+        return cls(context, PickHandlers(context, page), StepHandlers(context, page), CutHandlers(context, page),
+                   SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page))
+
+
+@dataclass
+class Page:
+    """Every component of the page by name, and its handlers."""
+
+    demo: gr.Blocks
+    session: gr.State  # this visitor's Session
+    header: Header
+    cut: CutTab
+    generate: GenerateTab
+    speed: SpeedTab
+    benchmarks: BenchmarksTab
+    view: CutView
+    handlers: PageHandlers | None = None
+
+
+def build_demo(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None) -> gr.Blocks:
+    """The page; ``policy`` says whether this server is shared (default: from the environment)."""
+    return build_page(backend, policy=policy, default_model=default_model).demo
+
+
+def build_page(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None,
+               downloads=None) -> Page:
+    """The page laid out, its handlers on ``backend`` (default: a Backend on this machine's data) and its events
+    wired."""
+    if backend is None:
+        from evaluation.quality.offline_tasks import default_data_dir
+        from evaluation.serving.backend import Backend
+
+        data_dir = default_data_dir()
+        backend = Backend(data_dir=str(data_dir) if data_dir else None)
+    context = Context(backend, policy or Policy.from_env(), default_model, downloads)
+    # Downloads copied into Gradio's cache are removed after an hour (checked every 10 minutes).
+    with gr.Blocks(title="LayerCut", analytics_enabled=False, delete_cache=(600, 3600)) as demo:
+        page = _layout(demo, context)
+        page.handlers = PageHandlers.on(context, page)
+        _wire(page, page.handlers)
+    demo.queue(default_concurrency_limit=1)
+    return page
+
+
+def _layout(demo: gr.Blocks, context: Context) -> Page:
+    session = gr.State(Session())
+    top = Header.layout(context)
+    with gr.Tabs():
+        cut = CutTab.layout(context)
+        generating = GenerateTab.layout()
+        speeds = SpeedTab.layout()
+        benches = BenchmarksTab.layout(context)
+    view = CutView(cut.layer_range, top.banner, cut.heatmap, cut.bars, cut.greedy, cut.named, cut.slot, session)
+    return Page(demo, session, top, cut, generating, speeds, benches, view)
+
+
+def _wire(page: Page, handlers: PageHandlers) -> None:
+    """Each part's events, then what spans the page."""
+    events = {}
+    for part in (header, cut_tab, generate, speed, benchmarks, search, heal):
+        events.update(part.wire(page, handlers))
+    # Every change of the edited slot's model is followed by its numbers against the original (a newer one
+    # supersedes); the first after a startup, a load or an analysis also computes the original's states once.
+    for event, name in FEEDBACK_AFTER.items():
+        events[event].success(handlers.cut.feedback, [page.session], [page.cut.feedback_md],
+                              api_name=f"feedback_after_{name}", **FEEDBACK)
+    running = [events[name] for name in JOBS]
+    for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
+                         (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):
+        # Gradio cancels this visitor's queued events; the handler stops this visitor's running job.
+        button.click(handlers.context.cancel, None, None, api_name=name, cancels=running, queue=False)
+    gr.Timer(MEMORY_REFRESH_S).tick(handlers.context.server_memory, None, page.header.memory_md,
+                                    api_name="server_memory", queue=False, show_progress="hidden")
+    page.demo.unload(handlers.context.page_closed)  # a closed page's jobs stop, whatever kind they are

@@ -1,0 +1,223 @@
+"""The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 perplexity (one results table), the
+cut sweep (every block of K layers measured, the methods ranked by agreement) and the sparsity sweep."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from evaluation.measure.measurement import to_dataframe
+from evaluation.quality import lm_eval_adapter
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from evaluation.sweeps.sparsity import format_table
+from prune.core.errors import InvalidInput
+from prune.sparsity.masks import METHODS as SPARSITY_METHODS
+
+from ui import inputs, plots, text
+from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
+from ui.number_input import NumberInput
+from ui.page.events import DEVICE, by_name, gpu
+from ui.page.theme import EMPTY_TABLE
+from ui.plot_view import PlotView
+from ui.session import Session
+
+
+@dataclass
+class Results:
+    """The session's benchmark and perplexity results: one table, one plot (healing adds its perplexity here)."""
+
+    table: gr.Dataframe
+    plot: PlotView
+
+    def outputs(self) -> list:
+        return [self.table, self.plot]
+
+    def show(self, session: Session) -> dict:
+        found = list(session.results)
+        return {self.table: to_dataframe(found),
+                self.plot: plots.comparison_figure(found, unit=main_unit(found), title="Benchmarks")}
+
+
+@dataclass
+class Sweep:
+    task: gr.Dropdown
+    block_size: NumberInput  # K
+    limit: NumberInput
+    button: gr.Button
+    summary: gr.Markdown
+    plot: PlotView
+    table: gr.Dataframe  # the methods' rank agreement
+
+
+@dataclass
+class SparsitySweep:
+    task: gr.Dropdown
+    levels: gr.Textbox
+    methods: gr.CheckboxGroup
+    limit: NumberInput
+    windows: NumberInput
+    button: gr.Button
+    plot: PlotView
+    table: gr.Markdown
+
+
+@dataclass
+class BenchmarksTab:
+    tasks: gr.CheckboxGroup
+    limit: NumberInput
+    fewshot: NumberInput
+    bench_btn: gr.Button
+    bench_stop: gr.Button
+    ppl_len: gr.Dropdown
+    ppl_windows: NumberInput
+    ppl_btn: gr.Button
+    results: Results
+    sweep: Sweep
+    sparsity: SparsitySweep
+
+    @classmethod
+    def layout(cls, context: Context) -> BenchmarksTab:
+        limit_words = context.policy.limit_words()
+        with gr.Tab("Benchmarks", id="benchmarks"):
+            gr.Markdown(text.BENCH_HELP)
+            with gr.Row(equal_height=True):
+                tasks = gr.CheckboxGroup(list(SUPPORTED_TASKS), value=["arc_easy"], label="Tasks", scale=3,
+                                         elem_id="tasks")
+                with gr.Column(scale=1, min_width=180):
+                    limit = NumberInput(100, label=f"Questions per task ({limit_words})", minimum=0, elem_id="limit")
+                    fewshot = NumberInput(0, label="Few-shot examples", minimum=0)
+            with gr.Row():
+                bench_btn = gr.Button("Run benchmarks", variant="primary", elem_id="bench-btn")
+                bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
+            with gr.Accordion("Perplexity (WikiText-2)", open=False):
+                with gr.Row(equal_height=True):
+                    ppl_len = gr.Dropdown(["128", "512", "2048"], value="512", label="Window (tokens)")
+                    ppl_windows = NumberInput(20, label=f"Windows ({limit_words})", minimum=0)
+                    ppl_btn = gr.Button("Measure perplexity")
+            results = Results(gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
+                                           elem_id="bench-table"),
+                              PlotView(plots.empty_figure("Run a benchmark to compare"), height=420,
+                                       elem_id="bench-plot"))
+            sweep = _sweep(limit_words)
+            sparsity = _sparsity_sweep(limit_words)
+        return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_len, ppl_windows, ppl_btn, results, sweep,
+                   sparsity)
+
+
+def _sweep(limit_words: str) -> Sweep:
+    with gr.Accordion("Cut sweep: measure every block of K layers", open=False):
+        gr.Markdown(text.SWEEP_HELP)
+        with gr.Row(equal_height=True):
+            settings = dict(task=gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task"),
+                            block_size=NumberInput(6, label="Block size K", minimum=1, elem_id="sweep-k"),
+                            limit=NumberInput(50, label=f"Questions ({limit_words})", minimum=0, elem_id="sweep-limit"),
+                            button=gr.Button("Run sweep", variant="primary", elem_id="sweep-btn"))
+        summary = gr.Markdown(elem_id="sweep-summary")
+        with gr.Row():
+            with gr.Column(scale=3):
+                plot = PlotView(plots.empty_figure("Run a sweep to see every cut measured"), height=460,
+                                elem_id="sweep-plot")
+            table = gr.Dataframe(headers=["method", "Spearman ρ"], label="Rank agreement", interactive=False,
+                                 elem_id="sweep-table", scale=1, min_width=280)
+    return Sweep(**settings, summary=summary, plot=plot, table=table)
+
+
+def _sparsity_sweep(limit_words: str) -> SparsitySweep:
+    with gr.Accordion("Sparsity sweep: every sparsity method at each level", open=False):
+        gr.Markdown(text.SPARSITY_SWEEP_HELP)
+        with gr.Row(equal_height=True):
+            settings = dict(
+                task=gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task"),
+                levels=gr.Textbox("0, 10, 50, 90, 99", label="Sparsity levels (%)", elem_id="sparse-levels"),
+                methods=gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"], label="Methods",
+                                         elem_id="sparse-methods"),
+                limit=NumberInput(50, label=f"Questions ({limit_words})", minimum=0, elem_id="sparse-limit"),
+                windows=NumberInput(16, label="Perplexity windows (512 tokens)", minimum=1, elem_id="sparse-windows"),
+                button=gr.Button("Run sparsity sweep", variant="primary", elem_id="sparse-btn"))
+        plot = PlotView(plots.empty_figure("Run a sparsity sweep to see each method's curve"), height=420,
+                        elem_id="sparse-plot")
+        table = gr.Markdown(elem_id="sparse-table")
+    return SparsitySweep(**settings, plot=plot, table=table)
+
+
+class BenchmarkHandlers:
+    def __init__(self, context: Context, page):
+        self.context, self.tab, self.session = context, page.benchmarks, page.session
+
+    @user_errors
+    def benchmarks(self, session: Session, tasks: list, limit, num_fewshot, request: gr.Request = None,
+                   progress=gr.Progress()):
+        need_model(session)
+        if not tasks:
+            raise InvalidInput("Choose at least one benchmark task.")
+        backend = self.context.backend
+        task_request = lm_eval_adapter.check_request(
+            list(tasks), limit=self.context.policy.limit(limit, "Questions per task"),
+            num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0, maximum=25),
+            data_dir=backend.data_dir)
+        found = backend.benchmarks(session.spec, session.variants(), task_request, progress=reporter(progress),
+                                   owner=owner(request))
+        return self._results_shown(session.with_results(found))
+
+    @user_errors
+    def perplexity(self, session: Session, seq_len, max_windows, request: gr.Request = None, progress=gr.Progress()):
+        need_model(session)
+        found = self.context.backend.perplexity(
+            session.spec, session.variants(),
+            seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),),
+            max_windows=self.context.policy.limit(max_windows, "Windows"), progress=reporter(progress),
+            owner=owner(request))
+        return self._results_shown(session.with_results(found))
+
+    def _results_shown(self, session: Session) -> dict:
+        return {**self.tab.results.show(session), self.session: session}
+
+    @user_errors
+    def sweep(self, session: Session, task: str, block_size, limit, request: gr.Request = None,
+              progress=gr.Progress()):
+        """Measure every cut of K layers on one task, and rank the methods by agreement with it."""
+        info = need_model(session)
+        backend = self.context.backend
+        size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=info.num_layers - 1)
+        task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
+                                                     data_dir=backend.data_dir)
+        report = backend.sweep(session.spec, task_request, size, calibration=self.context.default_calibration,
+                               progress=reporter(progress), owner=owner(request))
+        rows = [[method, None if rho != rho else round(rho, 3)]
+                for method, rho in sorted(report.agreement.items(), key=lambda kv: -(kv[1] if kv[1] == kv[1] else -2))]
+        rows += [[method, "failed"] for method in report.failed]
+        sweep = self.tab.sweep
+        return {sweep.plot: plots.sweep_figure(report), sweep.table: rows, sweep.summary: text.sweep_summary(report)}
+
+    @user_errors
+    def sparsity_sweep(self, session: Session, task: str, levels: str, methods: list, limit, windows,
+                       request: gr.Request = None, progress=gr.Progress()):
+        """One task's metric and WikiText-2 perplexity at each sparsity level, per method (each point cached)."""
+        need_model(session)
+        backend = self.context.backend
+        task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
+                                                     data_dir=backend.data_dir)
+        result = backend.sparsity_sweep(
+            session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
+            calibration=self.context.default_calibration,
+            ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+            progress=reporter(progress), owner=owner(request))
+        sparsity = self.tab.sparsity
+        return {sparsity.plot: plots.sparsity_sweep_figure(result), sparsity.table: format_table(result)}
+
+
+def wire(page, handlers) -> dict:
+    tab = page.benchmarks
+    runs, session, results = handlers.benchmarks, page.session, [*tab.results.outputs(), page.session]
+    bench = tab.bench_btn.click(gpu(runs.benchmarks), [session, tab.tasks, tab.limit, tab.fewshot], results,
+                                api_name="benchmarks", **DEVICE)
+    ppl = tab.ppl_btn.click(gpu(runs.perplexity), [session, tab.ppl_len, tab.ppl_windows], results,
+                            api_name="perplexity", **DEVICE)
+    sweep = tab.sweep.button.click(gpu(runs.sweep), [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit],
+                                   [tab.sweep.plot, tab.sweep.table, tab.sweep.summary], api_name="sweep", **DEVICE)
+    sparse = tab.sparsity
+    sparse_sweep = sparse.button.click(gpu(runs.sparsity_sweep), [session, sparse.task, sparse.levels, sparse.methods,
+                                                                   sparse.limit, sparse.windows],
+                                       [sparse.plot, sparse.table], api_name="sparsity_sweep", **DEVICE)
+    return by_name(bench, ppl, sweep, sparse_sweep)

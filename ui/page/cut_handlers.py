@@ -1,0 +1,145 @@
+"""The "Analyze & cut" tab's events: which slot is edited, the cut by range, heatmap cell, preset or name, the
+best block's stability, the numbers beside the range, and the export."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+
+from evaluation.serving.jobs import Cancelled
+from prune.core.errors import InvalidInput, quoted
+from prune.core.recipe import Recipe
+from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
+
+from ui import inputs, text
+from ui.handlers import Context, need_model, owner, reporter, user_errors
+from ui.range_control import parse_range
+from ui.session import SLOTS, Session
+
+
+class CutHandlers:
+    """Each event that changes the edited slot's cut shows the view of the new session."""
+
+    def __init__(self, context: Context, page):
+        self.context, self.view, self.export_box = context, page.view, page.cut.export
+
+    @user_errors
+    def edit_slot(self, session: Session, slot: str):
+        """Choose which compressed model (A or B) the range, the heatmap and the presets edit."""
+        if slot not in SLOTS:
+            raise InvalidInput(f"Choose one of {', '.join(SLOTS)}.")
+        return self.view.show(replace(session, editing=slot))
+
+    @user_errors
+    def clear_slot(self, session: Session):
+        """Compare one compressed model fewer: the edited slot goes empty."""
+        return self.view.show(session.with_cut(None))
+
+    @user_errors
+    def set_cut(self, session: Session, value):
+        """Cut the block ``value = [start, end]`` (end exclusive) in the edited slot."""
+        info = need_model(session)
+        start, end = parse_range(value, info.num_layers)
+        return self.view.show(session.with_block(start, end, "chosen by hand"))
+
+    @user_errors
+    def select_cell(self, session: Session, evt: gr.EventData):
+        """A heatmap click at (start, block size) selects that block."""
+        info = need_model(session)
+        try:
+            start, size = int(evt.x), int(evt.y)
+        except (AttributeError, TypeError, ValueError):
+            raise InvalidInput("Click a cell of the heatmap to select its block.") from None
+        start, end = parse_range([start, start + size], info.num_layers)
+        return self.view.show(session.with_block(start, end, f"{session.origin}: heatmap cell"))
+
+    @user_errors
+    def best_block(self, session: Session, size, selection: str = "paper", remove: str = LAYERS):
+        """The N layers the analysis picks (as its paper does, or the best contiguous block) in the edited slot;
+        with ``remove`` = "attention" / "mlp", its N most removable such blocks."""
+        need_model(session)
+        if session.result is None:
+            raise InvalidInput("Analyze first: the choice comes from the importance scores.")
+        remove = check_remove(remove, session.result.method)
+        size = inputs.whole_number(size, "The number of layers", minimum=1, maximum=session.info.num_layers - 1)
+        return self.view.show(session.with_cut(chosen_recipe(session.result, size, check_selection(selection),
+                                                             session.origin, remove=remove)))
+
+    @user_errors
+    def named_cut(self, session: Session, name: str):
+        """A named cut of the analysis (e.g. persistence "10%"), contiguous or not."""
+        need_model(session)
+        if session.result is None or name not in (session.result.cuts or {}):
+            raise InvalidInput(f"No cut named {quoted(name)} in this analysis.")
+        recipe = Recipe.cut(session.info.num_layers, session.result.cuts[name], origin=f"{session.origin}: {name} cut")
+        if 2 * len(recipe.depth_cut.layers) > session.info.num_layers:
+            gr.Warning(f"The {name} cut removes more than half of the layers "
+                       f"({len(recipe.depth_cut.layers)} of {session.info.num_layers}).")
+        return self.view.show(session.with_cut(recipe))
+
+    @user_errors
+    def stability(self, session: Session, block_size, resamples, request: gr.Request = None, progress=gr.Progress()):
+        """How often the analysis's best block of N wins over bootstrap resamples of the calibration windows."""
+        info = need_model(session)
+        if session.result is None:
+            raise InvalidInput("Analyze first: stability re-scores the analysis on resampled calibration windows.")
+        size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=info.num_layers - 1)
+        found = self.context.backend.stability(
+            session.spec, session.result.method, size, calibration=session.calibration,
+            resamples=inputs.whole_number(resamples, "Resamples", minimum=2, maximum=200),
+            progress=reporter(progress), owner=owner(request), **dict(session.options))
+        return text.stability_markdown(found)
+
+    @user_errors
+    def feedback(self, session: Session, request: gr.Request = None):
+        """The edited slot's model against the original on a small fixed slice: agreement, KL and perplexity.
+
+        A newer release of the same visitor supersedes this one: it then changes nothing.
+        """
+        recipe = session.cut()
+        if session.info is None or session.loading or recipe is None:
+            return ""
+        try:
+            found = self.context.backend.cut_feedback(session.spec, recipe, owner=owner(request))
+        except Cancelled:
+            return gr.update()  # a newer release (or Stop) took over: its own numbers will show
+        how = "resumed from layer {}".format(found.resumed_at) if found.resumed else "the whole model run"
+        took = "cached" if found.cached else f"{found.seconds:.1f} s, {how}"
+        return (f"**{session.editing} against the original** on {found.tokens} next tokens of the calibration text: "
+                f"**{found.summary()}** · {took}")
+
+    @user_errors
+    def export(self, session: Session, folder: str, request: gr.Request = None, progress=gr.Progress()):
+        """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files.
+
+        On a shared server the folder is the visitor's own (see ``ui.downloads``) and named by its name only.
+        """
+        from evaluation.exports import texts as export_texts, folder as exports
+
+        need_model(session)
+        recipe = session.cut()
+        if recipe is None:
+            raise InvalidInput(f"Choose a cut for {session.editing} first: there is nothing to export yet.")
+        name = exports.check_export_name((folder or "").strip()
+                                         or export_texts.default_export_name(session.info.name, recipe))
+        scores = [m for m in session.results if m.model in ("original", session.editing)]
+        backend, downloads, shared = self.context.backend, self.context.downloads, self.context.policy.shared
+        path = backend.export(session.spec, recipe, downloads.folder(owner(request)) / name, scores=scores,
+                              progress=reporter(progress), owner=owner(request))
+        downloads.tidy(keep=path)
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        size = sum(p.stat().st_size for p in files)
+        where = f"as `{path.name}`" if shared else f"to `{path}`"
+        tools = (", a mergekit config and the llama.cpp `--prune-layers` argument"
+                 if (path / export_texts.MERGEKIT_FILE).exists() else "")
+        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card{tools}: "
+                   "`AutoModelForCausalLM.from_pretrained` loads it.")
+        box = self.export_box
+        if downloads.offered(size):
+            return {box.status: message, box.files: [str(p) for p in files]}
+        if shared:  # nobody could ever fetch it
+            exports.remove_export(path)
+            raise InvalidInput(f"This export takes {size / 2**30:.2f} GiB: more than this server offers for "
+                               "download. Export a smaller model, or run LayerCut on your own machine.")
+        return {box.status: message + " It is too large to offer for download here.", box.files: None}

@@ -1,0 +1,120 @@
+"""The "Analyze & cut" tab: the edited slot, the layer range, the heatmap, the presets (N layers, which, what to
+remove), stability, the named cuts, the per-layer views, the export, and the rank search and healing below."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from prune.depth.selection import SELECTIONS
+
+from ui import text
+from ui.number_input import NumberInput, SliderInput
+from ui.page.cut_view import RankMap
+from ui.page.events import DEVICE, LIGHT, by_name, gpu
+from ui.page.heal import HealBox
+from ui.page.search import SearchBox
+from ui.plot_view import PlotView
+from ui.range_control import LayerRange
+from ui.session import SLOTS
+
+
+@dataclass
+class Export:
+    folder: gr.Textbox
+    button: gr.Button
+    status: gr.Markdown
+    files: gr.File
+
+
+@dataclass
+class CutTab:
+    slot: gr.Radio
+    clear_btn: gr.Button
+    layer_range: LayerRange
+    feedback_md: gr.Markdown  # the edited slot's numbers against the original
+    convention: gr.Markdown  # how a block's indices read
+    heatmap: PlotView
+    block_size: SliderInput
+    selection: gr.Radio
+    remove: gr.Radio
+    best_btn: gr.Button
+    resamples: NumberInput
+    stability_btn: gr.Button
+    stability_md: gr.Markdown
+    named: gr.Radio
+    bars: PlotView
+    greedy: PlotView
+    rank_map: RankMap
+    export: Export
+    search: SearchBox
+    heal: HealBox
+
+    @classmethod
+    def layout(cls, context) -> CutTab:
+        with gr.Tab("Analyze & cut", id="cut"):
+            with gr.Row(equal_height=True):
+                slot = gr.Radio([(f"Cut {s}", s) for s in SLOTS], value=SLOTS[0], scale=3, elem_id="slot",
+                                label="Which compressed model the range, the heatmap and the presets edit")
+                clear_btn = gr.Button("Clear this cut", scale=1, min_width=140, elem_id="clear-cut")
+            layer_range = LayerRange(elem_id="layer-range")
+            feedback_md = gr.Markdown(elem_id="cut-feedback")
+            convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
+            with gr.Row():
+                with gr.Column(scale=2):
+                    heatmap = PlotView(height=520, elem_id="heatmap")
+                    gr.Markdown(text.HEATMAP_HELP)
+                with gr.Column(scale=1):
+                    side = _side_column()
+            search = SearchBox.layout(context)
+            heal = HealBox.layout()
+        return cls(slot=slot, clear_btn=clear_btn, layer_range=layer_range, feedback_md=feedback_md,
+                   convention=convention, heatmap=heatmap, **side, search=search, heal=heal)
+
+
+def _side_column() -> dict:
+    """The column beside the heatmap: the presets, stability, the named cuts, the per-layer views, the export."""
+    with gr.Group():
+        block_size = SliderInput(1, 29, value=5, step=1, label="N layers to cut", elem_id="block-size")
+        selection = gr.Radio([(words, name) for name, words in SELECTIONS.items()], value="paper",
+                             label="Which N layers", elem_id="selection")
+        remove = gr.Radio(text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
+        best_btn = gr.Button("Select the N layers", elem_id="best-btn")
+    with gr.Group():
+        with gr.Row(equal_height=True):
+            resamples = NumberInput(20, label="Bootstrap resamples", minimum=2, scale=1)
+            stability_btn = gr.Button("How stable is the best block of N?", scale=2, elem_id="stability-btn")
+        stability_md = gr.Markdown(text.STABILITY_HELP, elem_id="stability")
+    named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
+    bars = PlotView(height=300, elem_id="layer-bars")
+    greedy = PlotView(height=300, elem_id="greedy-curve", visible=False)
+    with gr.Column(visible=False) as rank_box:
+        rank_map = RankMap(rank_box, PlotView(height=520, elem_id="rank-map"))
+    with gr.Accordion("Export the cut model", open=False):
+        export = Export(folder=gr.Textbox(label="Folder name (empty: <model>-minus-<n>-layers)"),
+                        button=gr.Button("Save as a Hugging Face checkpoint"), status=gr.Markdown(),
+                        files=gr.File(label="Download", file_count="multiple"))
+    return dict(block_size=block_size, selection=selection, remove=remove, best_btn=best_btn, resamples=resamples,
+                stability_btn=stability_btn, stability_md=stability_md, named=named, bars=bars, greedy=greedy,
+                rank_map=rank_map, export=export)
+
+
+def wire(page, handlers) -> dict:
+    """The tab's own events (the rank search and healing wire theirs), by api name."""
+    tab = page.cut
+    cuts, session, cut_outputs = handlers.cut, page.session, page.view.outputs()
+    slot = tab.slot.input(cuts.edit_slot, [session, tab.slot], cut_outputs, api_name="edit_slot", **LIGHT)
+    clear = tab.clear_btn.click(cuts.clear_slot, [session], cut_outputs, api_name="clear_cut", **LIGHT)
+    release = tab.layer_range.release(cuts.set_cut, [session, tab.layer_range], cut_outputs, api_name="set_cut",
+                                      **LIGHT)
+    click = tab.heatmap.point_click(cuts.select_cell, [session], cut_outputs, api_name="select_cell", **LIGHT)
+    best = tab.best_btn.click(cuts.best_block, [session, tab.block_size, tab.selection, tab.remove], cut_outputs,
+                              api_name="best_block", **LIGHT)
+    named = tab.named.input(cuts.named_cut, [session, tab.named], cut_outputs, api_name="named_cut", **LIGHT)
+    stability = tab.stability_btn.click(gpu(cuts.stability), [session, tab.block_size, tab.resamples],
+                                        [tab.stability_md], api_name="stability", show_progress_on=[tab.stability_md],
+                                        **DEVICE)
+    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder], [tab.export.status, tab.export.files],
+                            api_name="export", show_progress_on=[tab.export.status], **DEVICE)
+    return by_name(slot, clear, release, click, best, named, stability)

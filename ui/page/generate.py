@@ -1,0 +1,174 @@
+"""The "Generate" tab: every compared model's answer to one prompt, streamed side by side; then where each
+compressed answer leaves the original's, and the logit lens (see :meth:`Backend.divergence`, ``logit_lens``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from ui import inputs, plots, text
+from ui.handlers import Context, need_model, owner, reporter, user_errors
+from ui.number_input import NumberInput, SliderInput
+from ui.page.events import DEVICE, by_name, gpu
+from ui.plot_view import PlotView
+from ui.session import SLOTS, Session
+
+COLUMNS = ("original", *SLOTS)
+MARK = " ⟦▶ leaves the original here⟧ "
+LENS_POSITIONS = 12  # the prompt's last positions the logit lens shows (readable on a projector)
+
+
+@dataclass
+class Column:
+    """One model's answer and its speed."""
+
+    answer: gr.Textbox
+    stats: gr.Markdown
+
+
+@dataclass
+class GenerateTab:
+    prompt: gr.Textbox
+    gen_btn: gr.Button
+    gen_stop: gr.Button
+    max_new: SliderInput
+    temperature: SliderInput
+    top_p: SliderInput
+    seed: NumberInput
+    columns: dict[str, Column]  # "original", "A", "B"
+    answers: gr.State  # the last generation's token ids per column
+    divergence_md: gr.Markdown
+    divergence_plot: PlotView
+    lens_btn: gr.Button
+    lens_original: PlotView
+    lens_cut: PlotView
+
+    @classmethod
+    def layout(cls) -> GenerateTab:
+        with gr.Tab("Generate", id="generate"):
+            with gr.Row(equal_height=True):
+                prompt = gr.Textbox(text.EXAMPLE_PROMPTS[0], label="Prompt", lines=2, scale=4, elem_id="prompt")
+                with gr.Column(scale=1, min_width=160):
+                    gen_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                    gen_stop = gr.Button("Stop", variant="stop", size="sm")
+            gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
+            with gr.Accordion("Sampling", open=False):
+                with gr.Row():
+                    sampling = dict(max_new=SliderInput(8, 512, value=64, step=8, label="Max new tokens"),
+                                    temperature=SliderInput(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)"),
+                                    top_p=SliderInput(0.05, 1, value=1, step=0.05, label="Top-p"),
+                                    seed=NumberInput(0, label="Seed"))
+            with gr.Row(equal_height=True):
+                columns = {label: _column(label) for label in COLUMNS}
+            answers = gr.State({})
+            divergence_md = gr.Markdown(elem_id="divergence")
+            divergence_plot = PlotView(plots.empty_figure("Generate with a cut to see where the answers part"),
+                                       height=300, elem_id="divergence-strip")
+            with gr.Accordion("Logit lens: the top next token each layer already predicts, for this prompt",
+                              open=False, elem_id="lens-box"):
+                gr.Markdown(text.LOGIT_LENS_HELP)
+                lens_btn = gr.Button("Show the logit lens", elem_id="lens-btn")
+                with gr.Row():
+                    lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
+                                             elem_id="lens-original")
+                    lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760, elem_id="lens-cut")
+        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, **sampling, columns=columns, answers=answers,
+                   divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
+                   lens_original=lens_original, lens_cut=lens_cut)
+
+    def answer_outputs(self) -> list:
+        """The generation's outputs: every column's answer and stats, then the answers' token ids."""
+        return [*(part for column in self.columns.values() for part in (column.answer, column.stats)), self.answers]
+
+
+def _column(label: str) -> Column:
+    title = "Original model" if label == "original" else f"{label}: cut"
+    with gr.Column(min_width=220):
+        return Column(gr.Textbox(label=title, lines=9, max_lines=20, interactive=False, elem_id=f"out-{label}",
+                                 elem_classes="gen-out"),
+                      gr.Markdown(elem_id=f"stats-{label}"))
+
+
+class GenerateHandlers:
+    """Generation and what explains it: the answers, where they part, the logit lens."""
+
+    def __init__(self, context: Context, page):
+        self.context, self.tab = context, page.generate
+
+    @user_errors
+    def generate(self, session: Session, prompt: str, max_new_tokens, temperature, top_p, seed,
+                 request: gr.Request = None, progress=gr.Progress()):
+        """Stream every compared model's answer to the same prompt, side by side; last, the answers' token ids."""
+        need_model(session)
+        prompt = inputs.prompt(prompt, self.context.policy)
+        settings = dict(max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
+                        temperature=inputs.real_number(temperature, "Temperature", minimum=0, maximum=5),
+                        top_p=inputs.real_number(top_p, "Top-p", minimum=0, maximum=1),
+                        seed=inputs.whole_number(seed, "The seed", minimum=0, maximum=inputs.LARGEST_SEED))
+        variants = session.variants()
+        for state in self.context.backend.generate(session.spec, variants, prompt, progress=reporter(progress),
+                                                   owner=owner(request), **settings):
+            shown = {}
+            for label, column in self.tab.columns.items():
+                side = state.get(label)
+                empty = f"(no {label} cut: choose one under Analyze & cut → Cut {label})"
+                shown[column.answer] = gr.update(value=side["text"] if side else empty,
+                                                 label=text.column_label(label, variants))
+                shown[column.stats] = text.generation_stats(side)
+            shown[self.tab.answers] = {label: side["token_ids"] for label, side in state.items()}  # for explaining
+            yield shown
+
+    @user_errors
+    def divergence(self, session: Session, prompt: str, max_new_tokens, answers: dict | None,
+                   request: gr.Request = None, progress=gr.Progress()):
+        """After a generation: each compressed column marked where its answer leaves the original's greedy one,
+        and, teacher-forced on that answer, each column's per-token KL strip and top-1 agreement."""
+        need_model(session)
+        tab, variants = self.tab, session.variants()
+        if not variants or not answers:
+            return {tab.divergence_plot: plots.empty_figure("Generate with a cut to see where the answers part"),
+                    tab.divergence_md: ""}
+        report = self.context.backend.divergence(
+            session.spec, variants, inputs.prompt(prompt, self.context.policy),
+            max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
+            answers={label: ids for label, ids in answers.items() if label in variants},
+            progress=reporter(progress), owner=owner(request))
+        shown = {tab.divergence_plot: plots.divergence_figure(report), tab.divergence_md: text.divergence_markdown(report)}
+        for slot in SLOTS:
+            column = report.columns.get(slot)
+            if column is not None and column.first is not None:
+                shown[tab.columns[slot].answer] = gr.update(value=column.parts[0] + MARK + column.parts[1])
+        return shown
+
+    @user_errors
+    def logit_lens(self, session: Session, prompt: str, request: gr.Request = None, progress=gr.Progress()):
+        """The logit lens of the original (the edited slot's removed layers marked) and of the edited slot's model."""
+        need_model(session)
+        recipe = session.cut()
+        variants = {session.editing: recipe} if recipe is not None else {}
+        lenses = self.context.backend.logit_lens(session.spec, variants, inputs.prompt(prompt, self.context.policy),
+                                                 last=LENS_POSITIONS, progress=reporter(progress), owner=owner(request))
+        original = plots.logit_lens_figure(lenses["original"], "Original: the top next token after each layer")
+        if recipe is None:
+            beside = plots.empty_figure(f"Choose a cut for {session.editing} to see its lens beside")
+        else:
+            beside = plots.logit_lens_figure(lenses[session.editing],
+                                             f"{session.editing} ({recipe.short()}): the layers it kept")
+        return {self.tab.lens_original: original, self.tab.lens_cut: beside}
+
+
+def wire(page, handlers) -> dict:
+    tab = page.generate
+    generating, session = handlers.generate, page.session
+    # The streaming text is the progress; "minimal" still shows a waiting visitor its place in the queue.
+    generate = gr.on([tab.gen_btn.click, tab.prompt.submit], gpu(generating.generate),
+                     [session, tab.prompt, tab.max_new, tab.temperature, tab.top_p, tab.seed], tab.answer_outputs(),
+                     api_name="generate", show_progress="minimal", **DEVICE)
+    divergence = generate.success(
+        gpu(generating.divergence), [session, tab.prompt, tab.max_new, tab.answers],
+        [*(tab.columns[slot].answer for slot in SLOTS), tab.divergence_plot, tab.divergence_md],
+        api_name="divergence", show_progress_on=[tab.divergence_md], **DEVICE)
+    lens = tab.lens_btn.click(gpu(generating.logit_lens), [session, tab.prompt], [tab.lens_original, tab.lens_cut],
+                              api_name="logit_lens", **DEVICE)
+    return by_name(generate, divergence, lens)

@@ -1,0 +1,117 @@
+"""The header's pick events: the page opening on the default model, loading another, a method's description and
+controls, and the analysis that scores every block."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+
+import prune
+from prune.core.errors import ModelNotFound
+from prune.depth.methods import options_for_cut
+from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
+
+from ui import catalog, inputs, text
+from ui.handlers import Context, default_block_size, need_model, owner, reporter, user_errors
+from ui.session import Session
+
+
+class PickHandlers:
+    """Model and method: what the header's buttons and pickers do to the edited slot and the status line."""
+
+    def __init__(self, context: Context, page):
+        self.context = context
+        self.header, self.view, self.cut = page.header, page.view, page.cut
+
+    @user_errors
+    def startup(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
+        """Page opened: this server's default model analyzed by ``method``, its best block of a tenth as A.
+
+        A demo then needs no clicks to reach the heatmap; analyses are cached on disk, so a
+        second visit is instant.
+        """
+        backend, calibration = self.context.backend, self.context.default_calibration
+        spec = session.spec or self.context.default_model
+        info = backend.load(spec, progress=reporter(progress), owner=owner(request))
+        session = session if session.spec == spec else Session().for_model(spec, info)
+        size = default_block_size(info.num_layers)
+        session, status = self._analyze(session, method, {}, calibration, size, "paper", request, progress)
+        found = backend.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
+                                  owner=owner(request))  # seconds for angular
+        return {self.header.model: gr.update(value=spec.name), **self._model_shown(info, session),
+                self.header.analysis_md: status, self.cut.stability_md: text.stability_markdown(found)}
+
+    @user_errors
+    def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
+                   request: gr.Request = None, progress=gr.Progress()):
+        """Load a model (empty = the embedded default) for this visitor.
+
+        Nothing of the previous model shows while it loads; a failure shows the previous model again.
+        """
+        spec = inputs.model_spec(name, token, trust_remote_code, dtype, self.context.policy)
+        status = self.header.analysis_md
+        yield {**self.view.show(session.while_loading(spec.name)), status: f"Loading {spec.name}…"}
+        try:
+            info = self.context.backend.load(spec, progress=reporter(progress), owner=owner(request))
+        except Exception as err:
+            yield {**self.view.show(session), status: text.analysis_status(session.result) if session.result else ""}
+            if isinstance(err, ModelNotFound) and self.context.policy.shared:  # the same words, folder or not
+                raise inputs.shared_not_found(spec.name) from None
+            raise
+        yield {**self._model_shown(info, session.for_model(spec, info)), status: "Analyzing…"}
+
+    def _model_shown(self, info, session: Session) -> dict:
+        """The model's line, its N-layers slider and index convention, and the view of ``session``."""
+        return {self.header.model_md: text.model_markdown(info),
+                self.cut.block_size: gr.update(maximum=max(1, info.num_layers - 1),
+                                               value=default_block_size(info.num_layers)),
+                **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers)}
+
+    @user_errors
+    def method_info(self, method: str):
+        """The method's description and default options; a step method (width, sparsity, low rank) shows its
+        level, pattern and Build instead of Analyze."""
+        header, steps = self.header, self.header.steps
+        step = catalog.is_step_method(catalog.check_method(method))
+        if step:
+            about, options = catalog.step_markdown(method), ""
+        else:
+            spec = prune.METHODS[method]
+            about, options = text.method_markdown(spec), text.options_text(spec.options)
+        shown = {header.method_about: about, header.options: gr.update(value=options, interactive=not step),
+                 header.analyze_btn: gr.update(visible=not step), header.build_btn: gr.update(visible=step),
+                 steps.row: gr.update(visible=step),
+                 steps.pattern: gr.update(visible=step and catalog.choice(method).patterns),
+                 steps.versus_btn: gr.update(visible=method == catalog.WIDTH)}
+        if step:
+            shown[steps.level] = gr.update(**catalog.level_slider(method))
+        return shown
+
+    @user_errors
+    def analyze(self, session: Session, method: str, options: str, source: str, detail: str, upload, samples,
+                seq_len, block_size, selection: str = "paper", bos: str = "auto", remove: str = LAYERS,
+                request: gr.Request = None, progress=gr.Progress()):
+        """Score every block with ``method``, then put ``block_size`` layers it picks in the edited slot."""
+        info = need_model(session)
+        if catalog.is_step_method(catalog.check_method(method)):  # after a load with a step method: nothing to score
+            label = catalog.choice(method).label
+            return {**self.view.show(session), self.header.analysis_md: f"{label}: set its level and press *Build*."}
+        spec = prune.METHODS[method]
+        remove = check_remove(remove, method)
+        calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.context.policy,
+                                         self.context.default_calibration, bos)
+        size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=info.num_layers - 1)
+        options = options_for_cut(spec, size, text.parse_options(options, spec))
+        session, status = self._analyze(session, method, options, calibration, size, check_selection(selection),
+                                        request, progress, remove)
+        return {**self.view.show(session), self.header.analysis_md: status}
+
+    def _analyze(self, session, method, options, calibration, size, selection, request, progress, remove=LAYERS):
+        result = self.context.backend.analyze(session.spec, method, calibration=calibration,
+                                              progress=reporter(progress), owner=owner(request), **options)
+        origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
+        session = replace(session, result=result, origin=origin, calibration=calibration,
+                          options=tuple(sorted(options.items())))
+        session = session.with_cut(chosen_recipe(result, size, selection, origin, remove))
+        return session, text.analysis_status(result)

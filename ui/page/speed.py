@@ -1,0 +1,110 @@
+"""The "Speed & memory" tab: every compared model's generation speed at a few batch sizes, and its memory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from evaluation.measure.measurement import to_dataframe
+from prune.core.errors import InvalidInput
+
+from ui import inputs, plots, text
+from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
+from ui.number_input import NumberInput
+from ui.page.events import DEVICE, by_name, gpu
+from ui.page.theme import EMPTY_TABLE
+from ui.plot_view import PlotView
+from ui.session import Session
+
+
+@dataclass
+class SpeedTab:
+    batches: gr.CheckboxGroup
+    prompt_len: NumberInput
+    new_tokens: NumberInput
+    repeats: NumberInput
+    speed_btn: gr.Button
+    memory_btn: gr.Button
+    speed_stop: gr.Button
+    speed_table: gr.Dataframe
+    speed_note: gr.Markdown
+    speedup_plot: PlotView
+    throughput_plot: PlotView
+    memory_table: gr.Dataframe
+    memory_note: gr.Markdown
+    memory_plot: PlotView
+
+    @classmethod
+    def layout(cls) -> SpeedTab:
+        with gr.Tab("Speed & memory", id="speed"):
+            gr.Markdown(text.SPEED_HELP)
+            with gr.Row(equal_height=True):
+                settings = dict(
+                    batches=gr.CheckboxGroup(["1", "4", "8", "16", "32"], value=["1", "8"], label="Batch sizes"),
+                    prompt_len=NumberInput(128, label="Prompt tokens", minimum=1),
+                    new_tokens=NumberInput(32, label="New tokens", minimum=2, elem_id="new-tokens"),
+                    repeats=NumberInput(3, label="Repeats", minimum=1, elem_id="repeats"))
+            with gr.Row():
+                buttons = dict(speed_btn=gr.Button("Measure speed", variant="primary", elem_id="speed-btn"),
+                               memory_btn=gr.Button("Measure memory", variant="primary", elem_id="memory-btn"),
+                               speed_stop=gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100))
+            speed = dict(speed_table=gr.Dataframe(EMPTY_TABLE, label="Speed", interactive=False, wrap=True,
+                                                  elem_id="speed-table"),
+                         speed_note=gr.Markdown(elem_id="speed-note"))
+            with gr.Row():
+                speed.update(speedup_plot=PlotView(plots.empty_figure("Measure speed to compare"), height=380,
+                                                   elem_id="speedup-plot"),
+                             throughput_plot=PlotView(plots.empty_figure("Measure speed to compare"), height=380,
+                                                      elem_id="throughput-plot"))
+            memory = dict(memory_table=gr.Dataframe(EMPTY_TABLE, label="Memory", interactive=False, wrap=True,
+                                                    elem_id="memory-table"),
+                          memory_note=gr.Markdown(elem_id="memory-note"),
+                          memory_plot=PlotView(plots.empty_figure("Measure memory to compare"), height=360,
+                                               elem_id="memory-plot"))
+        return cls(**settings, **buttons, **speed, **memory)
+
+
+class SpeedHandlers:
+    def __init__(self, context: Context, page):
+        self.context, self.tab = context, page.speed
+
+    @user_errors
+    def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, request: gr.Request = None,
+              progress=gr.Progress()):
+        need_model(session)
+        if not batch_sizes:
+            raise InvalidInput("Choose at least one batch size.")
+        batches = sorted({inputs.whole_number(b, "A batch size", minimum=1, maximum=256) for b in batch_sizes})
+        found = self.context.backend.speed(
+            session.spec, session.variants(), batch_sizes=tuple(batches),
+            prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
+            new_tokens=(inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),),
+            repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50), progress=reporter(progress),
+            owner=owner(request))
+        tab = self.tab
+        return {tab.speed_table: to_dataframe(found), tab.speedup_plot: plots.speedup_figure(found),
+                tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput"),
+                tab.speed_note: text.model_notes(found, "sparsity_note")}
+
+    @user_errors
+    def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
+        need_model(session)
+        found = self.context.backend.memory(session.spec, session.variants(), progress=reporter(progress),
+                                            owner=owner(request))
+        sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
+        tab = self.tab
+        return {tab.memory_table: to_dataframe(found),
+                tab.memory_plot: plots.comparison_figure(sizes, unit=main_unit(sizes), title="Memory"),
+                tab.memory_note: text.model_notes(found, "note")}
+
+
+def wire(page, handlers) -> dict:
+    tab = page.speed
+    speeds, session = handlers.speed, page.session
+    speed = tab.speed_btn.click(gpu(speeds.speed), [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats],
+                                [tab.speed_table, tab.speedup_plot, tab.throughput_plot, tab.speed_note],
+                                api_name="speed", **DEVICE)
+    memory = tab.memory_btn.click(gpu(speeds.memory), [session], [tab.memory_table, tab.memory_plot, tab.memory_note],
+                                  api_name="memory", **DEVICE)
+    return by_name(speed, memory)
