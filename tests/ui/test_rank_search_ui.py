@@ -8,7 +8,7 @@ import pytest
 
 from evaluation.serving.backend import Backend
 from prune.lowrank.step import Decompose
-from ui import plots
+from ui import explain_plots
 from ui.session import Session
 
 from conftest import REPO, handlers_on, tiny_model, update_of
@@ -73,7 +73,7 @@ def test_the_bound_drawn_is_the_tolerance_by_hand():
     from prune.lowrank.rank_search import Point
 
     points = [Point(-1, "", None, 100, 10.0, 12.0), Point(1, "mlp.up_proj", 4, 90, 10.2)]
-    figure = plots.rank_search_figure(points, "ppl", 10.0 * 1.01)
+    figure = explain_plots.rank_search_figure(points, "ppl", 10.0 * 1.01)
     assert [t.name for t in figure.data] == ["search split", "test split (after each layer)",
                                              "original, search split", "original, test split",
                                              "tolerance (search split)"]

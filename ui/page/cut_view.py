@@ -10,7 +10,7 @@ import gradio as gr
 from prune.drop.sublayers import ATTENTION, MLP
 from prune.lowrank.step import Decompose
 
-from ui import plots, text
+from ui import explain_plots, plots, text
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange, range_update
 from ui.session import Session
@@ -81,6 +81,6 @@ class RankMap:
         for slot, recipe in recipes.items():
             if any(isinstance(item, Decompose) for item in recipe.steps):
                 title = f"Ranks of {slot} ({recipe.short()}), by arithmetic"
-                return {self.box: gr.update(visible=True), self.plot: plots.rank_figure(recipe.size(session.info.size),
-                                                                                         title)}
+                ranks = explain_plots.rank_figure(recipe.size(session.info.size), title)
+                return {self.box: gr.update(visible=True), self.plot: ranks}
         return {self.box: gr.update(visible=False)}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ui import inputs, plots, text
+from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput, SliderInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -134,7 +134,8 @@ class GenerateHandlers:
             max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
             answers={label: ids for label, ids in answers.items() if label in variants},
             progress=reporter(progress), owner=owner(request))
-        shown = {tab.divergence_plot: plots.divergence_figure(report), tab.divergence_md: text.divergence_markdown(report)}
+        shown = {tab.divergence_plot: explain_plots.divergence_figure(report),
+                 tab.divergence_md: text.divergence_markdown(report)}
         for slot in SLOTS:
             column = report.columns.get(slot)
             if column is not None and column.first is not None:
@@ -149,11 +150,12 @@ class GenerateHandlers:
         variants = {session.editing: recipe} if recipe is not None else {}
         lenses = self.context.backend.logit_lens(session.spec, variants, inputs.prompt(prompt, self.context.policy),
                                                  last=LENS_POSITIONS, progress=reporter(progress), owner=owner(request))
-        original = plots.logit_lens_figure(lenses["original"], "Original: the top next token after each layer")
+        original = explain_plots.logit_lens_figure(lenses["original"],
+                                                   "Original: the top next token after each layer")
         if recipe is None:
             beside = plots.empty_figure(f"Choose a cut for {session.editing} to see its lens beside")
         else:
-            beside = plots.logit_lens_figure(lenses[session.editing],
+            beside = explain_plots.logit_lens_figure(lenses[session.editing],
                                              f"{session.editing} ({recipe.short()}): the layers it kept")
         return {self.tab.lens_original: original, self.tab.lens_cut: beside}
 

@@ -11,7 +11,7 @@ from evaluation.serving.healing import LossPoint
 from prune.core.errors import InvalidInput
 from prune.healing.step import Heal
 
-from ui import inputs, plots, text
+from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -71,21 +71,23 @@ class HealHandlers:
         target = next(slot for slot in SLOTS if slot != session.editing)
         backend, box = self.context.backend, self.box
         points: list[LossPoint] = []
+
+        def curve():  # the loss so far
+            return explain_plots.heal_figure(points, step.short())
+
         for item in backend.heal(session.spec, recipe, step, progress=reporter(progress), owner=owner(request)):
             if not isinstance(item, LossPoint):
                 break
             points.append(item)
-            yield {box.plot: plots.heal_figure(points, step.short()),
-                   box.status: text.heal_progress(points, session.editing, target)}
+            yield {box.plot: curve(), box.status: text.heal_progress(points, session.editing, target)}
         session = session.with_cut(item.recipe, target)
         shown = self.view.show(session)
         status = text.heal_done(item.record, session.editing, target)
-        yield {box.plot: plots.heal_figure(points, step.short()), box.status: status + " Measuring held-out perplexity…",
-               **shown}
+        yield {box.plot: curve(), box.status: status + " Measuring held-out perplexity…", **shown}
         found = backend.perplexity(session.spec, session.variants(), seq_lens=(PPL_SEQ_LEN,), bos=(False,),
                                    max_windows=PPL_WINDOWS, progress=reporter(progress), owner=owner(request))
         session = session.with_results(found)
-        yield {box.plot: plots.heal_figure(points, step.short()),
+        yield {box.plot: curve(),
                box.status: status + " " + text.heal_perplexity(found, PPL_WINDOWS, PPL_SEQ_LEN),
                **shown, self.view.session: session, **self.results.show(session)}
 

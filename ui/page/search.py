@@ -14,7 +14,7 @@ from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.decomposition import SPACES, check_space
 from prune.lowrank.rank_search import Point
 
-from ui import inputs, plots, text
+from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -82,6 +82,10 @@ class SearchHandlers:
                                          self.context.default_calibration, bos)
         metric, bound = metric_name(criterion), tolerance_for(criterion, tolerance)
         points: list[Point] = []
+
+        def drawn():  # the search so far, and the tolerance's bound on its score
+            return explain_plots.rank_search_figure(points, metric, bound.bound(points[0].search, len(points) - 1))
+
         for item in self.context.backend.rank_search(
                 session.spec, space=space, criterion=criterion, tolerance=tolerance,
                 limit=policy.limit(limit, "Windows or questions"),
@@ -90,9 +94,8 @@ class SearchHandlers:
             if isinstance(item, RankSearchDone):
                 break
             points.append(item)
-            figure = plots.rank_search_figure(points, metric, bound.bound(points[0].search, len(points) - 1))
-            yield {self.box.plot: figure, self.box.summary: text.search_progress(points, metric)}
-        figure = plots.rank_search_figure(points, metric, bound.bound(points[0].search, len(points) - 1))
+            yield {self.box.plot: drawn(), self.box.summary: text.search_progress(points, metric)}
+        figure = drawn()
         if item.recipe is None:
             yield {self.box.plot: figure, self.box.summary: text.search_summary(item.result, metric, None)}
             return
