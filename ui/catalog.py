@@ -12,7 +12,6 @@ import prune
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
 from prune.core.family import Choice, choices
-from prune.width.step import NAME as WIDTH  # the width-pruning choice, which has its own width-against-depth button
 
 STEP_METHODS = choices()  # name → (family, choice); complete once ``prune`` is imported
 
@@ -57,8 +56,3 @@ def step_for(name: str, level: float, pattern: str, calibration: Calibration):
     family, _ = STEP_METHODS[name]
     return family.build(name, level, pattern, calibration)
 
-
-# The names the page used before the registry (kept until the page reads the ones above).
-WIDTH_METHODS = {name: found for name, (_, found) in STEP_METHODS.items()}
-is_width = is_step_method
-width_markdown = step_markdown

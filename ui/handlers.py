@@ -19,6 +19,7 @@ from evaluation.measure.measurement import Measurement
 from evaluation.serving import allocator
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError
+from prune.core.surgery import largest_cut
 
 from ui import inputs, text
 from ui.downloads import Downloads
@@ -72,7 +73,7 @@ def reporter(progress):
 def default_block_size(num_layers: int) -> int:
     """A tenth of the layers: on the default model angular's best such block, [13, 16), still answers
     the first example prompt; the best block of a sixth does not (see the README)."""
-    return max(1, min(num_layers - 1, round(num_layers / 10)))
+    return max(1, min(largest_cut(num_layers), round(num_layers / 10)))
 
 
 def owner(request: gr.Request | None) -> str | None:

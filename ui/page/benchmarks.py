@@ -13,6 +13,8 @@ from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.sparsity import format_table
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
+from prune.core.surgery import largest_cut
+from evaluation.settings import PERPLEXITY
 
 from ui import inputs, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
@@ -92,7 +94,7 @@ class BenchmarksTab:
                 bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
             with gr.Accordion("Perplexity (WikiText-2)", open=False):
                 with gr.Row(equal_height=True):
-                    ppl_len = gr.Dropdown(["128", "512", "2048"], value="512", label="Window (tokens)")
+                    ppl_len = gr.Dropdown(["128", "512", "2048"], value=str(PERPLEXITY.seq_len), label="Window (tokens)")
                     ppl_windows = NumberInput(20, label=f"Windows ({limit_words})", minimum=0)
                     ppl_btn = gr.Button("Measure perplexity")
             results = Results(gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
@@ -133,7 +135,7 @@ def _sparsity_sweep(limit_words: str) -> SparsitySweep:
                 methods=gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"], label="Methods",
                                          elem_id="sparse-methods"),
                 limit=NumberInput(50, label=f"Questions ({limit_words})", minimum=0, elem_id="sparse-limit"),
-                windows=NumberInput(16, label="Perplexity windows (512 tokens)", minimum=1, elem_id="sparse-windows"),
+                windows=NumberInput(PERPLEXITY.windows, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1, elem_id="sparse-windows"),
                 button=gr.Button("Run sparsity sweep", variant="primary", elem_id="sparse-btn"))
         plot = PlotView(plots.empty_figure("Run a sparsity sweep to see each method's curve"), height=420,
                         elem_id="sparse-plot")
@@ -179,7 +181,7 @@ class BenchmarkHandlers:
         """Measure every cut of K layers on one task, and rank the methods by agreement with it."""
         info = need_model(session)
         backend = self.context.backend
-        size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=info.num_layers - 1)
+        size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=largest_cut(info.num_layers))
         task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
                                                      data_dir=backend.data_dir)
         report = backend.sweep(session.spec, task_request, size, calibration=self.context.default_calibration,

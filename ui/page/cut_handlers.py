@@ -11,6 +11,7 @@ from evaluation.serving.jobs import Cancelled
 from prune.core.errors import InvalidInput, quoted
 from prune.core.recipe import Recipe
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
+from prune.core.surgery import largest_cut
 
 from ui import inputs, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
@@ -62,7 +63,8 @@ class CutHandlers:
         if session.result is None:
             raise InvalidInput("Analyze first: the choice comes from the importance scores.")
         remove = check_remove(remove, session.result.method)
-        size = inputs.whole_number(size, "The number of layers", minimum=1, maximum=session.info.num_layers - 1)
+        size = inputs.whole_number(size, "The number of layers", minimum=1,
+                                   maximum=largest_cut(session.info.num_layers))
         return self.view.show(session.with_cut(chosen_recipe(session.result, size, check_selection(selection),
                                                              session.origin, remove=remove)))
 
@@ -84,7 +86,7 @@ class CutHandlers:
         info = need_model(session)
         if session.result is None:
             raise InvalidInput("Analyze first: stability re-scores the analysis on resampled calibration windows.")
-        size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=info.num_layers - 1)
+        size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=largest_cut(info.num_layers))
         found = self.context.backend.stability(
             session.spec, session.result.method, size, calibration=session.calibration,
             resamples=inputs.whole_number(resamples, "Resamples", minimum=2, maximum=200),

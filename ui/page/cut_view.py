@@ -8,7 +8,6 @@ from dataclasses import dataclass, fields
 import gradio as gr
 
 from prune.drop.sublayers import ATTENTION, MLP
-from prune.lowrank.step import Decompose
 
 from ui import explain_plots, plots, text
 from ui.plot_view import PlotView
@@ -79,7 +78,7 @@ class RankMap:
     def show(self, session: Session, recipes: dict) -> dict:
         """The map of the first of ``recipes`` (slot → recipe) that decomposes; the box hidden when none does."""
         for slot, recipe in recipes.items():
-            if any(isinstance(item, Decompose) for item in recipe.steps):
+            if recipe.last("lowrank") is not None:
                 title = f"Ranks of {slot} ({recipe.short()}), by arithmetic"
                 ranks = explain_plots.rank_figure(recipe.size(session.info.size), title)
                 return {self.box: gr.update(visible=True), self.plot: ranks}

@@ -64,7 +64,7 @@ class HealHandlers:
         recipe = session.cut()
         if recipe is None:
             raise InvalidInput(f"Choose a cut for {session.editing} first: healing retrains a compressed model.")
-        if any(isinstance(item, Heal) for item in recipe.steps):
+        if recipe.last("heal") is not None:
             raise InvalidInput(f"{session.editing} is already healed: heal the model it was healed from.")
         step = Heal.of(method, inputs.whole_number(steps, "Healing steps", minimum=0, maximum=10_000) or None,
                        inputs.real_number(budget_s, "The time budget", minimum=0, maximum=3600) or None)

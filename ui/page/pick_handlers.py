@@ -11,6 +11,8 @@ import prune
 from prune.core.errors import ModelNotFound
 from prune.depth.methods import options_for_cut
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
+from prune.core.surgery import largest_cut
+from prune.width.step import NAME as WIDTH_PRUNING
 
 from ui import catalog, inputs, text
 from ui.handlers import Context, default_block_size, need_model, owner, reporter, user_errors
@@ -64,7 +66,7 @@ class PickHandlers:
     def _model_shown(self, info, session: Session) -> dict:
         """The model's line, its N-layers slider and index convention, and the view of ``session``."""
         return {self.header.model_md: text.model_markdown(info),
-                self.cut.block_size: gr.update(maximum=max(1, info.num_layers - 1),
+                self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
                                                value=default_block_size(info.num_layers)),
                 **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers)}
 
@@ -83,7 +85,7 @@ class PickHandlers:
                  header.analyze_btn: gr.update(visible=not step), header.build_btn: gr.update(visible=step),
                  steps.row: gr.update(visible=step),
                  steps.pattern: gr.update(visible=step and catalog.choice(method).patterns),
-                 steps.versus_btn: gr.update(visible=method == catalog.WIDTH)}
+                 steps.versus_btn: gr.update(visible=method == WIDTH_PRUNING)}
         if step:
             shown[steps.level] = gr.update(**catalog.level_slider(method))
         return shown
@@ -101,7 +103,7 @@ class PickHandlers:
         remove = check_remove(remove, method)
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.context.policy,
                                          self.context.default_calibration, bos)
-        size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=info.num_layers - 1)
+        size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=largest_cut(info.num_layers))
         options = options_for_cut(spec, size, text.parse_options(options, spec))
         session, status = self._analyze(session, method, options, calibration, size, check_selection(selection),
                                         request, progress, remove)

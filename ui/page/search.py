@@ -13,6 +13,7 @@ from evaluation.sweeps.search_splits import WIKITEXT, metric_name, tolerance_for
 from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.decomposition import SPACES, check_space
 from prune.lowrank.rank_search import Point
+from evaluation.settings import RANK_SEARCH
 
 from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
@@ -44,9 +45,9 @@ class SearchBox:
                     space=gr.Radio(list(SPACES), value=SPACES[0], label="Space", elem_id="search-space"),
                     criterion=gr.Dropdown([WIKITEXT, *SUPPORTED_TASKS], value=WIKITEXT, label="Score",
                                           elem_id="search-on"),
-                    tolerance=NumberInput(0.5, label="Tolerance (points, or % per projection)", minimum=0,
+                    tolerance=NumberInput(RANK_SEARCH.tolerance, label="Tolerance (points, or % per projection)", minimum=0,
                                           elem_id="search-tolerance"),
-                    limit=NumberInput(40, minimum=0, elem_id="search-limit",
+                    limit=NumberInput(RANK_SEARCH.limit, minimum=0, elem_id="search-limit",
                                       label=f"Windows (256 tokens) or questions ({context.policy.limit_words()})"),
                     last_layers=NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers"),
                     projections=gr.Textbox("", label="Projections (empty: all)", elem_id="search-names"),
