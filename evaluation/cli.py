@@ -60,10 +60,8 @@ the converted local tasks this command prepared).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from dataclasses import replace
 from functools import reduce
 from pathlib import Path
 
@@ -71,17 +69,15 @@ import prune
 from prune.core.surgery import largest_cut
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
 from prune.depth.methods import METHODS, options_for_cut, sleb
-from prune.core.paths import safe_name, write_atomic
+from prune.core.paths import safe_name
 from prune.core.calibration import BOS_CHOICES, Calibration
 from prune.core.family import FAMILIES, step_families
 from prune.lowrank.decomposition import SPACES
 from prune.core.recipe import Recipe
 from prune.depth.selection import LAYERS, SELECTIONS, check_remove, chosen_recipe
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
-from prune.drop.sublayers import ATTENTION, MLP
 
 from evaluation import recipe_file
-from evaluation.explain import cut as explain
 from evaluation.quality import lm_eval_adapter
 from evaluation.exports import zigzag_csv as zigzag_output
 from evaluation.serving.backend import Backend
@@ -89,7 +85,8 @@ from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
 from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.search_splits import WIKITEXT, format_search
-from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
+from evaluation.sweeps.sparsity import DEFAULT_LEVELS
+from evaluation import cli_output as output
 from evaluation.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
 
 DEFAULT_TASKS = "arc_easy"
@@ -138,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         for option in family.options:
             parser.add_argument(option.flag, **option.keywords)
     parser.add_argument("--levels", default=None,
-                        help=f"with --sparsity_sweep: comma-separated fractions (default {_joined(DEFAULT_LEVELS)})")
+                        help=f"with --sparsity_sweep: comma-separated fractions (default {output.joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
                         help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
     parser.add_argument("--ppl_seq_len", type=int, default=PERPLEXITY.seq_len,
@@ -183,7 +180,7 @@ class _Printer:
             self._last = (message, fraction)
 
 
-def _check_mode(args) -> None:
+def check_mode(args) -> None:
     """What can be checked before loading a model."""
     if args.personalized:
         if args.start_block is None or args.end_block is None:
@@ -197,11 +194,11 @@ def _check_mode(args) -> None:
         raise InvalidInput("--drop needs --method sublayer --num_layers N (the blocks come from its scores).")
     if args.drop:
         check_remove(args.drop, args.method)
-    adds_step = _adds_step(args)
+    adding = adds_step(args)
     for family in FAMILIES.values():
         if family.check_args is not None:
             family.check_args(args)
-    if adds_step and (args.sweep is not None or args.sparsity_sweep):
+    if adding and (args.sweep is not None or args.sparsity_sweep):
         flags = [f.flag for f in FAMILIES.values() if f.flag]
         raise InvalidInput(f"{', '.join(flags[:-1])} and {flags[-1]} add a step to a compared model: not with "
                            "--sweep or --sparsity_sweep.")
@@ -215,11 +212,11 @@ def _check_mode(args) -> None:
                                          (args.search_layers is not None and args.search_layers < 1)):
         raise InvalidInput("--search_limit and --tolerance are at least 0, --search_layers at least 1.")
     if args.explain and (args.sweep is not None or args.sparsity_sweep or args.export_dir or
-                         (args.full and not adds_step)):
+                         (args.full and not adding)):
         raise InvalidInput("--explain compares a compressed model with the original: use it with a cut mode "
                            "(--personalized, --method, --persistence, --rank_search) or a step, without --sweep, "
                            "--sparsity_sweep or --export_dir.")
-    if args.full and args.export_dir and not adds_step:
+    if args.full and args.export_dir and not adding:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
         raise InvalidInput("--batch_size must be at least 1.")
@@ -233,32 +230,12 @@ def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> lis
     return list(range(start, end_inclusive + 1))
 
 
-def _joined(levels) -> str:
-    return ",".join(f"{level:g}" for level in levels)
-
-
-def _levels(text: str | None) -> tuple[float, ...]:
-    """--levels as numbers (the sweep checks their range)."""
-    if text is None:
-        return DEFAULT_LEVELS
-    try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InvalidInput(f"--levels takes fractions separated by commas ({_joined(DEFAULT_LEVELS)}), "
-                           f"not '{text}'.") from None
-
-
-def _calibration(args, backend: Backend) -> Calibration:
-    """The default calibration with the --bos choice: for analyses and the steps that calibrate."""
-    return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
-
-
-def _adds_step(args) -> bool:
+def adds_step(args) -> bool:
     """Whether a family's flag adds a step to the compared models."""
     return any(getattr(args, option.dest) is not None for f in FAMILIES.values() if f.flag for option in f.options[:1])
 
 
-def _extra_steps(args, calibration: Calibration, data_dir=None) -> list:
+def extra_steps(args, calibration: Calibration, data_dir=None) -> list:
     """The checked steps the families' flags ask for, in the order they apply."""
     return [item for item in (f.from_args(args, calibration, data_dir) for f in step_families()) if item is not None]
 
@@ -282,7 +259,7 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
         return {"personalized": Recipe.cut(info.num_layers, layers, origin="chosen by hand")}
     if args.persistence:
         return zigzag_output.persistence_cuts(args, backend, spec, info.num_layers, progress)
-    calibration = _calibration(args, backend)
+    calibration = output.calibration_of(args, backend)
     if args.rank_search:
         return {"rank_search": _searched(args, backend, spec, info, calibration, progress)}
     method = METHODS[args.method]
@@ -321,23 +298,9 @@ def _searched(args, backend: Backend, spec: ModelSpec, info, calibration: Calibr
     return done.recipe
 
 
-def _results_json(entries: dict[str, dict], config: dict) -> dict:
-    """lm-eval's results layout: results (groups' subtasks flattened in), higher_is_better, n-samples, config."""
-    results, better, sizes, shots, versions = {}, {}, {}, {}, {}
-    for task, entry in entries.items():
-        results[task] = entry["results"]
-        results.update(entry.get("subtasks", {}))
-        better[task] = entry.get("higher_is_better")
-        sizes[task] = entry.get("n-samples")
-        shots[task] = entry.get("n-shot")
-        versions[task] = entry.get("version")
-    return {"results": results, "higher_is_better": better, "n-samples": sizes, "n-shot": shots,
-            "versions": versions, "config": config}
-
-
 def run(args, progress=None) -> Path | None:
     """Run one invocation; returns the output folder."""
-    _check_mode(args)
+    check_mode(args)
     if zigzag_output.handled_early(args):  # --dry_run: the cuts are printed; nothing is loaded or evaluated
         return None
     progress = progress or _Printer()
@@ -352,12 +315,12 @@ def run(args, progress=None) -> Path | None:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
     spec = ModelSpec(name=args.model or _recorded_model(recorded) or prune.DEFAULT_MODEL, dtype=args.dtype or "auto",
                      token=args.token)
-    steps = _extra_steps(args, _calibration(args, backend), backend.data_dir)  # checked before the model loads
+    steps = extra_steps(args, output.calibration_of(args, backend), backend.data_dir)  # checked before the model loads
     if args.sparsity_sweep:
-        return _sparsity_sweep(args, backend, spec, request, out_dir, progress)
+        return output.sparsity_sweep_report(args, backend, spec, request, out_dir, progress)
     info = backend.load(spec, progress=progress)
     if args.sweep is not None:
-        return _sweep(args, backend, spec, request, out_dir, progress)
+        return output.sweep_report(args, backend, spec, request, out_dir, progress)
     cuts = _with_steps(recorded.cuts(info.num_layers) if recorded else _cuts(args, backend, spec, info, progress),
                        steps)
     for mode, recipe in cuts.items():
@@ -366,7 +329,7 @@ def run(args, progress=None) -> Path | None:
             print(f"layercut-benchmark: warning: the {mode} cut removes more than half of the layers "
                   f"({len(recipe.depth_cut.layers)} of {info.num_layers}).", file=sys.stderr)
     if args.explain:
-        return _explain(args, backend, spec, info, cuts, out_dir, progress)
+        return output.explain_report(args, backend, spec, info, cuts, out_dir, progress)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
               "tasks": list(request.names), "limit": args.limit, "num_fewshot": args.num_fewshot,
               "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
@@ -374,13 +337,13 @@ def run(args, progress=None) -> Path | None:
               "layercut_version": prune.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     results = backend.benchmark_results(spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer,
                                         seed=args.seed, use_cache=not args.no_cache, progress=progress)
-    _write_json(out_dir / "results_full.json",
-                _results_json(results[ORIGINAL], {**config, "mode": "full", "removed_layers": []}))
+    output.write_json(out_dir / "results_full.json",
+                output.results_json(results[ORIGINAL], {**config, "mode": "full", "removed_layers": []}))
     measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
     for mode, recipe in cuts.items():
-        _write_json(out_dir / f"results_{mode}.json", _results_json(results[mode], {
+        output.write_json(out_dir / f"results_{mode}.json", output.results_json(results[mode], {
             **config, "mode": mode, "removed_layers": list(recipe.depth_cut.layers) if recipe.depth_cut else [],
-            "dropped_blocks": _dropped_blocks(recipe), "cut": recipe.describe(),
+            "dropped_blocks": output.dropped_blocks(recipe), "cut": recipe.describe(),
             "recipe": recipe.to_json(),
             "params_removed_pct": round(100 * info.removed_params(recipe) / info.num_params, 3)}))
         label = PRUNED if len(cuts) == 1 else mode
@@ -398,96 +361,9 @@ def run(args, progress=None) -> Path | None:
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
     print(table)
     if args.heal:
-        _print_healing(args, backend, spec, cuts)
+        output.print_healing(args, backend, spec, cuts)
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
-
-
-def _print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recipe]) -> None:
-    """WikiText-2 test perplexity (never trained on) of the original and of each compared model before and after
-    healing, and what each heal did."""
-    unhealed = {f"{mode} before healing": Recipe(recipe.steps[:-1], recipe.origin) for mode, recipe in cuts.items()}
-    found = backend.perplexity(spec, {**unhealed, **cuts}, seq_lens=(args.ppl_seq_len,), bos=(False,),
-                               max_windows=args.ppl_windows)
-    ppl = {m.model: m.value for m in found}
-    windows = found[0].details["windows"]
-    print(f"\nHealing trained on WikiText-2 validation (its last windows held out); perplexity below is on "
-          f"WikiText-2 test, never trained on ({windows} windows of {args.ppl_seq_len} tokens). Zero-shot tasks "
-          f"above are not what healing on WikiText targets.")
-    print(f"| model | WikiText-2 test perplexity |\n|---|---|\n| {ORIGINAL} | {ppl[ORIGINAL]:.2f} |")
-    for mode, recipe in cuts.items():
-        record = getattr(backend.model(spec, recipe).config, "layercut_healed", {})
-        before, after = ppl[f"{mode} before healing"], ppl[mode]
-        gap = before - ppl[ORIGINAL]
-        won = f", {100 * (before - after) / gap:.0f} % of the gap to the original won back" if gap > 0 else ""
-        print(f"| {mode} before healing | {before:.2f} |\n| {mode} healed | {after:.2f}{won} |")
-        print(f"{mode}: {recipe.steps[-1].describe()}; {record.get('steps_done')} steps done, held-out loss "
-              f"{_pair(record.get('heldout_loss'))}, training loss {_pair(record.get('train_loss'))}")
-
-
-def _pair(values) -> str:
-    return " → ".join(f"{v:.3f}" for v in values) if values and None not in values else "?"
-
-
-def _explain(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str, Recipe], out_dir: Path,
-             progress) -> Path:
-    """--explain: each compressed model beside the original on the feedback slice; no task runs."""
-    calibration = _calibration(args, backend)
-    measurements, record = [], {}
-    for mode, recipe in cuts.items():
-        found = backend.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
-                                     progress=progress)
-        how = f"resumed from layer {found.resumed_at}" if found.resumed else "run whole"
-        print(f"{mode}: {recipe.describe()}: {found.summary()} ({found.tokens} tokens, {how})", flush=True)
-        measurements += found.measurements(PRUNED if len(cuts) == 1 else mode)
-        record[mode] = {"cut": recipe.describe(), "recipe": recipe.to_json(), **found.to_json()}
-    slice_ = explain.feedback_slice(calibration)
-    _write_json(out_dir / "explain.json", {
-        "model": info.name, "num_layers": info.num_layers, "slice": {"source": slice_.source, "windows": slice_.n_samples,
-                                                                    "seq_len": slice_.seq_len},
-        "kl": "KL(original || compressed), nats per token", "cuts": record, "layercut_version": prune.__version__})
-    print(to_markdown(measurements))
-    print(f"Results in {out_dir}", file=sys.stderr)
-    return out_dir
-
-
-def _sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
-    """--sweep K: the measured quality of every cut of K layers and each method's rank agreement."""
-    from evaluation.sweeps.cuts import format_sweep
-
-    report = backend.sweep(spec, request, args.sweep, batch_size=args.batch_size, use_cache=not args.no_cache,
-                           progress=progress)
-    _write_json(out_dir / f"sweep_{request.names[0]}_{args.sweep}.json", {
-        "sweep": report.sweep.to_json(), "rank_agreement": report.agreement, "method_scores": report.scores,
-        "failed_methods": report.failed, "model": backend.load(spec).name, "layercut_version": prune.__version__})
-    print(format_sweep(report.sweep, report.agreement))
-    for method, reason in report.failed.items():
-        print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
-    print(f"Results in {out_dir}", file=sys.stderr)
-    return out_dir
-
-
-def _sparsity_sweep(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
-    """--sparsity_sweep: the first task's metric and WikiText-2 perplexity at each level, per method."""
-    methods = SPARSITY_METHODS if args.methods is None else [m.strip() for m in args.methods.split(",") if m.strip()]
-    result = backend.sparsity_sweep(spec, request, levels=_levels(args.levels), methods=methods,
-                                    calibration=_calibration(args, backend), ppl_seq_len=args.ppl_seq_len,
-                                    ppl_windows=args.ppl_windows, batch_size=args.batch_size,
-                                    use_cache=not args.no_cache, progress=progress)
-    _write_json(out_dir / f"sparsity_sweep_{request.names[0]}.json", {
-        "sparsity_sweep": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__})
-    print(format_table(result))
-    print(f"Results in {out_dir}", file=sys.stderr)
-    return out_dir
-
-
-def _dropped_blocks(recipe: Recipe) -> dict[str, list[int]]:
-    drop = recipe.sublayer_drop
-    return {ATTENTION: list(drop.attention), MLP: list(drop.mlp)} if drop else {ATTENTION: [], MLP: []}
-
-
-def _write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str))
 
 
 def main(argv: list[str] | None = None) -> int:

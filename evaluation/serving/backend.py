@@ -12,59 +12,38 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 import prune
-from prune.lowrank import rank_search
 from prune.core.calibration import Calibration, default_calibration, load_text
 from prune.core.devices import default_device
-from prune.core.surgery import check_cut_size
-from prune.core.errors import InvalidInput, LayerCutError
-from prune.healing.train import HEALED_FIELD
+from prune.core.errors import InvalidInput
 from prune.depth.methods import get_method
 from prune.depth.methods.context import Context
 from prune.core.paths import digest
-from prune.lowrank.rank_search import Point, SearchResult
 from prune.core.recipe import Recipe
 from prune.depth.stability import Stability, block_stability
 
-from evaluation.serving import allocator, healing
-from evaluation.explain import cut as explain, logit_lens
+from evaluation.serving import allocator
+from evaluation.explain import cut as explain
 from evaluation.measure import generation, memory, sparse_kernels, speed
 from evaluation.quality import lm_eval_adapter, perplexity, reuse
-from evaluation.sweeps import search_splits, sparsity as sparsity_sweep, cuts as sweep
-from evaluation.explain.cut import CutFeedback, DivergenceReport
-from evaluation.serving.jobs import Cancelled, Job, JobRunner, Progress, cancellable
+from evaluation.serving.jobs import building, cancellable, Job, JobRunner, Progress
 from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
 from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from evaluation.serving.models import Loaded, ModelInfo, ModelPool, ModelSpec
 from prune.core.paths import default_data_dir
-from evaluation.sweeps.sparsity import DEFAULT_LEVELS, SparsitySweepResult
 from evaluation.serving.store import ResultStore
-from evaluation.sweeps.cuts import SweepReport
 from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own_bytes
-from evaluation.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
+from evaluation.settings import BATCH_SIZE
+from evaluation.serving.explaining import Explaining
+from evaluation.serving.sweeping import Sweeping
+from evaluation.serving.training import Training
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
-
-
-@dataclass(frozen=True)
-class HealDone:
-    """A finished heal: the recipe of the healed model (cached as its variant) and what its config records."""
-
-    recipe: Recipe
-    record: dict  # prune.healing.train's layercut_healed: method, steps done, losses, whether the budget stopped it
-
-
-@dataclass(frozen=True)
-class RankSearchDone:
-    """A finished rank search and the recipe that rebuilds its model (cached as that recipe's variant)."""
-
-    result: SearchResult
-    recipe: Recipe | None  # None when every projection stayed dense
 
 
 MAX_VARIANTS = 2
@@ -72,7 +51,7 @@ _MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
 
 
-class Backend:
+class Backend(Sweeping, Explaining, Training):
     """Shared base models, cached variants, and measurements of any comparison; see the module docstring.
 
     ``data_dir``: the benchmark data folder; None → ``LAYERCUT_DATA_DIR`` or ../shared/benchdata,
@@ -127,7 +106,7 @@ class Backend:
             raise InvalidInput(f"'{ORIGINAL}' names the base model; give the compressed models other labels.")
         base = self._base(spec)
         sides = [Side(ORIGINAL, Recipe(), base.model)]
-        sides += [Side(label, recipe, self.variants.get(base, recipe, _building(job, label)))
+        sides += [Side(label, recipe, self.variants.get(base, recipe, building(job, label)))
                   for label, recipe in variants.items()]
         return base, sides
 
@@ -207,7 +186,7 @@ class Backend:
         with self.jobs.run("the export", progress, owner=owner) as job:
             base = self._base(spec)
             job.update(0.0, "Saving the checkpoint…")
-            return exports.export(self.variants.get(base, recipe, _building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
+            return exports.export(self.variants.get(base, recipe, building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
                                   num_layers=base.info.num_layers, target=target, scores=scores, factored=factored)
 
     # ------------------------------------------------------------ measurements
@@ -343,187 +322,10 @@ class Backend:
             job.update(1.0, "Perplexity measured.")
         return out
 
-    def sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, block_size: int, *,
-              methods: list[str] | None = None, calibration: Calibration | None = None, batch_size: int = BATCH_SIZE,
-              use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> SweepReport:
-        """Measured quality of every cut of ``block_size`` layers on the request's first task, beside each method.
-
-        Cached like benchmarks; ``methods`` (default: every registered one) are analysed on the
-        original and ranked by agreement with the measurement. A method whose analysis fails is
-        reported in ``failed`` and the others go on.
-        """
-        base = self._base(spec)
-        check_cut_size(block_size, base.info.num_layers)
-        task = request.names[0]
-        store = ResultStore(enabled=use_cache)
-        key = {"kind": "sweep", **self._key(base, Recipe()), "task": task, "block_size": block_size,
-               "limit": request.limit, "batch_size": batch_size, "data": request.data}
-        cached = store.get(key)
-        if cached is not None:
-            result = sweep.SweepResult.from_json(cached)
-        else:
-            with self.jobs.run(f"the sweep over blocks of {block_size}", progress, owner=owner) as job:
-                with cancellable(base.model, job):
-                    result = sweep.sweep(base.model, base.tokenizer, task, block_size, limit=request.limit,
-                                          data_dir=request.data_dir, batch_size=batch_size, progress=job.update)
-            store.put(key, result.to_json())
-        analyses, failed = {}, {}
-        for method in methods if methods is not None else list(prune.METHODS):
-            try:
-                analyses[method] = self.analyze(spec, method, calibration=calibration, progress=progress, owner=owner)
-            except Cancelled:
-                raise
-            except LayerCutError as err:
-                failed[method] = str(err)
-        scores = {m: [float(v) for v in r.block_scores[block_size - 1, result.starts]] for m, r in analyses.items()}
-        return SweepReport(result, sweep.rank_agreement(result, analyses), scores, failed)
-
-    def sparsity_sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *,
-                       levels=DEFAULT_LEVELS, methods=prune.sparsity.masks.METHODS, calibration: Calibration | None = None,
-                       ppl_seq_len: int = PERPLEXITY.seq_len, ppl_windows: int = PERPLEXITY.windows, batch_size: int = BATCH_SIZE, use_cache: bool = True,
-                       progress: Progress | None = None, owner: str | None = None) -> SparsitySweepResult:
-        """The request's first task and WikiText-2 perplexity at each sparsity level, per method (one job).
-
-        Wanda and SparseGPT calibrate on ``calibration`` (None: the backend's default). Every
-        (method, level) point is cached like the other results, so a rerun is instant and a
-        cancelled sweep resumes from the points it finished (see ``evaluation.sweeps.sparsity``).
-        """
-        plan = sparsity_sweep.check_plan(levels, methods, calibration or self.default_calibration,
-                                         ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows)
-        rows = perplexity.wikitext2_rows(self.data_dir)
-        with self.jobs.run("the sparsity sweep", progress, owner=owner) as job:
-            base = self._base(spec)
-            return sparsity_sweep.sweep_levels(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
-                                               batch_size=batch_size, store=ResultStore(enabled=use_cache),
-                                               identify=lambda recipe: self._key(base, recipe), job=job)
-
-    def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
-                    tolerance: float = RANK_SEARCH.tolerance, limit: int | None = RANK_SEARCH.limit, layers=None, projections=None, steps: int = 10,
-                    calibration: Calibration | None = None, progress: Progress | None = None,
-                    owner: str | None = None) -> Iterator[Point | RankSearchDone]:
-        """The surgical rank search on the original (:mod:`prune.lowrank.rank_search`) as it goes, one job of ``owner``.
-
-        Yields the original's :class:`~prune.lowrank.rank_search.Point`, one after each projection (scored on
-        the test split after each layer), then :class:`RankSearchDone` with the recipe that rebuilds the
-        searched model (None if no projection could be lowered), which is cached as that recipe's
-        variant (so comparisons find it built).
-        ``criterion`` and ``tolerance``: see :func:`evaluation.sweeps.search_splits.criterion_splits`; the search
-        split is the first fifth. Stop cancels between candidates.
-        """
-        calibration = None if space == "weight" else calibration or self.default_calibration
-
-        def run():
-            with self.jobs.run("the rank search", progress, owner=owner) as job:
-                base = self._base(spec)
-                search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
-                                                                     self.data_dir, limit=limit)
-                checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
-                found = None
-                for found in rank_search.searching(base.model, base.tokenizer, search=checked[0], test=checked[1],
-                                                   tolerance=bound, space=space, projections=projections,
-                                                   layers=layers, steps=steps, calibration=calibration,
-                                                   test_each_layer=True, progress=job.update):
-                    if isinstance(found, rank_search.Point):
-                        yield found
-                recipe = None
-                if found.ranks:  # else every projection stayed dense: nothing to compare
-                    recipe = Recipe((found.step(calibration),),
-                                    origin=f"surgical rank search on {criterion} (tolerance {tolerance:g})")
-                    self.variants.put(base, recipe, found.model)
-                yield RankSearchDone(found, recipe)
-
-        return run()
 
     # ------------------------------------------------------------ explaining a cut
 
-    def cut_feedback(self, spec: ModelSpec, recipe: Recipe, *, calibration: Calibration | None = None,
-                     windows: int = explain.FEEDBACK_WINDOWS, seq_len: int = explain.FEEDBACK_SEQ_LEN,
-                     use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> CutFeedback:
-        """Perplexity, mean KL and top-1 agreement of ``recipe``'s model against the original, on a small fixed
-        slice of ``calibration`` (default: the backend's): ``windows`` × ``seq_len`` tokens, for feedback on a drag.
-
-        A cut or drop resumes from the original's residual stream (computed on the first call per model and
-        slice) and runs beside any other job: not under the device lock, which a visitor's long job may hold
-        for minutes, but one feedback at a time, on private hook-free copies of the shared weights (see
-        ``evaluation.explain.cut``). Any other recipe is built and run whole under the device lock. A newer call of
-        the same ``owner`` (None: one anonymous caller) cancels an older one still running or waiting (that one
-        raises ``Cancelled``), as does the owner's Stop; results are cached.
-        """
-        superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
-        self.load(spec, progress=progress, owner=owner)
-        base = self._base(spec)
-        cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
-        store = ResultStore(enabled=use_cache)
-        key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
-        if (cached := store.get(key)) is not None:
-            return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
-        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None
-        with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
-            def check():
-                job.check()
-                superseded()
-
-            variant = None if resumes else self.variants.get(base, recipe, _building(job, recipe.short()))
-            found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant, check)
-        store.put(key, found.to_json())
-        return found
-
-    def divergence(self, spec: ModelSpec, variants: Variants, prompt: str, *, max_new_tokens: int = 64,
-                   answers: Mapping[str, list[int]] | None = None, progress: Progress | None = None,
-                   owner: str | None = None) -> DivergenceReport:
-        """Where each compressed model's answer leaves the original's greedy one, and teacher-forced on that
-        answer, its per-token KL and top-1 agreement (see ``explain.divergence``).
-
-        ``answers``: a column's own generated ids (the ``token_ids`` a generation state carries); a column
-        without them is answered greedily here.
-        """
-        settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
-        with self.jobs.run("the divergence", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants, job)
-            job.update(0.0, "Answering greedily and comparing token by token…")
-            return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
-                                      answers=answers, check=job.check)
-
-    def logit_lens(self, spec: ModelSpec, variants: Variants, prompt: str, *, last: int | None = 24,
-                   progress: Progress | None = None, owner: str | None = None) -> dict[str, logit_lens.LogitLens]:
-        """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
-        with self.jobs.run("the logit lens", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants, job)
-            job.update(0.0, "Reading every layer's residual stream…")
-            return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
-                                          check=job.check))
-
-    def heal(self, spec: ModelSpec, recipe: Recipe, step, *, progress: Progress | None = None,
-             owner: str | None = None) -> Iterator[healing.LossPoint | HealDone]:
-        """Heal ``recipe``'s model with the step ``step`` (:class:`prune.healing.step.Heal`) as ``owner``'s job.
-
-        Yields each training step's loss (step 0 before training; the held-out loss every few steps) and
-        then :class:`HealDone`; the healed model is cached as ``recipe.then(step)``'s variant, beside the
-        unhealed one, which stays untouched. A budget that stops early is recorded in the healed config
-        (its steps done may differ in a rebuild after eviction). Stop cancels between steps.
-        """
-        healed_recipe = recipe.then(step)  # checked: a heal never comes first
-
-        def run():
-            with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
-                base = self._base(spec)
-                unhealed = self.variants.get(base, recipe, _building(job, recipe.short()))
-                for item in healing.stream(job, step, unhealed, base.tokenizer):
-                    if isinstance(item, healing.LossPoint):
-                        yield item
-                        continue
-                    self.variants.put(base, healed_recipe, item)
-                    yield HealDone(healed_recipe, dict(getattr(item.config, HEALED_FIELD, {})))
-
-        return run()
 
     def cancel(self, owner: str | None = None) -> None:
         """Stop ``owner``'s running and waiting jobs at their next safe point (None: everyone's)."""
         self.jobs.cancel(owner)
-
-
-def _building(job: Job | None, label: str) -> Progress | None:
-    """Progress of building one compared model: messages only (the job's own fraction starts after it)."""
-    if job is None:
-        return None
-    return lambda fraction, message: job.update(0.0, f"Building {label}: {message} ({fraction:.0%})")

@@ -147,3 +147,10 @@ def cancellable(model, job: Job):
         yield
     finally:
         hook.remove()
+
+
+def building(job: Job | None, label: str) -> Progress | None:
+    """Progress of building one compared model: messages only (the job's own fraction starts after it)."""
+    if job is None:
+        return None
+    return lambda fraction, message: job.update(0.0, f"Building {label}: {message} ({fraction:.0%})")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from evaluation.quality.offline_tasks import SUPPORTED_TASKS
-from evaluation.serving.backend import RankSearchDone
+from evaluation.serving.training import RankSearchDone
 from evaluation.sweeps.search_splits import WIKITEXT, metric_name, tolerance_for
 from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.decomposition import SPACES, check_space

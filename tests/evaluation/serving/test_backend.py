@@ -268,7 +268,7 @@ def test_cancel_stops_generation_between_tokens_and_only_the_owners(backend, spe
 
 
 def test_a_rank_search_streams_its_points_and_leaves_the_searched_model_cached(backend, spec):
-    from evaluation.serving.backend import RankSearchDone
+    from evaluation.serving.training import RankSearchDone
     from prune.lowrank.step import Decompose
 
     items = list(backend.rank_search(spec, criterion="wikitext2", tolerance=1.0, limit=10, layers=[3], owner="v1"))
@@ -315,7 +315,7 @@ def _heal_step(steps=3):
 
 
 def test_healing_streams_each_steps_loss_and_caches_the_healed_model_beside_the_unhealed(backend, spec):
-    from evaluation.serving.backend import HealDone
+    from evaluation.serving.training import HealDone
     from evaluation.serving.healing import LossPoint
 
     unhealed = backend.model(spec, CUT["pruned"])

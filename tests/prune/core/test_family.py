@@ -48,12 +48,12 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     assert {o.flag for f in FAMILIES.values() for o in f.options} <= flags
     args = parser.parse_args(["--full", "--heal", "lora", "--sparsify", "wanda", "--sparsity", "0.3",
                               "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8"])
-    made = cli._extra_steps(args, Calibration())
+    made = cli.extra_steps(args, Calibration())
     assert [s.kind for s in made] == ["width", "lowrank", "sparsify", "heal"]  # an order every recipe accepts
     assert [f.name for f in step_families()] == ["width", "lowrank", "sparsity", "healing"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
     none = parser.parse_args(["--full"])
-    assert cli._extra_steps(none, Calibration()) == [] and not cli._adds_step(none)
+    assert cli.extra_steps(none, Calibration()) == [] and not cli.adds_step(none)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -64,7 +64,7 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
 ])
 def test_options_that_go_with_a_familys_flag_are_refused_without_it(argv, message):
     with pytest.raises(InvalidInput) as err:
-        cli._check_mode(cli.build_parser().parse_args(argv))
+        cli.check_mode(cli.build_parser().parse_args(argv))
     assert str(err.value).startswith(message)
 
 
@@ -125,7 +125,7 @@ assert catalog.level_slider("scale") == dict(label="Factor (%)", minimum=1, maxi
 made = catalog.step_for("scale", 50, "unstructured", Calibration())
 assert made == Scale(0.5) and Recipe.from_json(Recipe((made,)).to_json()).steps == (made,)
 args = cli.build_parser().parse_args(["--full", "--width", "0.9", "--scale", "2"])
-assert [s.kind for s in cli._extra_steps(args, Calibration())] == ["width", "scale"]
+assert [s.kind for s in cli.extra_steps(args, Calibration())] == ["width", "scale"]
 assert "--scale" in cli.build_parser().format_help()
 assert [s.card_tag for s in texts._last_of_each_family(Recipe((made,)))] == ["scaled"]  # the model card's tag
 print("family ok")

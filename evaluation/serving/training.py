@@ -1,0 +1,103 @@
+"""Jobs that train or search and stream as they go: the surgical rank search, healing.
+
+A part of :class:`~evaluation.serving.backend.Backend` (a mixin: it uses the backend's pool, variants, jobs
+and results store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prune.lowrank import rank_search
+from prune.core.calibration import Calibration
+from prune.healing.train import HEALED_FIELD
+from prune.lowrank.rank_search import Point, SearchResult
+from prune.core.recipe import Recipe
+
+from evaluation.serving import healing
+from evaluation.sweeps import search_splits
+from evaluation.serving.jobs import building, Progress
+from evaluation.serving.models import ModelSpec
+from evaluation.settings import RANK_SEARCH
+
+
+@dataclass(frozen=True)
+class HealDone:
+    """A finished heal: the recipe of the healed model (cached as its variant) and what its config records."""
+
+    recipe: Recipe
+    record: dict  # prune.healing.train's layercut_healed: method, steps done, losses, whether the budget stopped it
+
+
+@dataclass(frozen=True)
+class RankSearchDone:
+    """A finished rank search and the recipe that rebuilds its model (cached as that recipe's variant)."""
+
+    result: SearchResult
+    recipe: Recipe | None  # None when every projection stayed dense
+
+
+class Training:
+    """Jobs that train or search and stream as they go."""
+
+    def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
+                    tolerance: float = RANK_SEARCH.tolerance, limit: int | None = RANK_SEARCH.limit, layers=None, projections=None, steps: int = 10,
+                    calibration: Calibration | None = None, progress: Progress | None = None,
+                    owner: str | None = None) -> Iterator[Point | RankSearchDone]:
+        """The surgical rank search on the original (:mod:`prune.lowrank.rank_search`) as it goes, one job of ``owner``.
+
+        Yields the original's :class:`~prune.lowrank.rank_search.Point`, one after each projection (scored on
+        the test split after each layer), then :class:`RankSearchDone` with the recipe that rebuilds the
+        searched model (None if no projection could be lowered), which is cached as that recipe's
+        variant (so comparisons find it built).
+        ``criterion`` and ``tolerance``: see :func:`evaluation.sweeps.search_splits.criterion_splits`; the search
+        split is the first fifth. Stop cancels between candidates.
+        """
+        calibration = None if space == "weight" else calibration or self.default_calibration
+
+        def run():
+            with self.jobs.run("the rank search", progress, owner=owner) as job:
+                base = self._base(spec)
+                search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
+                                                                     self.data_dir, limit=limit)
+                checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
+                found = None
+                for found in rank_search.searching(base.model, base.tokenizer, search=checked[0], test=checked[1],
+                                                   tolerance=bound, space=space, projections=projections,
+                                                   layers=layers, steps=steps, calibration=calibration,
+                                                   test_each_layer=True, progress=job.update):
+                    if isinstance(found, rank_search.Point):
+                        yield found
+                recipe = None
+                if found.ranks:  # else every projection stayed dense: nothing to compare
+                    recipe = Recipe((found.step(calibration),),
+                                    origin=f"surgical rank search on {criterion} (tolerance {tolerance:g})")
+                    self.variants.put(base, recipe, found.model)
+                yield RankSearchDone(found, recipe)
+
+        return run()
+
+    def heal(self, spec: ModelSpec, recipe: Recipe, step, *, progress: Progress | None = None,
+             owner: str | None = None) -> Iterator[healing.LossPoint | HealDone]:
+        """Heal ``recipe``'s model with the step ``step`` (:class:`prune.healing.step.Heal`) as ``owner``'s job.
+
+        Yields each training step's loss (step 0 before training; the held-out loss every few steps) and
+        then :class:`HealDone`; the healed model is cached as ``recipe.then(step)``'s variant, beside the
+        unhealed one, which stays untouched. A budget that stops early is recorded in the healed config
+        (its steps done may differ in a rebuild after eviction). Stop cancels between steps.
+        """
+        healed_recipe = recipe.then(step)  # checked: a heal never comes first
+
+        def run():
+            with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
+                base = self._base(spec)
+                unhealed = self.variants.get(base, recipe, building(job, recipe.short()))
+                for item in healing.stream(job, step, unhealed, base.tokenizer):
+                    if isinstance(item, healing.LossPoint):
+                        yield item
+                        continue
+                    self.variants.put(base, healed_recipe, item)
+                    yield HealDone(healed_recipe, dict(getattr(item.config, HEALED_FIELD, {})))
+
+        return run()
