@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 
-from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import to_markdown
+from evaluation.serving.backend import Backend
+from evaluation.serving.models import ModelSpec
+from prune.core.recipe import Recipe
 
 
 def main() -> None:
@@ -23,16 +25,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    backend = Backend()
-    info = backend.load(None)
-    cut = backend.set_cut(args.start, args.end)
-    print(f"{info.name}, {info.num_layers} layers; cut {cut.description}")
-    ppl = backend.perplexity(seq_lens=(128, 2048), bos=(False, True), max_windows=args.ppl_windows or None)
+    backend, spec = Backend(), ModelSpec()  # the embedded default model
+    info = backend.load(spec)
+    compared = {"cut": Recipe.block(info.num_layers, args.start, args.end)}  # beside the original in every table
+    print(f"{info.name}, {info.num_layers} layers; cut {info.describe_cut(compared['cut'])}")
+    ppl = backend.perplexity(spec, compared, seq_lens=(128, 2048), bos=(False, True),
+                             max_windows=args.ppl_windows or None)
     print(to_markdown(ppl))
-    speed = backend.speed(batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+    speed = backend.speed(spec, compared, batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
                           new_tokens=(args.new_tokens,), repeats=args.repeats)
     print(to_markdown(speed))
-    print(to_markdown(backend.memory()))
+    print(to_markdown(backend.memory(spec, compared)))
 
 
 if __name__ == "__main__":
