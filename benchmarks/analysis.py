@@ -27,7 +27,7 @@ def main() -> None:
 
 def run(block: int, data_dir: str | None) -> None:
     import prune
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
     from prune.core.calibration import default_calibration
     from prune.depth.selection import chosen_layers
 

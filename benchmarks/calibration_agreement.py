@@ -40,7 +40,7 @@ def main() -> None:
 
 def run(args) -> None:
     import prune
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
     from evaluation.sweeps.cuts import format_sweep, rank_agreement
     from prune.core.calibration import default_calibration, token_windows
     from prune.depth.stability import block_stability

@@ -50,7 +50,7 @@ def main() -> None:
     import prune
     from evaluation.quality import perplexity
     from evaluation.measure import speed
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
     from prune.lowrank import decomposition as lowrank
     from prune.core.calibration import default_calibration
 

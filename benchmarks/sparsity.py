@@ -33,7 +33,7 @@ def main() -> None:
     import prune
     from evaluation.quality import perplexity
     from evaluation.measure import speed
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
     from prune.core.calibration import default_calibration
     from prune.sparsity.masks import zero_fraction
 

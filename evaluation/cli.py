@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --sparsity_sweep or --heal: tokens per WikiText-2 perplexity window (default "
                              f"{PERPLEXITY.seq_len})")
     parser.add_argument("--ppl_windows", type=int, default=PERPLEXITY.windows,
-                        help="with --sparsity_sweep or --heal: WikiText-2 perplexity windows (default 16)")
+                        help="with --sparsity_sweep or --heal: WikiText-2 perplexity windows (default "
+                             f"{PERPLEXITY.windows})")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")

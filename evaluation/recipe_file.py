@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from prune.core.calibration import Calibration
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError
 from prune.core.recipe import CONFIG_FIELD, Recipe
+from prune.core.step import kept_by_digest
 
 from evaluation.exports.folder import MARKER
 
@@ -87,13 +87,8 @@ def _checked(data: dict, path: Path) -> Recipe:
     except LayerCutError as err:
         raise type(err)(f"{path}: {err}") from None
     for index, step in enumerate(recipe.steps, 1):
-        if any(_text_left_out(value) for value in vars(step).values()):
+        if any(kept_by_digest(value) for value in vars(step).values()):
             raise InvalidInput(f"{path}: step {index} ({step.short()}) was recorded with an inline calibration "
                                f"text kept only as its digest ({getattr(step, 'text_digest', None)}): give the text "
                                f"again to rebuild it (from Python or the app; the command line takes no inline text).")
     return recipe
-
-
-def _text_left_out(value) -> bool:
-    """An inline calibration text that JSON kept by its digest only: the step cannot be rebuilt from the file."""
-    return isinstance(value, Calibration) and value.source == "text" and value.text is None

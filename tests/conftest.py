@@ -49,7 +49,7 @@ def shared_server():
     """The app launched as a shared server (``app.py --shared``) on the default model: (its URL, its backend)."""
     import app
     from evaluation.serving.backend import Backend
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
     from ui.inputs import Policy
 
     policy = Policy(shared=True)
@@ -162,7 +162,7 @@ def backend(spec):
 @pytest.fixture(scope="session")
 def data_dir():
     """The benchmark data folder (LAYERCUT_DATA_DIR or ../shared/benchdata); its absence fails, never skips."""
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
 
     path = default_data_dir()
     if path is None or not path.is_dir():

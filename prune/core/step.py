@@ -154,9 +154,14 @@ def calibration_from(data: dict | None) -> Calibration | None:
     return Calibration(**data) if data else None
 
 
+def kept_by_digest(value) -> bool:
+    """An inline calibration text that JSON kept by its digest only: a step holding it cannot be rebuilt."""
+    return isinstance(value, Calibration) and value.source == "text" and value.text is None
+
+
 def rebuildable(cal: Calibration | None, digest: str | None) -> Calibration | None:
     """``cal``, or a clear error when a step read back from JSON kept only its inline text's digest."""
-    if cal is not None and cal.source == "text" and cal.text is None:
+    if kept_by_digest(cal):
         raise InvalidInput(f"This step was recorded with an inline calibration text kept only as its digest "
                            f"({digest}): give the text again to rebuild it.")
     return cal

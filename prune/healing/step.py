@@ -19,7 +19,8 @@ from prune.core.step import (Estimate, Progress, Step, calibration_from, calibra
                              text_digest, with_digest)
 from prune.healing.train import DEFAULTS, METHODS, check_options, head_params, heal, owned_params
 
-_NAMES = {"lora": "LoRA", "last_layers": "last-layers"}
+_NAMES = {"lora": "LoRA", "last_layers": "last-layers"}  # in a step's description
+LABELS = {"lora": "LoRA (Shortened LLaMA)", "last_layers": "Last layers and head (Lu et al.)"}  # the page's choice
 
 
 @step("heal")

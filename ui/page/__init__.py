@@ -88,11 +88,9 @@ def build_page(backend=None, *, policy: Policy | None = None, default_model: Mod
     """The page laid out, its handlers on ``backend`` (default: a Backend on this machine's data) and its events
     wired."""
     if backend is None:
-        from evaluation.quality.offline_tasks import default_data_dir
         from evaluation.serving.backend import Backend
 
-        data_dir = default_data_dir()
-        backend = Backend(data_dir=str(data_dir) if data_dir else None)
+        backend = Backend()  # the data folder of prune.core.paths.default_data_dir, if any
     context = Context(backend, policy or Policy.from_env(), default_model, downloads)
     # Downloads copied into Gradio's cache are removed after an hour (checked every 10 minutes).
     with gr.Blocks(title="LayerCut", analytics_enabled=False, delete_cache=(600, 3600)) as demo:

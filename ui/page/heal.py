@@ -9,7 +9,7 @@ import gradio as gr
 
 from evaluation.serving.healing import LossPoint
 from prune.core.errors import InvalidInput
-from prune.healing.step import Heal
+from prune.healing.step import LABELS as HEAL_LABELS, Heal
 
 from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
@@ -37,8 +37,7 @@ class HealBox:
             gr.Markdown(text.heal_help())
             with gr.Row(equal_height=True):
                 settings = dict(
-                    method=gr.Radio([("LoRA (Shortened LLaMA)", "lora"),
-                                     ("Last layers and head (Lu et al.)", "last_layers")], value="lora",
+                    method=gr.Radio([(label, name) for name, label in HEAL_LABELS.items()], value="lora",
                                     label="Method", elem_id="heal-method", scale=2),
                     steps=NumberInput(0, label="Steps (0: the method's default)", minimum=0, elem_id="heal-steps"),
                     budget=NumberInput(0, label="Time budget, s (0: none)", minimum=0, elem_id="heal-budget"),

@@ -21,7 +21,7 @@ CUT = {"pruned": Recipe.block(4, 1, 3)}  # the compared models: original and lay
 
 
 def arc(limit, data_dir=None):
-    from evaluation.quality.offline_tasks import default_data_dir
+    from prune.core.paths import default_data_dir
 
     return lm_eval_adapter.check_request(["arc_easy"], limit=limit, data_dir=data_dir or default_data_dir())
 
