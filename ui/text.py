@@ -6,7 +6,8 @@ import math
 
 from prune import DEFAULT_MODEL
 
-TITLE = "LayerCut — cut whole blocks of layers out of an LLM"
+NAME = "LayerCut"
+TITLE = f"{NAME} — cut whole blocks of layers out of an LLM"
 
 INTRO = (
     "**Pick** a model and an importance method, **see** which blocks of consecutive layers matter "
@@ -104,23 +105,52 @@ def server_memory_markdown(found) -> str:
 
 
 def banner_markdown(session) -> str:
-    """The banner above the tabs: what A and B remove (the edited one marked), for this visitor only."""
+    """The banner above the tabs: one line for each of A and B (what it removes, which one is edited), for this
+    visitor only; the page keeps it two lines high, so choosing a cell never moves what is below."""
     if session.loading:
         return f"**Loading {session.loading}…** — its heatmap and cuts appear when it is ready."
     if session.info is None:
         return "**No model yet** — loading…"
     lines = []
     for slot, recipe in zip(("A", "B"), session.cuts):
-        mark = " ✎" if slot == session.editing else ""
+        mark = " (editing)" if slot == session.editing else ""
         if recipe is None:
-            lines.append(f"**{slot}**{mark}: none — choose *Cut {slot}* below and pick a block to compare it too.")
+            lines.append(f"**{slot}**{mark}: empty — choose *Cut {slot}* and pick a block to compare it too.")
             continue
         removed = session.info.removed_params(recipe)
         how = f" · *{recipe.origin}*" if recipe.origin else ""
         zeros = " (zeros are stored densely and still count)" if recipe.sparsity else ""
-        lines.append(f"✂️ **{slot}**{mark}: {recipe.describe()} — {human_count(removed)} parameters "
+        lines.append(f"**{slot}**{mark}: {recipe.describe()} — {human_count(removed)} parameters "
                      f"({100 * removed / session.info.num_params:.1f} %) removed{zeros}{how}")
-    return "  \n".join(lines)
+    return "\n\n".join(lines)
+
+
+def feedback_pending(session) -> str:
+    """What the edited slot's numbers against the original show while they are measured again: none of the old
+    ones, which would read as the new cut's."""
+    if session.info is None or session.loading or session.cut() is None:
+        return ""
+    return f'<span class="lc-pending">Measuring {session.editing} against the original…</span>'
+
+
+def measured_what(session) -> tuple:
+    """What a result measures: the model's name and the (A, B) recipes, for :func:`measured_note`."""
+    return (session.spec.name if session.spec else "", tuple(session.cuts))
+
+
+def measured_note(then: tuple, now: tuple) -> str:
+    """'Measured on SmolLM2 · Original · A: cut 13–15', or, when the model or a slot changed since, a warning
+    that names the change and what the numbers are still for."""
+    model, cuts = then
+    models = " · ".join(["Original", *(f"{slot}: {recipe.short()}" for slot, recipe in zip("AB", cuts) if recipe)])
+    if then == now:
+        return f"Measured on **{model}** · {models}"
+    if model != now[0]:
+        change = f"another model ({now[0] or 'none'}) is loaded"
+    else:
+        changed = [slot for slot, old, new in zip("AB", cuts, now[1]) if old != new]
+        change = f"{' and '.join(changed)} {'has' if len(changed) == 1 else 'have'} changed"
+    return f"⚠️ **Out of date: {change} since.** These numbers are for {model} · {models}. Measure again."
 
 
 def mib(count: float) -> str:
@@ -151,7 +181,7 @@ def model_notes(measurements, field: str) -> str:
 
 
 def column_label(label: str, variants: dict) -> str:
-    """A generation column's title: 'Original model' or 'A: −[13, 18)'."""
+    """A generation column's title: 'Original model' or 'A: cut 13–17'."""
     if label == "original":
         return "Original model"
     recipe = variants.get(label)

@@ -183,9 +183,10 @@ class CutFeedback:
         return self.resumed_at is not None
 
     def summary(self) -> str:
-        """'agrees on 87 % of next tokens · KL 0.31 nats/token · perplexity 21.4 (original 18.2)'."""
-        return (f"agrees on {self.agreement_pct:.0f} % of next tokens · KL {self.kl:.3f} nats/token · "
-                f"perplexity {self.perplexity:.1f} (original {self.original_perplexity:.1f})")
+        """'agrees on 87 % of next tokens · perplexity 21.4 (original 18.2) · drift 0.31 (KL, nats per token)':
+        plain words first, the precise measure beside them."""
+        return (f"agrees on {self.agreement_pct:.0f} % of next tokens · perplexity {self.perplexity:.1f} "
+                f"(original {self.original_perplexity:.1f}) · drift {self.kl:.3f} (KL, nats per token)")
 
     def measurements(self, label: str) -> list[Measurement]:
         """The common result shape: the original's values (KL 0, agreement 100 %) and ``label``'s."""

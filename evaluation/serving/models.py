@@ -88,7 +88,7 @@ class ModelInfo:
         return removed
 
     def describe_cut(self, recipe) -> str:
-        """'layers 20–25 (6 of 30), end exclusive [20, 26) — 16.9 M parameters (12.6 %)'."""
+        """'layers 20–25 (6 of 30) = block [20, 26) — 16.9 M parameters (12.6 %)'."""
         removed = self.removed_params(recipe)
         return f"{recipe.describe()} — {removed / 1e6:.1f} M parameters ({100 * removed / self.num_params:.1f} %)"
 

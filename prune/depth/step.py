@@ -74,19 +74,20 @@ class DepthCut(Step):
         return [k for i, k in enumerate(kept) if i not in self.layers]
 
     def describe(self) -> str:
-        """'layers 20–25 (6 of 30), end exclusive [20, 26)', or the list for a scattered cut."""
+        """'layers 20–25 (6 of 30) = block [20, 26)', or the list for a scattered cut: plain words first, the
+        block's notation (start inclusive, end exclusive) beside them."""
         count = f"({len(self.layers)} of {self.num_layers})"
         if self.span is None:
             return f"layers {', '.join(map(str, self.layers))} {count}"
         start, end = self.span
         what = f"layer {start}" if end - start == 1 else f"layers {start}–{end - 1}"
-        return f"{what} {count}, end exclusive [{start}, {end})"
+        return f"{what} {count} = block [{start}, {end})"
 
     def short(self) -> str:
-        """A column title: '−[20, 26)' or '−{3, 7, 9}'."""
-        if self.span is not None:
-            return f"−[{self.span[0]}, {self.span[1]})"
-        return "−{" + ", ".join(map(str, self.layers)) + "}"
+        """A column title in plain words: 'cut 20–25', 'cut 5' or 'cut 3, 7, 9'."""
+        if self.span is not None and self.span[1] - self.span[0] > 1:
+            return f"cut {self.span[0]}–{self.span[1] - 1}"
+        return "cut " + ", ".join(map(str, self.layers))
 
 
 FAMILY = register_family(Family(

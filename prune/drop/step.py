@@ -60,9 +60,9 @@ class SubLayerDrop(Step):
         return " and ".join(parts)
 
     def short(self) -> str:
-        """A column title: '−attn{20, 21}', '−mlp{3}' or both."""
-        return " ".join(f"−{what}{{{', '.join(map(str, layers))}}}"
-                        for what, layers in (("attn", self.attention), ("mlp", self.mlp)) if layers)
+        """A column title in plain words: 'no attention 20, 21', 'no MLP 3' or both."""
+        return " ".join(f"no {what} {', '.join(map(str, layers))}"
+                        for what, layers in (("attention", self.attention), ("MLP", self.mlp)) if layers)
 
 
 FAMILY = register_family(Family(

@@ -71,9 +71,10 @@ class WidthPrune(Step):
                 "with any kernels")
 
     def describe(self) -> str:
-        """'width pruning to 80 % of the parameters: heads and MLP channels by Wanda-sp (calibration: …)'."""
-        return (f"width pruning to {100 * self.param_ratio:g} % of the parameters: heads and MLP channels by "
-                f"{IMPORTANCE}{calibration_words(self.calibration)}")
+        """'width pruning to 80 % of the parameters: heads and MLP channels ranked by weight × activation
+        (Wanda-sp) (calibration: …)'."""
+        return (f"width pruning to {100 * self.param_ratio:g} % of the parameters: heads and MLP channels ranked by "
+                f"weight × activation ({IMPORTANCE}){calibration_words(self.calibration)}")
 
     def short(self) -> str:
         """A column title: 'width 80%'."""
@@ -105,7 +106,8 @@ FAMILY = register_family(Family(
     name="width", label="Width", step=WidthPrune,
     paper="An et al. 2024 (FLAP); Sun et al. 2023 (Wanda)", link="https://arxiv.org/abs/2312.11983",
     about="Removes attention heads (whole KV groups) and MLP channels in every layer down to a parameter count.",
-    choices=(Choice(NAME, "Width pruning (Wanda-sp: heads and MLP channels)", DESCRIPTION, LEVEL),),
+    choices=(Choice(NAME, "Width pruning — fewer heads and MLP channels (Wanda-sp)", DESCRIPTION,
+                   LEVEL),),
     build=build,
     options=(Option("--width", dict(type=float, metavar="RATIO", default=None,
                                     help="then remove heads and MLP channels until RATIO of the parameters stay "

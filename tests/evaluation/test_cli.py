@@ -43,7 +43,7 @@ def test_personalized_cut_writes_results_tables_and_checkpoint(tiny_folder, tmp_
     pruned = json.loads((out_dir / "results_personalized.json").read_text())
     assert set(full["results"]["arc_easy"]) >= {"acc,none", "acc_norm,none", "acc_stderr,none"}
     assert pruned["config"]["removed_layers"] == [1, 2]  # --end_block is inclusive
-    assert pruned["config"]["cut"] == "layers 1–2 (2 of 4), end exclusive [1, 3)"
+    assert pruned["config"]["cut"] == "layers 1–2 (2 of 4) = block [1, 3)"
     assert pruned["n-samples"]["arc_easy"]["effective"] == 3
     table = (out_dir / "comparison.md").read_text()
     assert "| arc_easy acc |" in table and "Retention %" in table and "| arc_easy acc |" in out

@@ -75,7 +75,7 @@ def test_load_analyze_cut_generate_benchmark(client):
     lowest = sorted(np.argsort(scores, kind="stable")[:4].tolist())
     assert Recipe.cut(30, lowest).describe() in banner
     _range, banner, *_ = client.predict(4, "block", api_name="/best_block")
-    assert "(4 of 30), end exclusive [" in banner
+    assert "(4 of 30) = block [" in banner
     with pytest.raises(AppError, match="not in the list of choices"):
         client.predict(4, "greedy", api_name="/best_block")
     client.predict("B", api_name="/edit_slot")
@@ -85,7 +85,7 @@ def test_load_analyze_cut_generate_benchmark(client):
     job = client.submit("What is the capital of France?", 12, 0, 1, 0, api_name="/generate")
     original, original_stats, a, a_stats, b, b_stats = job.result()
     assert "Paris" in original["value"] and a["value"].strip() and b["value"].strip()
-    assert b["label"] == "B: −[20, 26)"
+    assert b["label"] == "B: cut 20–25"
     assert "tokens/s" in original_stats and "tokens/s" in a_stats and "tokens/s" in b_stats
     assert len(job.outputs()) > 2  # streamed, not returned at the end
     with pytest.raises(AppError, match="prompt is empty"):

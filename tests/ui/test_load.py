@@ -72,7 +72,7 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys):
         span = f"[{start}, {start + size})"
         assert span in banner and f"({size} of 30)" in banner, (i, banner)
         _original, _stats, a, *_ = generated
-        assert a["label"] == f"A: −{span}", (i, a)
+        assert a["label"] == f"A: cut {start}–{start + size - 1}", (i, a)
         headers, rows = table["headers"], table["data"]
         params = next(r for r in rows if r[headers.index("Metric")] == "parameters")
         removed = sum(loaded.info.layer_params[start:start + size])

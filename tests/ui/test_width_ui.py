@@ -47,7 +47,7 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
     names = [name for _label, name in choices]
     assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
     groups = [label.split(" · ")[0] for label, _name in choices]
-    assert groups == ["Depth"] * len(prune.METHODS) + ["Width"] * 4 + ["Low-rank"] * 2
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] + ["Low-rank"] * 2
 
     picks, header, steps = handlers_on(page, Backend(data_dir="", device="cpu")).pick, page.header, page.header.steps
     shown = picks.method_info("sparsegpt")

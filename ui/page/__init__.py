@@ -109,7 +109,8 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
         generating = GenerateTab.layout()
         speeds = SpeedTab.layout()
         benches = BenchmarksTab.layout(context)
-    view = CutView(cut.layer_range, top.banner, cut.heatmap, cut.bars, cut.greedy, cut.named, cut.slot, session)
+    view = CutView(cut.layer_range, top.banner, cut.heatmap, cut.bars, cut.greedy, cut.named, cut.slot, session,
+                   cut.feedback_md)
     return Page(demo, session, top, cut, generating, speeds, benches, view)
 
 

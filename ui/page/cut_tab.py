@@ -19,6 +19,8 @@ from ui.plot_view import PlotView
 from ui.range_control import LayerRange
 from ui.session import SLOTS
 
+HEATMAP_HEIGHT = 320  # with the header, the range and the tab strip: one 1280×720 screen
+
 
 @dataclass
 class Export:
@@ -54,18 +56,21 @@ class CutTab:
     @classmethod
     def layout(cls, context) -> CutTab:
         with gr.Tab("Analyze & cut", id="cut"):
-            with gr.Row(equal_height=True):
-                slot = gr.Radio([(f"Cut {s}", s) for s in SLOTS], value=SLOTS[0], scale=3, elem_id="slot",
-                                label="Which compressed model the range, the heatmap and the presets edit")
-                clear_btn = gr.Button("Clear this cut", scale=1, min_width=140, elem_id="clear-cut")
-            layer_range = LayerRange(elem_id="layer-range")
-            feedback_md = gr.Markdown(elem_id="cut-feedback")
-            convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
+            with gr.Row(elem_id="range-row"):
+                with gr.Column(scale=0, min_width=230):
+                    slot = gr.Radio([(f"Cut {s}", s) for s in SLOTS], value=SLOTS[0], elem_id="slot",
+                                    label="You are editing", container=False)
+                    clear_btn = gr.Button("Clear this cut", size="sm", elem_id="clear-cut")
+                with gr.Column(scale=6):
+                    layer_range = LayerRange(elem_id="layer-range")
             with gr.Row():
                 with gr.Column(scale=2):
-                    heatmap = PlotView(height=520, elem_id="heatmap")
-                    gr.Markdown(text.HEATMAP_HELP)
+                    heatmap = PlotView(height=HEATMAP_HEIGHT, elem_id="heatmap")
+                    with gr.Accordion("How to read the heatmap and the layer numbers", open=False):
+                        gr.Markdown(text.HEATMAP_HELP)
+                        convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
                 with gr.Column(scale=1):
+                    feedback_md = gr.Markdown(elem_id="cut-feedback")
                     side = _side_column()
             search = SearchBox.layout(context)
             heal = HealBox.layout()

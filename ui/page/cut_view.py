@@ -27,6 +27,7 @@ class CutView:
     named: gr.Radio  # the analysis's named cuts (persistence, greedy steps)
     slot: gr.Radio  # which slot is edited
     session: gr.State
+    feedback: gr.Markdown  # the edited slot's numbers against the original: hidden until measured again
 
     def outputs(self) -> list:
         return [getattr(self, f.name) for f in fields(self)]
@@ -61,6 +62,7 @@ class CutView:
             self.named: gr.update(choices=names, value=None, visible=bool(names), **text.named_cuts_label(result)),
             self.slot: gr.update(value=session.editing),
             self.session: session,
+            self.feedback: text.feedback_pending(session),
         }
 
 

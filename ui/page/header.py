@@ -1,5 +1,6 @@
-"""The page's header: the title, the model and method pickers with their buttons, the step methods' row, the
-advanced settings (access, precision, calibration, method options), the status line and the cut banner."""
+"""The page's header: the top bar (name, status line, the About toggle), the introduction and settings behind
+About (access, precision, calibration, method options), the model and method pickers with their buttons, the
+method in plain words, the step methods' row and the cut banner."""
 
 from __future__ import annotations
 
@@ -67,21 +68,17 @@ class Header:
 
     @classmethod
     def layout(cls, context: Context) -> Header:
-        gr.Markdown(f"# {text.TITLE}\n{text.INTRO}", elem_id="title")
+        """One screen at 1280×720: a one-line top bar (name, model, analysis, memory, the About toggle), the
+        pickers, the method in plain words, the banner; the introduction and settings behind About."""
         first = next(iter(prune.METHODS.values()))
-        with gr.Row(equal_height=True):
-            pickers = dict(
-                model=gr.Dropdown(text.KNOWN_MODELS, value=context.default_model.name, allow_custom_value=True,
-                                  scale=4, label="Model (or type a hub id / local folder)", elem_id="model"),
-                method=gr.Dropdown(catalog.method_choices(), value=first.name, scale=4, elem_id="method",
-                                   label="Method (depth: score the layers, then cut; width: a step on every layer)"),
-                load_btn=gr.Button("Load model", scale=1, min_width=120),
-                analyze_btn=gr.Button("Analyze", variant="primary", scale=1, min_width=120, elem_id="analyze"),
-                build_btn=gr.Button("Build", variant="primary", scale=1, min_width=120, elem_id="build",
-                                    visible=False),
-                stop_btn=gr.Button("Stop", variant="stop", scale=0, min_width=80))
-        steps = _step_row()
-        with gr.Accordion("Advanced: access token, precision, calibration data, method options", open=False):
+        with gr.Row(equal_height=True, elem_id="topbar"):
+            gr.Markdown(f"**{text.NAME}**", elem_id="title", scale=0, min_width=100)
+            status = dict(model_md=gr.Markdown("Loading the embedded model…", elem_id="model-info", scale=3),
+                          analysis_md=gr.Markdown("", elem_id="analysis-info", scale=4),
+                          memory_md=gr.Markdown(context.server_memory(), elem_id="server-memory", scale=3))
+            about_btn = gr.Button("About & settings ▾", size="sm", scale=0, min_width=170, elem_id="about-btn")
+        with gr.Column(elem_id="about", elem_classes=["lc-hidden"]):
+            gr.Markdown(f"### {text.TITLE}\n{text.INTRO}")
             with gr.Row():
                 access = dict(token=gr.Textbox(label="Hugging Face token (gated models)", type="password", scale=2),
                               dtype=gr.Dropdown(["auto", "float32", "bfloat16", "float16"], value="auto",
@@ -89,13 +86,22 @@ class Header:
                               trust=gr.Checkbox(label="Trust remote code", value=False,
                                                 visible=not context.policy.shared))
             calibration = _calibration_row(context)
-            with gr.Row(equal_height=True):
-                options = gr.Textbox(text.options_text(first.options), label="Method options (name=value, …)")
-                method_about = gr.Markdown(text.method_markdown(first))
-        with gr.Row():
-            status = dict(model_md=gr.Markdown("Loading the embedded model…", elem_id="model-info"),
-                          analysis_md=gr.Markdown("", elem_id="analysis-info"),
-                          memory_md=gr.Markdown(context.server_memory(), elem_id="server-memory"))
+            options = gr.Textbox(text.options_text(first.options), label="Method options (name=value, …)")
+        # A client-side toggle: no round trip, and the page below does not move until it is pressed.
+        about_btn.click(None, js="() => document.getElementById('about').classList.toggle('lc-hidden')")
+        with gr.Row(equal_height=True, elem_id="pickers"):
+            pickers = dict(
+                model=gr.Dropdown(text.KNOWN_MODELS, value=context.default_model.name, allow_custom_value=True,
+                                  scale=3, label="Model (or type a hub id / folder)", elem_id="model"),
+                method=gr.Dropdown(catalog.method_choices(), value=first.name, scale=5, elem_id="method",
+                                   label="Method (depth: score the blocks, then cut one)"),
+                load_btn=gr.Button("Load model", scale=1, min_width=130),
+                analyze_btn=gr.Button("Analyze", variant="primary", scale=1, min_width=110, elem_id="analyze"),
+                build_btn=gr.Button("Build", variant="primary", scale=1, min_width=110, elem_id="build",
+                                    visible=False),
+                stop_btn=gr.Button("Stop", variant="stop", scale=0, min_width=80))
+        method_about = gr.Markdown(text.method_markdown(first), elem_id="method-about")
+        steps = _step_row()
         banner = gr.Markdown(text.banner_markdown(Session()), elem_id="cut-banner")
         return cls(**pickers, steps=steps, **access, calibration=calibration, options=options,
                    method_about=method_about, **status, banner=banner)
@@ -105,7 +111,7 @@ def _step_row() -> StepControls:
     with gr.Row(equal_height=True, visible=False, elem_id="width-row") as row:
         level = SliderInput(**catalog.level_slider("wanda"), step=1, scale=3, elem_id="level")
         pattern = gr.Radio(list(PATTERNS), value=PATTERNS[0], label="Pattern", scale=2, elem_id="pattern")
-        stack = gr.Checkbox(label="After the edited slot's cut (else on the original)", value=False, scale=1,
+        stack = gr.Checkbox(label="Start from this slot's cut (unticked: from the original)", value=False, scale=1,
                             elem_id="stack")
         versus_btn = gr.Button("Width against depth at this size (A: depth, B: width)", scale=2,
                                elem_id="versus-btn", visible=False)

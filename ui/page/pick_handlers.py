@@ -57,7 +57,8 @@ class PickHandlers:
         try:
             info = self.context.backend.load(spec, progress=reporter(progress), owner=owner(request))
         except Exception as err:
-            yield {**self.view.show(session), status: text.analysis_status(session.result) if session.result else ""}
+            yield {**self.view.show(session), status: text.analysis_status(session.result) if session.result else "",
+                   self.view.feedback: ""}  # no measure follows a failed load
             if isinstance(err, ModelNotFound) and self.context.policy.shared:  # the same words, folder or not
                 raise inputs.shared_not_found(spec.name) from None
             raise

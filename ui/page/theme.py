@@ -9,10 +9,25 @@ import pandas as pd
 THEME = gr.themes.Soft(primary_hue="red", text_size="lg",
                        font=["system-ui", "Segoe UI", "Helvetica", "Arial", "sans-serif"],
                        font_mono=["ui-monospace", "Consolas", "monospace"])
+# One 1280×720 screen: tight gaps; one-line status and method lines; a banner of constant height (a change of
+# slot never moves the heatmap under the pointer); the introduction and settings hidden until About is pressed.
 CSS = """
-#cut-banner { font-size: 1.25rem; padding: 6px 12px; border-left: 6px solid #e45756;
-              background: var(--block-background-fill); }
-#title h1 { margin-bottom: 0; }
+.gradio-container { --layout-gap: 8px; }
+.gradio-container > .main > .wrap, .gradio-container .contain { padding-top: 0 !important; }
+body, gradio-app, .gradio-container { padding-top: 0 !important; margin-top: 0 !important; }
+#layer-range .html-container, #heatmap .html-container { padding: 0 !important; }
+.lc-hidden { display: none !important; }
+#topbar { align-items: center; }
+#title p { font-size: 1.3rem; margin: 0; }
+#model-info, #analysis-info, #server-memory, #method-about { font-size: 0.85rem; }
+#model-info p, #analysis-info p, #server-memory p, #method-about p, #cut-banner p {
+  white-space: nowrap; overflow: hidden; text-overflow: ellipsis; margin: 0; }
+#cut-banner { height: 3.4em; overflow: hidden; font-size: 1.05rem; line-height: 1.6em; padding: 2px 12px;
+              border-left: 6px solid #0072b2; background: var(--block-background-fill); }
+#pickers [data-testid="block-info"] { font-size: 0.85rem; }
+#slot .wrap { flex-wrap: nowrap; }
+#cut-feedback { min-height: 5em; font-size: 0.95rem; }
+#cut-feedback .lc-pending { color: var(--body-text-color-subdued); }
 #index-convention { font-size: 0.95rem; color: var(--body-text-color-subdued); }
 .gen-out textarea { font-size: 1.05rem !important; }
 """

@@ -77,7 +77,7 @@ def test_recipes_describe_themselves_and_variants_are_cached(backend, spec):
     cut = recipe.depth_cut
     assert cut.layers == (1, 2) and cut.span == (1, 3)
     assert info.removed_params(recipe) == 2 * info.layer_params[0]
-    assert recipe.describe() == "layers 1–2 (2 of 4), end exclusive [1, 3)"
+    assert recipe.describe() == "layers 1–2 (2 of 4) = block [1, 3)"
     assert Recipe.cut(4, [3, 0]).describe() == "layers 0, 3 (2 of 4)"
     assert recipe == Recipe.block(4, 1, 3) and recipe.key == Recipe.cut(4, [2, 1]).key  # origin is no part of it
     pruned = backend.model(spec, recipe)
@@ -88,8 +88,8 @@ def test_recipes_describe_themselves_and_variants_are_cached(backend, spec):
         Recipe.block(4, 0, 4)
     with pytest.raises(InvalidCut):
         Recipe.cut(4, [7])
-    assert DepthCut.block(30, 20, 26).describe() == "layers 20–25 (6 of 30), end exclusive [20, 26)"
-    assert DepthCut.block(30, 5, 6).describe() == "layer 5 (1 of 30), end exclusive [5, 6)"
+    assert DepthCut.block(30, 20, 26).describe() == "layers 20–25 (6 of 30) = block [20, 26)"
+    assert DepthCut.block(30, 5, 6).describe() == "layer 5 (1 of 30) = block [5, 6)"
 
 
 def test_the_original_model_is_never_altered(backend, spec):

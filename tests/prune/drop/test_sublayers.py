@@ -151,7 +151,7 @@ def test_impossible_drops_are_clear_errors():
 
 def test_describe_and_short():
     step = SubLayerDrop.of(30, attention=[21, 20], mlp=[3])
-    assert step.short() == "−attn{20, 21} −mlp{3}"
+    assert step.short() == "no attention 20, 21 no MLP 3"
     assert step.describe() == "attention dropped in layers 20, 21 (2 of 30) and MLP dropped in layer 3 (1 of 30)"
     recipe = Recipe.drop(30, attention=[5])
     assert recipe.depth_cut is None and recipe.sublayer_drop.attention == (5,)
@@ -316,7 +316,7 @@ def test_best_n_attention_blocks_fill_the_edited_slot(page):
     assert slider["custom"] == []  # the range shows no whole layer cut
     assert "attention dropped in layers 1, 3" in banner and "parameters" in banner
     assert banner == banner_markdown(session)
-    assert column_label("A", session.variants()) == "A: −attn{1, 3}"
+    assert column_label("A", session.variants()) == "A: no attention 1, 3"
     figure = plots.layer_bar_figure(result, (), {ATTENTION: [1, 3]})
     assert [trace.name for trace in figure.data] == ["attention blocks", "MLP blocks"]
     assert [c == plots.REMOVED for c in figure.data[0].marker.color] == [False, True, False, True, False, False]

@@ -239,7 +239,7 @@ def test_the_heal_step_key_record_and_titles():
     with pytest.raises(InvalidInput, match="inline calibration text kept only as its digest"):
         again.steps[1].apply(tiny_model("llama", 3))
     assert step.short() == "lora 30" and Heal.of("last_layers").short() == "last-3 40"
-    assert recipe.short() == "−[1, 2) lora 30"
+    assert recipe.short() == "cut 1 lora 30"
     assert Heal.of("lora").describe() == ("LoRA healing (rank 8, α 16), 30 steps of 4 × 256 tokens of WikiText-2 "
                                           "validation, lr 0.001")
     assert Heal.of("last_layers", layers=2, budget_s=90).describe().startswith(

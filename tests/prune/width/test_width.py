@@ -173,7 +173,7 @@ def test_the_recipe_step_composes_after_a_depth_cut_counts_by_arithmetic_and_rou
     assert again == recipe and again.key == recipe.key and recipe_of(derived) == recipe
     with pytest.raises(InvalidInput, match="digest"):
         again.apply(model, tiny_tokenizer)  # the text itself is not recorded
-    assert recipe.short() == "−[1, 2) width 60%" and "Wanda-sp" in recipe.describe()
+    assert recipe.short() == "cut 1 width 60%" and "Wanda-sp" in recipe.describe()
     plain = WidthPrune.of(0.8)
     assert Recipe.from_json(Recipe((plain,)).to_json()).steps == (plain,)
 

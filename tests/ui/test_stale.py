@@ -1,0 +1,48 @@
+"""Results name the models they measured and are marked out of date when a slot or the model changes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from evaluation.serving.models import ModelSpec
+from prune.core.recipe import Recipe
+from ui import text
+from ui.page import stale
+from ui.session import Session
+
+A = Recipe.block(30, 13, 16, origin="by hand")
+B = Recipe.block(30, 20, 26, origin="by hand")
+
+
+def session(a=A, b=None, name="tiny") -> Session:
+    return Session(spec=ModelSpec(name), cuts=(a, b))
+
+
+def test_fresh_numbers_name_the_model_and_each_slot_they_measured():
+    what = text.measured_what(session())
+    assert what == ("tiny", (A, None))
+    assert text.measured_note(what, what) == "Measured on **tiny** · Original · A: cut 13–15"
+
+
+def test_a_changed_slot_marks_the_numbers_out_of_date_and_names_it():
+    then = text.measured_what(session())
+    note = text.measured_note(then, text.measured_what(session(b=B)))
+    assert note.startswith("⚠️ **Out of date: B has changed since.**")
+    assert "These numbers are for tiny · Original · A: cut 13–15." in note
+    both = text.measured_note(then, text.measured_what(session(a=B, b=A)))
+    assert "A and B have changed since" in both
+    other = text.measured_note(then, text.measured_what(session(name="other")))
+    assert "another model (other) is loaded" in other
+
+
+def test_the_page_check_leaves_unmeasured_areas_empty_and_follows_each_area_state():
+    areas = [stale.Measured("note-1", "state-1"), stale.Measured("note-2", "state-2")]  # components stand-ins
+    check = stale.check(areas)
+    now = session(b=B)
+    then = text.measured_what(session())
+    notes = check(now, None, then)
+    assert notes[0] == "" and notes[1].startswith("⚠️ **Out of date: B has changed")
+    assert check(now, text.measured_what(now), None) == [text.measured_note(text.measured_what(now),
+                                                                             text.measured_what(now)), ""]
+    assert replace(now, editing="B").cuts == now.cuts  # editing another slot changes no numbers
+    assert check(replace(now, editing="B"), text.measured_what(now), None)[0].startswith("Measured on")
