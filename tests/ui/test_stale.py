@@ -46,3 +46,26 @@ def test_the_page_check_leaves_unmeasured_areas_empty_and_follows_each_area_stat
                                                                              text.measured_what(now)), ""]
     assert replace(now, editing="B").cuts == now.cuts  # editing another slot changes no numbers
     assert check(replace(now, editing="B"), text.measured_what(now), None)[0].startswith("Measured on")
+
+
+def events_named(page, prefix: str) -> list:
+    return [fn for fn in page.demo.fns.values() if (fn.api_name or "").startswith(prefix)]
+
+
+def test_a_new_n_clears_the_stability_measured_for_another(page):
+    from ui.page.cut_handlers import CutHandlers
+
+    [event] = events_named(page, "stability_pending")
+    assert [target[1] for target in event.targets] == ["input"]  # the visitor's own moves, not a load's
+    assert event.inputs == [page.cut.block_size] and event.outputs == [page.cut.stability_md]
+    assert CutHandlers.stability_pending(8) == ("N is now **8**: press *How stable is the best block of N?* to "
+                                                 "measure its stability.")
+
+
+def test_every_slot_change_is_followed_by_each_result_notes_check(page):
+    from ui.page import FEEDBACK_AFTER
+
+    checks = events_named(page, "stale_check_")
+    assert len(checks) == len(FEEDBACK_AFTER)
+    notes = {area.note for area in page.measured}
+    assert notes and all(set(fn.outputs) == notes for fn in checks)

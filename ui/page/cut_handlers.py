@@ -93,6 +93,11 @@ class CutHandlers:
             progress=reporter(progress), owner=owner(request), **dict(session.options))
         return text.stability_markdown(found)
 
+    @staticmethod
+    def stability_pending(block_size) -> str:
+        """A new N: the stability shown was for another block size, so it gives way to how to measure this one."""
+        return text.stability_pending(block_size)
+
     @user_errors
     def feedback(self, session: Session, request: gr.Request = None):
         """The edited slot's model against the original on a small fixed slice: agreement, KL and perplexity.

@@ -120,6 +120,9 @@ def wire(page, handlers) -> dict:
     stability = tab.stability_btn.click(gpu(cuts.stability), [session, tab.block_size, tab.resamples],
                                         [tab.stability_md], api_name="stability", show_progress_on=[tab.stability_md],
                                         **DEVICE)
+    # The stability shown was for the N of its moment: a new N clears it rather than let it pass for this one's.
+    tab.block_size.input(cuts.stability_pending, [tab.block_size], [tab.stability_md], api_name="stability_pending",
+                         **LIGHT)
     tab.export.button.click(gpu(cuts.export), [session, tab.export.folder], [tab.export.status, tab.export.files],
                             api_name="export", show_progress_on=[tab.export.status], **DEVICE)
     return by_name(slot, clear, release, click, best, named, stability)

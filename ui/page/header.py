@@ -140,7 +140,7 @@ def wire(page, handlers) -> dict:
     header = page.header
     picks, steps, view, cut = handlers.pick, handlers.steps, page.view, page.cut
     cut_outputs = view.outputs()
-    load_outputs = [header.model_md, cut.block_size, *cut_outputs, cut.convention]
+    load_outputs = [header.model_md, cut.block_size, *cut_outputs, cut.convention, cut.stability_md]
     cal = header.calibration
     analyze_inputs = [page.session, header.method, header.options, cal.source, cal.detail, cal.upload, cal.samples,
                       cal.seq_len, cut.block_size, cut.selection, cal.bos, cut.remove]
@@ -164,7 +164,7 @@ def wire(page, handlers) -> dict:
     analyze = header.analyze_btn.click(gpu(picks.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                        show_progress_on=[view.heatmap], **DEVICE)
     startup = page.demo.load(gpu(picks.startup), [page.session, header.method],
-                             [header.model, *load_outputs, header.analysis_md, cut.stability_md], api_name="startup",
+                             [header.model, *load_outputs, header.analysis_md], api_name="startup",
                              show_progress_on=[header.model_md, view.heatmap], **DEVICE)
     versus.success(steps.cut_size, [page.session], [cut.block_size], api_name="cut_size", **LIGHT)  # A's N layers
     return by_name(load, loaded, build, versus, analyze, startup)

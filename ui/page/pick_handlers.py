@@ -69,7 +69,8 @@ class PickHandlers:
         return {self.header.model_md: text.model_markdown(info),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
                                                value=default_block_size(info.num_layers)),
-                **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers)}
+                **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers),
+                self.cut.stability_md: text.STABILITY_HELP}  # a stability measured on another model is gone
 
     @user_errors
     def method_info(self, method: str):
