@@ -123,6 +123,37 @@ def banner_markdown(session) -> str:
     return "  \n".join(lines)
 
 
+def slot_empty(slot: str) -> str:
+    """The range of a slot that holds nothing: no selection, and how to make one."""
+    return f"{slot} is empty — drag the range or click a heatmap cell to cut"
+
+
+def slot_holds(slot: str, recipe) -> str:
+    """The range of a slot whose model cuts no whole layers (sparsity, width, low rank, dropped blocks)."""
+    return f"{slot} holds {recipe.describe()} — dragging here replaces it"
+
+
+def _replaces(slot: str, recipe, how: str = "replaces") -> str:
+    """' (replaces B: wanda 50%)' when ``slot`` holds ``recipe``; '' when it is empty."""
+    return f" ({how} {slot}: {recipe.short()})" if recipe is not None else ""
+
+
+def build_label(session, stack: bool) -> str:
+    """Build's button: 'Build into B (replaces B: weight 80%)', or '(after B: …)' when it adds to B's model."""
+    slot = session.editing
+    return f"Build into {slot}" + _replaces(slot, session.cut(), "after" if stack else "replaces")
+
+
+def heal_label(session) -> str:
+    """Heal's button: 'Heal A into B (replaces B: weight 80%)'."""
+    return f"Heal {session.editing} into {session.other}" + _replaces(session.other, session.cut(session.other))
+
+
+def search_label(session) -> str:
+    """The rank search's button: 'Search ranks into A (replaces A: −[13, 16))'."""
+    return f"Search ranks into {session.editing}" + _replaces(session.editing, session.cut())
+
+
 def mib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
@@ -373,9 +404,10 @@ def heal_progress(points, source: str, target: str) -> str:
             f"{where}")
 
 
-def heal_done(record: dict, source: str, target: str) -> str:
+def heal_done(record: dict, source: str, target: str, replaced=None) -> str:
     budget = " (stopped by the time budget)" if record.get("stopped_by_budget") else ""
-    return (f"**{target} is now {source} healed**: {record.get('steps_done', record.get('steps'))} steps{budget}. "
+    was = f" It replaced {target}'s {replaced.short()}." if replaced is not None else ""
+    return (f"**{target} is now {source} healed**: {record.get('steps_done', record.get('steps'))} steps{budget}.{was} "
             f"Compare the three columns under *Generate*, *Speed & memory* and *Benchmarks*.")
 
 

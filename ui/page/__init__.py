@@ -19,7 +19,7 @@ from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
-from ui.page.events import FEEDBACK
+from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
 from ui.page.header import Header
 from ui.page.heal import HealHandlers
@@ -27,6 +27,7 @@ from ui.page.pick_handlers import PickHandlers
 from ui.page.search import SearchHandlers
 from ui.page.speed import SpeedHandlers, SpeedTab
 from ui.page.step_handlers import StepHandlers
+from ui.page.targets import SlotTargets
 from ui.session import Session
 
 MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to it
@@ -75,6 +76,7 @@ class Page:
     speed: SpeedTab
     benchmarks: BenchmarksTab
     view: CutView
+    targets: SlotTargets  # the buttons that write a slot, labelled with it
     handlers: PageHandlers | None = None
 
 
@@ -110,7 +112,8 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
         speeds = SpeedTab.layout()
         benches = BenchmarksTab.layout(context)
     view = CutView(cut.layer_range, top.banner, cut.heatmap, cut.bars, cut.greedy, cut.named, cut.slot, session)
-    return Page(demo, session, top, cut, generating, speeds, benches, view)
+    targets = SlotTargets(top.build_btn, cut.heal.button, cut.search.button)
+    return Page(demo, session, top, cut, generating, speeds, benches, view, targets)
 
 
 def _wire(page: Page, handlers: PageHandlers) -> None:
@@ -120,9 +123,14 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
         events.update(part.wire(page, handlers))
     # Every change of the edited slot's model is followed by its numbers against the original (a newer one
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.
+    # The buttons that write a slot then say which, and what it holds.
+    stack, targets = page.header.steps.stack, page.targets.outputs()
     for event, name in FEEDBACK_AFTER.items():
         events[event].success(handlers.cut.feedback, [page.session], [page.cut.feedback_md],
                               api_name=f"feedback_after_{name}", **FEEDBACK)
+        events[event].success(handlers.cut.targets, [page.session, stack], targets, api_name=f"targets_after_{name}",
+                              **LIGHT)
+    stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
                          (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):

@@ -23,7 +23,7 @@ class CutHandlers:
     """Each event that changes the edited slot's cut shows the view of the new session."""
 
     def __init__(self, context: Context, page):
-        self.context, self.view, self.export_box = context, page.view, page.cut.export
+        self.context, self.view, self.export_box, self.slot_targets = context, page.view, page.cut.export, page.targets
 
     @user_errors
     def edit_slot(self, session: Session, slot: str):
@@ -31,6 +31,11 @@ class CutHandlers:
         if slot not in SLOTS:
             raise InvalidInput(f"Choose one of {', '.join(SLOTS)}.")
         return self.view.show(replace(session, editing=slot))
+
+    @user_errors
+    def targets(self, session: Session, stack: bool = False):
+        """Build, Heal and the rank search name the slot they will write and what it holds now."""
+        return self.slot_targets.show(session, bool(stack))
 
     @user_errors
     def clear_slot(self, session: Session):
