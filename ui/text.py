@@ -154,6 +154,17 @@ def search_label(session) -> str:
     return f"Search ranks into {session.editing}" + _replaces(session.editing, session.cut())
 
 
+def export_saved(slot: str, archive: str, size: int, tools: bool) -> str:
+    """After an export: which slot, the zip's name (never where it lies on the server), what it holds."""
+    extras = ", a mergekit config and the llama.cpp `--prune-layers` argument" if tools else ""
+    return (f"Saved **{slot}** as `{archive}` ({size / 2**30:.2f} GiB): a Hugging Face checkpoint folder with a "
+            f"model card{extras}. Unzip it, and `AutoModelForCausalLM.from_pretrained` loads the folder.")
+
+
+EXPORT_TOO_LARGE = ("It is too large to offer for download here: it stays in the *exports* folder of LayerCut's "
+                    "cache on this machine.")
+
+
 def mib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -104,12 +106,18 @@ def test_load_analyze_cut_generate_benchmark(client):
     with pytest.raises(AppError, match="at least one benchmark"):
         client.predict([], 3, 0, api_name="/benchmarks")
 
-    message, files = client.predict("", api_name="/export")
-    assert "Saved" in message and "from_pretrained" in message
+    for slot in ("B", "A"):  # the edited slot by default, and either on request: one zip each
+        message, archive = client.predict("", slot, api_name="/export")
+        assert message.startswith(f"Saved **{slot}** as `") and "from_pretrained" in message
+        assert "/" not in message.replace("`--prune-layers`", "")  # no folder of the server
+        with zipfile.ZipFile(archive["path"]) as found:
+            names = {name.split("/", 1)[1] for name in found.namelist()}
+            marker = json.loads(found.read(next(n for n in found.namelist() if n.endswith("/layercut.json"))))
+        assert {"config.json", "model.safetensors", "tokenizer.json", "layercut.json"} <= names
+        removed = marker["removed_layers"]  # B: [20, 26) by hand; A: the best block of 4
+        assert removed == list(range(20, 26)) if slot == "B" else len(removed) == 4 and removed != list(range(20, 26))
     with pytest.raises(AppError, match="letters, digits"):
         client.predict("my cut!", api_name="/export")
-    names = {str(f["path"] if isinstance(f, dict) else f).rsplit("/", 1)[-1] for f in files}
-    assert {"config.json", "model.safetensors"} <= names
 
 
 def test_the_page_opens_on_a_cut_that_still_answers(client):

@@ -22,10 +22,11 @@ from ui.session import SLOTS
 
 @dataclass
 class Export:
+    slot: gr.Radio  # which model: follows the edited slot
     folder: gr.Textbox
     button: gr.Button
     status: gr.Markdown
-    files: gr.File
+    files: gr.File  # one zip
 
 
 @dataclass
@@ -91,10 +92,11 @@ def _side_column() -> dict:
     greedy = PlotView(height=300, elem_id="greedy-curve", visible=False)
     with gr.Column(visible=False) as rank_box:
         rank_map = RankMap(rank_box, PlotView(height=520, elem_id="rank-map"))
-    with gr.Accordion("Export the cut model", open=False):
-        export = Export(folder=gr.Textbox(label="Folder name (empty: <model>-minus-<n>-layers)"),
-                        button=gr.Button("Save as a Hugging Face checkpoint"), status=gr.Markdown(),
-                        files=gr.File(label="Download", file_count="multiple"))
+    with gr.Accordion("Export A or B (a Hugging Face checkpoint, one .zip)", open=False):
+        export = Export(slot=gr.Radio(list(SLOTS), value=SLOTS[0], label="Which model", elem_id="export-slot"),
+                        folder=gr.Textbox(label="Name (empty: <model>-minus-<n>-layers)"),
+                        button=gr.Button("Export as one .zip", elem_id="export-btn"), status=gr.Markdown(),
+                        files=gr.File(label="Download", elem_id="export-file"))
     return dict(block_size=block_size, selection=selection, remove=remove, best_btn=best_btn, resamples=resamples,
                 stability_btn=stability_btn, stability_md=stability_md, named=named, bars=bars, greedy=greedy,
                 rank_map=rank_map, export=export)
@@ -115,6 +117,8 @@ def wire(page, handlers) -> dict:
     stability = tab.stability_btn.click(gpu(cuts.stability), [session, tab.block_size, tab.resamples],
                                         [tab.stability_md], api_name="stability", show_progress_on=[tab.stability_md],
                                         **DEVICE)
-    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder], [tab.export.status, tab.export.files],
-                            api_name="export", show_progress_on=[tab.export.status], **DEVICE)
+    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder, tab.export.slot],
+                            [tab.export.status, tab.export.files], api_name="export",
+                            show_progress_on=[tab.export.status], **DEVICE)
+    tab.slot.change(cuts.export_follows, [tab.slot], [tab.export.slot], api_name="export_follows", **LIGHT)
     return by_name(slot, clear, release, click, best, named, stability)
