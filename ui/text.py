@@ -165,6 +165,29 @@ EXPORT_TOO_LARGE = ("It is too large to offer for download here: it stays in the
                     "cache on this machine.")
 
 
+SHARE_HELP = (
+    "**Save** writes the model's name, what A and B hold and the results shown as a small file. **Open** it here "
+    "or on another LayerCut to see the same comparison: its model is loaded (where that server allows it; a gated "
+    "model needs your token under *Advanced*), A and B are set as saved and the results show under *Benchmarks*. "
+    "No token travels with the file."
+)
+
+
+def _slots_words(recipes: dict) -> str:
+    return " · ".join(f"**{slot}**: {recipe.short() if recipe is not None else 'empty'}"
+                      for slot, recipe in recipes.items())
+
+
+def comparison_saved(comparison) -> str:
+    return (f"Saved **{comparison.model}** · {_slots_words(comparison.recipes)} · {len(comparison.results)} results. "
+            "Open the file here or on another LayerCut to see this comparison again.")
+
+
+def comparison_opened(comparison) -> str:
+    return (f"Opened **{comparison.model}** · {_slots_words(comparison.recipes)} · {len(comparison.results)} results "
+            "(under *Benchmarks*).")
+
+
 def mib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 

@@ -1,5 +1,5 @@
-"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search and
-healing), "Generate", "Speed & memory" and "Benchmarks". Each part lays out its components in a dataclass, its
+"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search,
+healing and sharing), "Generate", "Speed & memory" and "Benchmarks". Each part lays out its components in a dataclass, its
 handlers return updates keyed by those components, and it wires its own events; here they are put together,
 with what spans the page: the numbers after each change of the cut, Stop, the memory line, a closed page.
 """
@@ -14,7 +14,7 @@ from evaluation.serving.models import ModelSpec
 
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, generate, header, heal, search, speed
+from ui.page import benchmarks, cut_tab, generate, header, heal, search, share, speed
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
@@ -25,6 +25,7 @@ from ui.page.header import Header
 from ui.page.heal import HealHandlers
 from ui.page.pick_handlers import PickHandlers
 from ui.page.search import SearchHandlers
+from ui.page.share import ShareHandlers
 from ui.page.speed import SpeedHandlers, SpeedTab
 from ui.page.step_handlers import StepHandlers
 from ui.page.targets import SlotTargets
@@ -35,11 +36,11 @@ MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to
 FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "best", "startup": "startup",
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
-                  "heal": "heal"}
+                  "heal": "heal", "open_comparison": "open"}
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal")
+        "logit_lens", "heal", "open_comparison")
 
 
 @dataclass
@@ -55,13 +56,15 @@ class PageHandlers:
     generate: GenerateHandlers
     speed: SpeedHandlers
     benchmarks: BenchmarkHandlers
+    share: ShareHandlers
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
         """Handlers that run on ``context``'s backend and show their results in ``page``'s components."""
-        return cls(context, PickHandlers(context, page), StepHandlers(context, page), CutHandlers(context, page),
+        pick = PickHandlers(context, page)
+        return cls(context, pick, StepHandlers(context, page), CutHandlers(context, page),
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page))
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), ShareHandlers(context, page, pick))
 
 
 @dataclass
@@ -119,7 +122,7 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
 def _wire(page: Page, handlers: PageHandlers) -> None:
     """Each part's events, then what spans the page."""
     events = {}
-    for part in (header, cut_tab, generate, speed, benchmarks, search, heal):
+    for part in (header, cut_tab, generate, speed, benchmarks, search, heal, share):
         events.update(part.wire(page, handlers))
     # Every change of the edited slot's model is followed by its numbers against the original (a newer one
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.

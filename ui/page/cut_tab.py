@@ -15,6 +15,7 @@ from ui.page.cut_view import RankMap
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.page.heal import HealBox
 from ui.page.search import SearchBox
+from ui.page.share import ShareBox
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange
 from ui.session import SLOTS
@@ -51,6 +52,7 @@ class CutTab:
     export: Export
     search: SearchBox
     heal: HealBox
+    share: ShareBox
 
     @classmethod
     def layout(cls, context) -> CutTab:
@@ -70,8 +72,9 @@ class CutTab:
                     side = _side_column()
             search = SearchBox.layout(context)
             heal = HealBox.layout()
+            share = ShareBox.layout()
         return cls(slot=slot, clear_btn=clear_btn, layer_range=layer_range, feedback_md=feedback_md,
-                   convention=convention, heatmap=heatmap, **side, search=search, heal=heal)
+                   convention=convention, heatmap=heatmap, **side, search=search, heal=heal, share=share)
 
 
 def _side_column() -> dict:

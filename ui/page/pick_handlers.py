@@ -41,7 +41,7 @@ class PickHandlers:
         session, status = self._analyze(session, method, {}, calibration, size, "paper", request, progress)
         found = backend.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
                                   owner=owner(request))  # seconds for angular
-        return {self.header.model: gr.update(value=spec.name), **self._model_shown(info, session),
+        return {self.header.model: gr.update(value=spec.name), **self.model_shown(info, session),
                 self.header.analysis_md: status, self.cut.stability_md: text.stability_markdown(found)}
 
     @user_errors
@@ -61,9 +61,9 @@ class PickHandlers:
             if isinstance(err, ModelNotFound) and self.context.policy.shared:  # the same words, folder or not
                 raise inputs.shared_not_found(spec.name) from None
             raise
-        yield {**self._model_shown(info, session.for_model(spec, info)), status: "Analyzing…"}
+        yield {**self.model_shown(info, session.for_model(spec, info)), status: "Analyzing…"}
 
-    def _model_shown(self, info, session: Session) -> dict:
+    def model_shown(self, info, session: Session) -> dict:
         """The model's line, its N-layers slider and index convention, and the view of ``session``."""
         return {self.header.model_md: text.model_markdown(info),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
