@@ -14,6 +14,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 import prune
+from prune.core import loading
 from prune.core.recipe import Recipe
 
 pytestmark = pytest.mark.slow
@@ -125,6 +126,8 @@ def test_the_page_opens_on_a_cut_that_still_answers(client):
     fresh = Client(client.src, verbose=False, download_files=False)
     model, _md, _size, _range, banner, *_rest, status, stability = fresh.predict("angular", api_name="/startup")
     assert model["value"] == "SmolLM2-135M-Instruct" and "(3 of 30)" in banner and "WikiText-2" in banner
+    offered = [name for _label, name in model["choices"]]  # offline (HF_HUB_OFFLINE): only what can load here
+    assert offered[0] == "SmolLM2-135M-Instruct" and all(loading.in_local_cache(name) for name in offered[1:])
     assert "wins" in stability
     original, _stats, a, *_ = fresh.predict("What is the capital of France?", 24, 0, 1, 0, api_name="/generate")
     assert "Paris" in original["value"] and "Paris" in a["value"], (banner, a)
