@@ -31,8 +31,7 @@ class RecipeFile:
 
     def cuts(self, num_layers: int) -> dict[str, Recipe]:
         """The recipe as the command line's one compared model, refused for a model of another depth."""
-        # cuts and drops record the depth of the model they apply to; no step before the first of them changes it
-        made_for = next((s.num_layers for s in self.recipe.steps if hasattr(s, "num_layers")), None)
+        made_for = self.recipe.num_layers
         if made_for is not None and made_for != num_layers:
             raise InvalidCut(f"{self.path} holds a recipe made for a {made_for}-layer model; this model has "
                              f"{num_layers} layers: give --model the model it was made from.")

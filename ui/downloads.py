@@ -84,7 +84,7 @@ class Downloads:
                 exports.remove_export(folder)
             removed += expired
             found = [p for p in found if p not in expired]
-        total = sum(folder_bytes(p) for p in found)
+        total = sum(exports.export_bytes(p) for p in found)
         for folder in sorted((p for p in found if p != keep), key=_mtime):
             if total <= self.exports_budget_bytes:
                 break

@@ -17,8 +17,10 @@ import gradio as gr
 
 from evaluation.measure.measurement import Measurement
 from evaluation.serving import allocator
+from evaluation.serving.hub import HubCheck
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError
+from prune.core.loading import in_local_cache, is_default
 from prune.core.surgery import largest_cut
 
 from ui import inputs, text
@@ -101,12 +103,20 @@ class Context:
     page opens with), and the page-wide events: Stop, the server-memory line, a closed page."""
 
     def __init__(self, backend, policy: inputs.Policy | None = None, default_model: ModelSpec | None = None,
-                 downloads: Downloads | None = None):
+                 downloads: Downloads | None = None, hub: HubCheck | None = None):
         self.backend = backend
         self.policy = policy or inputs.Policy()
         self.downloads = downloads or Downloads.for_server(self.policy.shared)
         self.default_model = default_model or ModelSpec()
         self.default_calibration = backend.default_calibration
+        self.hub = hub or HubCheck()  # asked now, in the background: no page waits on it
+
+    def model_choices(self) -> list[tuple[str, str]]:
+        """The known models this server can load now: the embedded one, those in the local Hugging Face cache, and
+        the others only once the Hub has answered (gated ones still need a token)."""
+        online = self.hub.reachable is True
+        return [(label, name) for label, name in text.KNOWN_MODELS
+                if online or is_default(name) or in_local_cache(name)]
 
     @user_errors
     def cancel(self, request: gr.Request = None):

@@ -15,11 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import prune
+from evaluation.comparison_file import MAX_BYTES as COMPARISON_BYTES, Comparison
 from evaluation.serving.models import ModelSpec
 from prune.core.calibration import BOS_CHOICES, hub_dataset
 from prune.core.errors import InvalidInput, ModelNotFound, quoted
 from prune.core.loading import is_default
 from prune.core.paths import local_path
+
+from ui.session import SLOTS
 
 DEFAULT_MAX_PROMPT_CHARS = 4000
 DEFAULT_SHARED_MAX_QUESTIONS = 500  # "0 = all" on a shared server: at most this many questions or windows
@@ -222,6 +225,13 @@ def _calibration(source, detail, upload, samples, seq_len, policy: Policy, defau
     if source == "wikitext2" and policy.shared and detail:
         raise InvalidInput("This shared server reads WikiText-2 from its own data folder only.")
     return prune.Calibration(source=source, n_samples=n, seq_len=length, **({"path": detail} if detail else {}))
+
+
+def saved_comparison(upload: str | None) -> Comparison:
+    """A comparison saved by this page, from an uploaded file, every part checked (``evaluation.comparison_file``)."""
+    if not upload or not isinstance(upload, str):
+        raise InvalidInput("Choose a saved comparison (a .json file) to open.")
+    return Comparison.from_json(_read_upload(upload, COMPARISON_BYTES), SLOTS)
 
 
 def _read_upload(path: str, max_bytes: int = MAX_TEXT_BYTES) -> str:

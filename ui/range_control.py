@@ -5,10 +5,13 @@
 0-based, start inclusive, end exclusive, as in ``prune.core.surgery``. Dragging updates the
 summary and the layer strip live in the browser (parameter counts come from the
 ``layer_params`` prop); releasing a handle fires ``release`` with ``value = [start, end]``.
+A slot that holds no depth cut (empty, or a width step) shows no selection: its ``note`` says what
+the slot holds instead, until a handle is dragged.
 """
 
 from __future__ import annotations
 
+import html
 import math
 import re
 
@@ -26,7 +29,8 @@ _TEMPLATE = r"""${(() => {
   const a = Math.max(0, Math.min(L - 1, Math.round(Number(v[0]) || 0)));
   const b = Math.max(a + 1, Math.min(L, Math.round(Number(v[1]) || 0)));
   const cut = Array.isArray(custom) ? new Set(custom) : null;  // [] = no whole layer cut
-  const isCut = (i) => cut ? cut.has(i) : (i >= a && i < b);
+  const none = typeof note === 'string' && note.length > 0;  // no selection: the note says what the slot holds
+  const isCut = (i) => none ? false : cut ? cut.has(i) : (i >= a && i < b);
   const removed = Array.from({length: L}, (_, i) => i).filter(isCut);
   const params = Array.isArray(layer_params) ? layer_params : [];
   const p = removed.reduce((s, i) => s + (Number(params[i]) || 0), 0);
@@ -37,9 +41,11 @@ _TEMPLATE = r"""${(() => {
   const cells = Array.from({length: L}, (_, i) =>
     `<div class="lc-cell${isCut(i) ? ' cut' : ''}" title="layer ${i}${isCut(i) ? ' (removed)' : ''}">${i}</div>`).join('');
   const thumb = 22;
-  const fill = cut ? '' : `<div class="lc-fill" style="left: calc(${a / L} * (100% - ${thumb}px) + ${thumb / 2}px); width: calc(${(b - a) / L} * (100% - ${thumb}px))"></div>`;
-  return `<div class="lc-range" data-start="${a}" data-end="${b}" data-removed="${removed.length}">
-    <div class="lc-summary">${what} · <b>${removed.length}</b> of ${L} layers · <b>${fmt(p)}</b> parameters (<b>${pct.toFixed(1)} %</b>)</div>
+  const fill = cut || none ? '' : `<div class="lc-fill" style="left: calc(${a / L} * (100% - ${thumb}px) + ${thumb / 2}px); width: calc(${(b - a) / L} * (100% - ${thumb}px))"></div>`;
+  const summary = none ? note :
+    `${what} · <b>${removed.length}</b> of ${L} layers · <b>${fmt(p)}</b> parameters (<b>${pct.toFixed(1)} %</b>)`;
+  return `<div class="lc-range${none ? ' lc-none' : ''}" data-start="${none ? '' : a}" data-end="${none ? '' : b}" data-removed="${removed.length}">
+    <div class="lc-summary">${summary}</div>
     <div class="lc-track">${fill}
       <input type="range" class="lc-lo" min="0" max="${L}" step="1" value="${a}" aria-label="start: first layer removed">
       <input type="range" class="lc-hi" min="0" max="${L}" step="1" value="${b}" aria-label="end: first layer kept after the block">
@@ -69,6 +75,9 @@ _CSS = r"""
 .lc-cell { text-align: center; font-size: 0.7rem; padding: 3px 0; border-radius: 2px;
   background: var(--neutral-200, #ddd); color: var(--neutral-700, #333); overflow: hidden; }
 .lc-cell.cut { background: #e45756; color: #fff; font-weight: 600; }
+.lc-none .lc-summary { color: var(--body-text-color-subdued); font-style: italic; }
+.lc-none .lc-track input[type=range]::-webkit-slider-thumb { border-color: var(--neutral-400, #999); }
+.lc-none .lc-track input[type=range]::-moz-range-thumb { border-color: var(--neutral-400, #999); }
 """
 
 _JS = r"""
@@ -88,6 +97,7 @@ const isHandle = (e) => e.target && e.target.matches && e.target.matches('.lc-lo
 element.addEventListener('input', (e) => {   // while dragging: re-render the summary only
   if (!isHandle(e)) return;
   if (Array.isArray(props.custom)) props.custom = false;
+  if (props.note) props.note = '';
   props.value = current(e.target);
 });
 element.addEventListener('change', (e) => {  // released: tell Python
@@ -102,26 +112,28 @@ class LayerRange(gr.HTML):
     """Two handles over the layers; value ``[start, end]`` (end exclusive); ``release`` on drop."""
 
     def __init__(self, value: list[int] | None = None, *, layers: int = 0, layer_params: list[int] | None = None,
-                 total_params: int = 0, custom: list[int] | None = None, **kwargs):
-        # custom: the removed layers of a scattered cut, shown instead of the block (Gradio rebuilds the
-        # component from an update's props, so every prop is an argument here)
-        super().__init__(value=list(value) if value else [0, 1], html_template=_TEMPLATE, css_template=_CSS,
+                 total_params: int = 0, custom: list[int] | None = None, note: str = "", **kwargs):
+        # custom: the removed layers of a scattered cut, shown instead of the block; note: what a slot without a
+        # selection holds (Gradio rebuilds the component from an update's props, so every prop is an argument here)
+        super().__init__(value=list(value) if value else None, html_template=_TEMPLATE, css_template=_CSS,
                          js_on_load=_JS, layers=layers, layer_params=list(layer_params or []),
-                         total_params=int(total_params), custom=_custom(custom), **kwargs)
+                         total_params=int(total_params), custom=_custom(custom), note=html.escape(note), **kwargs)
 
     def api_info(self) -> dict:
         return {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2,
                 "description": "[start, end]: 0-based layer indices, start inclusive, end exclusive"}
 
 
-def range_update(value: tuple[int, int] | list[int], *, layers: int, layer_params: list[int], total_params: int,
-                 custom: list[int] | None = None) -> dict:
+def range_update(value: tuple[int, int] | list[int] | None, *, layers: int, layer_params: list[int],
+                 total_params: int, custom: list[int] | None = None, note: str = "") -> dict:
     """A ``gr.update`` for LayerRange; every prop is sent because an update replaces them all.
 
-    ``custom``: the removed layers when they are not one block; ``[]`` when no whole layer is removed.
+    ``value``: the block, None for no selection, which ``note`` (plain text) then explains; ``custom``: the
+    removed layers when they are not one block; ``[]`` when no whole layer is removed.
     """
-    return gr.update(value=[int(value[0]), int(value[1])], layers=int(layers), layer_params=list(layer_params),
-                     total_params=int(total_params), custom=_custom(custom))
+    return gr.update(value=[int(value[0]), int(value[1])] if value is not None else None, layers=int(layers),
+                     layer_params=list(layer_params), total_params=int(total_params), custom=_custom(custom),
+                     note=html.escape(note) if value is None else "")
 
 
 def _custom(custom) -> list[int] | bool:

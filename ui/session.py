@@ -33,6 +33,11 @@ class Session:
         """The compressed models to compare, label → recipe."""
         return {slot: cut for slot, cut in zip(SLOTS, self.cuts) if cut is not None}
 
+    @property
+    def other(self) -> str:
+        """The slot not edited: where healing puts its model."""
+        return next(slot for slot in SLOTS if slot != self.editing)
+
     def cut(self, slot: str | None = None) -> Recipe | None:
         return self.cuts[SLOTS.index(slot or self.editing)]
 

@@ -153,6 +153,71 @@ def measured_note(then: tuple, now: tuple) -> str:
     return f"⚠️ **Out of date: {change} since.** These numbers are for {model} · {models}. Measure again."
 
 
+def slot_empty(slot: str) -> str:
+    """The range of a slot that holds nothing: no selection, and how to make one."""
+    return f"{slot} is empty — drag the range or click a heatmap cell to cut"
+
+
+def slot_holds(slot: str, recipe) -> str:
+    """The range of a slot whose model cuts no whole layers (sparsity, width, low rank, dropped blocks)."""
+    return f"{slot} holds {recipe.describe()} — dragging here replaces it"
+
+
+def _replaces(slot: str, recipe, how: str = "replaces") -> str:
+    """' (replaces B: wanda 50%)' when ``slot`` holds ``recipe``; '' when it is empty."""
+    return f" ({how} {slot}: {recipe.short()})" if recipe is not None else ""
+
+
+def build_label(session, stack: bool) -> str:
+    """Build's button: 'Build into B (replaces B: weight 80%)', or '(after B: …)' when it adds to B's model."""
+    slot = session.editing
+    return f"Build into {slot}" + _replaces(slot, session.cut(), "after" if stack else "replaces")
+
+
+def heal_label(session) -> str:
+    """Heal's button: 'Heal A into B (replaces B: weight 80%)'."""
+    return f"Heal {session.editing} into {session.other}" + _replaces(session.other, session.cut(session.other))
+
+
+def search_label(session) -> str:
+    """The rank search's button: 'Search ranks into A (replaces A: −[13, 16))'."""
+    return f"Search ranks into {session.editing}" + _replaces(session.editing, session.cut())
+
+
+def export_saved(slot: str, archive: str, size: int, tools: bool) -> str:
+    """After an export: which slot, the zip's name (never where it lies on the server), what it holds."""
+    extras = ", a mergekit config and the llama.cpp `--prune-layers` argument" if tools else ""
+    return (f"Saved **{slot}** as `{archive}` ({size / 2**30:.2f} GiB): a Hugging Face checkpoint folder with a "
+            f"model card{extras}. Unzip it, and `AutoModelForCausalLM.from_pretrained` loads the folder.")
+
+
+EXPORT_TOO_LARGE = ("It is too large to offer for download here: it stays in the *exports* folder of LayerCut's "
+                    "cache on this machine.")
+
+
+SHARE_HELP = (
+    "**Save** writes the model's name, what A and B hold and the results shown as a small file. **Open** it here "
+    "or on another LayerCut to see the same comparison: its model is loaded (where that server allows it; a gated "
+    "model needs your token under *Advanced*), A and B are set as saved and the results show under *Benchmarks*. "
+    "No token travels with the file."
+)
+
+
+def _slots_words(recipes: dict) -> str:
+    return " · ".join(f"**{slot}**: {recipe.short() if recipe is not None else 'empty'}"
+                      for slot, recipe in recipes.items())
+
+
+def comparison_saved(comparison) -> str:
+    return (f"Saved **{comparison.model}** · {_slots_words(comparison.recipes)} · {len(comparison.results)} results. "
+            "Open the file here or on another LayerCut to see this comparison again.")
+
+
+def comparison_opened(comparison) -> str:
+    return (f"Opened **{comparison.model}** · {_slots_words(comparison.recipes)} · {len(comparison.results)} results "
+            "(under *Benchmarks*).")
+
+
 def mib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
@@ -408,9 +473,10 @@ def heal_progress(points, source: str, target: str) -> str:
             f"{where}")
 
 
-def heal_done(record: dict, source: str, target: str) -> str:
+def heal_done(record: dict, source: str, target: str, replaced=None) -> str:
     budget = " (stopped by the time budget)" if record.get("stopped_by_budget") else ""
-    return (f"**{target} is now {source} healed**: {record.get('steps_done', record.get('steps'))} steps{budget}. "
+    was = f" It replaced {target}'s {replaced.short()}." if replaced is not None else ""
+    return (f"**{target} is now {source} healed**: {record.get('steps_done', record.get('steps'))} steps{budget}.{was} "
             f"Compare the three columns under *Generate*, *Speed & memory* and *Benchmarks*.")
 
 

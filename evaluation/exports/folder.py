@@ -9,6 +9,8 @@ reader never sees half a checkpoint; a killed export leaves only a hidden ``*.la
 folder that :func:`remove_leftovers` clears. A folder is a LayerCut export when it holds the
 marker file ``layercut.json``; nothing else is ever replaced or removed.
 The texts inside (card, mergekit config, llama.cpp argument) come from :mod:`evaluation.exports.texts`.
+:func:`zipped` packs a finished export as one ``<name>.zip`` beside it (one download); the zip goes with its
+folder when the folder is removed.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import re
 import secrets
 import shutil
+import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -97,6 +100,37 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     return target
 
 
+def zipped(folder: Path) -> Path:
+    """The export ``folder`` as one zip beside it, ``<name>.zip`` holding ``<name>/…``, written all or nothing.
+
+    Stored, not compressed: weights barely compress, and storing costs only the copy.
+    """
+    folder = Path(folder)
+    if not is_export(folder):
+        raise InvalidInput(f"'{folder.name}' is not a LayerCut export: nothing to zip.")
+    target, staging = zip_path(folder), _partial_path(zip_path(folder))
+    try:
+        with zipfile.ZipFile(staging, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+            for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+                archive.write(file, f"{folder.name}/{file.relative_to(folder).as_posix()}")
+        os.replace(staging, target)
+    except BaseException:
+        staging.unlink(missing_ok=True)
+        raise
+    return target
+
+
+def zip_path(folder: Path) -> Path:
+    """Where :func:`zipped` puts the zip of the export ``folder``."""
+    return folder.with_name(folder.name + ".zip")
+
+
+def export_bytes(folder: Path) -> int:
+    """Bytes an export holds on disk: its folder and its zip, if any."""
+    archive = zip_path(folder)
+    return folder_bytes(folder) + (archive.stat().st_size if archive.is_file() else 0)
+
+
 def _record_recipe(config_file: Path, recipe: Recipe) -> None:
     """This recipe's own origin in the saved config: a cached variant may carry another caller's."""
     config = json.loads(config_file.read_text())
@@ -142,19 +176,19 @@ def _swap_in(staging: Path, target: Path) -> None:
 
 
 def remove_leftovers(root: Path) -> int:
-    """Remove the hidden folders of exports whose process died; returns how many were removed."""
+    """Remove the hidden folders (and zips) of exports whose process died; returns how many were removed."""
     root = Path(root)
     if not root.is_dir():
         return 0
     removed = 0
     for entry in root.iterdir():
         found = _LEFTOVER.fullmatch(entry.name)
-        if not found or not entry.is_dir() or entry.is_symlink():
+        if not found or entry.is_symlink():
             continue
         pid = int(found["pid"])
         if pid == os.getpid() or psutil.pid_exists(pid):
             continue  # an export still in progress
-        shutil.rmtree(entry, ignore_errors=True)
+        shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
         removed += 1
     return removed
 
@@ -176,8 +210,9 @@ def bound_folder(root: Path, max_bytes: int, keep: Path | None = None) -> list[P
 
 
 def remove_export(folder: Path) -> int:
-    """Remove one export so that no reader sees half of it; returns the bytes it held."""
-    size = folder_bytes(folder)
+    """Remove one export and its zip so that no reader sees half of it; returns the bytes they held."""
+    size = export_bytes(folder)
+    zip_path(folder).unlink(missing_ok=True)
     hidden = _partial_path(folder)
     os.rename(folder, hidden)
     shutil.rmtree(hidden, ignore_errors=True)

@@ -112,6 +112,20 @@ def _source_and_config(name_or_path, hub: dict):
     return source, config, hub
 
 
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def in_local_cache(name: str) -> bool:
+    """Whether the Hub model ``name`` lies in the local Hugging Face cache, config and weights, so it loads with no
+    network (the cache's folders are read; nothing is asked of the Hub)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if is_default(name) or not isinstance(name, str) or not _HUB_ID.match(name):
+        return False
+    found = lambda file: isinstance(try_to_load_from_cache(name, file), str)  # noqa: E731
+    return found("config.json") and any(found(file) for file in _WEIGHT_FILES)
+
+
 def _hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the Hub answers at all (no network at a talk is common); HF_HUB_OFFLINE means no."""
     from urllib.parse import urlparse

@@ -66,6 +66,12 @@ class Recipe:
         """A short stable digest of the steps: what names this recipe in every cache."""
         return digest([step_to_json(s) for s in self.steps])
 
+    @property
+    def num_layers(self) -> int | None:
+        """The depth of the model the recipe was made for, where a step records it (cuts and drops do; no step
+        before the first of them changes the depth)."""
+        return next((s.num_layers for s in self.steps if hasattr(s, "num_layers")), None)
+
     def first(self, kind: str) -> Step | None:
         """The first step of ``kind`` ("cut", "drop", …), if any."""
         return next((s for s in self.steps if s.kind == kind), None)

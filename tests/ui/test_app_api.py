@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from gradio_client import Client
 from gradio_client.exceptions import AppError
 
 import prune
+from prune.core import loading
 from prune.core.recipe import Recipe
 
 pytestmark = pytest.mark.slow
@@ -104,12 +107,18 @@ def test_load_analyze_cut_generate_benchmark(client):
     with pytest.raises(AppError, match="at least one benchmark"):
         client.predict([], 3, 0, api_name="/benchmarks")
 
-    message, files = client.predict("", api_name="/export")
-    assert "Saved" in message and "from_pretrained" in message
+    for slot in ("B", "A"):  # the edited slot by default, and either on request: one zip each
+        message, archive = client.predict("", slot, api_name="/export")
+        assert message.startswith(f"Saved **{slot}** as `") and "from_pretrained" in message
+        assert "/" not in message.replace("`--prune-layers`", "")  # no folder of the server
+        with zipfile.ZipFile(archive["path"]) as found:
+            names = {name.split("/", 1)[1] for name in found.namelist()}
+            marker = json.loads(found.read(next(n for n in found.namelist() if n.endswith("/layercut.json"))))
+        assert {"config.json", "model.safetensors", "tokenizer.json", "layercut.json"} <= names
+        removed = marker["removed_layers"]  # B: [20, 26) by hand; A: the best block of 4
+        assert removed == list(range(20, 26)) if slot == "B" else len(removed) == 4 and removed != list(range(20, 26))
     with pytest.raises(AppError, match="letters, digits"):
         client.predict("my cut!", api_name="/export")
-    names = {str(f["path"] if isinstance(f, dict) else f).rsplit("/", 1)[-1] for f in files}
-    assert {"config.json", "model.safetensors"} <= names
 
 
 def test_the_page_opens_on_a_cut_that_still_answers(client):
@@ -117,6 +126,8 @@ def test_the_page_opens_on_a_cut_that_still_answers(client):
     fresh = Client(client.src, verbose=False, download_files=False)
     model, _md, _size, _range, banner, *_rest, status, stability = fresh.predict("angular", api_name="/startup")
     assert model["value"] == "SmolLM2-135M-Instruct" and "(3 of 30)" in banner and "WikiText-2" in banner
+    offered = [name for _label, name in model["choices"]]  # offline (HF_HUB_OFFLINE): only what can load here
+    assert offered[0] == "SmolLM2-135M-Instruct" and all(loading.in_local_cache(name) for name in offered[1:])
     assert "wins" in stability
     original, _stats, a, *_ = fresh.predict("What is the capital of France?", 24, 0, 1, 0, api_name="/generate")
     assert "Paris" in original["value"] and "Paris" in a["value"], (banner, a)

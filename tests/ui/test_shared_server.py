@@ -3,6 +3,9 @@ upload limit."""
 
 from __future__ import annotations
 
+import io
+import json
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -36,16 +39,16 @@ def test_two_visitors_exports_of_one_name_are_private_to_each(server):
     first, second = visitor(url), visitor(url)
     first.predict([20, 26], api_name="/set_cut")
     second.predict([3, 5], api_name="/set_cut")
-    said_a, files_a = first.predict("team-cut", api_name="/export")
-    said_b, files_b = second.predict("team-cut", api_name="/export")
-    assert "as `team-cut`" in said_a and "as `team-cut`" in said_b and "/" not in said_a.replace("`/", "")
-    card = {f["path"].rsplit("/", 1)[-1]: f for f in files_a}["layercut.json"]
-    other = {f["path"].rsplit("/", 1)[-1]: f for f in files_b}["layercut.json"]
-    folder_a, folder_b = (f["path"].split(f"/{SHARED_FOLDER}/")[1].split("/")[0] for f in (card, other))
+    said_a, zip_a = first.predict("team-cut", api_name="/export")
+    said_b, zip_b = second.predict("team-cut", api_name="/export")
+    assert "as `team-cut.zip`" in said_a and "as `team-cut.zip`" in said_b and "/" not in said_a
+    folder_a, folder_b = (f["path"].split(f"/{SHARED_FOLDER}/")[1].split("/")[0] for f in (zip_a, zip_b))
     assert folder_a != folder_b and len(folder_a) == len(folder_b) == 32
-    got_a, got_b = (httpx.get(url.rstrip("/") + f["url"].split(url.rstrip("/"))[-1]) for f in (card, other))
+    got_a, got_b = (httpx.get(url.rstrip("/") + f["url"].split(url.rstrip("/"))[-1]) for f in (zip_a, zip_b))
     assert got_a.status_code == got_b.status_code == 200
-    assert got_a.json()["removed_layers"] == list(range(20, 26)) and got_b.json()["removed_layers"] == [3, 4]
+    card_a, card_b = (json.loads(zipfile.ZipFile(io.BytesIO(got.content)).read("team-cut/layercut.json"))
+                      for got in (got_a, got_b))
+    assert card_a["removed_layers"] == list(range(20, 26)) and card_b["removed_layers"] == [3, 4]
     # The predictable place a personal machine would use is never served, even when a file lies there.
     plain = cache_root() / "exports" / "team-cut" / "layercut.json"
     plain.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search and
-healing), "Generate", "Speed & memory" and "Benchmarks". Each part lays out its components in a dataclass, its
+"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search,
+healing and sharing), "Generate", "Speed & memory" and "Benchmarks". Each part lays out its components in a dataclass, its
 handlers return updates keyed by those components, and it wires its own events; here they are put together,
 with what spans the page: the numbers after each change of the cut, Stop, the memory line, a closed page.
 """
@@ -14,19 +14,21 @@ from evaluation.serving.models import ModelSpec
 
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, generate, header, heal, search, speed
+from ui.page import benchmarks, cut_tab, generate, header, heal, search, share, speed
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
-from ui.page.events import FEEDBACK
+from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
 from ui.page.header import Header
 from ui.page.heal import HealHandlers
 from ui.page.pick_handlers import PickHandlers
 from ui.page.search import SearchHandlers
+from ui.page.share import ShareHandlers
 from ui.page.speed import SpeedHandlers, SpeedTab
 from ui.page.step_handlers import StepHandlers
+from ui.page.targets import SlotTargets
 from ui.session import Session
 
 MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to it
@@ -34,11 +36,11 @@ MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to
 FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "best", "startup": "startup",
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
-                  "heal": "heal"}
+                  "heal": "heal", "open_comparison": "open"}
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal")
+        "logit_lens", "heal", "open_comparison")
 
 
 @dataclass
@@ -54,13 +56,15 @@ class PageHandlers:
     generate: GenerateHandlers
     speed: SpeedHandlers
     benchmarks: BenchmarkHandlers
+    share: ShareHandlers
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
         """Handlers that run on ``context``'s backend and show their results in ``page``'s components."""
-        return cls(context, PickHandlers(context, page), StepHandlers(context, page), CutHandlers(context, page),
+        pick = PickHandlers(context, page)
+        return cls(context, pick, StepHandlers(context, page), CutHandlers(context, page),
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page))
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), ShareHandlers(context, page, pick))
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Page:
     speed: SpeedTab
     benchmarks: BenchmarksTab
     view: CutView
+    targets: SlotTargets  # the buttons that write a slot, labelled with it
     handlers: PageHandlers | None = None
 
 
@@ -111,19 +116,25 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
         benches = BenchmarksTab.layout(context)
     view = CutView(cut.layer_range, top.banner, cut.heatmap, cut.bars, cut.greedy, cut.named, cut.slot, session,
                    cut.feedback_md)
-    return Page(demo, session, top, cut, generating, speeds, benches, view)
+    targets = SlotTargets(top.build_btn, cut.heal.button, cut.search.button)
+    return Page(demo, session, top, cut, generating, speeds, benches, view, targets)
 
 
 def _wire(page: Page, handlers: PageHandlers) -> None:
     """Each part's events, then what spans the page."""
     events = {}
-    for part in (header, cut_tab, generate, speed, benchmarks, search, heal):
+    for part in (header, cut_tab, generate, speed, benchmarks, search, heal, share):
         events.update(part.wire(page, handlers))
     # Every change of the edited slot's model is followed by its numbers against the original (a newer one
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.
+    # The buttons that write a slot then say which, and what it holds.
+    stack, targets = page.header.steps.stack, page.targets.outputs()
     for event, name in FEEDBACK_AFTER.items():
         events[event].success(handlers.cut.feedback, [page.session], [page.cut.feedback_md],
                               api_name=f"feedback_after_{name}", **FEEDBACK)
+        events[event].success(handlers.cut.targets, [page.session, stack], targets, api_name=f"targets_after_{name}",
+                              **LIGHT)
+    stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
                          (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):

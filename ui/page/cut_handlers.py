@@ -23,7 +23,7 @@ class CutHandlers:
     """Each event that changes the edited slot's cut shows the view of the new session."""
 
     def __init__(self, context: Context, page):
-        self.context, self.view, self.export_box = context, page.view, page.cut.export
+        self.context, self.view, self.export_box, self.slot_targets = context, page.view, page.cut.export, page.targets
 
     @user_errors
     def edit_slot(self, session: Session, slot: str):
@@ -31,6 +31,11 @@ class CutHandlers:
         if slot not in SLOTS:
             raise InvalidInput(f"Choose one of {', '.join(SLOTS)}.")
         return self.view.show(replace(session, editing=slot))
+
+    @user_errors
+    def targets(self, session: Session, stack: bool = False):
+        """Build, Heal and the rank search name the slot they will write and what it holds now."""
+        return self.slot_targets.show(session, bool(stack))
 
     @user_errors
     def clear_slot(self, session: Session):
@@ -117,36 +122,39 @@ class CutHandlers:
                 f"**{found.summary()}** · {took}")
 
     @user_errors
-    def export(self, session: Session, folder: str, request: gr.Request = None, progress=gr.Progress()):
-        """Save the edited slot's model as a Hugging Face checkpoint with a model card; offer its files.
+    def export_follows(self, slot: str):
+        """The export's slot follows the edited one (the visitor may then pick the other)."""
+        return gr.update(value=slot) if slot in SLOTS else gr.update()
 
-        On a shared server the folder is the visitor's own (see ``ui.downloads``) and named by its name only.
-        """
+    @user_errors
+    def export(self, session: Session, folder: str, slot: str | None = None, request: gr.Request = None,
+               progress=gr.Progress()):
+        """Save a slot's model (default: the edited one) as a Hugging Face checkpoint with a model card, offered as
+        one zip. No message names a folder of the server: the zip is named by its name only."""
         from evaluation.exports import texts as export_texts, folder as exports
 
         need_model(session)
-        recipe = session.cut()
+        slot = slot or session.editing
+        if slot not in SLOTS:
+            raise InvalidInput(f"Export one of {', '.join(SLOTS)}, not {quoted(slot)}.")
+        recipe = session.cut(slot)
         if recipe is None:
-            raise InvalidInput(f"Choose a cut for {session.editing} first: there is nothing to export yet.")
+            raise InvalidInput(f"{slot} is empty: choose a cut for it first; there is nothing to export yet.")
         name = exports.check_export_name((folder or "").strip()
                                          or export_texts.default_export_name(session.info.name, recipe))
-        scores = [m for m in session.results if m.model in ("original", session.editing)]
+        scores = [m for m in session.results if m.model in ("original", slot)]
         backend, downloads, shared = self.context.backend, self.context.downloads, self.context.policy.shared
         path = backend.export(session.spec, recipe, downloads.folder(owner(request)) / name, scores=scores,
                               progress=reporter(progress), owner=owner(request))
+        archive = exports.zipped(path)
         downloads.tidy(keep=path)
-        files = sorted(p for p in path.rglob("*") if p.is_file())
-        size = sum(p.stat().st_size for p in files)
-        where = f"as `{path.name}`" if shared else f"to `{path}`"
-        tools = (", a mergekit config and the llama.cpp `--prune-layers` argument"
-                 if (path / export_texts.MERGEKIT_FILE).exists() else "")
-        message = (f"Saved {where} ({size / 2**30:.2f} GiB) with a model card{tools}: "
-                   "`AutoModelForCausalLM.from_pretrained` loads it.")
+        size = archive.stat().st_size
+        message = text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists())
         box = self.export_box
         if downloads.offered(size):
-            return {box.status: message, box.files: [str(p) for p in files]}
+            return {box.status: message, box.files: str(archive)}
         if shared:  # nobody could ever fetch it
             exports.remove_export(path)
             raise InvalidInput(f"This export takes {size / 2**30:.2f} GiB: more than this server offers for "
                                "download. Export a smaller model, or run LayerCut on your own machine.")
-        return {box.status: message + " It is too large to offer for download here.", box.files: None}
+        return {box.status: message + " " + text.EXPORT_TOO_LARGE, box.files: None}

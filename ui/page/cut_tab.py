@@ -15,6 +15,7 @@ from ui.page.cut_view import RankMap
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.page.heal import HealBox
 from ui.page.search import SearchBox
+from ui.page.share import ShareBox
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange
 from ui.session import SLOTS
@@ -24,10 +25,11 @@ HEATMAP_HEIGHT = 320  # with the header, the range and the tab strip: one 1280×
 
 @dataclass
 class Export:
+    slot: gr.Radio  # which model: follows the edited slot
     folder: gr.Textbox
     button: gr.Button
     status: gr.Markdown
-    files: gr.File
+    files: gr.File  # one zip
 
 
 @dataclass
@@ -52,6 +54,7 @@ class CutTab:
     export: Export
     search: SearchBox
     heal: HealBox
+    share: ShareBox
 
     @classmethod
     def layout(cls, context) -> CutTab:
@@ -74,8 +77,9 @@ class CutTab:
                     side = _side_column()
             search = SearchBox.layout(context)
             heal = HealBox.layout()
+            share = ShareBox.layout()
         return cls(slot=slot, clear_btn=clear_btn, layer_range=layer_range, feedback_md=feedback_md,
-                   convention=convention, heatmap=heatmap, **side, search=search, heal=heal)
+                   convention=convention, heatmap=heatmap, **side, search=search, heal=heal, share=share)
 
 
 def _side_column() -> dict:
@@ -96,10 +100,11 @@ def _side_column() -> dict:
     greedy = PlotView(height=300, elem_id="greedy-curve", visible=False)
     with gr.Column(visible=False) as rank_box:
         rank_map = RankMap(rank_box, PlotView(height=520, elem_id="rank-map"))
-    with gr.Accordion("Export the cut model", open=False):
-        export = Export(folder=gr.Textbox(label="Folder name (empty: <model>-minus-<n>-layers)"),
-                        button=gr.Button("Save as a Hugging Face checkpoint"), status=gr.Markdown(),
-                        files=gr.File(label="Download", file_count="multiple"))
+    with gr.Accordion("Export A or B (a Hugging Face checkpoint, one .zip)", open=False):
+        export = Export(slot=gr.Radio(list(SLOTS), value=SLOTS[0], label="Which model", elem_id="export-slot"),
+                        folder=gr.Textbox(label="Name (empty: <model>-minus-<n>-layers)"),
+                        button=gr.Button("Export as one .zip", elem_id="export-btn"), status=gr.Markdown(),
+                        files=gr.File(label="Download", elem_id="export-file"))
     return dict(block_size=block_size, selection=selection, remove=remove, best_btn=best_btn, resamples=resamples,
                 stability_btn=stability_btn, stability_md=stability_md, named=named, bars=bars, greedy=greedy,
                 rank_map=rank_map, export=export)
@@ -123,6 +128,8 @@ def wire(page, handlers) -> dict:
     # The stability shown was for the N of its moment: a new N clears it rather than let it pass for this one's.
     tab.block_size.input(cuts.stability_pending, [tab.block_size], [tab.stability_md], api_name="stability_pending",
                          **LIGHT)
-    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder], [tab.export.status, tab.export.files],
-                            api_name="export", show_progress_on=[tab.export.status], **DEVICE)
+    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder, tab.export.slot],
+                            [tab.export.status, tab.export.files], api_name="export",
+                            show_progress_on=[tab.export.status], **DEVICE)
+    tab.slot.change(cuts.export_follows, [tab.slot], [tab.export.slot], api_name="export_follows", **LIGHT)
     return by_name(slot, clear, release, click, best, named, stability)

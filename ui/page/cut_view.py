@@ -38,8 +38,10 @@ class CutView:
         cut = recipe.depth_cut if recipe else None
         drop = recipe.sublayer_drop if recipe else None
         layers, params = (info.num_layers, list(info.layer_params)) if info else (0, [])
-        value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else (0, 1)
-        custom = list(cut.layers) if cut and cut.span is None else [] if recipe and not cut else None
+        value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else None  # no selection without a cut
+        custom = list(cut.layers) if cut and cut.span is None else None
+        note = "" if cut else text.slot_empty(session.editing) if recipe is None else \
+            text.slot_holds(session.editing, recipe)
         if session.loading:
             heat = plots.empty_figure(f"Loading {session.loading}…")
             bars = plots.empty_figure("")
@@ -54,7 +56,7 @@ class CutView:
         names = list((result.cuts or {}) if result else {})
         return {
             self.layer_range: range_update(value, layers=layers, layer_params=params,
-                                           total_params=info.num_params if info else 0, custom=custom),
+                                           total_params=info.num_params if info else 0, custom=custom, note=note),
             self.banner: text.banner_markdown(session),
             self.heatmap: heat,
             self.bars: bars,

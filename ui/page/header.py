@@ -91,7 +91,7 @@ class Header:
         about_btn.click(None, js="() => document.getElementById('about').classList.toggle('lc-hidden')")
         with gr.Row(equal_height=True, elem_id="pickers"):
             pickers = dict(
-                model=gr.Dropdown(text.KNOWN_MODELS, value=context.default_model.name, allow_custom_value=True,
+                model=gr.Dropdown(context.model_choices(), value=context.default_model.name, allow_custom_value=True,
                                   scale=3, label="Model (or type a hub id / folder)", elem_id="model"),
                 method=gr.Dropdown(catalog.method_choices(), value=first.name, scale=5, elem_id="method",
                                    label="Method (depth: score the blocks, then cut one)"),
@@ -156,6 +156,8 @@ def wire(page, handlers) -> dict:
                                  api_name="load_model", show_progress_on=[header.model_md], **DEVICE)
     loaded = load.success(gpu(picks.analyze), analyze_inputs, analyze_outputs, api_name="analyze_loaded",
                           show_progress_on=[view.heatmap], **DEVICE)
+    load.failure(picks.model_back, [page.session], [header.model, header.model_md], api_name="model_back",
+                 queue=False, show_progress="minimal")  # the load's one message is its error; the picker goes back
     build = header.build_btn.click(gpu(steps.build), [page.session, header.method, step.level, step.pattern,
                                                       step.stack, *cal.inputs()],
                                    build_outputs, api_name="build", show_progress_on=[view.banner], **DEVICE)

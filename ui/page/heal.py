@@ -16,7 +16,7 @@ from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
 from ui.plot_view import PlotView
-from ui.session import SLOTS, Session
+from ui.session import Session
 
 PPL_SEQ_LEN, PPL_WINDOWS = 256, 32  # the held-out check after healing: 8,192 tokens of WikiText-2 test
 
@@ -41,7 +41,7 @@ class HealBox:
                                     label="Method", elem_id="heal-method", scale=2),
                     steps=NumberInput(0, label="Steps (0: the method's default)", minimum=0, elem_id="heal-steps"),
                     budget=NumberInput(0, label="Time budget, s (0: none)", minimum=0, elem_id="heal-budget"),
-                    button=gr.Button("Heal", variant="primary", elem_id="heal-btn", scale=0, min_width=160))
+                    button=gr.Button("Heal", variant="primary", elem_id="heal-btn", scale=0, min_width=240))
             status = gr.Markdown(elem_id="heal-status")
             plot = PlotView(plots.empty_figure("Heal to see the loss per step"), height=380, elem_id="heal-plot")
         return cls(**settings, status=status, plot=plot)
@@ -67,7 +67,7 @@ class HealHandlers:
             raise InvalidInput(f"{session.editing} is already healed: heal the model it was healed from.")
         step = Heal.of(method, inputs.whole_number(steps, "Healing steps", minimum=0, maximum=10_000) or None,
                        inputs.real_number(budget_s, "The time budget", minimum=0, maximum=3600) or None)
-        target = next(slot for slot in SLOTS if slot != session.editing)
+        target = session.other
         backend, box = self.context.backend, self.box
         points: list[LossPoint] = []
 
@@ -79,9 +79,10 @@ class HealHandlers:
                 break
             points.append(item)
             yield {box.plot: curve(), box.status: text.heal_progress(points, session.editing, target)}
+        replaced = session.cut(target)
         session = session.with_cut(item.recipe, target)
         shown = self.view.show(session)
-        status = text.heal_done(item.record, session.editing, target)
+        status = text.heal_done(item.record, session.editing, target, replaced)
         yield {box.plot: curve(), box.status: status + " Measuring held-out perplexity…", **shown}
         found = backend.perplexity(session.spec, session.variants(), seq_lens=(PPL_SEQ_LEN,), bos=(False,),
                                    max_windows=PPL_WINDOWS, progress=reporter(progress), owner=owner(request))

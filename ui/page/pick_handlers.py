@@ -41,7 +41,8 @@ class PickHandlers:
         session, status = self._analyze(session, method, {}, calibration, size, "paper", request, progress)
         found = backend.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
                                   owner=owner(request))  # seconds for angular
-        return {self.header.model: gr.update(value=spec.name), **self._model_shown(info, session),
+        return {self.header.model: gr.update(value=spec.name, choices=self.context.model_choices()),
+                **self.model_shown(info, session),
                 self.header.analysis_md: status, self.cut.stability_md: text.stability_markdown(found)}
 
     @user_errors
@@ -62,9 +63,17 @@ class PickHandlers:
             if isinstance(err, ModelNotFound) and self.context.policy.shared:  # the same words, folder or not
                 raise inputs.shared_not_found(spec.name) from None
             raise
-        yield {**self._model_shown(info, session.for_model(spec, info)), status: "Analyzing…"}
+        yield {**self.model_shown(info, session.for_model(spec, info)), status: "Analyzing…"}
 
-    def _model_shown(self, info, session: Session) -> dict:
+    @user_errors
+    def model_back(self, session: Session):
+        """After a failed load: the picker names the model still loaded again (the load's error said why)."""
+        if session.spec is None or session.info is None:
+            return {self.header.model: gr.update(), self.header.model_md: gr.update()}
+        return {self.header.model: gr.update(value=session.spec.name), self.header.model_md: text.model_markdown(
+            session.info)}
+
+    def model_shown(self, info, session: Session) -> dict:
         """The model's line, its N-layers slider and index convention, and the view of ``session``."""
         return {self.header.model_md: text.model_markdown(info),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),

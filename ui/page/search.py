@@ -51,7 +51,7 @@ class SearchBox:
                                       label=f"Windows (256 tokens) or questions ({context.policy.limit_words()})"),
                     last_layers=NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers"),
                     projections=gr.Textbox("", label="Projections (empty: all)", elem_id="search-names"),
-                    button=gr.Button("Search ranks", variant="primary", elem_id="search-btn", scale=0, min_width=160))
+                    button=gr.Button("Search ranks", variant="primary", elem_id="search-btn", scale=0, min_width=240))
             summary = gr.Markdown(elem_id="search-summary")
             plot = PlotView(plots.empty_figure("Search to see parameters against the scores"), height=420,
                             elem_id="search-plot")

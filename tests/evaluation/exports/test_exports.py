@@ -223,7 +223,9 @@ def test_leftovers_of_dead_exports_are_removed_and_nothing_else(tmp_path):
     for folder in (dead, running, tmp_path / ".config", tmp_path / "cut"):
         folder.mkdir()
         (folder / "config.json").write_text("{}")
-    assert exports.remove_leftovers(tmp_path) == 1
+    dead_zip = tmp_path / f".cut.zip-{_dead_pid()}-4567abcd{exports.PARTIAL}"  # a zip whose writer died
+    dead_zip.write_bytes(b"PK")
+    assert exports.remove_leftovers(tmp_path) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([running.name, ".config", "cut"])
     assert exports.remove_leftovers(tmp_path / "absent") == 0
 
@@ -272,3 +274,18 @@ def test_a_failed_rename_into_place_restores_the_earlier_export(base, tiny_token
     with pytest.raises(OSError, match="rename failed"):
         _export(base, tiny_tokenizer, Recipe.cut(6, [2]), earlier)
     assert (earlier / exports.MARKER).read_text() == before and _hidden(tmp_path) == []
+
+
+def test_an_export_zips_into_one_file_holding_its_folder(base, tiny_tokenizer, tmp_path):
+    path = _export(base, tiny_tokenizer, Recipe.block(6, 2, 4), tmp_path / "cut")
+    archive = exports.zipped(path)
+    assert archive == tmp_path / "cut.zip" and _hidden(tmp_path) == []
+    import zipfile
+
+    with zipfile.ZipFile(archive) as found:
+        names = found.namelist()
+        assert sorted(names) == sorted(f"cut/{p.name}" for p in path.iterdir())
+        assert found.read("cut/config.json") == (path / "config.json").read_bytes()
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(InvalidInput, match="'plain' is not a LayerCut export"):
+        exports.zipped(tmp_path / "plain")
