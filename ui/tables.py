@@ -27,6 +27,17 @@ def comparison_table(measurements, variants: dict) -> dict:
     return gr.update(value=table, column_widths=column_widths(table))
 
 
+def agreement_rows(report) -> list[list[str]]:
+    """A cut sweep's methods, best agreement first, each ρ as the chart's legend writes it ("+0.71"); "—" where it
+    is undefined (a constant score), "failed" for a method that did not run."""
+    def rank(item):
+        return -item[1] if math.isfinite(item[1]) else 2
+
+    rows = [[method, f"{rho:+.2f}" if math.isfinite(rho) else "—"]
+            for method, rho in sorted(report.agreement.items(), key=rank)]
+    return rows + [[method, "failed"] for method in report.failed]
+
+
 def column_widths(table: pd.DataFrame) -> list[str]:
     """Each column's share of the width, in proportion to the characters it needs (see the module's constants)."""
     needs = [_chars(str(header), table[header]) + PADDING_CHARS for header in table.columns]

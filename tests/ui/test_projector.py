@@ -229,6 +229,16 @@ def test_a_table_titles_each_model_with_its_recipe_and_gives_every_column_room_f
     assert table[a].tolist() == ["120", "8.3", "120", "8.3"]  # one format a unit: tokens/s (to 150), ms (to 10)
 
 
+def test_the_sweeps_agreement_table_writes_every_rho_alike_best_first():
+    from evaluation.sweeps.cuts import SweepReport, SweepResult
+
+    sweep = SweepResult(task="arc_easy", block_size=2, num_layers=4, limit=5, starts=[0, 1, 2],
+                        metrics={"acc": [0.3, 0.5, 0.4]}, baseline={"acc": 0.6}, higher_is_better={"acc": True})
+    report = SweepReport(sweep, {"taylor": float("nan"), "bi": -0.5, "angular": 1.0}, {}, failed={"ppl": "no data"})
+    assert tables.agreement_rows(report) == [["angular", "+1.00"], ["bi", "-0.50"], ["taylor", "—"],
+                                             ["ppl", "failed"]]
+
+
 def test_a_table_of_several_groups_shows_no_group_column_and_an_empty_one_no_columns():
     found = [Measurement("arc_easy acc", 60.0, "%", model="original", group="benchmarks"),
              Measurement("WikiText-2 perplexity", 20.0, "", False, model="original", group="perplexity")]

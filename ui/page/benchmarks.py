@@ -21,7 +21,7 @@ from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
-from ui.tables import comparison_table
+from ui.tables import agreement_rows, comparison_table
 from ui.session import Session
 
 
@@ -187,11 +187,9 @@ class BenchmarkHandlers:
                                                      data_dir=backend.data_dir)
         report = backend.sweep(session.spec, task_request, size, calibration=self.context.default_calibration,
                                progress=reporter(progress), owner=owner(request))
-        rows = [[method, None if rho != rho else round(rho, 3)]
-                for method, rho in sorted(report.agreement.items(), key=lambda kv: -(kv[1] if kv[1] == kv[1] else -2))]
-        rows += [[method, "failed"] for method in report.failed]
         sweep = self.tab.sweep
-        return {sweep.plot: plots.sweep_figure(report), sweep.table: rows, sweep.summary: text.sweep_summary(report)}
+        return {sweep.plot: plots.sweep_figure(report), sweep.table: agreement_rows(report),
+                sweep.summary: text.sweep_summary(report)}
 
     @user_errors
     def sparsity_sweep(self, session: Session, task: str, levels: str, methods: list, limit, windows,
