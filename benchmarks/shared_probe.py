@@ -373,6 +373,8 @@ def strings(value) -> list[str]:
 
 
 def metrics(table) -> set:
+    """The metrics a results table shows (the page sends the table as an update: its value and column widths)."""
+    table = table.get("value", table) if isinstance(table, dict) else table
     if not isinstance(table, dict) or "Metric" not in table.get("headers", []):
         return set()
     index = table["headers"].index("Metric")

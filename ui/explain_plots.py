@@ -9,7 +9,11 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from ui.plots import ORIGINAL, PRUNED, SECOND, styled
+from ui.palette import BLACK, MODEL_COLORS, SERIES, model_colors
+from ui.plots import FONT, styled
+
+SEARCH, TEST = SERIES[:2]  # a rank search's two splits
+TRAIN, HELD_OUT = SERIES[2], SERIES[0]  # healing's two losses
 
 
 def rank_figure(size, title: str) -> go.Figure:
@@ -25,11 +29,11 @@ def rank_figure(size, title: str) -> go.Figure:
             label[i][j] = "dense" if m.rank is None else str(m.rank)
     fig = go.Figure(go.Heatmap(z=share, x=names, y=list(range(len(size.matrices))), text=label,
                                texttemplate="%{text}", colorscale="Viridis", zmin=0, zmax=1,
-                               colorbar=dict(title="of full rank"),
+                               colorbar=dict(title="of full rank"), textfont=FONT,
                                hovertemplate="layer %{y}, %{x}: rank %{text} (%{z:.0%} of full)<extra></extra>"))
     fig.update_xaxes(title="projection")
     fig.update_yaxes(title="layer", autorange="reversed")
-    return styled(fig, title=dict(text=title), margin=dict(l=60, r=20, t=60, b=50))
+    return styled(fig, title=dict(text=title))
 
 
 def rank_search_figure(points, metric: str, bound: float | None = None) -> go.Figure:
@@ -40,46 +44,55 @@ def rank_search_figure(points, metric: str, bound: float | None = None) -> go.Fi
     kept = [100 * p.params / original.params for p in points]
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=kept, y=[p.search for p in points], name="search split", mode="lines+markers",
-                             line=dict(color=PRUNED, width=3),
+                             line=dict(color=SEARCH, width=3),
                              text=["original"] + [f"layer {p.layer} {p.path.rpartition('.')[2]}: "
                                                   f"{'dense' if p.rank is None else f'rank {p.rank}'}" for p in steps],
                              hovertemplate="%{text}<br>%{x:.2f} % of the parameters: %{y:.4g}<extra></extra>"))
     tested = [(k, p) for k, p in zip(kept, points) if p.test is not None]
     fig.add_trace(go.Scatter(x=[k for k, _ in tested], y=[p.test for _, p in tested], name="test split (after each "
-                             "layer)", mode="lines+markers", line=dict(color=SECOND, width=3),
+                             "layer)", mode="lines+markers", line=dict(color=TEST, width=3),
                              hovertemplate="%{x:.2f} % of the parameters: %{y:.4g}<extra></extra>"))
     span = [min(kept), 100.0]
     for value, name, dash in ((original.search, "original, search split", "dash"),
                               (original.test, "original, test split", "dot")):
         fig.add_trace(go.Scatter(x=span, y=[value, value], name=name, mode="lines", hoverinfo="skip",
-                                 line=dict(color=ORIGINAL, dash=dash, width=1.5)))
+                                 line=dict(color=MODEL_COLORS["original"], dash=dash, width=2)))
     if bound is not None:
         fig.add_trace(go.Scatter(x=span, y=[bound, bound], name="tolerance (search split)", mode="lines",
-                                 hoverinfo="skip", line=dict(color="#e45756", dash="dot", width=1.5)))
+                                 hoverinfo="skip", line=dict(color=BLACK, dash="dashdot", width=2)))
     fig.update_xaxes(title="parameters kept (% of the original)", autorange="reversed")
     fig.update_yaxes(title=metric)
-    fig = styled(fig, title=dict(text=f"Surgical rank search: {metric} against parameters"),
-                  margin=dict(l=60, r=20, t=60, b=110))
-    return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+    return styled(fig, title=dict(text=f"Surgical rank search: {metric} against parameters"))
 
 
-def divergence_figure(report) -> go.Figure:
-    """Per token of the original's greedy answer (teacher-forced), each compressed model's KL to the original: a thin
-    strip, a hollow marker where its most likely next token differs from the original's."""
+def divergence_figure(report, names: dict[str, str] | None = None) -> go.Figure:
+    """Per token of the original's greedy answer (teacher-forced), each compressed model's KL to the original (in its
+    own colour; ``names`` gives a model's name in the legend): a thin strip, a hollow marker where its most likely
+    next token differs from the original's."""
     x = list(range(len(report.answer_ids)))
     labels = [f"{i}: {token!r}" for i, token in enumerate(report.answer_tokens)]
+    colors = model_colors(report.columns)
     fig = go.Figure()
-    for (label, column), color in zip(report.columns.items(), (PRUNED, SECOND)):
-        fig.add_trace(go.Scatter(x=x, y=list(column.kl), name=f"{label}: {column.caption()}", mode="lines+markers",
-                                 line=dict(color=color, width=2), text=labels,
-                                 marker=dict(symbol=["circle" if a else "circle-open" for a in column.agree], size=8),
+    for label, column in report.columns.items():
+        fig.add_trace(go.Scatter(x=x, y=list(column.kl), name=f"{(names or {}).get(label, label)}: {column.caption()}",
+                                 mode="lines+markers", line=dict(color=colors[label], width=2), text=labels,
+                                 marker=dict(symbol=["circle" if a else "circle-open" for a in column.agree], size=9),
                                  hovertemplate="%{text}: KL %{y:.3f} nats<extra>" + label + "</extra>"))
-    fig.update_xaxes(title="token of the original's answer", tickmode="array", tickvals=x,
-                     ticktext=[repr(t)[1:-1][:8] for t in report.answer_tokens], tickangle=-60, tickfont=dict(size=11))
+    shown = x[::-(-len(x) // MAX_TOKEN_TICKS) or 1]  # every n-th token labelled: labels at 14 px never touch
+    fig.update_xaxes(title="token of the original's answer (hover for every token)", tickmode="array", tickvals=shown,
+                     ticktext=[short_token(report.answer_tokens[i]) for i in shown], tickangle=-45)
     fig.update_yaxes(title="KL (nats)", rangemode="tozero")
-    fig = styled(fig, title=dict(text="Per token, how far each model's next-token guess is from the original's"),
-                  margin=dict(l=60, r=20, t=50, b=90))
-    return fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
+    return styled(fig, title=dict(text="Per token, how far each model's next-token guess is from the original's"))
+
+
+MAX_TOKEN_TICKS = 24  # token labels along a full-width strip
+TOKEN_CHARS = 6  # a token's label in a tick or a lens cell, at 14 px
+
+
+def short_token(token: str) -> str:
+    """A token as a label: escapes visible (a newline reads \\n), spaces around it dropped, cut to a few characters."""
+    shown = repr(token)[1:-1]
+    return (shown.strip() or shown)[:TOKEN_CHARS]
 
 
 def logit_lens_figure(lens, title: str) -> go.Figure:
@@ -91,31 +104,30 @@ def logit_lens_figure(lens, title: str) -> go.Figure:
     x = [f"{i}:{token!r}"[:14] for i, token in enumerate(lens.positions, start=lens.start)]
     blank = [None] * len(x)
     z = [list(lens.probs[read[d]]) if d in read else blank for d in y]
-    cells = [[repr(t)[1:-1][:8] for t in lens.tokens[read[d]]] if d in read else [""] * len(x) for d in y]
+    cells = [[short_token(t) for t in lens.tokens[read[d]]] if d in read else [""] * len(x) for d in y]
     labels = ["embeddings" if d < 0 else f"layer {d}" for d in y]
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=cells, texttemplate="%{text}", textfont=dict(size=10),
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=cells, texttemplate="%{text}", textfont=dict(size=14),
                                colorscale="Blues", zmin=0, zmax=1, colorbar=dict(title="p"),
                                customdata=[[label] * len(x) for label in labels], hoverongaps=False,
                                hovertemplate="%{customdata}, after %{x}: %{text} (p = %{z:.2f})<extra></extra>"))
     ticks = [f"({label} removed)" if d not in read else f"✂ {label}" if d in lens.marked else label
              for d, label in zip(y, labels)]
-    fig.update_yaxes(title="read after", tickmode="array", tickvals=y, ticktext=ticks, tickfont=dict(size=10))
-    fig.update_xaxes(title="prompt position (input token)", tickangle=-50, tickfont=dict(size=10))
-    return styled(fig, title=dict(text=title), margin=dict(l=110, r=20, t=50, b=110))
+    fig.update_yaxes(title="read after", tickmode="array", tickvals=y, ticktext=ticks, tickfont=dict(size=14))
+    fig.update_xaxes(title="prompt position (input token)", tickangle=-50, tickfont=dict(size=14))
+    return styled(fig, title=dict(text=title))
 
 
 def heal_figure(points, title: str) -> go.Figure:
     """Healing so far: each step's training loss, and the held-out loss where it was measured (step 0: before)."""
     fig = go.Figure()
     fig.add_trace(go.Scatter(x=[p.step for p in points], y=[p.train for p in points], name="training batch",
-                             mode="lines", line=dict(color=PRUNED, width=2),
+                             mode="lines", line=dict(color=TRAIN, width=2),
                              hovertemplate="step %{x}: %{y:.3f}<extra>training</extra>"))
     held = [p for p in points if p.heldout is not None]
     fig.add_trace(go.Scatter(x=[p.step for p in held], y=[p.heldout for p in held], name="held out (never trained on)",
-                             mode="lines+markers", line=dict(color=SECOND, width=3),
+                             mode="lines+markers", line=dict(color=HELD_OUT, width=3),
                              hovertemplate="step %{x}: %{y:.3f}<extra>held out</extra>"))
     steps = points[-1].steps if points else 1
     fig.update_xaxes(title="optimizer step", range=[-0.5, steps + 0.5])
     fig.update_yaxes(title="loss (nats per token)")
-    fig = styled(fig, title=dict(text=f"Healing ({title}): loss per step"), margin=dict(l=60, r=20, t=60, b=90))
-    return fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
+    return styled(fig, title=dict(text=f"Healing ({title}): loss per step"))

@@ -34,11 +34,16 @@ _CSS = """
 .lc-plot { width: 100%; min-height: 120px; }
 """
 
+# Nothing reaches outside: no Plotly logo, no "edit in Chart Studio" or send-to-cloud link; the mode bar keeps only
+# "download as PNG" (twice the pixels, for slides).
+CONFIG = {"responsive": True, "displaylogo": False, "showLink": False, "showSendToCloud": False,
+          "showEditInChartStudio": False, "showTips": False, "displayModeBar": "hover",
+          "modeBarButtons": [["toImage"]],
+          "toImageButtonOptions": {"format": "png", "scale": 2, "filename": "layercut"}}
+
 _JS = r"""
 const div = element.querySelector('.lc-plot');
-const config = {responsive: true, displaylogo: false, displayModeBar: 'hover',
-                modeBarButtonsToRemove: ['select2d', 'lasso2d', 'zoom2d', 'pan2d', 'autoScale2d', 'zoomIn2d',
-                                         'zoomOut2d']};
+const config = CONFIG_JSON;
 let bound = false;
 function draw() {
   if (!window.Plotly) { setTimeout(draw, 50); return; }
@@ -60,6 +65,9 @@ new ResizeObserver(() => { if (window.Plotly && div.data) window.Plotly.Plots.re
 draw();
 watch('value', draw);
 """
+
+
+_JS = _JS.replace("CONFIG_JSON", json.dumps(CONFIG))
 
 
 class PlotView(gr.HTML):

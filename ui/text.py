@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 from prune import DEFAULT_MODEL
@@ -44,7 +45,7 @@ def index_convention(num_layers: int | None = None) -> str:
 
 HEATMAP_HELP = (
     "Each cell is the block of *n* layers starting at *start*. Colour is scaled per row "
-    "(green = most removable of that size); ○ marks the best block of each size, ◻ the "
+    "(light yellow = most removable of that size, dark = least); ○ marks the best block of each size, ◻ the "
     "selection. **Click a cell** to select that block; hover for the raw score."
 )
 
@@ -251,6 +252,26 @@ def column_label(label: str, variants: dict) -> str:
         return "Original model"
     recipe = variants.get(label)
     return f"{label}: {recipe.short()}" if recipe else f"{label}: no cut"
+
+
+def model_names(variants: dict) -> dict[str, str]:
+    """Each compared model's name in a chart's legend, the same as its generation column's: {"original": "Original
+    model", "A": "A: −[13, 18)", …}."""
+    return {label: column_label(label, variants) for label in ("original", *variants)}
+
+
+DIVERGED_MARK = "▶"  # where a compressed answer leaves the original's: a sign beside the colour, never colour alone
+
+
+def divergence_html(label: str, variants: dict, parts: tuple[str, str], first: int) -> str:
+    """A compressed model's answer under its column's title, its text from where it leaves the original's
+    highlighted and marked ▶, and a one-line legend (the page styles ``mark.lc-left``)."""
+    title = html.escape(column_label(label, variants))
+    before, after = (html.escape(part) for part in parts)
+    words = f"{label}'s answer from token {first} on, where it leaves the original's"
+    return (f'<span class="lc-title">{title}</span>\n'
+            f'<div class="lc-answer">{before}<mark class="lc-left" title="{words}">{DIVERGED_MARK}\u2009{after}</mark>'
+            f'</div>\n<p class="lc-legend"><mark class="lc-left">{DIVERGED_MARK} highlighted</mark> = {words}</p>')
 
 
 def calibration_words(cal) -> str:

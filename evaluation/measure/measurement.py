@@ -37,8 +37,10 @@ _GROUP_COLUMNS = {
 _QUALITY_COLUMNS = ("degradation", "retention_pct")
 _COLUMN_TITLES = {
     "degradation": "Degradation", "retention_pct": "Retention %", "speedup": "Speedup ×",
-    "ideal_speedup": "Ideal speedup ×", "ratio_pct": "Pruned / original %",
+    "ideal_speedup": "Ideal speedup ×", "ratio_pct": "% of original",
 }
+# Decimals of each derived column: ratios read alike in every row; None: the row's unit's (see decimals).
+_COLUMN_DECIMALS = {"degradation": None, "retention_pct": 1, "speedup": 2, "ideal_speedup": 2, "ratio_pct": 1}
 
 
 @dataclass(frozen=True)
@@ -163,12 +165,16 @@ def _undefined_ratio(row: Row, col: str) -> bool:
     return ratios.get(col, False) and both and getattr(row, col) is None
 
 
-def _cell(row: Row | None, col: str, text: bool):
-    """A derived cell: a number, "—" where the ratio is undefined (shown, not dropped), else empty."""
+def _cell(row: Row | None, col: str, places: dict[str, int] | None):
+    """A derived cell: a number (text with ``places``, the decimals per unit), "—" where the ratio is undefined
+    (shown, not dropped), else empty."""
     value = getattr(row, col) if row is not None else None
-    if not text:
+    if places is None:
         return value
-    return "—" if row is not None and _undefined_ratio(row, col) else _number(value)
+    if row is not None and _undefined_ratio(row, col):
+        return "—"
+    fixed = _COLUMN_DECIMALS[col]
+    return _number(value, places[row.unit] if fixed is None and row is not None else fixed)
 
 
 def column_title(label: str) -> str:
@@ -180,10 +186,12 @@ def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *,
     """The comparison as a list of dicts, one per metric: the original, then each compared model
     with its derived columns (titled "Retention % (A)" etc. when there are several).
 
-    ``text=True`` formats numbers for display ("71.2 ± 1.3"); ``text=False`` keeps raw
-    numbers and puts spreads in their own columns (for CSV and pandas).
+    ``text=True`` formats numbers for display ("71.2 ± 1.3"), every number of one unit with the same decimals
+    and each ratio column with its own; ``text=False`` keeps raw numbers and puts spreads in their own columns
+    (for CSV and pandas).
     """
     rows = comparison_rows(measurements, reference)
+    places = unit_decimals(measurements) if text else None
     variants = list(dict.fromkeys(r.variant for r in rows if r.variant))
     derived = _derived_columns(rows)
     metrics: dict[tuple[str, str], dict[str, Row]] = {}
@@ -193,14 +201,14 @@ def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *,
     for (group, name), per in metrics.items():
         sample = next(iter(per.values()))
         rec: dict = {"Group": group, "Metric": name, "Unit": sample.unit}
-        _put(rec, "Original", sample.original, text)
+        _put(rec, "Original", sample.original, places)
         for label in variants:
             row = per.get(label)
-            _put(rec, column_title(label), row.pruned if row else None, text)
+            _put(rec, column_title(label), row.pruned if row else None, places)
             for col in derived:
                 applies = row is not None and col in _GROUP_COLUMNS.get(group, _QUALITY_COLUMNS)
                 title = _COLUMN_TITLES[col] if len(variants) == 1 else f"{_COLUMN_TITLES[col]} ({label})"
-                rec[title] = _cell(row if applies else None, col, text)
+                rec[title] = _cell(row if applies else None, col, places)
         records.append(rec)
     if text and len({r["Group"] for r in records}) <= 1:
         for rec in records:
@@ -208,9 +216,9 @@ def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *,
     return records
 
 
-def _put(rec: dict, title: str, m: Measurement | None, text: bool) -> None:
-    if text:
-        rec[title] = _format(m)
+def _put(rec: dict, title: str, m: Measurement | None, places: dict[str, int] | None) -> None:
+    if places is not None:
+        rec[title] = _format(m, places)
     else:
         rec[title] = None if m is None else _finite(m.value)
         rec[f"{title} ±"] = None if m is None else _finite(m.spread)
@@ -267,21 +275,32 @@ def _finite(value):
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 
-def _number(value: float | None) -> str:
+def decimals(values) -> int:
+    """Decimals that give the largest of ``values`` three significant digits: none from 100 up, one from 10,
+    two from 1, three below (0 when all are 0); one table or chart writes all its numbers of a unit with them."""
+    largest = max((abs(v) for v in values if v is not None and math.isfinite(v)), default=0.0)
+    return 0 if largest == 0 else min(3, max(0, 2 - math.floor(math.log10(largest))))
+
+
+def unit_decimals(measurements: list[Measurement]) -> dict[str, int]:
+    """Each unit's decimals in a table of ``measurements`` (spreads and degradations follow their unit's)."""
+    units: dict[str, list[float]] = {}
+    for m in measurements:
+        units.setdefault(m.unit, []).append(m.value)
+    return {unit: decimals(values) for unit, values in units.items()}
+
+
+def _number(value: float | None, places: int) -> str:
     if value is None:
         return ""
-    value = float(value)
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
-    if value != 0 and abs(value) < 1e-3:
-        return f"{value:.3g}"
-    return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
+    text = f"{float(value):,.{places}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.,") else text  # no "-0.0"
 
 
-def _format(m: Measurement | None) -> str:
+def _format(m: Measurement | None, places: dict[str, int]) -> str:
     if m is None:
         return ""
-    text = _number(_finite(m.value)) or "n/a"
+    text = _number(_finite(m.value), places[m.unit]) or "n/a"
     if m.spread is not None and math.isfinite(m.spread):
-        text += f" ± {_number(m.spread)}"
+        text += f" ± {_number(m.spread, places[m.unit])}"
     return text

@@ -16,6 +16,7 @@ from gradio_client.exceptions import AppError
 import prune
 from prune.core import loading
 from prune.core.recipe import Recipe
+from ui import text
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +41,8 @@ def test_every_event_is_a_named_endpoint(client):
             "/generate", "/speed", "/memory", "/benchmarks", "/perplexity", "/cancel", "/startup", "/edit_slot",
             "/clear_cut", "/sweep", "/build", "/width_vs_depth", "/method_info", "/rank_search", "/divergence",
             "/feedback_after_release", "/feedback_after_click", "/feedback_after_slot", "/feedback_after_build",
-            "/feedback_after_versus", "/feedback_after_search", "/feedback_after_heal", "/cut_size"} <= names
+            "/feedback_after_versus", "/feedback_after_search", "/feedback_after_heal", "/cut_size",
+            "/unmark_answers"} <= names
 
 
 def test_load_analyze_cut_generate_benchmark(client):
@@ -98,10 +100,14 @@ def test_load_analyze_cut_generate_benchmark(client):
     with pytest.raises(AppError, match="seed must be a whole number"):
         client.predict("Hi", 12, 0, 1, "abc", api_name="/generate")
 
-    table, _plot = client.predict(["arc_easy"], 3, 0, api_name="/benchmarks")
+    shown, _plot = client.predict(["arc_easy"], 3, 0, api_name="/benchmarks")
+    table = shown["value"]  # with the columns' widths: every header fits, the table fits the page
+    assert len(shown["column_widths"]) == len(table["headers"])
     metrics = [row[table["headers"].index("Metric")] for row in table["data"]]
-    assert "arc_easy acc" in metrics and {"Original", "A", "Retention % (A)", "B", "Retention % (B)"} <= set(
+    b_title = text.column_label("B", {"B": Recipe.block(30, 20, 26)})  # each model's column titled with its recipe
+    assert "arc_easy acc" in metrics and {"Original", "Retention % (A)", b_title, "Retention % (B)"} <= set(
         table["headers"])
+    assert [h for h in table["headers"] if h.startswith("A: ")] == [a["label"]]  # as its generation column
     with pytest.raises(AppError, match="whole number"):
         client.predict(["arc_easy"], 2.5, 0, api_name="/benchmarks")
     with pytest.raises(AppError, match="at least one benchmark"):

@@ -88,6 +88,10 @@ def test_heatmap_renders_with_best_blocks_and_selection(page):
     assert int(end) - int(start) == 3  # the best block of a tenth of the layers, chosen at startup
     assert "wins" in page.inner_text("#stability")  # how stable that choice is, shown at once
     assert f"[{start}, {end})" in banner(page)
+    page.hover("#heatmap .lc-plot")  # the mode bar: a PNG download, no logo, no link to Plotly's cloud
+    assert page.locator("#heatmap .modebar-btn").count() == 1
+    assert page.get_attribute("#heatmap .modebar-btn", "data-title") == "Download plot as a PNG"
+    assert page.locator("a[href*='plotly'], a[href*='plot.ly']").count() == 0
 
 
 def box_of(page, selector: str) -> dict:
@@ -209,8 +213,11 @@ def test_generation_streams_both_outputs_side_by_side(page):
     page.wait_for_function("document.querySelector('#divergence').innerText.includes('agrees on')", timeout=120_000)
     caption = page.inner_text("#divergence")
     assert caption.startswith("A agrees on") and "teacher-forced" in caption
-    if "leaves the original's answer at token" in caption:  # the mark sits in A's own text
-        page.wait_for_function("document.querySelector('#out-A textarea').value.includes('leaves the original here')")
+    if "leaves the original's answer at token" in caption:  # A's answer marked in place of the plain one
+        page.wait_for_selector("#marked-A mark.lc-left", state="visible")
+        assert page.locator("#out-A").is_hidden() and page.inner_text("#marked-A").startswith("A: ")
+        assert page.evaluate("getComputedStyle(document.querySelector('#marked-A .lc-answer mark')).backgroundColor")\
+            == "rgb(252, 228, 168)"  # palette.HIGHLIGHT
     page.wait_for_selector("#divergence-strip .lc-plot .scatterlayer", timeout=30_000)
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-generate.png"), full_page=True)

@@ -9,6 +9,7 @@ import pytest
 from evaluation.serving.backend import Backend
 from evaluation.serving.jobs import Cancelled
 from prune.core.recipe import Recipe
+from ui import palette, text
 from ui.session import Session
 
 from conftest import handlers_on, tiny_model, update_of
@@ -67,26 +68,36 @@ def test_after_a_generation_each_column_is_marked_where_it_leaves_the_original(v
     assert set(answers) == {"original", "A"}
     shown = explains.divergence(session, "The quick brown fox", 12, answers)
     text_a, text_b = (update_of(shown, tab.columns[slot].answer) for slot in "AB")
+    marked_a, marked_b = (update_of(shown, tab.columns[slot].marked) for slot in "AB")
     figure, caption = shown[tab.divergence_plot], shown[tab.divergence_md]
     report = handlers.context.backend.divergence(session.spec, session.variants(), "The quick brown fox",
                                            max_new_tokens=12, answers={"A": answers["A"]})
     column = report.columns["A"]
-    assert text_b == gr.update()  # no B
+    assert text_b == gr.update() and marked_b == gr.update()  # no B
     if column.first is None:
-        assert text_a == gr.update() and "follows the original's answer to the end" in caption
-    else:
-        assert text_a["value"] == column.parts[0] + " ⟦▶ leaves the original here⟧ " + column.parts[1]
+        assert text_a == gr.update() and marked_a == gr.update()
+        assert "follows the original's answer to the end" in caption
+    else:  # the marked answer shows in the plain one's place
+        assert text_a == gr.update(visible=False)
+        marked = text.divergence_html("A", session.variants(), column.parts, column.first)
+        assert marked_a == gr.update(value=marked, visible=True)
         assert f"leaves the original's answer at token {column.first}" in caption
     assert f"**A** agrees on {column.agreement_pct:.0f} % of next tokens" in caption
     assert list(figure.data[0].y) == pytest.approx(list(column.kl)) and len(figure.data) == 1
+    assert figure.data[0].name.startswith(text.column_label("A", session.variants()) + ": agrees on")
+    assert figure.data[0].line.color == palette.MODEL_COLORS["A"]
+    assert tab.unmarked() == {tab.columns["A"].answer: gr.update(visible=True),
+                              tab.columns["A"].marked: gr.update(visible=False),
+                              tab.columns["B"].answer: gr.update(visible=True),
+                              tab.columns["B"].marked: gr.update(visible=False)}  # a new generation streams plain
 
 
 def test_divergence_without_a_cut_or_answers_shows_nothing(visitor, page):
     handlers, session = visitor
     tab = page.generate
     shown = handlers.generate.divergence(session, "Hi", 8, {"original": [1, 2]})
-    texts = [update_of(shown, tab.columns[slot].answer) for slot in "AB"]
-    assert texts == [gr.update(), gr.update()] and shown[tab.divergence_md] == ""
+    texts = [update_of(shown, getattr(tab.columns[slot], part)) for slot in "AB" for part in ("answer", "marked")]
+    assert texts == [gr.update()] * 4 and shown[tab.divergence_md] == ""
 
 
 def test_the_logit_lens_shows_the_original_with_the_cut_marked_and_the_cut_model_beside(visitor, page):

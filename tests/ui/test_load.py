@@ -73,11 +73,12 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys):
         assert span in banner and f"({size} of 30)" in banner, (i, banner)
         _original, _stats, a, *_ = generated
         assert a["label"] == f"A: cut {start}–{start + size - 1}", (i, a)
-        headers, rows = table["headers"], table["data"]
+        headers, rows = table["value"]["headers"], table["value"]["data"]
         params = next(r for r in rows if r[headers.index("Metric")] == "parameters")
         removed = sum(loaded.info.layer_params[start:start + size])
         assert params[headers.index("Original")].replace(",", "") == f"{loaded.info.num_params:,}".replace(",", "")
-        assert float(params[headers.index("A")].replace(",", "")) == loaded.info.num_params - removed, (i, params)
+        a_title = headers.index(f"A: −{span}")  # the column titled with its recipe, as the generation's
+        assert float(params[a_title].replace(",", "")) == loaded.info.num_params - removed, (i, params)
     assert len(backend.pool.loaded()) == 1  # one base model for everyone
     assert backend.variants.used_bytes == 0 and len(backend.variants) >= SESSIONS  # cuts share its weights
     peak = _peak_rss_bytes()

@@ -14,7 +14,7 @@ from evaluation.measure.measurement import Measurement
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.methods import Method
 from prune.depth.result import ImportanceResult, blocks_from_layers
-from ui import plots, text
+from ui import palette, plots, text
 from ui.handlers import MAX_MESSAGE_CHARS, default_block_size, user_errors
 from ui.plot_view import PLOTLY_JS, PlotView
 from ui.range_control import LayerRange, parse_range, range_update
@@ -85,11 +85,13 @@ def test_row_normalized_scales_each_size_to_0_1():
     assert norm[2][0] == 0.0  # a single block: no spread, most removable
 
 
-def test_layer_bars_colour_the_cut_and_protected_layers():
+def test_layer_bars_colour_and_hatch_the_cut_and_grey_the_protected_layers():
     result = _result(layers=6, protected=(5,))
     bars = plots.layer_bar_figure(result, removed=[2, 3]).data[0]
-    assert list(bars.marker.color) == [plots.KEPT, plots.KEPT, plots.REMOVED, plots.REMOVED, plots.KEPT,
-                                       plots.PROTECTED]
+    assert list(bars.marker.color) == [palette.KEPT, palette.KEPT, palette.IN_CUT, palette.IN_CUT, palette.KEPT,
+                                       palette.PROTECTED]
+    assert list(bars.marker.pattern.shape) == ["", "", "/", "/", "", ""]  # seen without colour too
+    assert list(bars.customdata) == ["kept", "kept", "in the cut", "in the cut", "kept", "protected"]
     _strict_json(plots.layer_bar_figure(result, removed=[2, 3]))
 
 
@@ -124,7 +126,8 @@ def test_memory_bars_read_in_mib_not_in_exponents():
     ms = [_m("weight memory", 1530.4, "original", unit="MiB", higher=False, group="memory"),
           _m("weight memory", 1148.0, "pruned", unit="MiB", higher=False, group="memory")]
     fig = plots.comparison_figure(ms, unit="MiB", title="Memory")
-    assert [t.text[0] for t in fig.data] == ["1,530 MiB", "1,150 MiB"]
+    assert [t.text[0] for t in fig.data] == ["1,530", "1,148"]  # one format on the chart; the unit on its axis
+    assert fig.layout.yaxis.title.text == "MiB"
     assert "e+" not in json.dumps([t.text for t in fig.data])
 
 

@@ -203,8 +203,8 @@ def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor, page)
                                                                       "gate_proj", "up_proj", "down_proj"]
     assert [row[0] for row in heat.text] == [str(layer[0].rank) for layer in after.matrices]
     assert sum(p.numel() for p in model.parameters()) == after.total  # the map's arithmetic is the built model's
-    table = handlers.speed.memory(last[view.session])[page.speed.memory_table]
-    macs = dict(zip(table["Metric"], zip(table["Original"], table["A"])))
+    table = handlers.speed.memory(last[view.session])[page.speed.memory_table]["value"]
+    macs = dict(zip(table["Metric"], zip(table["Original"], table[text.column_label("A", {"A": recipe})])))
     original, decomposed = (float(str(v).replace(",", "")) for v in macs[next(k for k in macs if "multiply-adds" in k)])
     weights = lambda size: sum(m.params for layer in size.matrices for m in layer)  # noqa: E731
     assert original - decomposed == weights(session.info.size) - weights(after)  # one MAC per weight, per token

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.measure.measurement import to_dataframe
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.sparsity import format_table
@@ -22,6 +21,7 @@ from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
+from ui.tables import agreement_rows, comparison_table
 from ui.session import Session
 
 
@@ -36,9 +36,10 @@ class Results:
         return [self.table, self.plot]
 
     def show(self, session: Session) -> dict:
-        found = list(session.results)
-        return {self.table: to_dataframe(found),
-                self.plot: plots.comparison_figure(found, unit=main_unit(found), title="Benchmarks")}
+        found, variants = list(session.results), session.variants()
+        return {self.table: comparison_table(found, variants),
+                self.plot: plots.comparison_figure(found, unit=main_unit(found), title="Benchmarks",
+                                                   names=text.model_names(variants))}
 
 
 @dataclass
@@ -186,11 +187,9 @@ class BenchmarkHandlers:
                                                      data_dir=backend.data_dir)
         report = backend.sweep(session.spec, task_request, size, calibration=self.context.default_calibration,
                                progress=reporter(progress), owner=owner(request))
-        rows = [[method, None if rho != rho else round(rho, 3)]
-                for method, rho in sorted(report.agreement.items(), key=lambda kv: -(kv[1] if kv[1] == kv[1] else -2))]
-        rows += [[method, "failed"] for method in report.failed]
         sweep = self.tab.sweep
-        return {sweep.plot: plots.sweep_figure(report), sweep.table: rows, sweep.summary: text.sweep_summary(report)}
+        return {sweep.plot: plots.sweep_figure(report), sweep.table: agreement_rows(report),
+                sweep.summary: text.sweep_summary(report)}
 
     @user_errors
     def sparsity_sweep(self, session: Session, task: str, levels: str, methods: list, limit, windows,

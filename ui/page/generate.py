@@ -10,20 +10,34 @@ import gradio as gr
 from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput, SliderInput
-from ui.page.events import DEVICE, by_name, gpu
+from ui.page.events import DEVICE, LIGHT, by_name, gpu
+from ui.palette import HIGHLIGHT, ORANGE, TEXT_HEX
 from ui.plot_view import PlotView
 from ui.session import SLOTS, Session
 
 COLUMNS = ("original", *SLOTS)
-MARK = " ⟦▶ leaves the original here⟧ "
+# The marked answer: its title as a block's label, the text from where it leaves the original's on a light orange,
+# underlined in orange (seen without colour too), after a ▶; the legend beneath it in the page's smaller type.
+_MARKED_CSS = f"""
+.lc-title {{ display: inline-block; margin-bottom: 8px; padding: var(--block-label-padding);
+             border-radius: var(--block-label-radius); background: var(--block-label-background-fill);
+             color: var(--block-label-text-color); font-size: var(--block-label-text-size); font-weight: 600; }}
+.lc-answer {{ white-space: pre-wrap; font-size: 1.05rem; line-height: 1.5; padding: 8px 10px;
+              border: 1px solid var(--border-color-primary); border-radius: var(--radius-md); }}
+mark.lc-left {{ background: {HIGHLIGHT}; color: {TEXT_HEX}; border-bottom: 3px solid {ORANGE}; padding: 0 2px;
+                -webkit-box-decoration-break: clone; box-decoration-break: clone; }}
+.lc-legend {{ font-size: 0.95rem; margin: 6px 2px 0; color: var(--body-text-color); }}
+"""
 LENS_POSITIONS = 12  # the prompt's last positions the logit lens shows (readable on a projector)
 
 
 @dataclass
 class Column:
-    """One model's answer and its speed."""
+    """One model's answer (streamed as text; a compressed one's then shown marked where it leaves the original's)
+    and its speed."""
 
     answer: gr.Textbox
+    marked: gr.HTML | None  # None for the original
     stats: gr.Markdown
 
 
@@ -81,13 +95,25 @@ class GenerateTab:
         """The generation's outputs: every column's answer and stats, then the answers' token ids."""
         return [*(part for column in self.columns.values() for part in (column.answer, column.stats)), self.answers]
 
+    def marked_outputs(self) -> list:
+        """The compressed columns' plain and marked answers (one of the two shows)."""
+        return [part for slot in SLOTS for part in (self.columns[slot].answer, self.columns[slot].marked)]
+
+    def unmarked(self) -> dict:
+        """The plain answers back in place of the marked ones, for a generation to stream into."""
+        return {part: gr.update(visible=part is self.columns[slot].answer)
+                for slot in SLOTS for part in (self.columns[slot].answer, self.columns[slot].marked)}
+
 
 def _column(label: str) -> Column:
     title = "Original model" if label == "original" else f"{label}: cut"
     with gr.Column(min_width=220):
-        return Column(gr.Textbox(label=title, lines=9, max_lines=20, interactive=False, elem_id=f"out-{label}",
-                                 elem_classes="gen-out"),
-                      gr.Markdown(elem_id=f"stats-{label}"))
+        answer = gr.Textbox(label=title, lines=9, max_lines=20, interactive=False, elem_id=f"out-{label}",
+                            elem_classes="gen-out")
+        marked = None if label == "original" else gr.HTML(
+            container=True, visible=False, max_height=560, elem_id=f"marked-{label}", css_template=_MARKED_CSS,
+            js_on_load=None)
+        return Column(answer, marked, gr.Markdown(elem_id=f"stats-{label}"))
 
 
 class GenerateHandlers:
@@ -134,12 +160,14 @@ class GenerateHandlers:
             max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
             answers={label: ids for label, ids in answers.items() if label in variants},
             progress=reporter(progress), owner=owner(request))
-        shown = {tab.divergence_plot: explain_plots.divergence_figure(report),
+        shown = {tab.divergence_plot: explain_plots.divergence_figure(report, text.model_names(variants)),
                  tab.divergence_md: text.divergence_markdown(report)}
         for slot in SLOTS:
             column = report.columns.get(slot)
-            if column is not None and column.first is not None:
-                shown[tab.columns[slot].answer] = gr.update(value=column.parts[0] + MARK + column.parts[1])
+            if column is not None and column.first is not None:  # the marked answer in the plain one's place
+                shown[tab.columns[slot].answer] = gr.update(visible=False)
+                shown[tab.columns[slot].marked] = gr.update(
+                    value=text.divergence_html(slot, variants, column.parts, column.first), visible=True)
         return shown
 
     @user_errors
@@ -169,8 +197,10 @@ def wire(page, handlers) -> dict:
                      api_name="generate", show_progress="minimal", **DEVICE)
     divergence = generate.success(
         gpu(generating.divergence), [session, tab.prompt, tab.max_new, tab.answers],
-        [*(tab.columns[slot].answer for slot in SLOTS), tab.divergence_plot, tab.divergence_md],
+        [*tab.marked_outputs(), tab.divergence_plot, tab.divergence_md],
         api_name="divergence", show_progress_on=[tab.divergence_md], **DEVICE)
+    unmark = gr.on([tab.gen_btn.click, tab.prompt.submit], tab.unmarked, None, tab.marked_outputs(),
+                   api_name="unmark_answers", **LIGHT)
     lens = tab.lens_btn.click(gpu(generating.logit_lens), [session, tab.prompt], [tab.lens_original, tab.lens_cut],
                               api_name="logit_lens", **DEVICE)
-    return by_name(generate, divergence, lens)
+    return by_name(generate, divergence, lens, unmark)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.measure.measurement import to_dataframe
 from prune.core.errors import InvalidInput
 
 from ui import inputs, plots, text
@@ -15,6 +14,7 @@ from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
+from ui.tables import comparison_table
 from ui.session import Session
 
 
@@ -76,26 +76,30 @@ class SpeedHandlers:
         if not batch_sizes:
             raise InvalidInput("Choose at least one batch size.")
         batches = sorted({inputs.whole_number(b, "A batch size", minimum=1, maximum=256) for b in batch_sizes})
+        variants = session.variants()
         found = self.context.backend.speed(
-            session.spec, session.variants(), batch_sizes=tuple(batches),
+            session.spec, variants, batch_sizes=tuple(batches),
             prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
             new_tokens=(inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),),
             repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50), progress=reporter(progress),
             owner=owner(request))
-        tab = self.tab
-        return {tab.speed_table: to_dataframe(found), tab.speedup_plot: plots.speedup_figure(found),
-                tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput"),
+        tab, names = self.tab, text.model_names(variants)
+        return {tab.speed_table: comparison_table(found, variants),
+                tab.speedup_plot: plots.speedup_figure(found, names),
+                tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput",
+                                                             names=names),
                 tab.speed_note: text.model_notes(found, "sparsity_note")}
 
     @user_errors
     def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
         need_model(session)
-        found = self.context.backend.memory(session.spec, session.variants(), progress=reporter(progress),
-                                            owner=owner(request))
+        variants = session.variants()
+        found = self.context.backend.memory(session.spec, variants, progress=reporter(progress), owner=owner(request))
         sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
         tab = self.tab
-        return {tab.memory_table: to_dataframe(found),
-                tab.memory_plot: plots.comparison_figure(sizes, unit=main_unit(sizes), title="Memory"),
+        return {tab.memory_table: comparison_table(found, variants),
+                tab.memory_plot: plots.comparison_figure(sizes, unit=main_unit(sizes), title="Memory",
+                                                         names=text.model_names(variants)),
                 tab.memory_note: text.model_notes(found, "note")}
 
 

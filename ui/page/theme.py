@@ -6,9 +6,20 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-THEME = gr.themes.Soft(primary_hue="red", text_size="lg",
+# A calm indigo for buttons and choices (apart from the charts' model colours); labels as quiet grey tags, not the
+# coloured pills that read like errors; red kept for Stop alone.
+STOP, STOP_HOVER = gr.themes.colors.red.c600, gr.themes.colors.red.c700
+THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="indigo", neutral_hue="slate", text_size="lg",
                        font=["system-ui", "Segoe UI", "Helvetica", "Arial", "sans-serif"],
-                       font_mono=["ui-monospace", "Consolas", "monospace"])
+                       font_mono=["ui-monospace", "Consolas", "monospace"]).set(
+    block_label_background_fill="*neutral_100", block_label_text_color="*neutral_700",
+    block_label_background_fill_dark="*neutral_700", block_label_text_color_dark="*neutral_100",
+    block_title_background_fill="*neutral_100", block_title_text_color="*neutral_700",
+    block_title_background_fill_dark="*neutral_700", block_title_text_color_dark="*neutral_100",
+    button_cancel_background_fill=STOP, button_cancel_background_fill_hover=STOP_HOVER,
+    button_cancel_background_fill_dark=STOP, button_cancel_background_fill_hover_dark=STOP_HOVER,
+    button_cancel_text_color="white", button_cancel_text_color_hover="white", button_cancel_text_color_dark="white",
+    button_cancel_border_color=STOP, button_cancel_border_color_dark=STOP)
 # One 1280×720 screen: tight gaps; one-line status and method lines; a banner of constant height (a change of
 # slot never moves the heatmap under the pointer); the introduction and settings hidden until About is pressed.
 CSS = """

@@ -117,7 +117,7 @@ def test_model_card_says_what_was_cut_how_and_with_what_result(base, tiny_tokeni
     card = (path / exports.CARD).read_text()
     front = yaml.safe_load(card.split("---")[1])
     assert front["base_model"] == BASE and {"layercut", "pruned"} <= set(front["tags"])
-    for text in (recipe.describe(), "angular, 8 calibration texts", "a local folder", "61.25", "47.50",
+    for text in (recipe.describe(), "angular, 8 calibration texts", "a local folder", "| 61.2 | 47.5 |",
                  "AutoModelForCausalLM.from_pretrained", "merge_method: passthrough", "--prune-layers 2,3",
                  f"{num_params(base):,} → {num_params(derived):,}"):
         assert text in card, text

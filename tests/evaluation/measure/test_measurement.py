@@ -46,9 +46,9 @@ def test_tables_show_the_columns_that_apply():
           + _pair("parameters", 100.0, 80.0, "", False, "memory"))
     records = M.table_records(ms)
     acc, dec, params = records
-    assert acc["Degradation"] == "15.00" and acc["Retention %"] == "75.00" and acc["Speedup ×"] == ""
+    assert acc["Degradation"] == "15.0" and acc["Retention %"] == "75.0" and acc["Speedup ×"] == ""
     assert dec["Speedup ×"] == "1.25" and dec["Ideal speedup ×"] == "1.33" and dec["Degradation"] == ""
-    assert params["Pruned / original %"] == "80.00"
+    assert params["% of original"] == "80.0" and (params["Original"], params["Pruned"]) == ("100", "80")
     markdown = M.to_markdown(ms)
     assert "| arc_easy acc |" in markdown and "Ideal speedup ×" in markdown
     rows = M.to_csv(ms).splitlines()
@@ -61,18 +61,20 @@ def test_a_zero_original_keeps_the_retention_column_with_a_dash():
     (record,) = M.table_records(_pair("gsm8k exact_match", 0.0, 0.0))
     assert record["Retention %"] == "—" and record["Degradation"] == "0"
     both = M.table_records(_pair("gsm8k exact_match", 0.0, 2.0) + _pair("arc_easy acc", 60.0, 45.0))
-    assert [r["Retention %"] for r in both] == ["—", "75.00"]
-    assert "| gsm8k exact_match | % | 0 | 2.00 | -2.00 | — |" in M.to_markdown(_pair("gsm8k exact_match", 0.0, 2.0))
+    assert [r["Retention %"] for r in both] == ["—", "75.0"]
+    assert [r["Degradation"] for r in both] == ["-2.0", "15.0"]  # one unit, one number of decimals
+    markdown = M.to_markdown(_pair("gsm8k exact_match", 0.0, 2.0))
+    assert "| gsm8k exact_match | % | 0.00 | 2.00 | -2.00 | — |" in markdown
     assert M.to_csv(_pair("gsm8k exact_match", 0.0, 2.0)).splitlines()[1].endswith(",-2.0,")  # raw: empty, no dash
     (memory,) = M.table_records(_pair("peak memory", 0.0, 3.0, "MiB", False, "memory"))
-    assert memory["Pruned / original %"] == "—"
+    assert memory["% of original"] == "—"
     (no_pair,) = M.table_records([Measurement("gsm8k exact_match", 0.0, "%")])
     assert "Retention %" not in no_pair  # nothing to compare: no column
 
 
 def test_without_a_cut_there_is_no_pruned_column():
     records = M.table_records([Measurement("arc_easy acc", 60.0, "%", spread=1.5, spread_kind="stderr")])
-    assert records == [{"Metric": "arc_easy acc", "Unit": "%", "Original": "60.00 ± 1.50"}]
+    assert records == [{"Metric": "arc_easy acc", "Unit": "%", "Original": "60.0 ± 1.5"}]
     assert "± is the stderr" in M.to_markdown([Measurement("a", 1.0, spread=0.1, spread_kind="stderr")])
 
 
@@ -81,7 +83,31 @@ def test_several_variants_get_columns_side_by_side():
     (record,) = M.table_records(ms)
     assert list(record) == ["Metric", "Unit", "Original", "Pruned", "Degradation (pruned)", "Retention % (pruned)",
                             "persistence_20", "Degradation (persistence_20)", "Retention % (persistence_20)"]
-    assert [record["Retention % (pruned)"], record["Retention % (persistence_20)"]] == ["75.00", "83.33"]
+    assert [record["Retention % (pruned)"], record["Retention % (persistence_20)"]] == ["75.0", "83.3"]
+
+
+@pytest.mark.parametrize("values, places", [
+    ([512.4, 99.0], 0), ([61.25, 9.5], 1), ([1.5, 0.25], 2), ([0.5, 0.01], 3), ([0.002], 3), ([0.0, 0.0], 0),
+    ([-120.0, 3.0], 0), ([float("nan"), 5.0, None], 2),
+])
+def test_decimals_give_the_largest_value_three_significant_digits(values, places):
+    assert M.decimals(values) == places
+
+
+def test_every_number_of_one_unit_has_the_same_decimals():
+    ms = (_pair("decode", 15.31, 9.87, "ms", False, "speed") + _pair("prefill", 250.4, 190.0, "ms", False, "speed")
+          + _pair("throughput", 1530.25, 1890.5, "tokens/s", True, "speed")
+          + [Measurement("decode", 8.2, "ms", False, 0.26, "IQR", model="B", group="speed")])
+    decode, prefill, throughput = M.table_records(ms)
+    assert [decode["Original"], decode["Pruned"], decode["B"]] == ["15", "10", "8 ± 0"]  # ms: 250.4 sets 0 places
+    assert [prefill["Original"], prefill["Pruned"]] == ["250", "190"]
+    assert [throughput["Original"], throughput["Pruned"]] == ["1,530", "1,890"]  # the thousands apart
+    assert [decode["Speedup × (pruned)"], decode["Speedup × (B)"], throughput["Speedup × (pruned)"]] == [
+        "1.55", "1.87", "1.24"]  # a ratio column keeps its own two places in every row
+    (row,) = M.table_records(_pair("loss", 0.04, 0.049, "", False, "perplexity"))
+    assert (row["Original"], row["Pruned"], row["Degradation"]) == ("0.040", "0.049", "0.009")
+    (row,) = M.table_records(_pair("acc", 50.0, 50.04))
+    assert row["Degradation"] == "0.0"  # never "-0.0"
 
 
 def test_measurements_round_trip_through_json_with_non_finite_values():

@@ -299,7 +299,7 @@ def test_lowest_picks_the_n_smallest_anywhere():
 def test_best_n_attention_blocks_fill_the_edited_slot(page):
     from conftest import handlers_on
     from evaluation.serving.models import ModelSpec
-    from ui import plots
+    from ui import palette, plots
     from ui.session import Session
     from ui.text import banner_markdown, column_label
 
@@ -319,8 +319,9 @@ def test_best_n_attention_blocks_fill_the_edited_slot(page):
     assert column_label("A", session.variants()) == "A: no attention 1, 3"
     figure = plots.layer_bar_figure(result, (), {ATTENTION: [1, 3]})
     assert [trace.name for trace in figure.data] == ["attention blocks", "MLP blocks"]
-    assert [c == plots.REMOVED for c in figure.data[0].marker.color] == [False, True, False, True, False, False]
-    assert plots.REMOVED not in figure.data[1].marker.color
+    assert [c == palette.IN_CUT for c in figure.data[0].marker.color] == [False, True, False, True, False, False]
+    assert list(figure.data[0].marker.pattern.shape) == ["", "/", "", "/", "", ""]
+    assert palette.IN_CUT not in figure.data[1].marker.color
     assert bars is not None
 
 
