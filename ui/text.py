@@ -181,7 +181,7 @@ def heal_label(session) -> str:
 
 
 def search_label(session) -> str:
-    """The rank search's button: 'Search ranks into A (replaces A: −[13, 16))'."""
+    """The rank search's button: 'Search ranks into A (replaces A: cut 13–15)'."""
     return f"Search ranks into {session.editing}" + _replaces(session.editing, session.cut())
 
 
@@ -256,7 +256,7 @@ def column_label(label: str, variants: dict) -> str:
 
 def model_names(variants: dict) -> dict[str, str]:
     """Each compared model's name in a chart's legend, the same as its generation column's: {"original": "Original
-    model", "A": "A: −[13, 18)", …}."""
+    model", "A": "A: cut 13–17", …}."""
     return {label: column_label(label, variants) for label in ("original", *variants)}
 
 

@@ -56,7 +56,7 @@ def test_a_saved_comparison_opens_the_same_page_from_another_model(page, backend
     path = Path(saved[box.saved])
     assert path.name == "layercut-comparison.json" and path.parent == tmp_path / "exports"
     assert "hf_secret_token" not in path.read_text() and path.stat().st_size < 4096
-    assert saved[box.status].startswith("Saved **SmolLM2-135M-Instruct** · **A**: −[20, 26) · **B**: wanda 50% ·")
+    assert saved[box.status].startswith("Saved **SmolLM2-135M-Instruct** · **A**: cut 20–25 · **B**: wanda 50% ·")
     assert str(tmp_path) not in saved[box.status]
 
     spec = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama")  # the visitor is elsewhere

@@ -65,11 +65,11 @@ def test_build_heal_and_search_name_the_slot_they_write_and_what_it_holds(loaded
     shown = targets.show(session)
     assert shown[targets.build]["value"] == "Build into B (replaces B: weight 80%)"
     assert shown[targets.search]["value"] == "Search ranks into B (replaces B: weight 80%)"
-    assert shown[targets.heal]["value"] == "Heal B into A (replaces A: −[1, 3))"
+    assert shown[targets.heal]["value"] == "Heal B into A (replaces A: cut 1–2)"
     assert targets.show(session, stack=True)[targets.build]["value"] == "Build into B (after B: weight 80%)"
     shown = targets.show(replace(session, editing="A"))
     assert shown[targets.heal]["value"] == "Heal A into B (replaces B: weight 80%)"
-    assert shown[targets.build]["value"] == "Build into A (replaces A: −[1, 3))"
+    assert shown[targets.build]["value"] == "Build into A (replaces A: cut 1–2)"
     empty = targets.show(session.with_cut(None))  # B emptied
     assert empty[targets.build]["value"] == "Build into B" and empty[targets.search]["value"] == "Search ranks into B"
 
