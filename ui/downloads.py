@@ -1,7 +1,8 @@
 """Where a visitor's exports are written, how they are offered, and how long they stay.
 
 A personal machine writes ``<cache>/exports/<name>`` and keeps it (the user's own disk); Gradio
-offers the files through its allowed paths (by a copy in its cache).
+offers its zip, ``<name>.zip`` beside it, through its allowed paths (by a copy in its cache). An
+export's zip is counted and removed with its folder.
 
 A shared server writes each visitor's exports to a private folder inside Gradio's cache,
 ``<gradio cache>/layercut-exports/<key>/<name>``, where ``key`` is a keyed digest of the visitor's
