@@ -36,7 +36,7 @@ _GROUP_COLUMNS = {
 }
 _QUALITY_COLUMNS = ("degradation", "retention_pct")
 _COLUMN_TITLES = {
-    "degradation": "Degradation", "retention_pct": "Retention %", "speedup": "Speedup ×",
+    "degradation": "Degradation", "retention_pct": "Score kept %", "speedup": "Speedup ×",
     "ideal_speedup": "Ideal speedup ×", "ratio_pct": "% of original",
 }
 # Decimals of each derived column: ratios read alike in every row; None: the row's unit's (see decimals).
@@ -184,7 +184,7 @@ def column_title(label: str) -> str:
 
 def table_records(measurements: list[Measurement], reference: str = ORIGINAL, *, text: bool = True) -> list[dict]:
     """The comparison as a list of dicts, one per metric: the original, then each compared model
-    with its derived columns (titled "Retention % (A)" etc. when there are several).
+    with its derived columns (titled "Score kept % (A)" etc. when there are several).
 
     ``text=True`` formats numbers for display ("71.2 ± 1.3"), every number of one unit with the same decimals
     and each ratio column with its own; ``text=False`` keeps raw numbers and puts spreads in their own columns

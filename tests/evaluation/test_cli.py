@@ -46,7 +46,7 @@ def test_personalized_cut_writes_results_tables_and_checkpoint(tiny_folder, tmp_
     assert pruned["config"]["cut"] == "layers 1–2 (2 of 4) = block [1, 3)"
     assert pruned["n-samples"]["arc_easy"]["effective"] == 3
     table = (out_dir / "comparison.md").read_text()
-    assert "| arc_easy acc |" in table and "Retention %" in table and "| arc_easy acc |" in out
+    assert "| arc_easy acc |" in table and "Score kept %" in table and "| arc_easy acc |" in out
     rows = list(csv.DictReader((out_dir / "comparison.csv").open()))
     assert [r["Metric"] for r in rows] == ["arc_easy acc", "arc_easy acc_norm"]
     assert float(rows[0]["Original"]) == pytest.approx(full["results"]["arc_easy"]["acc,none"] * 100)

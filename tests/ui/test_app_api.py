@@ -105,7 +105,7 @@ def test_load_analyze_cut_generate_benchmark(client):
     assert len(shown["column_widths"]) == len(table["headers"])
     metrics = [row[table["headers"].index("Metric")] for row in table["data"]]
     b_title = text.column_label("B", {"B": Recipe.block(30, 20, 26)})  # each model's column titled with its recipe
-    assert "arc_easy acc" in metrics and {"Original", "Retention % (A)", b_title, "Retention % (B)"} <= set(
+    assert "arc_easy acc" in metrics and {"Original", "Score kept % (A)", b_title, "Score kept % (B)"} <= set(
         table["headers"])
     assert [h for h in table["headers"] if h.startswith("A: ")] == [a["label"]]  # as its generation column
     with pytest.raises(AppError, match="whole number"):

@@ -242,7 +242,7 @@ def test_benchmark_with_a_small_limit_fills_the_table(page):
     page.wait_for_function("document.querySelector('#bench-table').innerText.includes('arc_easy acc')",
                            timeout=300_000)
     table = page.inner_text("#bench-table")
-    assert "Original" in table and "Retention %" in table
+    assert "Original" in table and "Score kept %" in table
     page.wait_for_selector("#bench-plot .lc-plot .barlayer", timeout=30_000)
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-benchmarks.png"), full_page=True)

@@ -27,14 +27,14 @@ def visitor(tiny_tokenizer, data_dir, page):
 def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slot(visitor, page):
     searches, session = visitor
     search_box, view = page.cut.search, page.view
-    others = [*view.outputs(), *page.cut.rank_map.outputs()]  # the search event's outputs beside its own two
+    others = [*view.outputs(), *page.cut.rank_map.outputs()]  # the search event's outputs beside its own two (the view: 9)
     outputs = list(searches.rank_search(session, "feature", "wikitext2", 1.0, 10, 1, "", *CAL_INPUTS))
     *live, final = outputs
     assert len(live) == 1 + 7  # the original, then each projection of the last layer
     for count, shown in enumerate(live, start=1):
         search, test, *_ = shown[search_box.plot].data
         rest = [update_of(shown, c) for c in others]
-        assert len(search.x) == count and len(rest) == 10 and all(r == gr.update() for r in rest)
+        assert len(search.x) == count and len(rest) == 11 and all(r == gr.update() for r in rest)
         assert len(test.x) == (2 if count == 8 else 1)  # the test split: the original, then after the layer
     assert live[0][search_box.summary].startswith("Original: WikiText-2 perplexity")
     assert "Layer 3 " in live[-1][search_box.summary]

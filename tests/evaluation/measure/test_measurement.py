@@ -46,7 +46,7 @@ def test_tables_show_the_columns_that_apply():
           + _pair("parameters", 100.0, 80.0, "", False, "memory"))
     records = M.table_records(ms)
     acc, dec, params = records
-    assert acc["Degradation"] == "15.0" and acc["Retention %"] == "75.0" and acc["Speedup ×"] == ""
+    assert acc["Degradation"] == "15.0" and acc["Score kept %"] == "75.0" and acc["Speedup ×"] == ""
     assert dec["Speedup ×"] == "1.25" and dec["Ideal speedup ×"] == "1.33" and dec["Degradation"] == ""
     assert params["% of original"] == "80.0" and (params["Original"], params["Pruned"]) == ("100", "80")
     markdown = M.to_markdown(ms)
@@ -59,9 +59,9 @@ def test_tables_show_the_columns_that_apply():
 def test_a_zero_original_keeps_the_retention_column_with_a_dash():
     """Retention of a task the original scores 0 on is undefined: the column stays, the cell says so."""
     (record,) = M.table_records(_pair("gsm8k exact_match", 0.0, 0.0))
-    assert record["Retention %"] == "—" and record["Degradation"] == "0"
+    assert record["Score kept %"] == "—" and record["Degradation"] == "0"
     both = M.table_records(_pair("gsm8k exact_match", 0.0, 2.0) + _pair("arc_easy acc", 60.0, 45.0))
-    assert [r["Retention %"] for r in both] == ["—", "75.0"]
+    assert [r["Score kept %"] for r in both] == ["—", "75.0"]
     assert [r["Degradation"] for r in both] == ["-2.0", "15.0"]  # one unit, one number of decimals
     markdown = M.to_markdown(_pair("gsm8k exact_match", 0.0, 2.0))
     assert "| gsm8k exact_match | % | 0.00 | 2.00 | -2.00 | — |" in markdown
@@ -69,7 +69,7 @@ def test_a_zero_original_keeps_the_retention_column_with_a_dash():
     (memory,) = M.table_records(_pair("peak memory", 0.0, 3.0, "MiB", False, "memory"))
     assert memory["% of original"] == "—"
     (no_pair,) = M.table_records([Measurement("gsm8k exact_match", 0.0, "%")])
-    assert "Retention %" not in no_pair  # nothing to compare: no column
+    assert "Score kept %" not in no_pair  # nothing to compare: no column
 
 
 def test_without_a_cut_there_is_no_pruned_column():
@@ -81,9 +81,9 @@ def test_without_a_cut_there_is_no_pruned_column():
 def test_several_variants_get_columns_side_by_side():
     ms = _pair("acc", 60.0, 45.0) + [Measurement("acc", 50.0, "%", model="persistence_20", group="benchmarks")]
     (record,) = M.table_records(ms)
-    assert list(record) == ["Metric", "Unit", "Original", "Pruned", "Degradation (pruned)", "Retention % (pruned)",
-                            "persistence_20", "Degradation (persistence_20)", "Retention % (persistence_20)"]
-    assert [record["Retention % (pruned)"], record["Retention % (persistence_20)"]] == ["75.0", "83.3"]
+    assert list(record) == ["Metric", "Unit", "Original", "Pruned", "Degradation (pruned)", "Score kept % (pruned)",
+                            "persistence_20", "Degradation (persistence_20)", "Score kept % (persistence_20)"]
+    assert [record["Score kept % (pruned)"], record["Score kept % (persistence_20)"]] == ["75.0", "83.3"]
 
 
 @pytest.mark.parametrize("values, places", [
