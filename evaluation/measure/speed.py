@@ -25,9 +25,11 @@ from prune.core.errors import InvalidInput
 from prune.drop.sublayers import attention_layers
 
 from evaluation.serving.jobs import Job
+from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
 
 GROUP = "speed"
+PROBE_TOKENS, PROBE_STEPS = 64, 4  # the rate probe: one prefill of this many tokens, then this many decode steps
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -227,6 +229,16 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                                            float(np.std(samples)), "std", label, GROUP,
                                            details={"batch": batch, "samples": len(samples)}))
     return _ordered(results)
+
+
+def probe_rates(model) -> Rates:
+    """How fast ``model`` runs on this machine now: a prefill of PROBE_TOKENS tokens and PROBE_STEPS decode steps,
+    after a short warm-up (what ``evaluation.measure.estimate`` divides a job's work by)."""
+    device = next(model.parameters()).device
+    ids = (torch.arange(PROBE_TOKENS, device=device) % model.config.vocab_size)[None]  # [1, T]
+    _run_once(model, ids[:, :8], 2)  # first calls allocate and pick kernels
+    prefill_ms, decode_ms = _run_once(model, ids, PROBE_STEPS + 1)
+    return Rates(PROBE_TOKENS / max(prefill_ms / 1000, 1e-9), decode_ms / 1000 / PROBE_STEPS)
 
 
 def _report(job: Job | None, fraction: float, message: str) -> None:
