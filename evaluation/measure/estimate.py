@@ -10,7 +10,6 @@ lm-eval's bookkeeping) is left out, and a result already cached takes no time: a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +46,7 @@ TASKS = {
     "wikitext": Task(6674, 1, 62),
 }
 BACKWARD_COST = 2  # a backward pass costs about two forward passes (training steps: 1 + this)
+CHARS_PER_TOKEN = 4  # an English prompt's characters per token, near enough for a prefill's share of a generation
 
 
 def forward_s(rates: Rates, tokens: float, compute: float = 1.0) -> float:
@@ -86,9 +86,10 @@ def memory(rates: Rates, columns: Sequence[float], *, prompt_len: int, new_token
     return sum(forward_s(rates, prompt_len, c) + decode_s(rates, new_tokens - 1, 1, c) for c in columns)
 
 
-def generation(rates: Rates, columns: Sequence[float], *, prompt_tokens: int, max_new_tokens: int) -> float:
+def generation(rates: Rates, columns: Sequence[float], *, prompt: str, max_new_tokens: int) -> float:
     """The side-by-side generation at most (an answer that ends sooner takes less), then the divergence: each
-    compressed model reads the prompt and the answer once more."""
+    model reads the prompt and the answer once more."""
+    prompt_tokens = 1 + len(prompt) // CHARS_PER_TOKEN
     answering = sum(forward_s(rates, prompt_tokens, c) + decode_s(rates, max_new_tokens - 1, 1, c) for c in columns)
     reading = sum(forward_s(rates, prompt_tokens + max_new_tokens, c) for c in columns) if len(columns) > 1 else 0.0
     return answering + reading
@@ -121,40 +122,33 @@ def sparsity_sweep(rates: Rates, *, task: str, limit: int | None, points: int, s
     return points * per_point + calibrated * forward_s(rates, calibration_tokens)
 
 
-def rank_search(rates: Rates, *, projections: int, layers: int, candidates: int, search_tokens: float,
-                test_tokens: float, calibration_tokens: int) -> float:
+def rank_search(rates: Rates, *, candidates: int, layers: int, search_tokens: float, test_tokens: float,
+                calibration_tokens: int) -> float:
     """``prune.lowrank.rank_search`` at most: the bases from one calibration pass, the original on both splits,
-    every candidate rank of every projection on the search split, and the test split after each layer."""
-    scored = (1 + projections * candidates) * search_tokens + (1 + layers) * test_tokens
+    each of the ``candidates`` ranks (of every projection) on the search split, the test split after each layer."""
+    scored = (1 + candidates) * search_tokens + (1 + layers) * test_tokens
     return forward_s(rates, calibration_tokens + scored)
 
 
 def healing(rates: Rates, compute: float, *, steps: int, batch: int, seq_len: int, heldout: int, eval_every: int,
-            columns: Sequence[float], ppl_tokens: int) -> float:
+            columns: Sequence[float], ppl_tokens: int, budget_s: float | None = None) -> float:
     """``prune.healing.train``: each step's forward and backward, the held-out windows before, every
-    ``eval_every`` steps and at the end; then the held-out perplexity of every model."""
+    ``eval_every`` steps and at the end (all within ``budget_s`` when one is set); then the held-out perplexity
+    of every model."""
     training = forward_s(rates, steps * batch * seq_len, compute) * (1 + BACKWARD_COST)
-    checks = (2 + steps // eval_every) * forward_s(rates, heldout * seq_len, compute)
-    return training + checks + perplexity(rates, columns, seq_len=ppl_tokens, windows=1)
+    training += (2 + steps // eval_every) * forward_s(rates, heldout * seq_len, compute)
+    if budget_s is not None:
+        training = min(training, budget_s)
+    return training + perplexity(rates, columns, seq_len=ppl_tokens, windows=1)
 
 
 RERUNS_MODEL = frozenset({"ppl", "taylor", "sleb"})  # methods that run the model on a resample (prune.depth.stability)
+# What re-scoring one resample costs a method that only re-reads the kept residual stream, as a share of its
+# analysis (angular on the default model: 0.1–1 s a resample beside a 10–40 s analysis, benchmarks/default_jobs.py)
+STREAM_RESAMPLE_SHARE = 0.02
 
 
 def stability(*, method: str, resamples: int, analysis_s: float) -> float:
     """``prune.depth.stability``: a method that runs the model costs its analysis again on every resample (as long
-    as the analysis took on this machine); the others re-read the residual stream the analysis kept, in moments."""
-    return resamples * analysis_s if method in RERUNS_MODEL else 0.0
-
-
-def words(seconds: float | None) -> str:
-    """'≈ 12 s', '≈ 3 min', '≈ 1.5 h' (None: '')."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    if seconds < 1:
-        return "under a second"
-    if seconds < 90:
-        return f"≈ {seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"≈ {seconds / 60:.0f} min"
-    return f"≈ {seconds / 3600:.1f} h"
+    as the analysis took here); the others re-read the residual stream the analysis kept, a small share of it."""
+    return resamples * analysis_s * (1.0 if method in RERUNS_MODEL else STREAM_RESAMPLE_SHARE)

@@ -29,7 +29,8 @@ from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
 
 GROUP = "speed"
-PROBE_TOKENS, PROBE_STEPS = 64, 4  # the rate probe: one prefill of this many tokens, then this many decode steps
+PROBE_TOKENS, PROBE_STEPS, PROBE_RUNS = 128, 3, 2  # the rate probe: a prefill of this many tokens, then this
+# many decode steps, so many times
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -233,11 +234,14 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
 
 def probe_rates(model) -> Rates:
     """How fast ``model`` runs on this machine now: a prefill of PROBE_TOKENS tokens and PROBE_STEPS decode steps,
-    after a short warm-up (what ``evaluation.measure.estimate`` divides a job's work by)."""
+    PROBE_RUNS times after a short warm-up, the median of each (a busy machine's moments vary many-fold); what
+    ``evaluation.measure.estimate`` divides a job's work by. Big batches (benchmarks, perplexity) run more tokens
+    per second than one short prompt does, so their estimates lean long."""
     device = next(model.parameters()).device
     ids = (torch.arange(PROBE_TOKENS, device=device) % model.config.vocab_size)[None]  # [1, T]
     _run_once(model, ids[:, :8], 2)  # first calls allocate and pick kernels
-    prefill_ms, decode_ms = _run_once(model, ids, PROBE_STEPS + 1)
+    runs = [_run_once(model, ids, PROBE_STEPS + 1) for _ in range(PROBE_RUNS)]
+    prefill_ms, decode_ms = (float(np.median(times)) for times in zip(*runs))
     return Rates(PROBE_TOKENS / max(prefill_ms / 1000, 1e-9), decode_ms / 1000 / PROBE_STEPS)
 
 

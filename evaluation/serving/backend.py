@@ -49,7 +49,7 @@ Variants = Mapping[str, Recipe]  # label → recipe, in column order
 
 
 MAX_VARIANTS = 2
-_MEMORY_PROMPT_TOKENS = 128
+MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
 
 
@@ -257,7 +257,7 @@ class Backend(Sweeping, Explaining, Training):
         with self.jobs.run("the memory measurement", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
             ids = base.tokenizer(load_text(Calibration()), add_special_tokens=False, return_tensors="pt")["input_ids"]
-            ids = ids[:, :_MEMORY_PROMPT_TOKENS]  # [1, T]
+            ids = ids[:, :MEMORY_PROMPT_TOKENS]  # [1, T]
             out = []
             for i, side in enumerate(sides):
                 job.update(i / len(sides), f"{side.label}: generating…")

@@ -22,12 +22,14 @@ from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.result import ImportanceResult
 
+from evaluation.measure.measurement import proportion_stderr
 from evaluation.quality.fast_lm import FastLM, Pair, distinct_pairs
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.offline_tasks import standard_name
 from evaluation.quality.reuse import DEFAULT_BUDGET_BYTES, Cut, scoring_cuts
 
 Progress = Callable[[float, str], None]
+SHARE_METRICS = ("acc", "acc_norm", "exact_match", "mc1")  # a share of questions answered right
 
 
 @dataclass
@@ -67,6 +69,11 @@ class SweepResult:
     def primary_metric(self) -> str:
         """The metric rankings use (see :func:`primary_metric`)."""
         return primary_metric(self.metrics)
+
+    def stderr(self, value: float, metric: str | None = None) -> float | None:
+        """The standard error of a value of ``metric`` over this sweep's questions (lm-eval's, for a share of
+        questions right); None for other metrics."""
+        return proportion_stderr(value, self.documents) if (metric or self.primary_metric) in SHARE_METRICS else None
 
     def quality_loss(self, metric: str | None = None) -> np.ndarray:
         """How much worse than the baseline each cut is (higher = worse), per start."""

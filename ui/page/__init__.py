@@ -14,11 +14,12 @@ from evaluation.serving.models import ModelSpec
 
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, generate, header, heal, search, speed
+from ui.page import benchmarks, cut_tab, estimates, generate, header, heal, search, speed
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
+from ui.page.estimates import EstimateHandlers
 from ui.page.events import FEEDBACK
 from ui.page.generate import GenerateHandlers, GenerateTab
 from ui.page.header import Header
@@ -54,13 +55,14 @@ class PageHandlers:
     generate: GenerateHandlers
     speed: SpeedHandlers
     benchmarks: BenchmarkHandlers
+    estimates: EstimateHandlers
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
         """Handlers that run on ``context``'s backend and show their results in ``page``'s components."""
         return cls(context, PickHandlers(context, page), StepHandlers(context, page), CutHandlers(context, page),
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page))
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), EstimateHandlers(context, page))
 
 
 @dataclass
@@ -123,6 +125,7 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
     for event, name in FEEDBACK_AFTER.items():
         events[event].success(handlers.cut.feedback, [page.session], [page.cut.feedback_md],
                               api_name=f"feedback_after_{name}", **FEEDBACK)
+    estimates.wire(page, handlers, events, ("load_model", *FEEDBACK_AFTER))  # each job's time, said beforehand
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
                          (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):
