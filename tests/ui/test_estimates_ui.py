@@ -70,7 +70,8 @@ def test_every_line_is_filled_after_the_model_or_a_cut_changes(page):
     values = [setting.value for line in handlers.estimates.lines for setting in line.settings]
     shown = handlers.estimates.every(LOADED, *values)
     assert len(shown) == len(handlers.estimates.lines) == 10
-    assert shown[page.speed.speed_estimate].startswith("⏱ ") and shown[page.generate.estimate].startswith("⏱ at most")
+    assert shown[page.speed.speed_estimate].startswith("⏱ ")
+    assert shown[page.generate.estimate].startswith("⏱ at most")
 
 
 # ---------------------------------------------------------------- noise said plainly

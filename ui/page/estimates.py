@@ -18,12 +18,12 @@ from evaluation.measure import estimate
 from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
 from evaluation.settings import PERPLEXITY
-from evaluation.sweeps.search_splits import WIKITEXT
+from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
+from evaluation.sweeps.sparsity import check_plan
 from prune.core.errors import InvalidInput
 from prune.core.surgery import largest_cut
 from prune.healing.train import DEFAULTS as HEAL_DEFAULTS
 from prune.lowrank.rank_search import candidates
-from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 
 from ui import inputs
 from ui.handlers import Context
@@ -34,8 +34,6 @@ from ui.page.speed import MEMORY_NEW_TOKENS
 from ui.session import Session
 
 log = logging.getLogger(__name__)
-CALIBRATED = ("wanda", "sparsegpt")  # sparsity methods that read the calibration text first
-SEARCH_SHARE, SEARCH_WINDOW = 0.2, 256  # the rank search's split and window (evaluation.sweeps.search_splits)
 STABILITY_BUTTON = "How stable is the best block of N?"
 
 
@@ -124,16 +122,16 @@ class Seconds:
 
     @quiet
     def sparsity(self, session, rates, task, levels, methods, limit, windows):
-        chosen = [m for m in methods or () if m in SPARSITY_METHODS]
-        if not chosen:
+        if not methods:
             return None
-        levels = {level for level in inputs.percentages(levels, "Sparsity levels") if level > 0}
+        plan = check_plan([level for level in inputs.percentages(levels, "Sparsity levels")], methods,
+                          self.context.default_calibration)
+        points = [recipe for _name, recipe in plan.points()]
         calibration = self.context.default_calibration
         return estimate.sparsity_sweep(
-            rates, task=task, limit=self._limit(limit, "Questions"), points=1 + len(chosen) * len(levels),
-            seq_len=PERPLEXITY.seq_len,
+            rates, task=task, limit=self._limit(limit, "Questions"), points=len(points), seq_len=PERPLEXITY.seq_len,
             windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
-            calibrated=sum(m in CALIBRATED for m in chosen) * len(levels),
+            calibrated=sum(any(getattr(step, "calibration", None) for step in recipe.steps) for recipe in points),
             calibration_tokens=calibration.n_samples * calibration.seq_len)
 
     @quiet

@@ -75,8 +75,8 @@ class GenerateTab:
                     lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
                                              elem_id="lens-original")
                     lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760, elem_id="lens-cut")
-        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, columns=columns, answers=answers,
-                   divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
+        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, columns=columns,
+                   answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
                    lens_original=lens_original, lens_cut=lens_cut)
 
     def answer_outputs(self) -> list:

@@ -16,8 +16,8 @@ from lm_eval.models.huggingface import HFLM  # noqa: E402
 import prune  # noqa: E402
 from evaluation.quality.fast_lm import FastLM, head_input, score_batch  # noqa: E402
 from evaluation.quality.reuse import make_fast_pair, score_cuts  # noqa: E402
-from evaluation.sweeps.cuts import (SweepResult, evaluate_loaded, load_task, rank_agreement, sweep, sweeping,  # noqa: E402
-                                     task_metrics)
+from evaluation.sweeps.cuts import (SweepResult, evaluate_loaded, load_task, rank_agreement,  # noqa: E402
+                                     sweep, sweeping, task_metrics)
 from prune.depth.result import blocks_from_layers  # noqa: E402
 
 from conftest import tiny_model  # noqa: E402
