@@ -80,8 +80,9 @@ SPEED_HELP = (
 )
 
 BENCH_HELP = (
-    "lm-evaluation-harness tasks run offline from local data. *Limit* takes the first N "
-    "questions (fewer = faster, noisier). Results are cached: a repeated run shows at once."
+    "lm-evaluation-harness tasks run offline from local data. *Questions* takes the first N: the default 20 is "
+    "quick but **noisy** (a score moves by about ±10 points by chance), so the *Noise* column says which "
+    "differences chance alone could make. Results are cached: a repeated run shows at once."
 )
 
 
@@ -402,7 +403,8 @@ SWEEP_HELP = (
     "(reusing the original's hidden states, so it costs far less than K separate runs). The dotted "
     "lines are each importance method's score for the same blocks; **ρ** is the Spearman rank "
     "correlation with the measured loss — the method with the highest ρ is the proxy to trust for "
-    "this model. Methods not yet analysed are analysed first (cached afterwards)."
+    "this model. The cuts appear as they are measured, beside the analysis's own method; *Also rank the other "
+    "methods* analyses every other one afterwards (slower the first time, cached afterwards)."
 )
 
 SPARSITY_SWEEP_HELP = (

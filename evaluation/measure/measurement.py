@@ -13,7 +13,9 @@ Derived columns, oriented so that "bigger is better" reads the same way everywhe
   (lower is better): below 100 means the cut lost something; "—" when the denominator is 0;
 * speedup — the same ratio as a factor, for speed metrics (latency: original / pruned;
   throughput: pruned / original), beside the ideal speedup from per-token FLOPs;
-* pruned / original % — the plain ratio, for memory and size (neither better nor worse).
+* pruned / original % — the plain ratio, for memory and size (neither better nor worse);
+* noise — for values with a standard error (lm-eval's accuracies): whether the difference from the original
+  is within what chance alone gives (:func:`noise_band`), in plain words.
 
 With several compressed models (the app's A and B) each gets its own value and derived columns.
 """
@@ -34,13 +36,36 @@ _GROUP_COLUMNS = {
     "memory": ("ratio_pct",),
     "generation": ("speedup",),
 }
-_QUALITY_COLUMNS = ("degradation", "retention_pct")
+_QUALITY_COLUMNS = ("degradation", "retention_pct", "noise")
 _COLUMN_TITLES = {
-    "degradation": "Degradation", "retention_pct": "Score kept %", "speedup": "Speedup ×",
+    "degradation": "Degradation", "retention_pct": "Score kept %", "noise": "Noise", "speedup": "Speedup ×",
     "ideal_speedup": "Ideal speedup ×", "ratio_pct": "% of original",
 }
 # Decimals of each derived column: ratios read alike in every row; None: the row's unit's (see decimals).
 _COLUMN_DECIMALS = {"degradation": None, "retention_pct": 1, "speedup": 2, "ideal_speedup": 2, "ratio_pct": 1}
+NOISE_SPREADS = 2  # a difference within this many standard errors of it is called noise (chance stays within it ~95 %)
+
+
+def noise_band(spread_a: float | None, spread_b: float | None) -> float | None:
+    """How far apart two values with standard errors ``spread_a`` and ``spread_b`` may fall by chance alone:
+    NOISE_SPREADS standard errors of their difference, √(a² + b²) as if independent (two models answering the
+    same questions are not, so this errs towards calling a difference noise). None without both."""
+    if spread_a is None or spread_b is None or not math.isfinite(spread_a) or not math.isfinite(spread_b):
+        return None
+    return NOISE_SPREADS * math.hypot(spread_a, spread_b)
+
+
+def proportion_stderr(share: float, count: int | None) -> float | None:
+    """lm-eval's standard error of an accuracy ``share`` (0…1) over ``count`` questions: √(p(1 − p)/(n − 1))."""
+    if not count or count < 2 or not 0 <= share <= 1:
+        return None
+    return math.sqrt(share * (1 - share) / (count - 1))
+
+
+def noise_words(difference: float, band: float, unit: str = "", places: int = 1) -> str:
+    """'within noise (±12.4)' or 'beyond noise (±3.1)': how a difference compares with its :func:`noise_band`."""
+    where = "within" if abs(difference) <= band else "beyond"
+    return f"{where} noise (±{_number(band, places)}{'' if unit in ('', '%') else ' ' + unit})"
 
 
 @dataclass(frozen=True)
@@ -116,6 +141,15 @@ class Row:
         return _gain(self._value(self.original), ideal, self.higher_is_better)
 
     @property
+    def noise(self) -> float | None:
+        """How far the two values may differ by chance (:func:`noise_band` of their standard errors)."""
+        if self.original is None or self.pruned is None or self.degradation is None:
+            return None
+        if not self.original.spread_kind == self.pruned.spread_kind == "stderr":
+            return None
+        return noise_band(self.original.spread, self.pruned.spread)
+
+    @property
     def ratio_pct(self) -> float | None:
         orig, pruned = self._value(self.original), self._value(self.pruned)
         return None if orig in (None, 0) or pruned is None else 100.0 * pruned / orig
@@ -171,6 +205,8 @@ def _cell(row: Row | None, col: str, places: dict[str, int] | None):
     value = getattr(row, col) if row is not None else None
     if places is None:
         return value
+    if col == "noise":
+        return "" if value is None else noise_words(row.degradation, value, row.unit, places[row.unit])
     if row is not None and _undefined_ratio(row, col):
         return "—"
     fixed = _COLUMN_DECIMALS[col]

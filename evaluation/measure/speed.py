@@ -25,9 +25,12 @@ from prune.core.errors import InvalidInput
 from prune.drop.sublayers import attention_layers
 
 from evaluation.serving.jobs import Job
+from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
 
 GROUP = "speed"
+PROBE_TOKENS, PROBE_STEPS, PROBE_RUNS = 128, 3, 2  # the rate probe: a prefill of this many tokens, then this
+# many decode steps, so many times
 
 
 # ---------------------------------------------------------------- FLOPs
@@ -227,6 +230,19 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                                            float(np.std(samples)), "std", label, GROUP,
                                            details={"batch": batch, "samples": len(samples)}))
     return _ordered(results)
+
+
+def probe_rates(model) -> Rates:
+    """How fast ``model`` runs on this machine now: a prefill of PROBE_TOKENS tokens and PROBE_STEPS decode steps,
+    PROBE_RUNS times after a short warm-up, the median of each (a busy machine's moments vary many-fold); what
+    ``evaluation.measure.estimate`` divides a job's work by. Big batches (benchmarks, perplexity) run more tokens
+    per second than one short prompt does, so their estimates lean long."""
+    device = next(model.parameters()).device
+    ids = (torch.arange(PROBE_TOKENS, device=device) % model.config.vocab_size)[None]  # [1, T]
+    _run_once(model, ids[:, :8], 2)  # first calls allocate and pick kernels
+    runs = [_run_once(model, ids, PROBE_STEPS + 1) for _ in range(PROBE_RUNS)]
+    prefill_ms, decode_ms = (float(np.median(times)) for times in zip(*runs))
+    return Rates(PROBE_TOKENS / max(prefill_ms / 1000, 1e-9), decode_ms / 1000 / PROBE_STEPS)
 
 
 def _report(job: Job | None, fraction: float, message: str) -> None:

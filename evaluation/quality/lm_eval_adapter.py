@@ -165,6 +165,12 @@ def _entries(out: dict, names: list[str]) -> dict[str, dict]:
     return entries
 
 
+def documents(out: dict, name: str) -> int | None:
+    """How many documents lm-eval scored for the standard task ``name`` (a group's subtasks together)."""
+    sizes = _entries(out, [name])[name]["n-samples"] or {}
+    return sizes.get("effective")
+
+
 def _clean(metrics: dict, name: str) -> dict:
     """lm-eval's metric dict with numbers as floats ("N/A" stderr → None) and the standard alias."""
     cleaned = {}

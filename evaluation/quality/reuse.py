@@ -10,7 +10,7 @@ starts that did not fit (the many-cuts path).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 
@@ -171,11 +171,22 @@ def paired_scorers(model: nn.Module, tokenizer, sides, missing: dict[str, tuple]
 def score_cuts(model: nn.Module, batches: Sequence[PackedBatch], cuts: Sequence[Cut], *,
                memory_budget_bytes: int = DEFAULT_BUDGET_BYTES, softmax_dtype=None,
                progress: Callable[[float, str], None] | None = None) -> tuple[list[Answers], dict[Cut, list[Answers]]]:
-    """Answers of the original and of every cut, per batch, running the original's prefix once.
+    """Answers of the original and of every cut, per batch, running the original's prefix once
+    (:func:`scoring_cuts`, all at once)."""
+    found = dict(scoring_cuts(model, batches, cuts, memory_budget_bytes=memory_budget_bytes,
+                              softmax_dtype=softmax_dtype, progress=progress))
+    return found[None], {c: found[c] for c in cuts}
+
+
+def scoring_cuts(model: nn.Module, batches: Sequence[PackedBatch], cuts: Sequence[Cut], *,
+                 memory_budget_bytes: int = DEFAULT_BUDGET_BYTES, softmax_dtype=None,
+                 progress: Callable[[float, str], None] | None = None) -> Iterator[tuple[Cut | None, list[Answers]]]:
+    """(None, the original's answers per batch), then (cut, its answers) as each cut's last batch is scored.
 
     Batches are taken in chunks whose kept states fit the budget; within a chunk the
     original runs once (capturing every needed h_s) and each cut resumes from its h_s. A
     batch too big for all starts at once reruns the original's prefix per group of starts.
+    With one chunk (a small task) the cuts finish one after another; with more, in the last.
     """
     count = len(decoder_layers(model))
     for start, end in cuts:
@@ -183,8 +194,11 @@ def score_cuts(model: nn.Module, batches: Sequence[PackedBatch], cuts: Sequence[
     starts = sorted({s for s, _ in cuts})
     views = {c: suffix_view(model, c[1]) for c in cuts}
     width = model.config.hidden_size * next(model.parameters()).element_size()
-    base: list[Answers | None] = [None] * len(batches)
-    per_cut: dict[Cut, list[Answers | None]] = {c: [None] * len(batches) for c in cuts}
+    answers: dict[Cut | None, list[Answers | None]] = {c: [None] * len(batches) for c in [None, *cuts]}
+    left = {c: len(batches) for c in answers}  # batches each still needs
+    if not batches:
+        yield from ((c, []) for c in answers)
+        return
     total, done = len(batches) * (1 + len(cuts)), 0
     for chunk in _chunks(batches, len(starts) * width, memory_budget_bytes):
         fit = max(1, memory_budget_bytes // (max(batches[i].num_tokens for i in chunk) * width))
@@ -195,21 +209,28 @@ def score_cuts(model: nn.Module, batches: Sequence[PackedBatch], cuts: Sequence[
                 sink = partial(_keep, kept, i)
                 if g == 0:  # the full pass also scores the original
                     with capture_inputs(model, group, sink):
-                        base[i] = score_batch(model, batches[i], head_input(model, batches[i]), softmax_dtype)
+                        answers[None][i] = score_batch(model, batches[i], head_input(model, batches[i]),
+                                                       softmax_dtype)
                     done += 1
                 else:  # over budget: rerun only the prefix up to the last start of this group
                     with capture_inputs(model, group, sink, stop_after=group[-1]):
                         _run_prefix(model, batches[i])
+            if g == 0:
+                left[None] -= len(chunk)
+                if not left[None]:
+                    yield None, answers[None]
             for c in (c for c in cuts if c[0] in group):
                 for i in chunk:
                     hidden = kept[(i, c[0])]
-                    per_cut[c][i] = score_batch(model, batches[i], resume_head_input(views[c], batches[i], hidden),
+                    answers[c][i] = score_batch(model, batches[i], resume_head_input(views[c], batches[i], hidden),
                                                 softmax_dtype)
                     done += 1
                 if progress:
                     progress(done / total, f"cut [{c[0]}, {c[1]})")
+                left[c] -= len(chunk)
+                if not left[c]:
+                    yield c, answers[c]
             kept.clear()
-    return base, per_cut
 
 
 def _keep(kept: dict, batch: int, layer: int, hidden: torch.Tensor) -> None:

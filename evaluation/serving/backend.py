@@ -10,6 +10,7 @@ by the caller's label. Nothing one caller does changes what another sees.
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -30,6 +31,7 @@ from prune.depth.stability import Stability, block_stability
 from evaluation.serving import allocator
 from evaluation.explain import cut as explain
 from evaluation.measure import generation, memory, sparse_kernels, speed
+from evaluation.measure.estimate import Rates
 from evaluation.quality import lm_eval_adapter, perplexity, reuse
 from evaluation.serving.jobs import building, cancellable, Job, JobRunner, Progress
 from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
@@ -47,7 +49,7 @@ Variants = Mapping[str, Recipe]  # label → recipe, in column order
 
 
 MAX_VARIANTS = 2
-_MEMORY_PROMPT_TOKENS = 128
+MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
 
 
@@ -72,18 +74,31 @@ class Backend(Sweeping, Explaining, Training):
         self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
         self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()
         self.explainer = explain.Explainer()
+        self._rates: dict[ModelSpec, Rates] = {}  # each loaded model's speed on this machine, for estimates
+        self._rates_guard = threading.Lock()
 
     # ------------------------------------------------------------ models
 
     def load(self, spec: ModelSpec, *, progress: Progress | None = None, owner: str | None = None) -> ModelInfo:
-        """Make sure ``spec`` is loaded (shared with every visitor); a failed load unloads nothing it need not."""
-        if (loaded := self.pool.peek(spec)) is not None:
+        """Make sure ``spec`` is loaded (shared with every visitor) and its speed here measured (:meth:`rates`); a
+        failed load unloads nothing it need not."""
+        if (loaded := self.pool.peek(spec)) is not None and self.rates(spec) is not None:
             return loaded.info
         with self.jobs.run("loading the model", progress, owner=owner) as job:
             job.update(0.0, f"Loading {spec.label}…")
-            info = self.pool.get(spec).info
-            job.update(1.0, f"Loaded {info.name}: {info.num_layers} layers.")
-            return info
+            loaded = self.pool.get(spec)
+            job.update(0.95, "Timing one short pass on this machine…")
+            found = speed.probe_rates(loaded.model)
+            with self._rates_guard:
+                self._rates[spec] = found
+            job.update(1.0, f"Loaded {loaded.info.name}: {loaded.info.num_layers} layers.")
+            return loaded.info
+
+    def rates(self, spec: ModelSpec) -> Rates | None:
+        """How fast ``spec``'s model ran here when it was loaded (what the page's time estimates divide by); None
+        before its first load."""
+        with self._rates_guard:
+            return self._rates.get(spec)
 
     def adopt(self, model, tokenizer, *, name: str | None = None) -> ModelSpec:
         """Serve an already loaded model (from ``prune.load_model``) and return the spec that names it."""
@@ -242,7 +257,7 @@ class Backend(Sweeping, Explaining, Training):
         with self.jobs.run("the memory measurement", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
             ids = base.tokenizer(load_text(Calibration()), add_special_tokens=False, return_tensors="pt")["input_ids"]
-            ids = ids[:, :_MEMORY_PROMPT_TOKENS]  # [1, T]
+            ids = ids[:, :MEMORY_PROMPT_TOKENS]  # [1, T]
             out = []
             for i, side in enumerate(sides):
                 job.update(i / len(sides), f"{side.label}: generating…")

@@ -6,6 +6,8 @@ and results store).
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 import prune
 from prune.core.calibration import Calibration
 from prune.core.surgery import check_cut_size
@@ -26,45 +28,79 @@ class Sweeping:
     """The sweeps as a visitor's jobs."""
 
     def sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, block_size: int, *,
-              methods: list[str] | None = None, calibration: Calibration | None = None, batch_size: int = BATCH_SIZE,
-              use_cache: bool = True, progress: Progress | None = None, owner: str | None = None) -> SweepReport:
-        """Measured quality of every cut of ``block_size`` layers on the request's first task, beside each method.
+              methods: list[str] | None = None, **settings) -> SweepReport:
+        """Measured quality of every cut of ``block_size`` layers on the request's first task, beside each method
+        (default: every registered one); :meth:`sweeping`'s last report."""
+        *_, report = self.sweeping(spec, request, block_size,
+                                   methods=list(prune.METHODS) if methods is None else methods, **settings)
+        return report
 
-        Cached like benchmarks; ``methods`` (default: every registered one) are analysed on the
-        original and ranked by agreement with the measurement. A method whose analysis fails is
-        reported in ``failed`` and the others go on.
+    def sweeping(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, block_size: int, *,
+                 known: Mapping[str, prune.ImportanceResult] | None = None, methods: list[str] = (),
+                 calibration: Calibration | None = None, batch_size: int = BATCH_SIZE, use_cache: bool = True,
+                 progress: Progress | None = None, owner: str | None = None) -> Iterator[SweepReport]:
+        """The cut sweep as it goes: a report after the original is scored and after each cut, then one after each
+        method is analysed; the last is complete.
+
+        Cached like benchmarks (a cached sweep comes whole). ``known`` results (the page's: the analysis on show)
+        stand beside the cuts as they arrive; ``methods`` are analysed on the original afterwards. All are ranked
+        by agreement with the measurement once it is complete. A method whose analysis fails is reported in
+        ``failed`` and the others go on.
         """
         base = self._base(spec)
         check_cut_size(block_size, base.info.num_layers)
-        task = request.names[0]
-        store = ResultStore(enabled=use_cache)
-        key = {"kind": "sweep", **self._key(base, Recipe()), "task": task, "block_size": block_size,
-               "limit": request.limit, "batch_size": batch_size, "data": request.data}
-        cached = store.get(key)
-        if cached is not None:
-            result = sweep.SweepResult.from_json(cached)
-        else:
-            with self.jobs.run(f"the sweep over blocks of {block_size}", progress, owner=owner) as job:
-                with cancellable(base.model, job):
-                    result = sweep.sweep(base.model, base.tokenizer, task, block_size, limit=request.limit,
-                                          data_dir=request.data_dir, batch_size=batch_size, progress=job.update)
-            store.put(key, result.to_json())
-        analyses, failed = {}, {}
-        for method in methods if methods is not None else list(prune.METHODS):
+        analyses, failed = dict(known or {}), {}
+
+        def report(result: sweep.SweepResult) -> SweepReport:
+            scores = {m: [float(v) for v in r.block_scores[block_size - 1, result.starts]] for m, r in analyses.items()}
+            agreement = sweep.rank_agreement(result, analyses) if result.complete else {}
+            return SweepReport(result, agreement, scores, dict(failed))
+
+        result = None
+        for result in self._measured_cuts(spec, request, block_size, batch_size, use_cache, progress, owner):
+            yield report(result)
+        for method in (m for m in methods if m not in analyses):
             try:
                 analyses[method] = self.analyze(spec, method, calibration=calibration, progress=progress, owner=owner)
             except Cancelled:
                 raise
             except LayerCutError as err:
                 failed[method] = str(err)
-        scores = {m: [float(v) for v in r.block_scores[block_size - 1, result.starts]] for m, r in analyses.items()}
-        return SweepReport(result, sweep.rank_agreement(result, analyses), scores, failed)
+            yield report(result)
 
-    def sparsity_sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *,
-                       levels=DEFAULT_LEVELS, methods=prune.sparsity.masks.METHODS, calibration: Calibration | None = None,
-                       ppl_seq_len: int = PERPLEXITY.seq_len, ppl_windows: int = PERPLEXITY.windows, batch_size: int = BATCH_SIZE, use_cache: bool = True,
-                       progress: Progress | None = None, owner: str | None = None) -> SparsitySweepResult:
-        """The request's first task and WikiText-2 perplexity at each sparsity level, per method (one job).
+    def _measured_cuts(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, block_size: int,
+                       batch_size: int, use_cache: bool, progress: Progress | None,
+                       owner: str | None) -> Iterator[sweep.SweepResult]:
+        """The sweep's measurements as they arrive, as ``owner``'s job; the finished one read from, or put in, the
+        results cache."""
+        base = self._base(spec)
+        store = ResultStore(enabled=use_cache)
+        key = {"kind": "sweep", **self._key(base, Recipe()), "task": request.names[0], "block_size": block_size,
+               "limit": request.limit, "batch_size": batch_size, "data": request.data}
+        cached = store.get(key)
+        if cached is not None:
+            yield sweep.SweepResult.from_json(cached)
+            return
+        with self.jobs.run(f"the sweep over blocks of {block_size}", progress, owner=owner) as job:
+            with cancellable(base.model, job):
+                for found in sweep.sweeping(base.model, base.tokenizer, request.names[0], [block_size],
+                                            limit=request.limit, data_dir=request.data_dir, batch_size=batch_size,
+                                            progress=job.update):
+                    yield found[block_size]
+        store.put(key, found[block_size].to_json())
+
+    def sparsity_sweep(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, **settings) -> SparsitySweepResult:
+        """The request's first task and WikiText-2 perplexity at each sparsity level, per method
+        (:meth:`sparsity_sweeping`'s last result)."""
+        *_, result = self.sparsity_sweeping(spec, request, **settings)
+        return result
+
+    def sparsity_sweeping(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *, levels=DEFAULT_LEVELS,
+                          methods=prune.sparsity.masks.METHODS, calibration: Calibration | None = None,
+                          ppl_seq_len: int = PERPLEXITY.seq_len, ppl_windows: int = PERPLEXITY.windows,
+                          batch_size: int = BATCH_SIZE, use_cache: bool = True, progress: Progress | None = None,
+                          owner: str | None = None) -> Iterator[SparsitySweepResult]:
+        """The sparsity sweep as it goes (one job): the result after each point, points not measured yet NaN.
 
         Wanda and SparseGPT calibrate on ``calibration`` (None: the backend's default). Every
         (method, level) point is cached like the other results, so a rerun is instant and a
@@ -73,8 +109,12 @@ class Sweeping:
         plan = sparsity_sweep.check_plan(levels, methods, calibration or self.default_calibration,
                                          ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows)
         rows = perplexity.wikitext2_rows(self.data_dir)
-        with self.jobs.run("the sparsity sweep", progress, owner=owner) as job:
-            base = self._base(spec)
-            return sparsity_sweep.sweep_levels(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
-                                               batch_size=batch_size, store=ResultStore(enabled=use_cache),
-                                               identify=lambda recipe: self._key(base, recipe), job=job)
+
+        def run():
+            with self.jobs.run("the sparsity sweep", progress, owner=owner) as job:
+                base = self._base(spec)
+                yield from sparsity_sweep.levels_so_far(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
+                                                        batch_size=batch_size, store=ResultStore(enabled=use_cache),
+                                                        identify=lambda recipe: self._key(base, recipe), job=job)
+
+        return run()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,12 +22,14 @@ from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.result import ImportanceResult
 
+from evaluation.measure.measurement import proportion_stderr
 from evaluation.quality.fast_lm import FastLM, Pair, distinct_pairs
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.offline_tasks import standard_name
-from evaluation.quality.reuse import DEFAULT_BUDGET_BYTES, Cut, score_cuts
+from evaluation.quality.reuse import DEFAULT_BUDGET_BYTES, Cut, scoring_cuts
 
 Progress = Callable[[float, str], None]
+SHARE_METRICS = ("acc", "acc_norm", "exact_match", "mc1")  # a share of questions answered right
 
 
 @dataclass
@@ -48,6 +50,12 @@ class SweepResult:
     baseline: dict[str, float]
     higher_is_better: dict[str, bool] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    documents: int | None = None  # questions scored (what the noise of each value depends on)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every cut is measured (a sweep under way yields the ones so far)."""
+        return len(self.starts) == self.num_layers - self.block_size + 1
 
     @property
     def acc(self) -> list[float] | None:
@@ -61,6 +69,11 @@ class SweepResult:
     def primary_metric(self) -> str:
         """The metric rankings use (see :func:`primary_metric`)."""
         return primary_metric(self.metrics)
+
+    def stderr(self, value: float, metric: str | None = None) -> float | None:
+        """The standard error of a value of ``metric`` over this sweep's questions (lm-eval's, for a share of
+        questions right); None for other metrics."""
+        return proportion_stderr(value, self.documents) if (metric or self.primary_metric) in SHARE_METRICS else None
 
     def quality_loss(self, metric: str | None = None) -> np.ndarray:
         """How much worse than the baseline each cut is (higher = worse), per start."""
@@ -121,31 +134,37 @@ class SweepReport:
 
 
 class _SweepLM(FastLM):
-    """Scores the original and every cut on whatever lm-eval asks; answers as ``replay`` says.
+    """Answers lm-eval from tables it fills itself, for the original and every cut.
 
-    With ``replay = None`` it computes everything and answers with the original's
-    log-likelihoods; with ``replay = cut`` it answers, without computing, with that cut's.
+    While ``recording`` it keeps lm-eval's token requests and answers placeholders; :meth:`measure` then
+    scores them all (the original's prefix once), and with ``replay = None`` or ``replay = cut`` it answers,
+    without computing, with the original's or that cut's log-likelihoods.
     """
 
-    def __init__(self, model, tokenizer, cuts: list[Cut], batch_size: int, budget: int, progress: Progress | None):
+    def __init__(self, model, tokenizer, batch_size: int):
         super().__init__(model, tokenizer, batch_size)
-        self.cuts, self.budget, self.progress = cuts, budget, progress
-        self.answers: dict[Cut | None, dict[Pair, tuple[float, bool]]] = {c: {} for c in [None, *cuts]}
+        self.requests: list = []
+        self.recording = True
+        self.answers: dict[Cut | None, dict[Pair, tuple[float, bool]]] = {}
         self.replay: Cut | None = None
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
-        if self.replay is not None:
-            pairs, where = distinct_pairs(requests, self.max_length)
-        else:
-            pairs, where, batches = self.plan(requests)
-            base, per_cut = score_cuts(self.model, batches, self.cuts, memory_budget_bytes=self.budget,
-                                       softmax_dtype=self.softmax_dtype, progress=self.progress)
-            for key, per_batch in [(None, base), *per_cut.items()]:
-                table = self.answers[key]
-                for batch, answers in zip(batches, per_batch):
-                    table.update((pairs[i], a) for i, a in zip(batch.pairs, answers))
+        if self.recording:
+            self.requests += list(requests)
+            return [(0.0, False)] * len(requests)
+        pairs, where = distinct_pairs(requests, self.max_length)
         table = self.answers[self.replay]
         return [table[pairs[i]] for i in where]
+
+    def measure(self, cuts: list[Cut], budget: int, progress: Progress | None) -> Iterator[Cut | None]:
+        """Score the recorded requests; yields None when the original's answers are in, then each cut as its are."""
+        self.recording = False
+        pairs, _where, batches = self.plan(self.requests)
+        for key, per_batch in scoring_cuts(self.model, batches, cuts, memory_budget_bytes=budget,
+                                           softmax_dtype=self.softmax_dtype, progress=progress):
+            self.answers[key] = {pairs[i]: answer for batch, answers in zip(batches, per_batch)
+                                 for i, answer in zip(batch.pairs, answers)}
+            yield key
 
 
 # ---------------------------------------------------------------- running a task
@@ -174,10 +193,11 @@ def evaluate_loaded(lm, loaded: dict, limit: int | None) -> dict:
     return lm_eval_adapter.run(lm, loaded, limit=limit, bootstrap_iters=0)
 
 
-def sweep_sizes(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[int], *, limit: int | None,
-                data_dir: Path | None = None, memory_budget_bytes: int = DEFAULT_BUDGET_BYTES,
-                batch_size: int = 16, progress: Progress | None = None) -> dict[int, SweepResult]:
-    """`sweep` for several block sizes at once, sharing the original's run."""
+def sweeping(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[int], *, limit: int | None,
+             data_dir: Path | None = None, memory_budget_bytes: int = DEFAULT_BUDGET_BYTES, batch_size: int = 16,
+             progress: Progress | None = None) -> Iterator[dict[int, SweepResult]]:
+    """Every block size's :class:`SweepResult` so far: after the original is scored (no cuts yet), then after
+    each cut (the original's run shared by all). The last is complete."""
     began = time.perf_counter()
     count = len(decoder_layers(model))
     sizes = sorted({int(k) for k in block_sizes})
@@ -185,21 +205,35 @@ def sweep_sizes(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[in
         raise InvalidCut(f"Block sizes must be 1…{count - 1} layers, got {sizes}.")
     cuts = [(s, s + k) for k in sizes for s in range(count - k + 1)]
     loaded, name = load_task(task, data_dir)  # the caller checked the task; this loads it once
-    lm = _SweepLM(model, tokenizer, cuts, batch_size, memory_budget_bytes, progress)
-    baseline, better = task_metrics(evaluate_loaded(lm, loaded, limit), name)
-    measured: dict[Cut, dict[str, float]] = {}
-    for c in cuts:
-        lm.replay = c
-        measured[c], _ = task_metrics(evaluate_loaded(lm, loaded, limit), name)
-    elapsed = time.perf_counter() - began
-    results = {}
-    for k in sizes:
-        starts = list(range(count - k + 1))
-        results[k] = SweepResult(
-            task=name, block_size=k, num_layers=count, limit=limit, starts=starts,
-            metrics={m: [measured[(s, s + k)][m] for s in starts] for m in baseline},
-            baseline=baseline, higher_is_better=better, elapsed_s=elapsed,
-        )
+    lm = _SweepLM(model, tokenizer, batch_size)
+    evaluate_loaded(lm, loaded, limit)  # records the requests
+    measured: dict[Cut | None, dict[str, float]] = {}
+    for key in lm.measure(cuts, memory_budget_bytes, progress):
+        lm.replay = key
+        results = evaluate_loaded(lm, loaded, limit)
+        measured[key], better = task_metrics(results, name)
+        if key is None:
+            higher, documents = better, lm_eval_adapter.documents(results, name)
+        yield {k: _so_far(measured, name, k, count, limit, higher, time.perf_counter() - began, documents)
+               for k in sizes}
+
+
+def _so_far(measured: dict, task: str, k: int, count: int, limit: int | None, better: dict, elapsed: float,
+            documents: int | None) -> SweepResult:
+    """The sweep of block size ``k`` as far as ``measured`` goes (None: the original)."""
+    baseline = measured[None]
+    starts = [s for s in range(count - k + 1) if (s, s + k) in measured]
+    return SweepResult(task=task, block_size=k, num_layers=count, limit=limit, starts=starts,
+                       metrics={m: [measured[(s, s + k)][m] for s in starts] for m in baseline}, baseline=baseline,
+                       higher_is_better=better, elapsed_s=elapsed, documents=documents)
+
+
+def sweep_sizes(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[int], *, limit: int | None,
+                data_dir: Path | None = None, memory_budget_bytes: int = DEFAULT_BUDGET_BYTES,
+                batch_size: int = 16, progress: Progress | None = None) -> dict[int, SweepResult]:
+    """`sweep` for several block sizes at once, sharing the original's run."""
+    *_, results = sweeping(model, tokenizer, task, block_sizes, limit=limit, data_dir=data_dir,
+                           memory_budget_bytes=memory_budget_bytes, batch_size=batch_size, progress=progress)
     return results
 
 

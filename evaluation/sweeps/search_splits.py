@@ -27,6 +27,7 @@ from evaluation.quality import lm_eval_adapter, perplexity
 Score = Callable[[object], float]
 WIKITEXT = "wikitext2"  # the perplexity criterion's name beside the task names
 PPL_SEQ_LEN = 256  # the perplexity criterion's window: short, so that a CPU scores a candidate in about a second
+SEARCH_SHARE = 0.2  # the search split's share of the windows or questions (the rest is the test split)
 
 
 def _check_share(share: float) -> float:
@@ -48,7 +49,7 @@ def split_indices(count: int, share: float, seed: int = 42) -> tuple[list[int], 
 
 
 def perplexity_splits(tokenizer, data_dir: Path | None, *, seq_len: int = 512, windows: int | None = None,
-                      share: float = 0.2) -> tuple[Score, Score]:
+                      share: float = SEARCH_SHARE) -> tuple[Score, Score]:
     """(search, test) WikiText-2 perplexities over the first ``windows`` windows (None: all), split in order."""
     chunks = perplexity.windows(perplexity.token_ids(tokenizer, perplexity.wikitext2_rows(data_dir)), seq_len, None)
     chunks = chunks[:windows] if windows is not None else chunks
@@ -64,8 +65,8 @@ def perplexity_splits(tokenizer, data_dir: Path | None, *, seq_len: int = 512, w
     return score(chunks[:cut]), score(chunks[cut:])
 
 
-def task_splits(task: str, tokenizer, data_dir: Path | None, *, share: float = 0.2, limit: int | None = None,
-                batch_size: int = 16, seed: int = 42) -> tuple[Score, Score]:
+def task_splits(task: str, tokenizer, data_dir: Path | None, *, share: float = SEARCH_SHARE,
+                limit: int | None = None, batch_size: int = 16, seed: int = 42) -> tuple[Score, Score]:
     """(search, test) accuracies in % on disjoint shuffled parts of ``task``'s first ``limit`` documents (None: all)."""
     request = lm_eval_adapter.check_request([task], data_dir=data_dir)
     loaded = lm_eval_adapter.load_tasks(request)
@@ -87,7 +88,7 @@ def task_splits(task: str, tokenizer, data_dir: Path | None, *, share: float = 0
 
 
 def criterion_splits(criterion: str, tolerance: float, tokenizer, data_dir: Path | None, *, limit: int | None,
-                     share: float = 0.2, batch_size: int = 16) -> tuple[Score, Score, Tolerance]:
+                     share: float = SEARCH_SHARE, batch_size: int = 16) -> tuple[Score, Score, Tolerance]:
     """(search, test, tolerance) for a named criterion: :data:`WIKITEXT` (``limit`` windows of
     :data:`PPL_SEQ_LEN` tokens; ``tolerance`` the perplexity growth allowed per projection, in %) or a task
     (``limit`` documents; ``tolerance`` the accuracy points below the original allowed)."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+import math
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 from prune.core.calibration import Calibration
@@ -127,8 +128,10 @@ class SparsitySweepResult:
         return 100.0 if self.metric in lm_eval_adapter.PERCENT_METRICS else 1.0
 
     def seconds(self, method: str) -> float:
-        """Time the method's points took to prune and measure, the shared dense point left out."""
-        return sum(p + m for level, p, m in zip(self.levels, self.prune_s[method], self.measure_s[method]) if level > 0)
+        """Time the method's points took to prune and measure, the shared dense point and points not measured yet
+        left out."""
+        return sum(p + m for level, p, m in zip(self.levels, self.prune_s[method], self.measure_s[method])
+                   if level > 0 and math.isfinite(p + m))
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -149,10 +152,19 @@ class SparsitySweepResult:
         return cls(**{**data, "levels": tuple(data["levels"]), "methods": tuple(data["methods"])})
 
 
-def sweep_levels(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: SweepPlan, *,
-                 wikitext_rows: list[str], batch_size: int = BATCH_SIZE, store: ResultStore | None = None,
-                 identify: Callable[[Recipe], dict] | None = None, job: Job | None = None) -> SparsitySweepResult:
-    """Measure every point of ``plan`` on the request's first task and on WikiText-2 (``wikitext_rows``).
+def sweep_levels(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: SweepPlan, **settings
+                 ) -> SparsitySweepResult:
+    """Measure every point of ``plan`` (:func:`levels_so_far`'s last result)."""
+    *_, result = levels_so_far(model, tokenizer, request, plan, **settings)
+    return result
+
+
+def levels_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: SweepPlan, *,
+                  wikitext_rows: list[str], batch_size: int = BATCH_SIZE, store: ResultStore | None = None,
+                  identify: Callable[[Recipe], dict] | None = None,
+                  job: Job | None = None) -> Iterator[SparsitySweepResult]:
+    """The sweep after each point of ``plan`` on the request's first task and on WikiText-2 (``wikitext_rows``),
+    points not measured yet NaN; the last is complete.
 
     With ``store`` each point is read from, or written to, the results cache under the key
     ``identify(recipe)`` (what names the derived model: the backend's model fingerprint and
@@ -186,8 +198,9 @@ def sweep_levels(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: S
                 store.put(key, point)
         step.update(1.0, f"{name}: {task} {_summary(point)}")
         found[recipe.key] = point
-    job.update(1.0, "Sparsity sweep done.")
-    return _result(found, plan, task, request.limit)
+        if index == len(todo) - 1:
+            job.update(1.0, "Sparsity sweep done.")
+        yield _result(found, plan, task, request.limit)
 
 
 def _measure(model, tokenizer, recipe: Recipe, name: str, task: str, limit: int | None, inputs: dict,
@@ -221,7 +234,8 @@ def _result(found: dict[str, dict], plan: SweepPlan, task: str, limit: int | Non
     metric = primary_metric(dense["metrics"])
 
     def row(method: str, value: Callable[[dict], float]) -> tuple[float, ...]:
-        return tuple(value(found[plan.recipe(method, level).key]) for level in plan.levels)
+        points = (found.get(plan.recipe(method, level).key) for level in plan.levels)
+        return tuple(math.nan if point is None else value(point) for point in points)
 
     def per_method(value: Callable[[dict], float]) -> dict[str, tuple[float, ...]]:
         return {method: row(method, value) for method in plan.methods}
@@ -247,6 +261,7 @@ def format_table(result: SparsitySweepResult) -> str:
              + " | time (s): prune + measure |",
              "|---|" + "---:|" * (len(result.levels) + 1)]
     for method in result.methods:
-        cells = [f"{result.scale * a:.2f} / {p:.4g}" for a, p in zip(result.accuracy[method], result.perplexity[method])]
+        cells = [f"{result.scale * a:.2f} / {p:.4g}" if math.isfinite(p) else "…"
+                 for a, p in zip(result.accuracy[method], result.perplexity[method])]
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {result.seconds(method):.0f} |")
     return "\n".join(lines)

@@ -171,8 +171,11 @@ def test_a_missing_model_is_a_message(client):
 
 def test_sweep_measures_every_cut_and_ranks_the_methods(client):
     client.predict("", "", False, "auto", api_name="/load_model")
-    plot, table, summary = client.predict("arc_easy", 25, 2, api_name="/sweep")
-    assert "Best cut measured" in summary
+    client.predict("angular", "token=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
+    plot, table, summary = client.predict("arc_easy", 25, 2, False, api_name="/sweep")
+    assert "Best cut measured" in summary and "the uncut model" in summary
+    assert [row[0] for row in table["data"]] == ["angular"]  # by default only the analysis on show
+    plot, table, summary = client.predict("arc_easy", 25, 2, True, api_name="/sweep")  # and every other method
     methods = [row[0] for row in table["data"]]
     assert {"angular", "block_influence", "relative_magnitude", "ppl", "taylor", "zigzag"} <= set(methods)
 

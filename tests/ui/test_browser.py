@@ -253,10 +253,13 @@ def test_cut_sweep_plots_every_cut_beside_the_methods(page):
     page.get_by_text("Cut sweep: measure every block of K layers").click()
     page.fill("#sweep-k input", "6")
     page.fill("#sweep-limit input", "3")
+    page.wait_for_function("document.querySelector('#sweep-estimate').innerText.includes('on this machine')",
+                           timeout=30_000)  # said before it starts, for the settings as they now stand
     page.click("#sweep-btn")
     page.wait_for_function("document.querySelector('#sweep-summary').innerText.includes('Best cut measured')",
                            timeout=600_000)
     page.wait_for_selector("#sweep-plot .lc-plot .scatterlayer", timeout=30_000)
+    assert "the uncut model" in page.inner_text("#sweep-summary")  # the best cut against no cut, and its noise
     assert "Spearman" in page.inner_text("#sweep-table")
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-sweep.png"), full_page=True)
@@ -264,7 +267,8 @@ def test_cut_sweep_plots_every_cut_beside_the_methods(page):
 
 def test_speed_and_memory_tab(page, capsys):
     tab(page, "Speed & memory")
-    page.get_by_label("8", exact=True).uncheck()
+    assert "on this machine" in page.inner_text("#speed-estimate")  # shown since the model loaded
+    assert "on this machine" in page.inner_text("#memory-estimate")
     page.fill("#new-tokens input", "8")
     page.fill("#repeats input", "2")
     page.click("#speed-btn")

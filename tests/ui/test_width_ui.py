@@ -178,13 +178,13 @@ def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monk
         asked.update(settings, task=request.names[0], limit=request.limit)
         raise prune.core.errors.InvalidInput("stop here")
 
-    monkeypatch.setattr(handlers.context.backend, "sparsity_sweep", sweep)
+    monkeypatch.setattr(handlers.context.backend, "sparsity_sweeping", sweep)
     with pytest.raises(gr.Error, match="stop here"):
-        handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4)
+        list(handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4))
     assert asked["levels"] == [0.0, 0.5, 0.9] and asked["methods"] == ["wanda"] and asked["ppl_windows"] == 4
     assert asked["task"] == "arc_easy" and asked["limit"] is None
     with pytest.raises(gr.Error, match="Sparsity levels"):
-        handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4)
+        list(handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 150", ["wanda"], 10, 4))
 
 
 def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor, page):

@@ -14,11 +14,12 @@ from evaluation.serving.models import ModelSpec
 
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, generate, header, heal, search, share, speed
+from ui.page import benchmarks, cut_tab, estimates, generate, header, heal, search, share, speed
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
+from ui.page.estimates import EstimateHandlers
 from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
 from ui.page.header import Header
@@ -57,6 +58,7 @@ class PageHandlers:
     speed: SpeedHandlers
     benchmarks: BenchmarkHandlers
     share: ShareHandlers
+    estimates: EstimateHandlers
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
@@ -64,7 +66,8 @@ class PageHandlers:
         pick = PickHandlers(context, page)
         return cls(context, pick, StepHandlers(context, page), CutHandlers(context, page),
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), ShareHandlers(context, page, pick))
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), ShareHandlers(context, page, pick),
+                   EstimateHandlers(context, page))
 
 
 @dataclass
@@ -135,6 +138,7 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
         events[event].success(handlers.cut.targets, [page.session, stack], targets, api_name=f"targets_after_{name}",
                               **LIGHT)
     stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
+    estimates.wire(page, handlers, events, ("load_model", *FEEDBACK_AFTER))  # each job's time, said beforehand
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
                          (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):

@@ -1,5 +1,6 @@
 """The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 perplexity (one results table), the
-cut sweep (every block of K layers measured, the methods ranked by agreement) and the sparsity sweep."""
+cut sweep (every block of K layers measured as it goes, beside the analysis's method; the others ranked on request)
+and the sparsity sweep. The defaults finish in seconds on a CPU; each button shows an estimate beside it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+import prune
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.sparsity import format_table
@@ -15,7 +17,7 @@ from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from prune.core.surgery import largest_cut
 from evaluation.settings import PERPLEXITY
 
-from ui import inputs, plots, text
+from ui import inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -47,7 +49,9 @@ class Sweep:
     task: gr.Dropdown
     block_size: NumberInput  # K
     limit: NumberInput
+    others: gr.Checkbox  # also analyse and rank every other method
     button: gr.Button
+    estimate: gr.Markdown
     summary: gr.Markdown
     plot: PlotView
     table: gr.Dataframe  # the methods' rank agreement
@@ -61,6 +65,7 @@ class SparsitySweep:
     limit: NumberInput
     windows: NumberInput
     button: gr.Button
+    estimate: gr.Markdown
     plot: PlotView
     table: gr.Markdown
 
@@ -78,6 +83,8 @@ class BenchmarksTab:
     results: Results
     sweep: Sweep
     sparsity: SparsitySweep
+    bench_estimate: gr.Markdown
+    ppl_estimate: gr.Markdown
 
     @classmethod
     def layout(cls, context: Context) -> BenchmarksTab:
@@ -88,16 +95,18 @@ class BenchmarksTab:
                 tasks = gr.CheckboxGroup(list(SUPPORTED_TASKS), value=["arc_easy"], label="Tasks", scale=3,
                                          elem_id="tasks")
                 with gr.Column(scale=1, min_width=180):
-                    limit = NumberInput(100, label=f"Questions per task ({limit_words})", minimum=0, elem_id="limit")
+                    limit = NumberInput(20, label=f"Questions per task ({limit_words})", minimum=0, elem_id="limit")
                     fewshot = NumberInput(0, label="Few-shot examples", minimum=0)
             with gr.Row():
                 bench_btn = gr.Button("Run benchmarks", variant="primary", elem_id="bench-btn")
                 bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
+            bench_estimate = gr.Markdown(elem_id="bench-estimate")
             with gr.Accordion("Perplexity (WikiText-2)", open=False):
                 with gr.Row(equal_height=True):
                     ppl_len = gr.Dropdown(["128", "512", "2048"], value=str(PERPLEXITY.seq_len), label="Window (tokens)")
-                    ppl_windows = NumberInput(20, label=f"Windows ({limit_words})", minimum=0)
-                    ppl_btn = gr.Button("Measure perplexity")
+                    ppl_windows = NumberInput(2, label=f"Windows ({limit_words})", minimum=0, elem_id="ppl-windows")
+                    ppl_btn = gr.Button("Measure perplexity", elem_id="ppl-btn")
+                ppl_estimate = gr.Markdown(elem_id="ppl-estimate")
             results = Results(gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
                                            elem_id="bench-table"),
                               PlotView(plots.empty_figure("Run a benchmark to compare"), height=420,
@@ -105,7 +114,7 @@ class BenchmarksTab:
             sweep = _sweep(limit_words)
             sparsity = _sparsity_sweep(limit_words)
         return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_len, ppl_windows, ppl_btn, results, sweep,
-                   sparsity)
+                   sparsity, bench_estimate, ppl_estimate)
 
 
 def _sweep(limit_words: str) -> Sweep:
@@ -114,8 +123,11 @@ def _sweep(limit_words: str) -> Sweep:
         with gr.Row(equal_height=True):
             settings = dict(task=gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task"),
                             block_size=NumberInput(6, label="Block size K", minimum=1, elem_id="sweep-k"),
-                            limit=NumberInput(50, label=f"Questions ({limit_words})", minimum=0, elem_id="sweep-limit"),
+                            limit=NumberInput(10, label=f"Questions ({limit_words})", minimum=0, elem_id="sweep-limit"),
+                            others=gr.Checkbox(False, label="Also rank the other methods (slower)",
+                                               elem_id="sweep-others"),
                             button=gr.Button("Run sweep", variant="primary", elem_id="sweep-btn"))
+        estimate = gr.Markdown(elem_id="sweep-estimate")
         summary = gr.Markdown(elem_id="sweep-summary")
         with gr.Row():
             with gr.Column(scale=3):
@@ -123,7 +135,7 @@ def _sweep(limit_words: str) -> Sweep:
                                 elem_id="sweep-plot")
             table = gr.Dataframe(headers=["method", "Spearman ρ"], label="Rank agreement", interactive=False,
                                  elem_id="sweep-table", scale=1, min_width=280)
-    return Sweep(**settings, summary=summary, plot=plot, table=table)
+    return Sweep(**settings, estimate=estimate, summary=summary, plot=plot, table=table)
 
 
 def _sparsity_sweep(limit_words: str) -> SparsitySweep:
@@ -132,16 +144,30 @@ def _sparsity_sweep(limit_words: str) -> SparsitySweep:
         with gr.Row(equal_height=True):
             settings = dict(
                 task=gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task"),
-                levels=gr.Textbox("0, 10, 50, 90, 99", label="Sparsity levels (%)", elem_id="sparse-levels"),
+                levels=gr.Textbox("0, 50, 90", label="Sparsity levels (%)", elem_id="sparse-levels"),
                 methods=gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"], label="Methods",
                                          elem_id="sparse-methods"),
-                limit=NumberInput(50, label=f"Questions ({limit_words})", minimum=0, elem_id="sparse-limit"),
-                windows=NumberInput(PERPLEXITY.windows, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1, elem_id="sparse-windows"),
+                limit=NumberInput(10, label=f"Questions ({limit_words})", minimum=0, elem_id="sparse-limit"),
+                windows=NumberInput(2, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1,
+                                    elem_id="sparse-windows"),
                 button=gr.Button("Run sparsity sweep", variant="primary", elem_id="sparse-btn"))
+        estimate = gr.Markdown(elem_id="sparse-estimate")
         plot = PlotView(plots.empty_figure("Run a sparsity sweep to see each method's curve"), height=420,
                         elem_id="sparse-plot")
         table = gr.Markdown(elem_id="sparse-table")
-    return SparsitySweep(**settings, plot=plot, table=table)
+    return SparsitySweep(**settings, estimate=estimate, plot=plot, table=table)
+
+
+def _sweep_figure(report):
+    """The sweep's figure, its axis fixed to every start from the first report on, so that cuts fill it in place."""
+    result = report.sweep
+    return plots.sweep_figure(report).update_xaxes(range=[-0.5, result.num_layers - result.block_size + 0.5])
+
+
+def _sweep_summary(report) -> str:
+    if not report.sweep.complete:
+        return job_text.sweep_progress(report.sweep)
+    return f"{text.sweep_summary(report)} {job_text.versus_original(report.sweep)}"
 
 
 class BenchmarkHandlers:
@@ -177,35 +203,40 @@ class BenchmarkHandlers:
         return {**self.tab.results.show(session), self.session: session}
 
     @user_errors
-    def sweep(self, session: Session, task: str, block_size, limit, request: gr.Request = None,
+    def sweep(self, session: Session, task: str, block_size, limit, others: bool = False, request: gr.Request = None,
               progress=gr.Progress()):
-        """Measure every cut of K layers on one task, and rank the methods by agreement with it."""
+        """Measure every cut of K layers on one task, plotting each as it arrives beside the analysis's method;
+        with ``others``, every other method is analysed afterwards and all are ranked by agreement."""
         info = need_model(session)
         backend = self.context.backend
         size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=largest_cut(info.num_layers))
         task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
                                                      data_dir=backend.data_dir)
-        report = backend.sweep(session.spec, task_request, size, calibration=self.context.default_calibration,
-                               progress=reporter(progress), owner=owner(request))
+        known = {session.result.method: session.result} if session.result is not None else {}
+        methods = [m for m in prune.METHODS if m not in known] if others else []
         sweep = self.tab.sweep
-        return {sweep.plot: plots.sweep_figure(report), sweep.table: agreement_rows(report),
-                sweep.summary: text.sweep_summary(report)}
+        for report in backend.sweeping(session.spec, task_request, size, known=known, methods=methods,
+                                       calibration=session.calibration or self.context.default_calibration,
+                                       progress=reporter(progress), owner=owner(request)):
+            yield {sweep.plot: _sweep_figure(report), sweep.table: agreement_rows(report),
+                   sweep.summary: _sweep_summary(report)}
 
     @user_errors
     def sparsity_sweep(self, session: Session, task: str, levels: str, methods: list, limit, windows,
                        request: gr.Request = None, progress=gr.Progress()):
-        """One task's metric and WikiText-2 perplexity at each sparsity level, per method (each point cached)."""
+        """One task's metric and WikiText-2 perplexity at each sparsity level, per method, plotted as each point
+        arrives (each point cached)."""
         need_model(session)
         backend = self.context.backend
         task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
                                                      data_dir=backend.data_dir)
-        result = backend.sparsity_sweep(
-            session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
-            calibration=self.context.default_calibration,
-            ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
-            progress=reporter(progress), owner=owner(request))
         sparsity = self.tab.sparsity
-        return {sparsity.plot: plots.sparsity_sweep_figure(result), sparsity.table: format_table(result)}
+        for result in backend.sparsity_sweeping(
+                session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
+                calibration=self.context.default_calibration,
+                ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+                progress=reporter(progress), owner=owner(request)):
+            yield {sparsity.plot: plots.sparsity_sweep_figure(result), sparsity.table: format_table(result)}
 
 
 def wire(page, handlers) -> dict:
@@ -215,10 +246,13 @@ def wire(page, handlers) -> dict:
                                 api_name="benchmarks", **DEVICE)
     ppl = tab.ppl_btn.click(gpu(runs.perplexity), [session, tab.ppl_len, tab.ppl_windows], results,
                             api_name="perplexity", **DEVICE)
-    sweep = tab.sweep.button.click(gpu(runs.sweep), [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit],
-                                   [tab.sweep.plot, tab.sweep.table, tab.sweep.summary], api_name="sweep", **DEVICE)
+    sweep = tab.sweep.button.click(gpu(runs.sweep), [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit,
+                                                     tab.sweep.others],
+                                   [tab.sweep.plot, tab.sweep.table, tab.sweep.summary], api_name="sweep",
+                                   show_progress_on=[tab.sweep.summary], **DEVICE)
     sparse = tab.sparsity
     sparse_sweep = sparse.button.click(gpu(runs.sparsity_sweep), [session, sparse.task, sparse.levels, sparse.methods,
                                                                    sparse.limit, sparse.windows],
-                                       [sparse.plot, sparse.table], api_name="sparsity_sweep", **DEVICE)
+                                       [sparse.plot, sparse.table], api_name="sparsity_sweep",
+                                       show_progress_on=[sparse.table], **DEVICE)
     return by_name(bench, ppl, sweep, sparse_sweep)

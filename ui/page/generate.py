@@ -46,6 +46,7 @@ class GenerateTab:
     prompt: gr.Textbox
     gen_btn: gr.Button
     gen_stop: gr.Button
+    estimate: gr.Markdown  # how long the default job takes here, before it starts
     max_new: SliderInput
     temperature: SliderInput
     top_p: SliderInput
@@ -66,10 +67,11 @@ class GenerateTab:
                 with gr.Column(scale=1, min_width=160):
                     gen_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
                     gen_stop = gr.Button("Stop", variant="stop", size="sm")
+                    estimate = gr.Markdown(elem_id="generate-estimate")
             gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
             with gr.Accordion("Sampling", open=False):
                 with gr.Row():
-                    sampling = dict(max_new=SliderInput(8, 512, value=64, step=8, label="Max new tokens"),
+                    sampling = dict(max_new=SliderInput(8, 512, value=32, step=8, label="Max new tokens"),
                                     temperature=SliderInput(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)"),
                                     top_p=SliderInput(0.05, 1, value=1, step=0.05, label="Top-p"),
                                     seed=NumberInput(0, label="Seed"))
@@ -87,8 +89,8 @@ class GenerateTab:
                     lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
                                              elem_id="lens-original")
                     lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760, elem_id="lens-cut")
-        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, **sampling, columns=columns, answers=answers,
-                   divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
+        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, columns=columns,
+                   answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
                    lens_original=lens_original, lens_cut=lens_cut)
 
     def answer_outputs(self) -> list:

@@ -27,6 +27,7 @@ class HealBox:
     steps: NumberInput
     budget: NumberInput  # seconds
     button: gr.Button
+    estimate: gr.Markdown
     status: gr.Markdown
     plot: PlotView  # the loss per step
 
@@ -42,9 +43,10 @@ class HealBox:
                     steps=NumberInput(0, label="Steps (0: the method's default)", minimum=0, elem_id="heal-steps"),
                     budget=NumberInput(0, label="Time budget, s (0: none)", minimum=0, elem_id="heal-budget"),
                     button=gr.Button("Heal", variant="primary", elem_id="heal-btn", scale=0, min_width=240))
+            estimate = gr.Markdown(elem_id="heal-estimate")
             status = gr.Markdown(elem_id="heal-status")
             plot = PlotView(plots.empty_figure("Heal to see the loss per step"), height=380, elem_id="heal-plot")
-        return cls(**settings, status=status, plot=plot)
+        return cls(**settings, estimate=estimate, status=status, plot=plot)
 
 
 class HealHandlers:

@@ -32,6 +32,7 @@ class SearchBox:
     last_layers: NumberInput
     projections: gr.Textbox
     button: gr.Button
+    estimate: gr.Markdown
     summary: gr.Markdown
     plot: PlotView
 
@@ -52,10 +53,11 @@ class SearchBox:
                     last_layers=NumberInput(2, label="Last N layers", minimum=1, elem_id="search-layers"),
                     projections=gr.Textbox("", label="Projections (empty: all)", elem_id="search-names"),
                     button=gr.Button("Search ranks", variant="primary", elem_id="search-btn", scale=0, min_width=240))
+            estimate = gr.Markdown(elem_id="search-estimate")
             summary = gr.Markdown(elem_id="search-summary")
             plot = PlotView(plots.empty_figure("Search to see parameters against the scores"), height=420,
                             elem_id="search-plot")
-        return cls(**settings, summary=summary, plot=plot)
+        return cls(**settings, estimate=estimate, summary=summary, plot=plot)
 
 
 class SearchHandlers:

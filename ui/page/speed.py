@@ -1,4 +1,7 @@
-"""The "Speed & memory" tab: every compared model's generation speed at a few batch sizes, and its memory."""
+"""The "Speed & memory" tab: every compared model's generation speed at a few batch sizes, and its memory.
+
+The defaults finish in seconds on a CPU (one batch size, one repeat, a short prompt); each button shows an
+estimate beside it (``ui.page.estimates``)."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import gradio as gr
 
 from prune.core.errors import InvalidInput
 
-from ui import inputs, plots, text
+from ui import inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -17,6 +20,7 @@ from ui.plot_view import PlotView
 from ui.tables import comparison_table
 from ui.session import Session
 
+MEMORY_NEW_TOKENS = 16  # tokens each model generates while its peak memory is watched
 
 @dataclass
 class SpeedTab:
@@ -27,6 +31,8 @@ class SpeedTab:
     speed_btn: gr.Button
     memory_btn: gr.Button
     speed_stop: gr.Button
+    speed_estimate: gr.Markdown
+    memory_estimate: gr.Markdown
     speed_table: gr.Dataframe
     speed_note: gr.Markdown
     speedup_plot: PlotView
@@ -41,14 +47,17 @@ class SpeedTab:
             gr.Markdown(text.SPEED_HELP)
             with gr.Row(equal_height=True):
                 settings = dict(
-                    batches=gr.CheckboxGroup(["1", "4", "8", "16", "32"], value=["1", "8"], label="Batch sizes"),
-                    prompt_len=NumberInput(128, label="Prompt tokens", minimum=1),
-                    new_tokens=NumberInput(32, label="New tokens", minimum=2, elem_id="new-tokens"),
-                    repeats=NumberInput(3, label="Repeats", minimum=1, elem_id="repeats"))
+                    batches=gr.CheckboxGroup(["1", "4", "8", "16", "32"], value=["1"], label="Batch sizes"),
+                    prompt_len=NumberInput(32, label="Prompt tokens", minimum=1),
+                    new_tokens=NumberInput(8, label="New tokens", minimum=2, elem_id="new-tokens"),
+                    repeats=NumberInput(1, label="Repeats", minimum=1, elem_id="repeats"))
             with gr.Row():
                 buttons = dict(speed_btn=gr.Button("Measure speed", variant="primary", elem_id="speed-btn"),
                                memory_btn=gr.Button("Measure memory", variant="primary", elem_id="memory-btn"),
                                speed_stop=gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100))
+            with gr.Row():
+                buttons.update(speed_estimate=gr.Markdown(elem_id="speed-estimate"),
+                               memory_estimate=gr.Markdown(elem_id="memory-estimate"))
             speed = dict(speed_table=gr.Dataframe(EMPTY_TABLE, label="Speed", interactive=False, wrap=True,
                                                   elem_id="speed-table"),
                          speed_note=gr.Markdown(elem_id="speed-note"))
@@ -88,13 +97,15 @@ class SpeedHandlers:
                 tab.speedup_plot: plots.speedup_figure(found, names),
                 tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput",
                                                              names=names),
-                tab.speed_note: text.model_notes(found, "sparsity_note")}
+                tab.speed_note: "  \n".join(filter(None, (text.model_notes(found, "sparsity_note"),
+                                                          job_text.beyond_ideal_note(found))))}
 
     @user_errors
     def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
         need_model(session)
         variants = session.variants()
-        found = self.context.backend.memory(session.spec, variants, progress=reporter(progress), owner=owner(request))
+        found = self.context.backend.memory(session.spec, variants, new_tokens=MEMORY_NEW_TOKENS,
+                                            progress=reporter(progress), owner=owner(request))
         sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
         tab = self.tab
         return {tab.memory_table: comparison_table(found, variants),

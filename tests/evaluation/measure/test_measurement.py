@@ -110,6 +110,34 @@ def test_every_number_of_one_unit_has_the_same_decimals():
     assert row["Degradation"] == "0.0"  # never "-0.0"
 
 
+def _scored(orig, pruned, orig_se, pruned_se):
+    return [Measurement("arc_easy acc", orig, "%", True, orig_se, "stderr", "original", "benchmarks"),
+            Measurement("arc_easy acc", pruned, "%", True, pruned_se, "stderr", "A", "benchmarks")]
+
+
+def test_a_difference_within_two_standard_errors_of_it_is_marked_noise():
+    # 3 and 4 points of stderr: the difference's is 5 points, so chance alone reaches ±10
+    assert M.noise_band(3.0, 4.0) == pytest.approx(10.0)
+    (within,) = M.table_records(_scored(50.0, 41.0, 3.0, 4.0))
+    (beyond,) = M.table_records(_scored(50.0, 39.0, 3.0, 4.0))
+    (better,) = M.table_records(_scored(50.0, 59.5, 3.0, 4.0))  # above the original, by chance too
+    assert within["Noise"] == "within noise (±10.00)" and better["Noise"] == "within noise (±10.00)"
+    assert beyond["Noise"] == "beyond noise (±10.00)"
+    assert M.to_csv(_scored(50.0, 41.0, 3.0, 4.0)).splitlines()[1].endswith(",9.0,82.0,10.0")  # raw: the band
+
+
+def test_no_noise_column_without_a_standard_error_on_both_sides():
+    ms = _scored(50.0, 41.0, 3.0, None) + [Measurement("decode", v, "ms", False, 1.0, "IQR", model, "speed")
+                                           for v, model in ((10.0, "original"), (8.0, "A"))]
+    assert all("Noise" not in record for record in M.table_records(ms))
+
+
+def test_an_accuracys_standard_error_is_lm_evals():
+    # 20 questions, 10 right: √(0.5 · 0.5 / 19)
+    assert M.proportion_stderr(0.5, 20) == pytest.approx(0.1147078669)
+    assert M.proportion_stderr(0.5, 1) is None and M.proportion_stderr(1.5, 20) is None
+
+
 def test_measurements_round_trip_through_json_with_non_finite_values():
     m = Measurement("ppl", math.inf, "", False, spread=None, model="pruned", group="perplexity", details={"n": 3})
     back = M.from_json_list(json.loads(json.dumps(M.to_json_list([m]))))[0]

@@ -16,7 +16,8 @@ from lm_eval.models.huggingface import HFLM  # noqa: E402
 import prune  # noqa: E402
 from evaluation.quality.fast_lm import FastLM, head_input, score_batch  # noqa: E402
 from evaluation.quality.reuse import make_fast_pair, score_cuts  # noqa: E402
-from evaluation.sweeps.cuts import (SweepResult, evaluate_loaded, load_task, rank_agreement, sweep, task_metrics)  # noqa: E402
+from evaluation.sweeps.cuts import (SweepResult, evaluate_loaded, load_task, rank_agreement,  # noqa: E402
+                                     sweep, sweeping, task_metrics)
 from prune.depth.result import blocks_from_layers  # noqa: E402
 
 from conftest import tiny_model  # noqa: E402
@@ -116,6 +117,17 @@ def test_sweep_equals_evaluating_each_cut_on_a_tiny_model(tiny_tokenizer, data_d
         measured, _ = task_metrics(evaluate_loaded(lm, loaded, 6), name)
         assert {m: v[i] for m, v in result.metrics.items()} == measured
 
+
+def test_a_sweep_under_way_yields_the_original_then_each_cut_as_the_finished_sweep_has_it(tiny_tokenizer, data_dir):
+    model = tiny_model("llama", layers=4)
+    steps = [found[1] for found in sweeping(model, tiny_tokenizer, "hellaswag", [1], limit=6, data_dir=data_dir,
+                                            batch_size=4)]
+    final = sweep(model, tiny_tokenizer, "hellaswag", 1, limit=6, data_dir=data_dir, batch_size=4)
+    assert [step.starts for step in steps] == [[], [0], [0, 1], [0, 1, 2], [0, 1, 2, 3]]
+    assert [step.complete for step in steps] == [False] * 4 + [True]
+    for step in steps:
+        assert step.baseline == final.baseline and step.documents == 6
+        assert step.metrics == {m: values[:len(step.starts)] for m, values in final.metrics.items()}
 
 
 def test_perplexity_sweep_equals_evaluating_each_cut(tiny_tokenizer, data_dir):

@@ -1,0 +1,65 @@
+"""Tokens the fast scorer runs per question of each benchmark task, on the default model's tokenizer.
+
+    python benchmarks/task_tokens.py            # the first 40 questions of every task, 0-shot
+
+The cost table of ``evaluation.measure.estimate`` (``TASKS``) is this script's output: per task, the packed
+tokens per document (contexts once, continuations behind them, padding included), the documents one unit of
+the page's question limit takes (MMLU: one of each of its 57 subjects) and the documents of the whole test set.
+Nothing runs the model: requests are recorded, then planned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import prune  # noqa: E402
+from evaluation.quality import lm_eval_adapter  # noqa: E402
+from evaluation.quality.fast_lm import FastLM  # noqa: E402
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS  # noqa: E402
+from evaluation.sweeps.cuts import evaluate_loaded  # noqa: E402
+from evaluation.settings import BATCH_SIZE  # noqa: E402
+from prune.core.paths import default_data_dir  # noqa: E402
+
+
+class Recorder(FastLM):
+    """Records lm-eval's token requests and answers nothing real."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.requests = []
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+        self.requests += list(requests)
+        return [(0.0, False)] * len(requests)
+
+
+def packed_tokens(lm: Recorder) -> int:
+    _pairs, _where, batches = lm.plan(lm.requests)
+    return sum(batch.num_tokens for batch in batches)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=40)
+    args = parser.parse_args()
+    model, tokenizer = prune.load_model()
+    for task in SUPPORTED_TASKS:
+        request = lm_eval_adapter.check_request([task], limit=args.limit, data_dir=default_data_dir())
+        lm = Recorder(model, tokenizer, BATCH_SIZE)
+        loaded = lm_eval_adapter.load_tasks(request)
+        evaluate_loaded(lm, loaded, args.limit)
+        parts = [len(t.eval_docs) for t in loaded["tasks"].values()]
+        read = sum(min(args.limit, n) for n in parts)
+        print(f'    "{task}": Task({packed_tokens(lm) / read:.0f}, {len(parts)}, {sum(parts)}),')
+
+
+if __name__ == "__main__":
+    main()

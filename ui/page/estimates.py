@@ -1,0 +1,261 @@
+"""How long each long job will take, said beside its button before it starts (``evaluation.measure.estimate``).
+
+Each line is computed from the job's settings as they stand, the compared models' sizes and the rates the backend
+measured for the loaded model on this machine; it changes with the settings, and after every event that loads a
+model or changes a cut. A setting that is not a valid value yet, or no model, shows no line: the job itself says
+what is wrong when it is asked to run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import gradio as gr
+
+from evaluation.measure import estimate
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
+from evaluation.settings import PERPLEXITY
+from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
+from evaluation.sweeps.sparsity import check_plan
+from prune.core.errors import InvalidInput
+from prune.core.surgery import largest_cut
+from prune.healing.train import DEFAULTS as HEAL_DEFAULTS
+from prune.lowrank.rank_search import candidates
+
+from ui import inputs
+from ui.handlers import Context
+from ui.job_text import CACHED, SWEEP_OTHERS_COST, estimate_line
+from ui.page.events import LIGHT
+from ui.page.heal import PPL_SEQ_LEN, PPL_WINDOWS
+from ui.page.speed import MEMORY_NEW_TOKENS
+from ui.session import Session
+
+log = logging.getLogger(__name__)
+STABILITY_BUTTON = "How stable is the best block of N?"
+
+
+def quiet(fn: Callable) -> Callable:
+    """A job's seconds, or None when there is nothing to estimate yet (no model, a setting not valid yet)."""
+
+    def seconds(self, session: Session, *values) -> float | None:
+        if session.info is None or session.loading:
+            return None
+        rates = self.context.backend.rates(session.spec)
+        if rates is None:
+            return None
+        try:
+            return fn(self, session, rates, *values)
+        except InvalidInput:
+            return None
+        except Exception:  # an estimate must never stand in a job's way
+            log.exception("Estimating %s failed", fn.__name__)
+            return None
+
+    seconds.__name__, seconds.__doc__ = fn.__name__, fn.__doc__  # not functools.wraps: Gradio reads the signature
+    return seconds
+
+
+def columns(session: Session) -> list[float]:
+    """The compared models' compute, each as a share of the original's parameters (the original first)."""
+    size = session.info.size
+    return [1.0] + [recipe.size(size).total / size.total for recipe in session.variants().values()]
+
+
+@dataclass(frozen=True)
+class Line:
+    """One job's estimate on the page: how its seconds are computed, where they show, from which settings."""
+
+    job: str  # the Seconds method
+    output: object  # a Markdown, or the button whose label carries it
+    settings: list
+    show: Callable[[float | None, tuple], object] = lambda seconds, _values: estimate_line(seconds)
+
+
+class Seconds:
+    """Each long job's seconds on this machine, from its settings as typed (None: no estimate)."""
+
+    def __init__(self, context: Context):
+        self.context = context
+
+    def _limit(self, value, what: str) -> int | None:
+        return self.context.policy.limit(value, what)
+
+    @quiet
+    def speed(self, session, rates, batch_sizes, prompt_len, new_tokens, repeats):
+        if not batch_sizes:
+            return None
+        return estimate.speed(rates, columns(session),
+                              batch_sizes=[inputs.whole_number(b, "A batch size", minimum=1, maximum=256)
+                                           for b in batch_sizes],
+                              prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
+                              new_tokens=inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),
+                              repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50))
+
+    @quiet
+    def memory(self, session, rates):
+        return estimate.memory(rates, columns(session), prompt_len=MEMORY_PROMPT_TOKENS, new_tokens=MEMORY_NEW_TOKENS)
+
+    @quiet
+    def benchmarks(self, session, rates, tasks, limit, num_fewshot):
+        tasks = [t for t in tasks or () if t in SUPPORTED_TASKS]
+        if not tasks:
+            return None
+        return estimate.benchmarks(rates, columns(session), tasks=tasks, limit=self._limit(limit, "Questions per task"),
+                                   num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0,
+                                                                   maximum=25))
+
+    @quiet
+    def perplexity(self, session, rates, seq_len, windows):
+        count = self._limit(windows, "Windows")
+        return estimate.perplexity(rates, columns(session),
+                                   seq_len=inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),
+                                   windows=count or estimate.TASKS["wikitext"].documents)
+
+    @quiet
+    def sweep(self, session, rates, task, block_size, limit, _others):
+        size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=largest_cut(session.info.num_layers))
+        return estimate.cut_sweep(rates, num_layers=session.info.num_layers, block_size=size, task=task,
+                                  limit=self._limit(limit, "Questions"))
+
+    @quiet
+    def sparsity(self, session, rates, task, levels, methods, limit, windows):
+        if not methods:
+            return None
+        plan = check_plan([level for level in inputs.percentages(levels, "Sparsity levels")], methods,
+                          self.context.default_calibration)
+        points = [recipe for _name, recipe in plan.points()]
+        calibration = self.context.default_calibration
+        return estimate.sparsity_sweep(
+            rates, task=task, limit=self._limit(limit, "Questions"), points=len(points), seq_len=PERPLEXITY.seq_len,
+            windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+            calibrated=sum(any(getattr(step, "calibration", None) for step in recipe.steps) for recipe in points),
+            calibration_tokens=calibration.n_samples * calibration.seq_len)
+
+    @quiet
+    def generation(self, session, rates, prompt, max_new_tokens):
+        return estimate.generation(rates, columns(session), prompt=prompt or "",
+                                   max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1,
+                                                                      maximum=2048))
+
+    @quiet
+    def rank_search(self, session, rates, space, criterion, limit, last_layers, projections):
+        info = session.info
+        count = inputs.whole_number(last_layers, "The layers searched", minimum=1, maximum=info.num_layers)
+        names = {n.strip() for n in (projections or "").split(",") if n.strip()}
+        searched = [m for layer in info.size.matrices[-count:] for m in layer
+                    if not names or m.path in names or m.path.rpartition(".")[2] in names]
+        limit = self._limit(limit, "Windows or questions")
+        if criterion == WIKITEXT:
+            tokens = (limit or estimate.TASKS["wikitext"].documents) * SEARCH_WINDOW
+        else:
+            tokens = estimate.task_tokens(criterion, limit)
+        calibration = self.context.default_calibration
+        return estimate.rank_search(rates, candidates=sum(len(candidates(m.outputs, m.inputs)) for m in searched),
+                                    layers=count, search_tokens=SEARCH_SHARE * tokens,
+                                    test_tokens=(1 - SEARCH_SHARE) * tokens,
+                                    calibration_tokens=0 if space == "weight" else
+                                    calibration.n_samples * calibration.seq_len)
+
+    @quiet
+    def healing(self, session, rates, method, steps, budget_s):
+        recipe = session.cut()
+        if recipe is None or method not in HEAL_DEFAULTS:
+            return None
+        settings = HEAL_DEFAULTS[method]
+        compute = recipe.size(session.info.size).total / session.info.size.total
+        return estimate.healing(
+            rates, compute, steps=inputs.whole_number(steps, "Healing steps", minimum=0, maximum=10_000)
+            or settings["steps"], batch=settings["batch"], seq_len=settings["seq_len"], heldout=settings["heldout"],
+            eval_every=settings["eval_every"], columns=[1.0, compute, compute], ppl_tokens=PPL_SEQ_LEN * PPL_WINDOWS,
+            budget_s=inputs.real_number(budget_s, "The time budget", minimum=0, maximum=3600) or None)
+
+    @quiet
+    def stability(self, session, rates, resamples):
+        if session.result is None:
+            return None
+        return estimate.stability(method=session.result.method, analysis_s=session.result.elapsed_s,
+                                  resamples=inputs.whole_number(resamples, "Resamples", minimum=2, maximum=200))
+
+
+def _cached(seconds: float | None, _values: tuple) -> str:
+    line = estimate_line(seconds)
+    return line + CACHED if line else line
+
+
+def _sweep_line(seconds: float | None, values: tuple) -> str:
+    line = estimate_line(seconds)
+    return line + (SWEEP_OTHERS_COST if values[-1] else "") + CACHED if line else line
+
+
+def _stability_label(seconds: float | None, _values: tuple):
+    line = estimate_line(seconds).removeprefix("⏱ ")
+    return gr.update(value=f"{STABILITY_BUTTON} ({line})" if line else STABILITY_BUTTON)
+
+
+def _at_most(seconds: float | None, _values: tuple) -> str:
+    return estimate_line(seconds, at_most=True)
+
+
+class EstimateHandlers:
+    """The lines beside the long jobs' buttons: each after its own settings change, all after a model or cut did."""
+
+    def __init__(self, context: Context, page):
+        self.seconds = Seconds(context)
+        self.lines = _lines(page)
+
+    def line(self, line: Line) -> Callable:
+        """The handler of one line: its settings in, its text (or label) out."""
+
+        def show(session: Session, *values):
+            return line.show(getattr(self.seconds, line.job)(session, *values), values)
+
+        show.__name__ = f"estimate_{line.job}"
+        return show
+
+    def every(self, session: Session, *values) -> dict:
+        """Every line (``values``: each line's settings in :func:`_lines`' order)."""
+        shown, at = {}, 0
+        for line in self.lines:
+            shown[line.output] = self.line(line)(session, *values[at: at + len(line.settings)])
+            at += len(line.settings)
+        return shown
+
+    def inputs(self) -> list:
+        return [setting for line in self.lines for setting in line.settings]
+
+
+def _lines(page) -> list[Line]:
+    """Every long job's line on the page."""
+    speed, bench, cut = page.speed, page.benchmarks, page.cut
+    sweep, sparse, search, heal = bench.sweep, bench.sparsity, cut.search, cut.heal
+    return [
+        Line("speed", speed.speed_estimate, [speed.batches, speed.prompt_len, speed.new_tokens, speed.repeats]),
+        Line("memory", speed.memory_estimate, []),
+        Line("benchmarks", bench.bench_estimate, [bench.tasks, bench.limit, bench.fewshot], _cached),
+        Line("perplexity", bench.ppl_estimate, [bench.ppl_len, bench.ppl_windows], _cached),
+        Line("sweep", sweep.estimate, [sweep.task, sweep.block_size, sweep.limit, sweep.others], _sweep_line),
+        Line("sparsity", sparse.estimate, [sparse.task, sparse.levels, sparse.methods, sparse.limit, sparse.windows],
+             _cached),
+        Line("generation", page.generate.estimate, [page.generate.prompt, page.generate.max_new], _at_most),
+        Line("rank_search", search.estimate, [search.space, search.criterion, search.limit, search.last_layers,
+                                              search.projections], _at_most),
+        Line("healing", heal.estimate, [heal.method, heal.steps, heal.budget]),
+        Line("stability", cut.stability_btn, [cut.resamples], _stability_label),
+    ]
+
+
+def wire(page, handlers, events: dict, after: tuple[str, ...]) -> None:
+    """Each line follows its own settings, and every line follows the events ``after`` (a model loaded, a cut
+    changed: the compared models' sizes change)."""
+    estimates, session = handlers.estimates, page.session
+    for line in estimates.lines:
+        if line.settings:
+            gr.on([setting.change for setting in line.settings], estimates.line(line), [session, *line.settings],
+                  line.output, api_name=f"estimate_{line.job}", **LIGHT)
+    outputs = [line.output for line in estimates.lines]
+    for event in after:
+        events[event].success(estimates.every, [session, *estimates.inputs()], outputs,
+                              api_name=f"estimates_after_{event}", **LIGHT)
