@@ -99,7 +99,7 @@ def _sweep(values, baseline=0.5, documents=20, num_layers=None):
 def test_the_best_cut_is_compared_with_the_uncut_model_and_its_noise():
     # 20 questions: stderrs √(.5·.5/19) and √(.55·.45/19); twice their combination is 32.36 points
     assert job_text.versus_original(_sweep([0.3, 0.55, 0.4])) == (
-        "It scores 5.0 points above the uncut model (55 against 50): within noise (±32.36) with 20 questions, "
+        "It scores 5.0 points above the uncut model (55 against 50): within noise (±32.4) with 20 questions, "
         "so removing these layers does not really help.")
     assert job_text.versus_original(_sweep([0.3, 0.05], documents=400)).startswith(
         "It scores 20.0 points below the uncut model (30 against 50): beyond noise (±")

@@ -121,8 +121,8 @@ def test_a_difference_within_two_standard_errors_of_it_is_marked_noise():
     (within,) = M.table_records(_scored(50.0, 41.0, 3.0, 4.0))
     (beyond,) = M.table_records(_scored(50.0, 39.0, 3.0, 4.0))
     (better,) = M.table_records(_scored(50.0, 59.5, 3.0, 4.0))  # above the original, by chance too
-    assert within["Noise"] == "within noise (±10.00)" and better["Noise"] == "within noise (±10.00)"
-    assert beyond["Noise"] == "beyond noise (±10.00)"
+    assert within["Noise"] == "within noise (±10.0)" and better["Noise"] == "within noise (±10.0)"
+    assert beyond["Noise"] == "beyond noise (±10.0)"
     assert M.to_csv(_scored(50.0, 41.0, 3.0, 4.0)).splitlines()[1].endswith(",9.0,82.0,10.0")  # raw: the band
 
 
