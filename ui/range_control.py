@@ -20,6 +20,7 @@ import gradio as gr
 from prune.core.errors import InvalidCut, quoted
 from prune.core.surgery import check_block
 
+from ui.palette import IN_CUT, TEXT_HEX, VERMILLION
 from ui.text import example_block
 
 _TEMPLATE = r"""${(() => {
@@ -62,23 +63,26 @@ _CSS = r"""
 .lc-track { position: relative; height: 34px; }
 .lc-track::before { content: ""; position: absolute; left: 11px; right: 11px; top: 14px; height: 6px;
   border-radius: 3px; background: var(--neutral-300, #ccc); }
-.lc-fill { position: absolute; top: 12px; height: 10px; border-radius: 4px; background: #e45756; }
+.lc-fill { position: absolute; top: 12px; height: 10px; border-radius: 4px; background: CUT_COLOUR; }
 .lc-track input[type=range] { position: absolute; left: 0; top: 0; width: 100%; height: 34px; margin: 0;
   background: none; pointer-events: none; -webkit-appearance: none; appearance: none; }
 .lc-track input[type=range]::-webkit-slider-runnable-track { background: none; height: 34px; }
 .lc-track input[type=range]::-webkit-slider-thumb { -webkit-appearance: none; pointer-events: auto; width: 22px;
-  height: 22px; margin-top: 6px; border-radius: 50%; background: #fff; border: 3px solid #b22; cursor: ew-resize; }
+  height: 22px; margin-top: 6px; border-radius: 50%; background: #fff; border: 3px solid HANDLE_COLOUR; cursor: ew-resize; }
 .lc-track input[type=range]::-moz-range-thumb { pointer-events: auto; width: 16px; height: 16px; border-radius: 50%;
-  background: #fff; border: 3px solid #b22; cursor: ew-resize; }
+  background: #fff; border: 3px solid HANDLE_COLOUR; cursor: ew-resize; }
 .lc-track input[type=range]:focus-visible::-webkit-slider-thumb { outline: 3px solid #4c78a8; }
 .lc-cells { display: grid; gap: 1px; margin: 2px 11px 0 11px; }
 .lc-cell { text-align: center; font-size: 0.7rem; padding: 3px 0; border-radius: 2px;
   background: var(--neutral-200, #ddd); color: var(--neutral-700, #333); overflow: hidden; }
-.lc-cell.cut { background: #e45756; color: #fff; font-weight: 600; }
+.lc-cell.cut { background: CUT_COLOUR; color: CUT_TEXT; font-weight: 700; }
 .lc-none .lc-summary { color: var(--body-text-color-subdued); font-style: italic; }
 .lc-none .lc-track input[type=range]::-webkit-slider-thumb { border-color: var(--neutral-400, #999); }
 .lc-none .lc-track input[type=range]::-moz-range-thumb { border-color: var(--neutral-400, #999); }
 """
+
+# The cut in the charts' colour for a layer in it (colour-blind safe), its handles darker.
+_CSS = _CSS.replace("CUT_COLOUR", IN_CUT).replace("HANDLE_COLOUR", VERMILLION).replace("CUT_TEXT", TEXT_HEX)
 
 _JS = r"""
 const handles = () => [element.querySelector('.lc-lo'), element.querySelector('.lc-hi')];

@@ -48,10 +48,10 @@ def test_every_event_is_a_named_endpoint(client):
 def test_load_analyze_cut_generate_benchmark(client):
     model_md, block_size, layer_range, banner, *_ = client.predict("", "", False, "auto", api_name="/load_model")
     assert "SmolLM2-135M-Instruct" in model_md and "30 layers" in model_md
-    assert block_size["value"] == 3 and "**A** ✎: none" in banner and "**B**: none" in banner  # updates are dicts
+    assert block_size["value"] == 3 and "**A** (editing): empty" in banner and "**B**: empty" in banner  # updates are dicts
     assert layer_range["props"]["layers"] == 30 and len(layer_range["props"]["layer_params"]) == 30, layer_range
 
-    _range, banner, heatmap, bars, _greedy, _named, _slot, status = client.predict(
+    _range, banner, heatmap, bars, _greedy, _named, _slot, _feedback, status = client.predict(
         "angular", "token=last", "builtin", "", None, 16, 128, 5, api_name="/analyze")
     assert heatmap["data"][0]["type"] == "heatmap" and len(heatmap["data"][0]["z"]) == 29
     assert "(5 of 30)" in banner and "Angular" in status
@@ -85,7 +85,7 @@ def test_load_analyze_cut_generate_benchmark(client):
         client.predict(4, "greedy", api_name="/best_block")
     client.predict("B", api_name="/edit_slot")
     _range, banner, *_ = client.predict([20, 26], api_name="/set_cut")
-    assert "**A**: layers" in banner and "**B** ✎: layers 20–25" in banner
+    assert "**A**: layers" in banner and "**B** (editing): layers 20–25" in banner
 
     job = client.submit("What is the capital of France?", 12, 0, 1, 0, api_name="/generate")
     original, original_stats, a, a_stats, b, b_stats = job.result()

@@ -279,7 +279,18 @@ def test_speed_and_memory_tab(page, capsys):
                            timeout=300_000)
     page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
     page.wait_for_timeout(500)
+    measured = page.inner_text("#speed-measured")
+    assert measured.startswith("Measured on SmolLM2-135M-Instruct · Original · A: cut "), measured
     page.screenshot(path=str(ASSETS / "screenshot-speed.png"), full_page=True)
+    # A change of A's cut: the tables stay, marked out of date, and name the cut they measured.
+    tab(page, "Analyze & cut")
+    click_cell(page, 2, 2)
+    wait_banner(page, "[2, 4)")
+    tab(page, "Speed & memory")
+    for note in ("#speed-measured", "#memory-measured"):
+        page.wait_for_function("n => document.querySelector(n).innerText.includes('Out of date: A has changed')",
+                               arg=note, timeout=30_000)
+        assert measured.split(" · A: ")[1] in page.inner_text(note)  # still says which A it measured
     with capsys.disabled():
         print("\nLayerCut browser timings on the default model:")
         for name, seconds in TIMINGS.items():
@@ -294,7 +305,7 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
         other.goto(page.url)
         other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
         other.get_by_role("radio", name="Cut B").click()
-        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B ✎')", timeout=30_000)
+        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B (editing)')", timeout=30_000)
         other.wait_for_timeout(1000)  # the heatmap redraws for B
         click_cell(other, 2, 3)
         other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('[2, 5)')", timeout=30_000)

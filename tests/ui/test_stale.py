@@ -28,7 +28,7 @@ def test_a_changed_slot_marks_the_numbers_out_of_date_and_names_it():
     then = text.measured_what(session())
     note = text.measured_note(then, text.measured_what(session(b=B)))
     assert note.startswith("⚠️ **Out of date: B has changed since.**")
-    assert "These numbers are for tiny · Original · A: cut 13–15." in note
+    assert "These results are for tiny · Original · A: cut 13–15." in note
     both = text.measured_note(then, text.measured_what(session(a=B, b=A)))
     assert "A and B have changed since" in both
     other = text.measured_note(then, text.measured_what(session(name="other")))

@@ -14,7 +14,7 @@ from evaluation.serving.models import ModelSpec
 
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, estimates, generate, header, heal, search, share, speed
+from ui.page import benchmarks, cut_tab, estimates, generate, header, heal, search, share, speed, stale
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
@@ -28,6 +28,7 @@ from ui.page.pick_handlers import PickHandlers
 from ui.page.search import SearchHandlers
 from ui.page.share import ShareHandlers
 from ui.page.speed import SpeedHandlers, SpeedTab
+from ui.page.stale import Measured
 from ui.page.step_handlers import StepHandlers
 from ui.page.targets import SlotTargets
 from ui.session import Session
@@ -85,6 +86,11 @@ class Page:
     targets: SlotTargets  # the buttons that write a slot, labelled with it
     handlers: PageHandlers | None = None
 
+    @property
+    def measured(self) -> list[Measured]:
+        """The result areas that name the models they measured and turn out of date when those change."""
+        return [self.generate.measured, self.speed.speed_measured, self.speed.memory_measured]
+
 
 def build_demo(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None) -> gr.Blocks:
     """The page; ``policy`` says whether this server is shared (default: from the environment)."""
@@ -139,6 +145,7 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
                               **LIGHT)
     stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
     estimates.wire(page, handlers, events, ("load_model", *FEEDBACK_AFTER))  # each job's time, said beforehand
+    stale.wire([events[name] for name in FEEDBACK_AFTER], page.session, page.measured)
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
                          (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):

@@ -12,6 +12,7 @@ from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput, SliderInput
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.palette import HIGHLIGHT, ORANGE, TEXT_HEX
+from ui.page.stale import Measured
 from ui.plot_view import PlotView
 from ui.session import SLOTS, Session
 
@@ -51,6 +52,7 @@ class GenerateTab:
     temperature: SliderInput
     top_p: SliderInput
     seed: NumberInput
+    measured: Measured  # which models the answers are from, or that they are out of date
     columns: dict[str, Column]  # "original", "A", "B"
     answers: gr.State  # the last generation's token ids per column
     divergence_md: gr.Markdown
@@ -75,6 +77,7 @@ class GenerateTab:
                                     temperature=SliderInput(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)"),
                                     top_p=SliderInput(0.05, 1, value=1, step=0.05, label="Top-p"),
                                     seed=NumberInput(0, label="Seed"))
+            measured = Measured.layout("generate-measured")
             with gr.Row(equal_height=True):
                 columns = {label: _column(label) for label in COLUMNS}
             answers = gr.State({})
@@ -89,13 +92,14 @@ class GenerateTab:
                     lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
                                              elem_id="lens-original")
                     lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760, elem_id="lens-cut")
-        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, columns=columns,
-                   answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
+        return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, measured=measured,
+                   columns=columns, answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
                    lens_original=lens_original, lens_cut=lens_cut)
 
     def answer_outputs(self) -> list:
         """The generation's outputs: every column's answer and stats, then the answers' token ids."""
-        return [*(part for column in self.columns.values() for part in (column.answer, column.stats)), self.answers]
+        return [*(part for column in self.columns.values() for part in (column.answer, column.stats)), self.answers,
+                *self.measured.outputs()]
 
     def marked_outputs(self) -> list:
         """The compressed columns' plain and marked answers (one of the two shows)."""
@@ -145,7 +149,7 @@ class GenerateHandlers:
                                                  label=text.column_label(label, variants))
                 shown[column.stats] = text.generation_stats(side)
             shown[self.tab.answers] = {label: side["token_ids"] for label, side in state.items()}  # for explaining
-            yield shown
+            yield {**shown, **self.tab.measured.fresh(session)}
 
     @user_errors
     def divergence(self, session: Session, prompt: str, max_new_tokens, answers: dict | None,

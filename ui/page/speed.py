@@ -17,6 +17,7 @@ from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
+from ui.page.stale import Measured
 from ui.tables import comparison_table
 from ui.session import Session
 
@@ -33,10 +34,12 @@ class SpeedTab:
     speed_stop: gr.Button
     speed_estimate: gr.Markdown
     memory_estimate: gr.Markdown
+    speed_measured: Measured  # which models the speed numbers are for, or that they are out of date
     speed_table: gr.Dataframe
     speed_note: gr.Markdown
     speedup_plot: PlotView
     throughput_plot: PlotView
+    memory_measured: Measured
     memory_table: gr.Dataframe
     memory_note: gr.Markdown
     memory_plot: PlotView
@@ -58,7 +61,8 @@ class SpeedTab:
             with gr.Row():
                 buttons.update(speed_estimate=gr.Markdown(elem_id="speed-estimate"),
                                memory_estimate=gr.Markdown(elem_id="memory-estimate"))
-            speed = dict(speed_table=gr.Dataframe(EMPTY_TABLE, label="Speed", interactive=False, wrap=True,
+            speed = dict(speed_measured=Measured.layout("speed-measured"),
+                         speed_table=gr.Dataframe(EMPTY_TABLE, label="Speed", interactive=False, wrap=True,
                                                   elem_id="speed-table"),
                          speed_note=gr.Markdown(elem_id="speed-note"))
             with gr.Row():
@@ -66,7 +70,8 @@ class SpeedTab:
                                                    elem_id="speedup-plot"),
                              throughput_plot=PlotView(plots.empty_figure("Measure speed to compare"), height=380,
                                                       elem_id="throughput-plot"))
-            memory = dict(memory_table=gr.Dataframe(EMPTY_TABLE, label="Memory", interactive=False, wrap=True,
+            memory = dict(memory_measured=Measured.layout("memory-measured"),
+                          memory_table=gr.Dataframe(EMPTY_TABLE, label="Memory", interactive=False, wrap=True,
                                                     elem_id="memory-table"),
                           memory_note=gr.Markdown(elem_id="memory-note"),
                           memory_plot=PlotView(plots.empty_figure("Measure memory to compare"), height=360,
@@ -98,7 +103,8 @@ class SpeedHandlers:
                 tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput",
                                                              names=names),
                 tab.speed_note: "  \n".join(filter(None, (text.model_notes(found, "sparsity_note"),
-                                                          job_text.beyond_ideal_note(found))))}
+                                                          job_text.beyond_ideal_note(found)))),
+                **tab.speed_measured.fresh(session)}
 
     @user_errors
     def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
@@ -111,15 +117,17 @@ class SpeedHandlers:
         return {tab.memory_table: comparison_table(found, variants),
                 tab.memory_plot: plots.comparison_figure(sizes, unit=main_unit(sizes), title="Memory",
                                                          names=text.model_names(variants)),
-                tab.memory_note: text.model_notes(found, "note")}
+                tab.memory_note: text.model_notes(found, "note"), **tab.memory_measured.fresh(session)}
 
 
 def wire(page, handlers) -> dict:
     tab = page.speed
     speeds, session = handlers.speed, page.session
     speed = tab.speed_btn.click(gpu(speeds.speed), [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats],
-                                [tab.speed_table, tab.speedup_plot, tab.throughput_plot, tab.speed_note],
+                                [tab.speed_table, tab.speedup_plot, tab.throughput_plot, tab.speed_note,
+                                 *tab.speed_measured.outputs()],
                                 api_name="speed", **DEVICE)
-    memory = tab.memory_btn.click(gpu(speeds.memory), [session], [tab.memory_table, tab.memory_plot, tab.memory_note],
+    memory = tab.memory_btn.click(gpu(speeds.memory), [session], [tab.memory_table, tab.memory_plot, tab.memory_note,
+                                                                  *tab.memory_measured.outputs()],
                                   api_name="memory", **DEVICE)
     return by_name(speed, memory)
