@@ -41,8 +41,7 @@ def test_every_event_is_a_named_endpoint(client):
             "/generate", "/speed", "/memory", "/benchmarks", "/perplexity", "/cancel", "/startup", "/edit_slot",
             "/clear_cut", "/sweep", "/build", "/width_vs_depth", "/method_info", "/rank_search", "/divergence",
             "/feedback_after_release", "/feedback_after_click", "/feedback_after_slot", "/feedback_after_build",
-            "/feedback_after_versus", "/feedback_after_search", "/feedback_after_heal", "/cut_size",
-            "/unmark_answers"} <= names
+            "/feedback_after_versus", "/feedback_after_search", "/feedback_after_heal", "/cut_size"} <= names
 
 
 def test_load_analyze_cut_generate_benchmark(client):
@@ -88,7 +87,8 @@ def test_load_analyze_cut_generate_benchmark(client):
     assert "**A**: layers" in banner and "**B** (editing): layers 20–25" in banner
 
     job = client.submit("What is the capital of France?", 12, 0, 1, 0, api_name="/generate")
-    original, original_stats, a, a_stats, b, b_stats = job.result()
+    original, original_stats, a, a_stats, b, b_stats, marked_a, marked_b = job.result()
+    assert marked_a["visible"] is False and marked_b["visible"] is False  # the plain answers show while streaming
     assert "Paris" in original["value"] and a["value"].strip() and b["value"].strip()
     assert b["label"] == "B: cut 20–25"
     assert "tokens/s" in original_stats and "tokens/s" in a_stats and "tokens/s" in b_stats

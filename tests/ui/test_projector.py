@@ -270,6 +270,7 @@ def test_the_marked_answer_is_styled_colour_blind_safe(page):
 
 def test_the_theme_is_calm_labels_are_grey_and_stop_alone_is_red():
     assert THEME.primary_500 == gr.themes.colors.indigo.c500
+    assert THEME.button_primary_background_fill == "*primary_600"  # white on indigo 600: contrast 6.3
     assert (THEME.block_label_background_fill, THEME.block_label_text_color) == ("*neutral_100", "*neutral_700")
     assert (THEME.block_title_background_fill, THEME.block_title_text_color) == ("*neutral_100", "*neutral_700")
     assert THEME.button_cancel_background_fill == gr.themes.colors.red.c600

@@ -10,7 +10,7 @@ import gradio as gr
 from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput, SliderInput
-from ui.page.events import DEVICE, LIGHT, by_name, gpu
+from ui.page.events import DEVICE, by_name, gpu
 from ui.palette import HIGHLIGHT, ORANGE, TEXT_HEX
 from ui.page.stale import Measured
 from ui.plot_view import PlotView
@@ -97,18 +97,14 @@ class GenerateTab:
                    lens_original=lens_original, lens_cut=lens_cut)
 
     def answer_outputs(self) -> list:
-        """The generation's outputs: every column's answer and stats, then the answers' token ids."""
+        """The generation's outputs: every column's answer and stats, the answers' token ids, the marked
+        answers (hidden while a new answer streams), then the note naming the models."""
         return [*(part for column in self.columns.values() for part in (column.answer, column.stats)), self.answers,
-                *self.measured.outputs()]
+                *(self.columns[slot].marked for slot in SLOTS), *self.measured.outputs()]
 
     def marked_outputs(self) -> list:
         """The compressed columns' plain and marked answers (one of the two shows)."""
         return [part for slot in SLOTS for part in (self.columns[slot].answer, self.columns[slot].marked)]
-
-    def unmarked(self) -> dict:
-        """The plain answers back in place of the marked ones, for a generation to stream into."""
-        return {part: gr.update(visible=part is self.columns[slot].answer)
-                for slot in SLOTS for part in (self.columns[slot].answer, self.columns[slot].marked)}
 
 
 def _column(label: str) -> Column:
@@ -146,8 +142,10 @@ class GenerateHandlers:
                 side = state.get(label)
                 empty = f"(no {label} cut: choose one under Analyze & cut → Cut {label})"
                 shown[column.answer] = gr.update(value=side["text"] if side else empty,
-                                                 label=text.column_label(label, variants))
+                                                 label=text.column_label(label, variants), visible=True)
                 shown[column.stats] = text.generation_stats(side)
+                if column.marked is not None:  # the last answer's mark goes; this one's comes after it
+                    shown[column.marked] = gr.update(visible=False)
             shown[self.tab.answers] = {label: side["token_ids"] for label, side in state.items()}  # for explaining
             yield {**shown, **self.tab.measured.fresh(session)}
 
@@ -205,8 +203,6 @@ def wire(page, handlers) -> dict:
         gpu(generating.divergence), [session, tab.prompt, tab.max_new, tab.answers],
         [*tab.marked_outputs(), tab.divergence_plot, tab.divergence_md],
         api_name="divergence", show_progress_on=[tab.divergence_md], **DEVICE)
-    unmark = gr.on([tab.gen_btn.click, tab.prompt.submit], tab.unmarked, None, tab.marked_outputs(),
-                   api_name="unmark_answers", **LIGHT)
     lens = tab.lens_btn.click(gpu(generating.logit_lens), [session, tab.prompt], [tab.lens_original, tab.lens_cut],
                               api_name="logit_lens", **DEVICE)
-    return by_name(generate, divergence, lens, unmark)
+    return by_name(generate, divergence, lens)

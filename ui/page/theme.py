@@ -16,6 +16,7 @@ THEME = gr.themes.Soft(primary_hue="indigo", secondary_hue="indigo", neutral_hue
     block_label_background_fill_dark="*neutral_700", block_label_text_color_dark="*neutral_100",
     block_title_background_fill="*neutral_100", block_title_text_color="*neutral_700",
     block_title_background_fill_dark="*neutral_700", block_title_text_color_dark="*neutral_100",
+    button_primary_background_fill="*primary_600", button_primary_background_fill_hover="*primary_500",  # 6:1 text
     button_cancel_background_fill=STOP, button_cancel_background_fill_hover=STOP_HOVER,
     button_cancel_background_fill_dark=STOP, button_cancel_background_fill_hover_dark=STOP_HOVER,
     button_cancel_text_color="white", button_cancel_text_color_hover="white", button_cancel_text_color_dark="white",
