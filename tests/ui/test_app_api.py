@@ -87,7 +87,9 @@ def test_load_analyze_cut_generate_benchmark(client):
     assert "**A**: layers" in banner and "**B** (editing): layers 20–25" in banner
 
     job = client.submit("What is the capital of France?", 12, 0, 1, 0, api_name="/generate")
-    original, original_stats, a, a_stats, b, b_stats, marked_a, marked_b = job.result()
+    original, original_stats, a, a_stats, b, b_stats, marked_a, marked_b, note = job.result()
+    assert note.startswith("Measured on **SmolLM2-135M-Instruct** · Original · A: cut ") and note.endswith(
+        f" · {b['label']}"), note  # the answers name the models they came from
     assert marked_a["visible"] is False and marked_b["visible"] is False  # the plain answers show while streaming
     assert "Paris" in original["value"] and a["value"].strip() and b["value"].strip()
     assert b["label"] == "B: cut 20–25"
@@ -130,7 +132,7 @@ def test_load_analyze_cut_generate_benchmark(client):
 def test_the_page_opens_on_a_cut_that_still_answers(client):
     """A fresh visitor: the default model, angular's best block of a tenth of the layers as A, and A knows Paris."""
     fresh = Client(client.src, verbose=False, download_files=False)
-    model, _md, _size, _range, banner, *_rest, status, stability = fresh.predict("angular", api_name="/startup")
+    model, _md, _size, _range, banner, *_rest, stability, status = fresh.predict("angular", api_name="/startup")
     assert model["value"] == "SmolLM2-135M-Instruct" and "(3 of 30)" in banner and "WikiText-2" in banner
     offered = [name for _label, name in model["choices"]]  # offline (HF_HUB_OFFLINE): only what can load here
     assert offered[0] == "SmolLM2-135M-Instruct" and all(loading.in_local_cache(name) for name in offered[1:])
@@ -225,8 +227,9 @@ def test_the_api_schema_gives_the_types_the_server_takes(client):
     assert {p["type"]["type"] for p in endpoints["/generate"]["parameters"][1:4]} == {"number"}  # the sliders
     client.predict("", "", False, "auto", api_name="/load_model")
     table, *_ = client.predict(["1"], 8, 2, 1, api_name="/speed")
-    assert table["data"], table
-    table, _plot = client.predict("128", 1, api_name="/perplexity")
+    assert table["value"]["data"], table
+    shown, _plot = client.predict("128", 1, api_name="/perplexity")
+    table = shown["value"]
     metrics = [row[table["headers"].index("Metric")] for row in table["data"]]
     assert any("perplexity" in metric.lower() for metric in metrics), metrics
 
