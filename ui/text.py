@@ -233,11 +233,14 @@ def building_status(recipes: dict, costs: dict, budget: int) -> str:
             "the least recently used go first.")
 
 
+BUILT = "Built in"  # how a build's status line begins
+
+
 def built_status(recipes: dict, owned: dict, seconds: float) -> str:
     """After building: what each variant owns, and how long the build took."""
     parts = [f"**{slot}** ({recipe.short()}) owns {mib(owned[slot])}" if owned[slot]
              else f"**{slot}** ({recipe.short()}) shares every weight" for slot, recipe in recipes.items()]
-    return (f"Built in {seconds:.0f} s: {'; '.join(parts)}. Compare under *Generate*, *Speed & memory* and "
+    return (f"{BUILT} {seconds:.0f} s: {'; '.join(parts)}. Compare under *Generate*, *Speed & memory* and "
             "*Benchmarks*.")
 
 
@@ -455,8 +458,8 @@ def divergence_markdown(report) -> str:
                  f"and leaves the original's answer at token {column.first}" +
                  (f" (the original said {report.answer_tokens[column.first]!r})"
                   if column.first < len(report.answer_tokens) else " (it goes on)"))
-        lines.append(f"**{label}** {column.caption()} (mean KL {column.mean_kl:.3f} nats, teacher-forced on the "
-                     f"original's {len(report.answer_ids)}-token greedy answer) {where}.")
+        lines.append(f"**{label}** {column.caption()} (drift {column.mean_kl:.3f}: the mean KL in nats per token, "
+                     f"fed the original's {len(report.answer_ids)}-token greedy answer) {where}.")
     return "  \n".join(lines)
 
 

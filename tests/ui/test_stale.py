@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import gradio as gr
+
 from evaluation.serving.models import ModelSpec
 from prune.core.recipe import Recipe
 from ui import text
@@ -69,3 +71,15 @@ def test_every_slot_change_is_followed_by_each_result_notes_check(page):
     assert len(checks) == len(FEEDBACK_AFTER)
     notes = {area.note for area in page.measured}
     assert notes and all(set(fn.outputs) == notes for fn in checks)
+
+
+def test_a_build_line_gives_way_when_a_slot_changes_another_way(page):
+    from ui.page import BUILDS, FEEDBACK_AFTER
+    from ui.page.cut_handlers import CutHandlers
+
+    built = text.built_status({"B": B}, {"B": 0}, 3.0)
+    assert built.startswith(text.BUILT)
+    assert CutHandlers.status_after_change(session(), built) == ""  # no analysis: nothing to go back to
+    assert CutHandlers.status_after_change(session(), "**Angular**: scored in 2 s") == gr.update()  # not a build's
+    after = {fn.api_name for fn in events_named(page, "status_after_")}
+    assert after == {f"status_after_{name}" for event, name in FEEDBACK_AFTER.items() if event not in BUILDS}

@@ -39,6 +39,7 @@ FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "b
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
                   "heal": "heal", "open_comparison": "open"}
+BUILDS = ("build", "width_vs_depth")  # their status line says what they built
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
@@ -143,6 +144,9 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
                               api_name=f"feedback_after_{name}", **FEEDBACK)
         events[event].success(handlers.cut.targets, [page.session, stack], targets, api_name=f"targets_after_{name}",
                               **LIGHT)
+        if event not in BUILDS:
+            events[event].success(handlers.cut.status_after_change, [page.session, page.header.analysis_md],
+                                  [page.header.analysis_md], api_name=f"status_after_{name}", **LIGHT)
     stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
     estimates.wire(page, handlers, events, ("load_model", *FEEDBACK_AFTER))  # each job's time, said beforehand
     stale.wire([events[name] for name in FEEDBACK_AFTER], page.session, page.measured)

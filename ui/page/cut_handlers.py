@@ -37,6 +37,14 @@ class CutHandlers:
         """Build, Heal and the rank search name the slot they will write and what it holds now."""
         return self.slot_targets.show(session, bool(stack))
 
+    @staticmethod
+    def status_after_change(session: Session, status: str):
+        """A build's "Built … B (…) owns …" line gives way to the analysis's once a slot changes another way: it
+        would describe a B that is no longer there."""
+        if not (status or "").startswith(text.BUILT):
+            return gr.update()
+        return text.analysis_status(session.result) if session.result else ""
+
     @user_errors
     def clear_slot(self, session: Session):
         """Compare one compressed model fewer: the edited slot goes empty."""
