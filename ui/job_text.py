@@ -7,11 +7,13 @@ import math
 from evaluation.measure.measurement import comparison_rows, noise_band, noise_words
 from evaluation.quality.lm_eval_adapter import PERCENT_METRICS
 
+ESTIMATE = "Estimate: "  # how an estimate line begins
 NO_ESTIMATE = ""  # before a model is loaded, or while a setting is not a valid value
 
 
 def estimate_line(seconds: float | None, *, at_most: bool = False) -> str:
-    """'⏱ ≈ 12 s on this machine' beside a job's button; 'at most' for jobs that can end sooner."""
+    """'Estimate: ≈ 12 s on this machine' beside a job's button; 'at most' for jobs that can end sooner (words,
+    not an emoji: a projector's machine may have no emoji font)."""
     if seconds is None or not math.isfinite(seconds):
         return NO_ESTIMATE
     if seconds < 1:
@@ -22,7 +24,7 @@ def estimate_line(seconds: float | None, *, at_most: bool = False) -> str:
         words = f"≈ {seconds / 60:.0f} min"
     else:
         words = f"≈ {seconds / 3600:.1f} h"
-    return f"⏱ {'at most ' if at_most else ''}{words} on this machine"
+    return f"{ESTIMATE}{'at most ' if at_most else ''}{words} on this machine"
 
 
 SWEEP_OTHERS_COST = "; plus a first analysis of each other method, a minute or more each"

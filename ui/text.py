@@ -152,7 +152,8 @@ def measured_note(then: tuple, now: tuple) -> str:
     else:
         changed = [slot for slot, old, new in zip("AB", cuts, now[1]) if old != new]
         change = f"{' and '.join(changed)} {'has' if len(changed) == 1 else 'have'} changed"
-    return f"⚠️ **Out of date: {change} since.** These results are for {model} · {models}. Measure again."
+    return (f'<span class="lc-stale">Out of date: {change} since.</span> These results are for {model} · {models}. '
+            "Measure again.")
 
 
 def slot_empty(slot: str) -> str:

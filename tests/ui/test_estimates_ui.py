@@ -36,10 +36,10 @@ def _line(page, job, session, *values):
 
 def test_the_speed_line_counts_every_compared_model_by_its_size(page):
     # the original alone: a warm-up (prefill 1 s, one step) and 2 runs (prefill 1 s, 10 steps of 0.05 s)
-    assert _line(page, "speed", LOADED, ["1"], 100, 11, 2) == "⏱ ≈ 4 s on this machine"
+    assert _line(page, "speed", LOADED, ["1"], 100, 11, 2) == "Estimate: ≈ 4 s on this machine"
     cut = LOADED.with_cut(Recipe.block(4, 0, 2))  # half the layers gone: the cut's share of the compute
     share = (SIZE.other + sum(SIZE.layers[2:])) / SIZE.total
-    assert _line(page, "speed", cut, ["1"], 100, 11, 2) == f"⏱ ≈ {4.05 * (1 + share):.0f} s on this machine"
+    assert _line(page, "speed", cut, ["1"], 100, 11, 2) == f"Estimate: ≈ {4.05 * (1 + share):.0f} s on this machine"
 
 
 def test_no_line_without_a_model_or_with_a_setting_not_valid_yet(page):
@@ -50,9 +50,9 @@ def test_no_line_without_a_model_or_with_a_setting_not_valid_yet(page):
 
 def test_jobs_whose_results_are_kept_say_so_and_the_sweep_names_the_other_methods_cost(page):
     assert _line(page, "benchmarks", LOADED, ["arc_easy"], 20, 0) == \
-        "⏱ ≈ 9 s on this machine (at once if measured before: results are kept)"
+        "Estimate: ≈ 9 s on this machine (at once if measured before: results are kept)"
     assert _line(page, "sweep", LOADED, "arc_easy", 2, 10, False) == \
-        "⏱ ≈ 8 s on this machine (at once if measured before: results are kept)"  # 460 tokens × 1.75
+        "Estimate: ≈ 8 s on this machine (at once if measured before: results are kept)"  # 460 tokens × 1.75
     assert job_text.SWEEP_OTHERS_COST in _line(page, "sweep", LOADED, "arc_easy", 2, 10, True)
 
 
@@ -70,8 +70,8 @@ def test_every_line_is_filled_after_the_model_or_a_cut_changes(page):
     values = [setting.value for line in handlers.estimates.lines for setting in line.settings]
     shown = handlers.estimates.every(LOADED, *values)
     assert len(shown) == len(handlers.estimates.lines) == 10
-    assert shown[page.speed.speed_estimate].startswith("⏱ ")
-    assert shown[page.generate.estimate].startswith("⏱ at most")
+    assert shown[page.speed.speed_estimate].startswith("Estimate: ")
+    assert shown[page.generate.estimate].startswith("Estimate: at most")
 
 
 # ---------------------------------------------------------------- noise said plainly

@@ -29,7 +29,7 @@ def test_fresh_numbers_name_the_model_and_each_slot_they_measured():
 def test_a_changed_slot_marks_the_numbers_out_of_date_and_names_it():
     then = text.measured_what(session())
     note = text.measured_note(then, text.measured_what(session(b=B)))
-    assert note.startswith("⚠️ **Out of date: B has changed since.**")
+    assert note.startswith('<span class="lc-stale">Out of date: B has changed since.</span>')
     assert "These results are for tiny · Original · A: cut 13–15." in note
     both = text.measured_note(then, text.measured_what(session(a=B, b=A)))
     assert "A and B have changed since" in both
@@ -43,7 +43,7 @@ def test_the_page_check_leaves_unmeasured_areas_empty_and_follows_each_area_stat
     now = session(b=B)
     then = text.measured_what(session())
     notes = check(now, None, then)
-    assert notes[0] == "" and notes[1].startswith("⚠️ **Out of date: B has changed")
+    assert notes[0] == "" and notes[1].startswith('<span class="lc-stale">Out of date: B has changed')
     assert check(now, text.measured_what(now), None) == [text.measured_note(text.measured_what(now),
                                                                              text.measured_what(now)), ""]
     assert replace(now, editing="B").cuts == now.cuts  # editing another slot changes no numbers

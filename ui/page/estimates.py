@@ -27,7 +27,7 @@ from prune.lowrank.rank_search import candidates
 
 from ui import inputs
 from ui.handlers import Context
-from ui.job_text import CACHED, SWEEP_OTHERS_COST, estimate_line
+from ui.job_text import CACHED, ESTIMATE, SWEEP_OTHERS_COST, estimate_line
 from ui.page.events import LIGHT
 from ui.page.heal import PPL_SEQ_LEN, PPL_WINDOWS
 from ui.page.speed import MEMORY_NEW_TOKENS
@@ -191,7 +191,7 @@ def _sweep_line(seconds: float | None, values: tuple) -> str:
 
 
 def _stability_label(seconds: float | None, _values: tuple):
-    line = estimate_line(seconds).removeprefix("⏱ ")
+    line = estimate_line(seconds).removeprefix(ESTIMATE)
     return gr.update(value=f"{STABILITY_BUTTON} ({line})" if line else STABILITY_BUTTON)
 
 

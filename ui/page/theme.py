@@ -6,6 +6,8 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from ui.palette import HIGHLIGHT, ORANGE
+
 # A calm indigo for buttons and choices (apart from the charts' model colours); labels as quiet grey tags, not the
 # coloured pills that read like errors; red kept for Stop alone.
 STOP, STOP_HOVER = gr.themes.colors.red.c600, gr.themes.colors.red.c700
@@ -35,12 +37,13 @@ body, gradio-app, .gradio-container { padding-top: 0 !important; margin-top: 0 !
 #model-info p, #analysis-info p, #server-memory p, #method-about p, #cut-banner p {
   white-space: nowrap; overflow: hidden; text-overflow: ellipsis; margin: 0; }
 #cut-banner { height: 3.4em; overflow: hidden; font-size: 1.05rem; line-height: 1.6em; padding: 2px 12px;
-              border-left: 6px solid #0072b2; background: var(--block-background-fill); }
+              border-left: 6px solid var(--color-accent); background: var(--block-background-fill); }
 #pickers [data-testid="block-info"] { font-size: 0.85rem; }
 #slot .wrap { flex-wrap: nowrap; }
 #cut-feedback { min-height: 5em; font-size: 0.95rem; }
+.lc-stale { font-weight: 700; background: STALE_BACK; border-bottom: 3px solid STALE_LINE; padding: 0 4px; }
 #cut-feedback .lc-pending { color: var(--body-text-color-subdued); }
 #index-convention { font-size: 0.95rem; color: var(--body-text-color-subdued); }
 .gen-out textarea { font-size: 1.05rem !important; }
-"""
+""".replace("STALE_BACK", HIGHLIGHT).replace("STALE_LINE", ORANGE)  # out of date: words, a colour and a line
 EMPTY_TABLE = pd.DataFrame({"Metric": [], "Original": [], "A": [], "B": []})
