@@ -234,14 +234,14 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
 
 def probe_rates(model) -> Rates:
     """How fast ``model`` runs on this machine now: a prefill of PROBE_TOKENS tokens and PROBE_STEPS decode steps,
-    PROBE_RUNS times after a short warm-up, the median of each (a busy machine's moments vary many-fold); what
-    ``evaluation.measure.estimate`` divides a job's work by. Big batches (benchmarks, perplexity) run more tokens
-    per second than one short prompt does, so their estimates lean long."""
+    once to warm up at that shape (a fresh model's first passes allocate and pick kernels: several times slower),
+    then PROBE_RUNS times, the fastest of each (a busy machine's moments vary many-fold; a job of many passes
+    sees their middle, so estimates lean long). What ``evaluation.measure.estimate`` divides a job's work by."""
     device = next(model.parameters()).device
     ids = (torch.arange(PROBE_TOKENS, device=device) % model.config.vocab_size)[None]  # [1, T]
-    _run_once(model, ids[:, :8], 2)  # first calls allocate and pick kernels
+    _run_once(model, ids, PROBE_STEPS + 1)
     runs = [_run_once(model, ids, PROBE_STEPS + 1) for _ in range(PROBE_RUNS)]
-    prefill_ms, decode_ms = (float(np.median(times)) for times in zip(*runs))
+    prefill_ms, decode_ms = (min(times) for times in zip(*runs))
     return Rates(PROBE_TOKENS / max(prefill_ms / 1000, 1e-9), decode_ms / 1000 / PROBE_STEPS)
 
 
