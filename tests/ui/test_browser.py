@@ -353,7 +353,7 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     text = banner(page)
     assert "(8 of 30)" in text and "width pruning to 80 % of the parameters" in text and "(20.0 %) removed" in text
     page.wait_for_function("document.querySelector('#block-size input[type=number]').value === '8'", timeout=30_000)
-    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('A against the original')",
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('A against the original on')",
                            timeout=120_000)  # A's numbers, not those of the cut the page showed before
     tab(page, "Speed & memory")
     page.click("#memory-btn")
@@ -370,7 +370,7 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     page.click("#build")
     wait_built(page, "magnitude 2:4")
     assert "magnitude, 2:4 sparsity" in banner(page)
-    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('B against the original')",
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('B against the original on')",
                            timeout=120_000)  # the built variant, run whole
     assert "the whole model run" in page.inner_text("#cut-feedback")
     tab(page, "Speed & memory")
