@@ -1,6 +1,7 @@
 """The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 perplexity (one results table), the
 cut sweep (every block of K layers measured as it goes, beside the analysis's method; the others ranked on request)
-and the sparsity sweep. The defaults finish in seconds on a CPU; each button shows an estimate beside it."""
+and the sparsity sweep. The defaults are small, so that they finish quickly on a CPU (``benchmarks/default_jobs.py``
+times them); each button shows an estimate beside it (``ui.page.estimates``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The "Speed & memory" tab: every compared model's generation speed at a few batch sizes, and its memory.
 
-The defaults finish in seconds on a CPU (one batch size, one repeat, a short prompt); each button shows an
-estimate beside it (``ui.page.estimates``)."""
+The defaults are small (one batch size, one repeat, a short prompt), so that they finish quickly on a CPU
+(``benchmarks/default_jobs.py`` times them); each button shows an estimate beside it (``ui.page.estimates``)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from ui.tables import comparison_table
 from ui.session import Session
 
 MEMORY_NEW_TOKENS = 16  # tokens each model generates while its peak memory is watched
+
 
 @dataclass
 class SpeedTab:
