@@ -314,9 +314,12 @@ def stability_markdown(found) -> str:
     return f"{head}  \nWinners over {found.resamples} bootstrap resamples of {found.windows} windows: {shares}"
 
 
+STABILITY_BUTTON = "How stable is the best block of N?"
+
+
 def stability_pending(block_size) -> str:
     """What replaces a stability line measured for another N: how to measure this one."""
-    return f"N is now **{block_size}**: press *How stable is the best block of N?* to measure its stability."
+    return f"N is now **{block_size}**: press *{STABILITY_BUTTON}* to measure its stability."
 
 
 def sweep_summary(report) -> str:

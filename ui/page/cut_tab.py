@@ -93,7 +93,7 @@ def _side_column() -> dict:
     with gr.Group():
         with gr.Row(equal_height=True):
             resamples = NumberInput(20, label="Bootstrap resamples", minimum=2, scale=1)
-            stability_btn = gr.Button("How stable is the best block of N?", scale=2, elem_id="stability-btn")
+            stability_btn = gr.Button(text.STABILITY_BUTTON, scale=2, elem_id="stability-btn")
         stability_md = gr.Markdown(text.STABILITY_HELP, elem_id="stability")
     named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
     bars = PlotView(height=300, elem_id="layer-bars")

@@ -25,7 +25,7 @@ from prune.core.surgery import largest_cut
 from prune.healing.train import DEFAULTS as HEAL_DEFAULTS
 from prune.lowrank.rank_search import candidates
 
-from ui import inputs
+from ui import inputs, text
 from ui.handlers import Context
 from ui.job_text import CACHED, ESTIMATE, SWEEP_OTHERS_COST, estimate_line
 from ui.page.events import LIGHT
@@ -34,7 +34,6 @@ from ui.page.speed import MEMORY_NEW_TOKENS
 from ui.session import Session
 
 log = logging.getLogger(__name__)
-STABILITY_BUTTON = "How stable is the best block of N?"
 
 
 def quiet(fn: Callable) -> Callable:
@@ -192,7 +191,7 @@ def _sweep_line(seconds: float | None, values: tuple) -> str:
 
 def _stability_label(seconds: float | None, _values: tuple):
     line = estimate_line(seconds).removeprefix(ESTIMATE)
-    return gr.update(value=f"{STABILITY_BUTTON} ({line})" if line else STABILITY_BUTTON)
+    return gr.update(value=f"{text.STABILITY_BUTTON} ({line})" if line else text.STABILITY_BUTTON)
 
 
 def _at_most(seconds: float | None, _values: tuple) -> str:
