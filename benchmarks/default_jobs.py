@@ -52,8 +52,8 @@ def jobs(page, handlers, training: bool) -> list[tuple[str, object, object]]:
     """(name, run(session), seconds estimate(session)) for each default job, with the page's starting values."""
     from evaluation.sweeps.search_splits import WIKITEXT
 
-    speed, bench, gen, cut = page.speed, page.benchmarks, page.generate, page.cut
-    sweep, sparse, search, heal = bench.sweep, bench.sparsity, cut.search, cut.heal
+    gen, cut = page.generate, page.cut
+    search = cut.search
     seconds = handlers.estimates.seconds
     values = {line.job: [setting.value for setting in line.settings] for line in handlers.estimates.lines}
     run = dict(progress=quiet_progress)

@@ -4,7 +4,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 
 from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement

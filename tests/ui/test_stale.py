@@ -8,7 +8,7 @@ import gradio as gr
 
 from evaluation.serving.models import ModelSpec
 from prune.core.recipe import Recipe
-from ui import text
+from ui import slot_text
 from ui.page import stale
 from ui.session import Session
 
@@ -21,19 +21,19 @@ def session(a=A, b=None, name="tiny") -> Session:
 
 
 def test_fresh_numbers_name_the_model_and_each_slot_they_measured():
-    what = text.measured_what(session())
+    what = slot_text.measured_what(session())
     assert what == ("tiny", (A, None))
-    assert text.measured_note(what, what) == "Measured on **tiny** · Original · A: cut 13–15"
+    assert slot_text.measured_note(what, what) == "Measured on **tiny** · Original · A: cut 13–15"
 
 
 def test_a_changed_slot_marks_the_numbers_out_of_date_and_names_it():
-    then = text.measured_what(session())
-    note = text.measured_note(then, text.measured_what(session(b=B)))
+    then = slot_text.measured_what(session())
+    note = slot_text.measured_note(then, slot_text.measured_what(session(b=B)))
     assert note.startswith('<span class="lc-stale">Out of date: B has changed since.</span>')
     assert "These results are for tiny · Original · A: cut 13–15." in note
-    both = text.measured_note(then, text.measured_what(session(a=B, b=A)))
+    both = slot_text.measured_note(then, slot_text.measured_what(session(a=B, b=A)))
     assert "A and B have changed since" in both
-    other = text.measured_note(then, text.measured_what(session(name="other")))
+    other = slot_text.measured_note(then, slot_text.measured_what(session(name="other")))
     assert "another model (other) is loaded" in other
 
 
@@ -41,13 +41,13 @@ def test_the_page_check_leaves_unmeasured_areas_empty_and_follows_each_area_stat
     areas = [stale.Measured("note-1", "state-1"), stale.Measured("note-2", "state-2")]  # components stand-ins
     check = stale.check(areas)
     now = session(b=B)
-    then = text.measured_what(session())
+    then = slot_text.measured_what(session())
     notes = check(now, None, then)
     assert notes[0] == "" and notes[1].startswith('<span class="lc-stale">Out of date: B has changed')
-    assert check(now, text.measured_what(now), None) == [text.measured_note(text.measured_what(now),
-                                                                             text.measured_what(now)), ""]
+    assert check(now, slot_text.measured_what(now), None) == [slot_text.measured_note(slot_text.measured_what(now),
+                                                                             slot_text.measured_what(now)), ""]
     assert replace(now, editing="B").cuts == now.cuts  # editing another slot changes no numbers
-    assert check(replace(now, editing="B"), text.measured_what(now), None)[0].startswith("Measured on")
+    assert check(replace(now, editing="B"), slot_text.measured_what(now), None)[0].startswith("Measured on")
 
 
 def events_named(page, prefix: str) -> list:
@@ -77,8 +77,8 @@ def test_a_build_line_gives_way_when_a_slot_changes_another_way(page):
     from ui.page import BUILDS, FEEDBACK_AFTER
     from ui.page.cut_handlers import CutHandlers
 
-    built = text.built_status({"B": B}, {"B": 0}, 3.0)
-    assert built.startswith(text.BUILT)
+    built = slot_text.built_status({"B": B}, {"B": 0}, 3.0)
+    assert built.startswith(slot_text.BUILT)
     assert CutHandlers.status_after_change(session(), built) == ""  # no analysis: nothing to go back to
     assert CutHandlers.status_after_change(session(), "**Angular**: scored in 2 s") == gr.update()  # not a build's
     after = {fn.api_name for fn in events_named(page, "status_after_")}

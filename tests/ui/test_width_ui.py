@@ -20,7 +20,7 @@ from prune.core.recipe import Recipe
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 from prune.width.shrink import matching_depth_layers
-from ui import catalog, text
+from ui import catalog, slot_text, text
 from ui.session import Session
 
 from conftest import REPO, handlers_on, tiny_model, update_of
@@ -80,10 +80,10 @@ def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visito
     model = backend.model(session.spec, built)
     base = backend.model(session.spec)
     owned = own_bytes(model, base)
-    assert owned > 0 and f"≈ **{text.mib(owned)}**" in first[status]  # the estimate before = what it owns after
+    assert owned > 0 and f"≈ **{slot_text.mib(owned)}**" in first[status]  # the estimate before = what it owns after
     assert estimated_bytes(base, built) == owned
     assert update_of(first, view.session) == gr.update()  # the visitor's session is unchanged until the build succeeds
-    assert f"owns {text.mib(owned)}" in last[status] and "wanda 50%" in last[status]
+    assert f"owns {slot_text.mib(owned)}" in last[status] and "wanda 50%" in last[status]
     assert last[rank_map.box]["visible"] is False  # no rank map: nothing was decomposed
     assert "Wanda, 50 % unstructured sparsity" in last[view.banner] and "zeros are stored densely" in last[view.banner]
     assert (model.model.layers[0].mlp.up_proj.weight == 0).float().mean().item() == pytest.approx(0.5)
@@ -196,7 +196,7 @@ def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor, page)
     backend = handlers.context.backend
     model = backend.model(session.spec, recipe)
     owned = own_bytes(model, backend.model(session.spec))
-    assert f"≈ **{text.mib(owned)}**" in first[page.header.analysis_md]
+    assert f"≈ **{slot_text.mib(owned)}**" in first[page.header.analysis_md]
     heat = last[rank_map.plot].data[0]
     after = recipe.size(session.info.size)
     assert last[rank_map.box]["visible"] is True and list(heat.x) == ["q_proj", "k_proj", "v_proj", "o_proj",

@@ -13,7 +13,7 @@ from prune.core.recipe import Recipe
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
 from prune.core.surgery import largest_cut
 
-from ui import inputs, text
+from ui import inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.range_control import parse_range
 from ui.session import SLOTS, Session
@@ -41,7 +41,7 @@ class CutHandlers:
     def status_after_change(session: Session, status: str):
         """A build's "Built … B (…) owns …" line gives way to the analysis's once a slot changes another way: it
         would describe a B that is no longer there."""
-        if not (status or "").startswith(text.BUILT):
+        if not (status or "").startswith(slot_text.BUILT):
             return gr.update()
         return text.analysis_status(session.result) if session.result else ""
 
@@ -157,7 +157,7 @@ class CutHandlers:
         archive = exports.zipped(path)
         downloads.tidy(keep=path)
         size = archive.stat().st_size
-        message = text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists())
+        message = slot_text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists())
         box = self.export_box
         if downloads.offered(size):
             return {box.status: message, box.files: str(archive)}
@@ -165,4 +165,4 @@ class CutHandlers:
             exports.remove_export(path)
             raise InvalidInput(f"This export takes {size / 2**30:.2f} GiB: more than this server offers for "
                                "download. Export a smaller model, or run LayerCut on your own machine.")
-        return {box.status: message + " " + text.EXPORT_TOO_LARGE, box.files: None}
+        return {box.status: message + " " + slot_text.EXPORT_TOO_LARGE, box.files: None}

@@ -9,7 +9,7 @@ import gradio as gr
 
 from prune.drop.sublayers import ATTENTION, MLP
 
-from ui import explain_plots, plots, text
+from ui import explain_plots, plots, slot_text, text
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange, range_update
 from ui.session import Session
@@ -40,8 +40,8 @@ class CutView:
         layers, params = (info.num_layers, list(info.layer_params)) if info else (0, [])
         value = (cut.span or (cut.layers[0], cut.layers[-1] + 1)) if cut else None  # no selection without a cut
         custom = list(cut.layers) if cut and cut.span is None else None
-        note = "" if cut else text.slot_empty(session.editing) if recipe is None else \
-            text.slot_holds(session.editing, recipe)
+        note = "" if cut else slot_text.slot_empty(session.editing) if recipe is None else \
+            slot_text.slot_holds(session.editing, recipe)
         if session.loading:
             heat = plots.empty_figure(f"Loading {session.loading}…")
             bars = plots.empty_figure("")
@@ -57,14 +57,14 @@ class CutView:
         return {
             self.layer_range: range_update(value, layers=layers, layer_params=params,
                                            total_params=info.num_params if info else 0, custom=custom, note=note),
-            self.banner: text.banner_markdown(session),
+            self.banner: slot_text.banner_markdown(session),
             self.heatmap: heat,
             self.bars: bars,
             self.greedy: gr.update(value=plots.greedy_curve_figure(result) if greedy else None, visible=greedy),
             self.named: gr.update(choices=names, value=None, visible=bool(names), **text.named_cuts_label(result)),
             self.slot: gr.update(value=session.editing),
             self.session: session,
-            self.feedback: text.feedback_pending(session),
+            self.feedback: slot_text.feedback_pending(session),
         }
 
 

@@ -12,7 +12,7 @@ import prune
 from prune.core.calibration import BOS_CHOICES
 from prune.sparsity.masks import PATTERNS
 
-from ui import catalog, text
+from ui import catalog, slot_text, text
 from ui.handlers import Context
 from ui.inputs import CALIBRATION_SOURCES
 from ui.number_input import NumberInput, SliderInput
@@ -102,7 +102,7 @@ class Header:
                 stop_btn=gr.Button("Stop", variant="stop", scale=0, min_width=80))
         method_about = gr.Markdown(text.method_markdown(first), elem_id="method-about")
         steps = _step_row()
-        banner = gr.Markdown(text.banner_markdown(Session()), elem_id="cut-banner")
+        banner = gr.Markdown(slot_text.banner_markdown(Session()), elem_id="cut-banner")
         return cls(**pickers, steps=steps, **access, calibration=calibration, options=options,
                    method_about=method_about, **status, banner=banner)
 

@@ -12,7 +12,7 @@ from evaluation.comparison_file import Comparison
 from prune.core.errors import InvalidCut, InvalidInput, ModelNotFound
 from prune.core.paths import write_atomic
 
-from ui import inputs, text
+from ui import inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.session import SLOTS, Session
@@ -31,7 +31,7 @@ class ShareBox:
     def layout(cls) -> ShareBox:
         with gr.Accordion("Share: save this comparison as a file, or open a saved one", open=False,
                           elem_id="share-box"):
-            gr.Markdown(text.SHARE_HELP)
+            gr.Markdown(slot_text.SHARE_HELP)
             with gr.Row(equal_height=True):
                 with gr.Column():
                     save_btn = gr.Button("Save this comparison (.json)", elem_id="share-save")
@@ -64,7 +64,7 @@ class ShareHandlers:
             raise InvalidInput(f"This comparison cannot be saved to open again: {err}") from None
         path = self.context.downloads.folder(owner(request)) / FILE_NAME
         write_atomic(path, saved)
-        return {self.box.saved: str(path), self.box.status: text.comparison_saved(comparison)}
+        return {self.box.saved: str(path), self.box.status: slot_text.comparison_saved(comparison)}
 
     @user_errors
     def open(self, session: Session, upload, token: str, trust_remote_code: bool, request: gr.Request = None,
@@ -92,7 +92,7 @@ class ShareHandlers:
                          results=comparison.results)
         return {**self.pick.model_shown(info, opened), self.header.model: gr.update(value=spec.name),
                 self.header.analysis_md: text.analysis_status(opened.result) if opened.result else "",
-                self.box.status: text.comparison_opened(comparison), **self.results.show(opened)}
+                self.box.status: slot_text.comparison_opened(comparison), **self.results.show(opened)}
 
 
 def wire(page, handlers) -> dict:

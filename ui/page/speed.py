@@ -11,7 +11,7 @@ import gradio as gr
 
 from prune.core.errors import InvalidInput
 
-from ui import inputs, job_text, plots, text
+from ui import inputs, job_text, plots, slot_text, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -103,7 +103,7 @@ class SpeedHandlers:
                 tab.speedup_plot: plots.speedup_figure(found, names),
                 tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput",
                                                              names=names),
-                tab.speed_note: "  \n".join(filter(None, (text.model_notes(found, "sparsity_note"),
+                tab.speed_note: "  \n".join(filter(None, (slot_text.model_notes(found, "sparsity_note"),
                                                           job_text.beyond_ideal_note(found)))),
                 **tab.speed_measured.fresh(session)}
 
@@ -118,7 +118,7 @@ class SpeedHandlers:
         return {tab.memory_table: comparison_table(found, variants),
                 tab.memory_plot: plots.comparison_figure(sizes, unit=main_unit(sizes), title="Memory",
                                                          names=text.model_names(variants)),
-                tab.memory_note: text.model_notes(found, "note"), **tab.memory_measured.fresh(session)}
+                tab.memory_note: slot_text.model_notes(found, "note"), **tab.memory_measured.fresh(session)}
 
 
 def wire(page, handlers) -> dict:

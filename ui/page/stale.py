@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ui import text
+from ui import slot_text
 from ui.session import Session
 
 
@@ -32,16 +32,16 @@ class Measured:
 
     def fresh(self, session: Session) -> dict:
         """The note and state of numbers just measured on ``session``'s models."""
-        what = text.measured_what(session)
-        return {self.note: text.measured_note(what, what), self.measured: what}
+        what = slot_text.measured_what(session)
+        return {self.note: slot_text.measured_note(what, what), self.measured: what}
 
 
 def check(areas: list[Measured]):
     """The handler comparing each area's state with the session: its notes, in ``areas``' order."""
 
     def notes(session: Session, *measured) -> list[str]:
-        now = text.measured_what(session)
-        return [text.measured_note(then, now) if then else "" for then in measured]
+        now = slot_text.measured_what(session)
+        return [slot_text.measured_note(then, now) if then else "" for then in measured]
 
     return notes
 

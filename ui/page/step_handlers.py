@@ -14,7 +14,7 @@ from prune.depth.selection import check_selection, chosen_recipe
 from prune.width.shrink import matching_depth_layers
 from prune.width.step import WidthPrune
 
-from ui import catalog, inputs, text
+from ui import catalog, inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.session import SLOTS, Session
 
@@ -67,7 +67,7 @@ class StepHandlers:
         The page keeps its cuts until the build succeeds."""
         backend = self.context.backend
         costs = {slot: backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
-        yield {self.status: text.building_status(recipes, costs, backend.variants.budget_bytes)}
+        yield {self.status: slot_text.building_status(recipes, costs, backend.variants.budget_bytes)}
         started = time.perf_counter()
         try:
             owned = {slot: backend.build(session.spec, recipe, progress=reporter(progress), owner=owner(request))
@@ -75,7 +75,7 @@ class StepHandlers:
         except Exception:
             yield {self.status: text.analysis_status(session.result) if session.result else ""}
             raise
-        yield {**self.view.show(session), self.status: text.built_status(recipes, owned, time.perf_counter() - started),
+        yield {**self.view.show(session), self.status: slot_text.built_status(recipes, owned, time.perf_counter() - started),
                **self.rank_map.show(session, recipes)}
 
     @user_errors

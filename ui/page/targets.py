@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ui import text
+from ui import slot_text
 from ui.session import Session
 
 
@@ -24,6 +24,6 @@ class SlotTargets:
 
     def show(self, session: Session, stack: bool = False) -> dict:
         """Each button's label for ``session``; ``stack``: Build adds its step after the edited slot's model."""
-        return {self.build: gr.update(value=text.build_label(session, stack)),
-                self.heal: gr.update(value=text.heal_label(session)),
-                self.search: gr.update(value=text.search_label(session))}
+        return {self.build: gr.update(value=slot_text.build_label(session, stack)),
+                self.heal: gr.update(value=slot_text.heal_label(session)),
+                self.search: gr.update(value=slot_text.search_label(session))}
