@@ -212,7 +212,7 @@ def test_generation_streams_both_outputs_side_by_side(page):
     assert "no B cut" in page.input_value("#out-B textarea")
     page.wait_for_function("document.querySelector('#divergence').innerText.includes('agrees on')", timeout=120_000)
     caption = page.inner_text("#divergence")
-    assert caption.startswith("A agrees on") and "teacher-forced" in caption
+    assert caption.startswith("A agrees on") and "fed the original's" in caption
     if "leaves the original's answer at token" in caption:  # A's answer marked in place of the plain one
         page.wait_for_selector("#marked-A mark.lc-left", state="visible")
         assert page.locator("#out-A").is_hidden() and page.inner_text("#marked-A").startswith("A: ")

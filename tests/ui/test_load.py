@@ -49,7 +49,8 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys):
             _range, banner, *_ = client.predict([start, start + size], api_name="/set_cut")
             generated = client.submit("What is the capital of France?", 8, 0, 1, 0,
                                       api_name="/generate").result(timeout=CALL_TIMEOUT_S)
-            table, _plot, _note = client.submit(api_name="/memory").result(timeout=CALL_TIMEOUT_S)
+            table, _plot, _note, measured = client.submit(api_name="/memory").result(timeout=CALL_TIMEOUT_S)
+            assert f"A: cut {start}" in measured, measured  # this visitor's own cut, named
             with lock:
                 results[i] = (start, size, banner, generated, table)
         except Exception as err:  # counted, and shown below

@@ -301,7 +301,8 @@ def test_best_n_attention_blocks_fill_the_edited_slot(page):
     from evaluation.serving.models import ModelSpec
     from ui import palette, plots
     from ui.session import Session
-    from ui.text import banner_markdown, column_label
+    from ui.slot_text import banner_markdown, slot_holds
+    from ui.text import column_label
 
     model = tiny_model("llama", layers=6)
     scores = {ATTENTION: np.array([0.5, 0.1, 0.4, 0.05, 0.3, 0.6]), MLP: np.array([0.2, 0.3, 0.1, 0.4, 0.5, 0.6])}
@@ -313,7 +314,7 @@ def test_best_n_attention_blocks_fill_the_edited_slot(page):
     slider, banner, bars, session = shown[view.layer_range], shown[view.banner], shown[view.bars], shown[view.session]
     recipe = session.cut()
     assert recipe.sublayer_drop.attention == (1, 3) and recipe.depth_cut is None
-    assert slider["custom"] == []  # the range shows no whole layer cut
+    assert slider["value"] is None and slider["note"] == slot_holds("A", recipe)  # no whole layer cut
     assert "attention dropped in layers 1, 3" in banner and "parameters" in banner
     assert banner == banner_markdown(session)
     assert column_label("A", session.variants()) == "A: no attention 1, 3"
