@@ -38,8 +38,7 @@ def test_a_changed_slot_marks_the_numbers_out_of_date_and_names_it():
 
 
 def test_the_page_check_leaves_unmeasured_areas_empty_and_follows_each_area_state():
-    areas = [stale.Measured("note-1", "state-1"), stale.Measured("note-2", "state-2")]  # components stand-ins
-    check = stale.check(areas)
+    check = stale.notes
     now = session(b=B)
     then = slot_text.measured_what(session())
     notes = check(now, None, then)

@@ -36,19 +36,14 @@ class Measured:
         return {self.note: slot_text.measured_note(what, what), self.measured: what}
 
 
-def check(areas: list[Measured]):
-    """The handler comparing each area's state with the session: its notes, in ``areas``' order."""
-
-    def notes(session: Session, *measured) -> list[str]:
-        now = slot_text.measured_what(session)
-        return [slot_text.measured_note(then, now) if then else "" for then in measured]
-
-    return notes
+def notes(session: Session, *measured) -> list[str]:
+    """Each area's note against the session, from what it measured (None: nothing yet), in the areas' order."""
+    now = slot_text.measured_what(session)
+    return [slot_text.measured_note(then, now) if then else "" for then in measured]
 
 
 def wire(events: list, session: gr.State, areas: list[Measured]) -> None:
     """After each of ``events`` (a change of a slot or of the model), every area's note rechecked."""
     inputs, outputs = [session, *(a.measured for a in areas)], [a.note for a in areas]
-    handler = check(areas)
     for i, event in enumerate(events):
-        event.success(handler, inputs, outputs, api_name=f"stale_check_{i}", queue=False, show_progress="hidden")
+        event.success(notes, inputs, outputs, api_name=f"stale_check_{i}", queue=False, show_progress="hidden")
