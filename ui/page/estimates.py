@@ -29,8 +29,9 @@ from ui import inputs, text
 from ui.handlers import Context
 from ui.job_text import CACHED, ESTIMATE, SWEEP_OTHERS_COST, estimate_line
 from ui.page.events import LIGHT
-from ui.page.heal import PPL_SEQ_LEN, PPL_WINDOWS
-from ui.page.speed import MEMORY_NEW_TOKENS
+from ui.page.generate import max_new
+from ui.page.heal import PPL_SEQ_LEN, PPL_WINDOWS, heal_limits
+from ui.page.speed import MEMORY_NEW_TOKENS, speed_settings
 from ui.session import Session
 
 log = logging.getLogger(__name__)
@@ -84,14 +85,7 @@ class Seconds:
 
     @quiet
     def speed(self, session, rates, batch_sizes, prompt_len, new_tokens, repeats):
-        if not batch_sizes:
-            return None
-        return estimate.speed(rates, columns(session),
-                              batch_sizes=[inputs.whole_number(b, "A batch size", minimum=1, maximum=256)
-                                           for b in batch_sizes],
-                              prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
-                              new_tokens=inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),
-                              repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50))
+        return estimate.speed(rates, columns(session), **speed_settings(batch_sizes, prompt_len, new_tokens, repeats))
 
     @quiet
     def memory(self, session, rates):
@@ -123,10 +117,9 @@ class Seconds:
     def sparsity(self, session, rates, task, levels, methods, limit, windows):
         if not methods:
             return None
-        plan = check_plan([level for level in inputs.percentages(levels, "Sparsity levels")], methods,
-                          self.context.default_calibration)
-        points = [recipe for _name, recipe in plan.points()]
         calibration = self.context.default_calibration
+        plan = check_plan([level for level in inputs.percentages(levels, "Sparsity levels")], methods, calibration)
+        points = [recipe for _name, recipe in plan.points()]
         return estimate.sparsity_sweep(
             rates, task=task, limit=self._limit(limit, "Questions"), points=len(points), seq_len=PERPLEXITY.seq_len,
             windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
@@ -135,9 +128,7 @@ class Seconds:
 
     @quiet
     def generation(self, session, rates, prompt, max_new_tokens):
-        return estimate.generation(rates, columns(session), prompt=prompt or "",
-                                   max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1,
-                                                                      maximum=2048))
+        return estimate.generation(rates, columns(session), prompt=prompt or "", max_new_tokens=max_new(max_new_tokens))
 
     @quiet
     def rank_search(self, session, rates, space, criterion, limit, last_layers, projections):
@@ -165,11 +156,11 @@ class Seconds:
             return None
         settings = HEAL_DEFAULTS[method]
         compute = recipe.size(session.info.size).total / session.info.size.total
+        steps, budget_s = heal_limits(steps, budget_s)
         return estimate.healing(
-            rates, compute, steps=inputs.whole_number(steps, "Healing steps", minimum=0, maximum=10_000)
-            or settings["steps"], batch=settings["batch"], seq_len=settings["seq_len"], heldout=settings["heldout"],
-            eval_every=settings["eval_every"], columns=[1.0, compute, compute], ppl_tokens=PPL_SEQ_LEN * PPL_WINDOWS,
-            budget_s=inputs.real_number(budget_s, "The time budget", minimum=0, maximum=3600) or None)
+            rates, compute, steps=steps or settings["steps"], batch=settings["batch"], seq_len=settings["seq_len"],
+            heldout=settings["heldout"], eval_every=settings["eval_every"], columns=[1.0, compute, compute],
+            ppl_tokens=PPL_SEQ_LEN * PPL_WINDOWS, budget_s=budget_s)
 
     @quiet
     def stability(self, session, rates, resamples):

@@ -32,6 +32,11 @@ mark.lc-left {{ background: {HIGHLIGHT}; color: {TEXT_HEX}; border-bottom: 3px s
 LENS_POSITIONS = 12  # the prompt's last positions the logit lens shows (readable on a projector)
 
 
+def max_new(value) -> int:
+    """The answers' length, checked once: generation, divergence and the estimate read it alike."""
+    return inputs.whole_number(value, "Max new tokens", minimum=1, maximum=2048)
+
+
 @dataclass
 class Column:
     """One model's answer (streamed as text; a compressed one's then shown marked where it leaves the original's)
@@ -130,7 +135,7 @@ class GenerateHandlers:
         """Stream every compared model's answer to the same prompt, side by side; last, the answers' token ids."""
         need_model(session)
         prompt = inputs.prompt(prompt, self.context.policy)
-        settings = dict(max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
+        settings = dict(max_new_tokens=max_new(max_new_tokens),
                         temperature=inputs.real_number(temperature, "Temperature", minimum=0, maximum=5),
                         top_p=inputs.real_number(top_p, "Top-p", minimum=0, maximum=1),
                         seed=inputs.whole_number(seed, "The seed", minimum=0, maximum=inputs.LARGEST_SEED))
@@ -161,7 +166,7 @@ class GenerateHandlers:
                     tab.divergence_md: ""}
         report = self.context.backend.divergence(
             session.spec, variants, inputs.prompt(prompt, self.context.policy),
-            max_new_tokens=inputs.whole_number(max_new_tokens, "Max new tokens", minimum=1, maximum=2048),
+            max_new_tokens=max_new(max_new_tokens),
             answers={label: ids for label, ids in answers.items() if label in variants},
             progress=reporter(progress), owner=owner(request))
         shown = {tab.divergence_plot: explain_plots.divergence_figure(report, text.model_names(variants)),

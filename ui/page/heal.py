@@ -21,6 +21,13 @@ from ui.session import Session
 PPL_SEQ_LEN, PPL_WINDOWS = 256, 32  # the held-out check after healing: 8,192 tokens of WikiText-2 test
 
 
+def heal_limits(steps, budget_s) -> tuple[int | None, float | None]:
+    """Healing's steps and time budget (None: the method's default, no budget), checked once: the job and its
+    estimate read them alike."""
+    return (inputs.whole_number(steps, "Healing steps", minimum=0, maximum=10_000) or None,
+            inputs.real_number(budget_s, "The time budget", minimum=0, maximum=3600) or None)
+
+
 @dataclass
 class HealBox:
     method: gr.Radio
@@ -67,8 +74,7 @@ class HealHandlers:
             raise InvalidInput(f"Choose a cut for {session.editing} first: healing retrains a compressed model.")
         if recipe.last("heal") is not None:
             raise InvalidInput(f"{session.editing} is already healed: heal the model it was healed from.")
-        step = Heal.of(method, inputs.whole_number(steps, "Healing steps", minimum=0, maximum=10_000) or None,
-                       inputs.real_number(budget_s, "The time budget", minimum=0, maximum=3600) or None)
+        step = Heal.of(method, *heal_limits(steps, budget_s))
         target = session.other
         backend, box = self.context.backend, self.box
         points: list[LossPoint] = []

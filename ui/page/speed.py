@@ -24,6 +24,17 @@ from ui.session import Session
 MEMORY_NEW_TOKENS = 16  # tokens each model generates while its peak memory is watched
 
 
+def speed_settings(batch_sizes: list, prompt_len, new_tokens, repeats) -> dict:
+    """The speed job's settings, checked once: the job and its estimate read them alike."""
+    if not batch_sizes:
+        raise InvalidInput("Choose at least one batch size.")
+    return dict(batch_sizes=tuple(sorted({inputs.whole_number(b, "A batch size", minimum=1, maximum=256)
+                                          for b in batch_sizes})),
+                prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
+                new_tokens=inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),
+                repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50))
+
+
 @dataclass
 class SpeedTab:
     batches: gr.CheckboxGroup
@@ -88,15 +99,11 @@ class SpeedHandlers:
     def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, request: gr.Request = None,
               progress=gr.Progress()):
         need_model(session)
-        if not batch_sizes:
-            raise InvalidInput("Choose at least one batch size.")
-        batches = sorted({inputs.whole_number(b, "A batch size", minimum=1, maximum=256) for b in batch_sizes})
+        settings = speed_settings(batch_sizes, prompt_len, new_tokens, repeats)
         variants = session.variants()
         found = self.context.backend.speed(
-            session.spec, variants, batch_sizes=tuple(batches),
-            prompt_len=inputs.whole_number(prompt_len, "Prompt tokens", minimum=1, maximum=8192),
-            new_tokens=(inputs.whole_number(new_tokens, "New tokens", minimum=2, maximum=1024),),
-            repeats=inputs.whole_number(repeats, "Repeats", minimum=1, maximum=50), progress=reporter(progress),
+            session.spec, variants, batch_sizes=settings["batch_sizes"], prompt_len=settings["prompt_len"],
+            new_tokens=(settings["new_tokens"],), repeats=settings["repeats"], progress=reporter(progress),
             owner=owner(request))
         tab, names = self.tab, text.model_names(variants)
         return {tab.speed_table: comparison_table(found, variants),
