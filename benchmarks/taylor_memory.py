@@ -1,6 +1,6 @@
 """Peak memory of Taylor+ over the weight memory, on a 1B-class random Llama and on the default model.
 
-    .venv/bin/python benchmarks/taylor_memory.py [--only 1b|default] [--reference]
+    .venv/bin/python benchmarks/taylor_memory.py [--only 1b|default] [--reference] [--folder DIR]
 
 Peak is measured the way evaluation/memory.py measures it on a CPU: the kernel's high-water
 mark of the resident set (VmHWM) after resetting it with /proc/self/clear_refs, taken over
@@ -8,7 +8,9 @@ the scoring alone; the figure is weights + that growth, over the weights. The 1B
 has Llama-3.2-1B's shape with the default model's tokenizer (vocabulary 49,152, tied
 embeddings), random weights, float32; the calibration is the default one. ``--reference``
 also runs the textbook computation (one backward keeping every gradient and activation) and
-checks that the scores agree.
+checks that the scores agree. Each model is also scored with the loss from whole-sequence logits (the
+computation before ``prune.core.chunked_loss``), side by side; ``--folder`` measures one model folder
+(Gemma 3 270M's 262k-token vocabulary is where the chunks matter most).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=["1b", "default"], help="measure one model only")
     parser.add_argument("--reference", action="store_true", help="also measure the plain full backward pass")
+    parser.add_argument("--folder", help="measure this model folder only (e.g. Gemma 3 270M: a 262k vocabulary)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
@@ -34,6 +37,10 @@ def main() -> None:
     from prune.core.loading import default_checkpoint
 
     print(f"torch threads: {torch.get_num_threads()}")
+    if args.folder:
+        model, tokenizer = prune.load_model(args.folder, device="cpu", dtype="float32")
+        report(args.folder, model, tokenizer, args.reference)
+        return
     if args.only in (None, "1b"):
         tokenizer = AutoTokenizer.from_pretrained(default_checkpoint())
         model = one_billion_llama(len(tokenizer))
@@ -68,11 +75,26 @@ def report(label: str, model, tokenizer, reference: bool) -> None:
     result, extra, seconds = peak_while(lambda: prune.score(model, tokenizer, "taylor", use_cache=False))
     print(f"  Taylor+            peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
           f"  ({seconds:.0f} s)  best 6-layer block {result.best_block(6)}")
+    whole, extra, seconds = peak_while(lambda: whole_sequence_taylor(model, tokenizer))
+    print(f"  whole-seq. logits  peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
+          f"  ({seconds:.0f} s)  same scores: {np.allclose(whole.layer_scores, result.layer_scores, rtol=1e-4)}")
     if reference:
         ids = prune.Context(model, tokenizer, prune.Calibration()).input_ids[:result.params["max_samples"]]
         plain, extra, seconds = peak_while(lambda: plain_saliency(model, ids))
         print(f"  plain full backward peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
               f"  ({seconds:.0f} s)  max relative difference {np.max(np.abs(result.layer_scores / plain - 1)):.1e}")
+
+
+def whole_sequence_taylor(model, tokenizer):
+    """Taylor+ with the loss from whole-sequence logits (``model(labels=…).loss``): the computation before
+    ``prune.core.chunked_loss``, for the peak side by side."""
+    from unittest import mock
+
+    import prune
+
+    whole = lambda m, ids: m(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: E731
+    with mock.patch("prune.depth.methods.taylor.mean_loss", whole):
+        return prune.score(model, tokenizer, "taylor", use_cache=False)
 
 
 def peak_while(run):

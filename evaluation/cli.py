@@ -46,12 +46,10 @@ Examples::
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
     layercut-benchmark --recipe ./cut --task hellaswag      # the same cut again, from the export's recipe
 
-Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines::
-
-    accelerate launch -m lm_eval run --model hf --model_args pretrained=./cut,dtype=bfloat16 \\
-        --tasks hellaswag arc_easy --batch_size 16          # data-parallel, one copy per GPU
-    lm-eval run --model vllm --model_args pretrained=./cut,data_parallel_size=2 --tasks hellaswag
-    vllm serve ./cut                                        # or any HF-compatible server
+Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines, and prints (and
+saves as SCALE_OUT.md beside it) the exact ``accelerate launch -m lm_eval`` and ``lm_eval --model vllm`` commands
+that evaluate it on many GPUs, with the tensor-parallel sizes vLLM accepts for its shapes
+(``evaluation/exports/scale_out.py``).
 
 (offline, add ``--include_path ~/.cache/layercut/tasks/<fingerprint> --tasks layercut_hellaswag``:
 the converted local tasks this command prepared).
@@ -60,6 +58,7 @@ the converted local tasks this command prepared).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from functools import reduce
@@ -79,7 +78,7 @@ from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 
 from evaluation import recipe_file
 from evaluation.quality import lm_eval_adapter
-from evaluation.exports import zigzag_csv as zigzag_output
+from evaluation.exports import scale_out, zigzag_csv as zigzag_output
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
@@ -156,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="benchmark data folder (default $LAYERCUT_DATA_DIR or ../shared/benchdata; '' = the hub)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: cuda if available)")
     parser.add_argument("--dtype", default=None, help="auto, float32, bfloat16, float16")
+    parser.add_argument("--memory_budget", default=None, metavar="AMOUNT",
+                        help="memory the weights may take, e.g. 20GiB (default: $LAYERCUT_MEMORY_BUDGET, else what is "
+                             "free); a larger model is read from its safetensors files layer by layer")
     parser.add_argument("--seed", type=int, default=0, help="0 = lm-eval's default seeds")
     parser.add_argument("--scorer", default=lm_eval_adapter.DEFAULT_SCORER, choices=sorted(lm_eval_adapter.SCORERS),
                         help="fast: each context run once (same log-likelihoods as hflm); hflm: lm-eval's own")
@@ -306,7 +308,7 @@ def run(args, progress=None) -> Path | None:
         return None
     progress = progress or _Printer()
     recorded = recipe_file.read(args.recipe) if args.recipe else None  # checked before anything loads
-    backend = Backend(data_dir=args.data_dir, device=args.device)
+    backend = Backend(data_dir=args.data_dir, device=args.device, model_budget_bytes=args.memory_budget)
     request = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
                                             data_dir=backend.data_dir)
     out_dir = Path(args.output_folder).expanduser().resolve()
@@ -354,6 +356,7 @@ def run(args, progress=None) -> Path | None:
         saved = backend.export(spec, recipe, target / mode if len(cuts) > 1 else target,
                                scores=[m for m in measurements if m.model in (ORIGINAL, PRUNED, mode)])
         progress(1.0, f"Saved the {mode} checkpoint to {saved}")
+        print(scale_out.scale_out(str(saved), json.loads((saved / "config.json").read_text()), recipe).markdown())
 
     header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
     header += "".join(f"- {mode}: {recipe.describe()}\n" for mode, recipe in cuts.items())

@@ -90,6 +90,7 @@ def search_label(session) -> str:
 def export_saved(slot: str, archive: str, size: int, tools: bool) -> str:
     """After an export: which slot, the zip's name (never where it lies on the server), what it holds."""
     extras = ", a mergekit config and the llama.cpp `--prune-layers` argument" if tools else ""
+    extras += ", and SCALE_OUT.md: how to evaluate it on many GPUs"
     return (f"Saved **{slot}** as `{archive}` ({size / 2**30:.2f} GiB): a Hugging Face checkpoint folder with a "
             f"model card{extras}. Unzip it, and `AutoModelForCausalLM.from_pretrained` loads the folder.")
 

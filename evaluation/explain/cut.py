@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from torch import nn
 
+from prune.core.devices import input_device
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.hidden import StopForward, run_until_stopped
@@ -111,7 +112,7 @@ def head_input(model: nn.Module, ids: torch.Tensor, *, feed: torch.Tensor | None
     handles += [layer.register_forward_hook(after(i)) for i, layer in enumerate(layers)]
     handles.append(model.get_output_embeddings().register_forward_pre_hook(grab))
     try:
-        run_until_stopped(model, input_ids=ids.to(model.device), use_cache=False)
+        run_until_stopped(model, input_ids=ids.to(input_device(model)), use_cache=False)
     finally:
         for handle in handles:
             handle.remove()

@@ -33,6 +33,7 @@ from prune.core.paths import write_atomic
 from prune.core.recipe import CONFIG_FIELD, Recipe
 from prune.drop.sublayers import dropped
 
+from evaluation.exports import scale_out
 from evaluation.exports.texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text, mergekit_yaml, model_card, model_dtype)
 from evaluation.measure.measurement import Measurement
 from evaluation.measure.memory import folder_bytes, save_checkpoint
@@ -84,6 +85,9 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     try:
         save_checkpoint(model, tokenizer, staging, factored=factored)
         _record_recipe(staging / "config.json", recipe)
+        config = json.loads((staging / "config.json").read_text())
+        write_atomic(staging / scale_out.FILE, scale_out.scale_out(f"./{target.name}", config, recipe,
+                                                                   factored=factored).markdown())
         write_atomic(staging / CARD, model_card(model, recipe, base_name=base_name, num_layers=num_layers,
                                                 name=target.name, scores=scores, origin=origin, factored=factored))
         if removed is not None:

@@ -14,7 +14,9 @@ from contextlib import nullcontext
 
 import torch
 
+from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
+from prune.core.kv import cache_returned, with_cache
 
 from evaluation.serving.jobs import Job
 from evaluation.measure.measurement import Measurement
@@ -78,7 +80,7 @@ class TokenStream:
     def __init__(self, model, tokenizer, prompt_ids: list[int], *, max_new_tokens: int, temperature: float,
                  top_p: float, seed: int):
         self.model, self.tokenizer = model, tokenizer
-        self.device = next(model.parameters()).device
+        self.device = input_device(model)
         self.next_input = torch.tensor([prompt_ids], device=self.device)
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
         self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
@@ -95,7 +97,7 @@ class TokenStream:
         if self.done:
             return
         started = time.perf_counter()
-        out = self.model(input_ids=self.next_input, past_key_values=self.cache, use_cache=True)
+        out = self.model(input_ids=self.next_input, use_cache=True, **with_cache(self.model, self.cache))
         token = choose_token(out.logits[:, -1, :], self.temperature, self.top_p, self.generator)
         token_id = int(token.item())  # .item() synchronises with the device
         elapsed = time.perf_counter() - started
@@ -103,7 +105,7 @@ class TokenStream:
             self.ttft_s = elapsed
         else:
             self.decode_s += elapsed
-        self.cache = out.past_key_values
+        self.cache = cache_returned(out)
         self.next_input = token.view(1, 1)
         if token_id in self.stops:
             self.done = True

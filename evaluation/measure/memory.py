@@ -33,7 +33,10 @@ from pathlib import Path
 import psutil
 import torch
 
+from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
+from prune.core.kv import cache_returned
+from prune.core.offload import parameters_read
 from prune.lowrank.decomposition import factored_view, merged
 from prune.drop.sublayers import attention_layers, savable
 from prune.sparsity.masks import zero_fraction
@@ -52,17 +55,17 @@ def num_params(model) -> int:
 
 
 def weight_bytes(model) -> int:
-    """Bytes of the model's parameters, counting each tensor in memory once."""
+    """Bytes of the model's parameters, counting each tensor in memory once (an offloaded one, on disk, too)."""
     seen: dict[int, int] = {}
     for p in model.parameters():
-        seen[p.data_ptr()] = p.numel() * p.element_size()
+        seen[id(p) if p.device.type == "meta" else p.data_ptr()] = p.numel() * p.element_size()
     return sum(seen.values())
 
 
 def zero_weights(model) -> tuple[int, int]:
     """(entries exactly zero, all entries) of the model's parameters, each shared tensor counted once."""
     seen: dict[int, tuple[int, int]] = {}
-    for p in model.parameters():
+    for p in parameters_read(model):  # an offloaded model's read from its files, one tensor at a time
         if p.data_ptr() not in seen:
             seen[p.data_ptr()] = (int((p == 0).sum()), p.numel())
     return sum(z for z, _ in seen.values()), sum(n for _, n in seen.values())
@@ -131,9 +134,9 @@ class _RssSampler:
 def _generate(model, input_ids: torch.Tensor, new_tokens: int):
     """Greedy generation; returns the KV cache it built."""
     pad = getattr(model.generation_config, "pad_token_id", None) or getattr(model.generation_config, "eos_token_id", 0)
-    return model.generate(input_ids, attention_mask=torch.ones_like(input_ids), max_new_tokens=new_tokens,
-                          min_new_tokens=new_tokens, do_sample=False, pad_token_id=pad,
-                          return_dict_in_generate=True).past_key_values
+    return cache_returned(model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                         pad_token_id=pad, return_dict_in_generate=True))
 
 
 def kv_cache_bytes(cache) -> int:
@@ -145,7 +148,7 @@ def kv_cache_bytes(cache) -> int:
 
 def peak_generation_bytes(model, input_ids: torch.Tensor, new_tokens: int = 64) -> tuple[int, dict]:
     """(weights + peak extra memory while greedily generating ``new_tokens``, how it was measured)."""
-    device = next(model.parameters()).device
+    device = input_device(model)
     input_ids = input_ids.to(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

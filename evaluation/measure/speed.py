@@ -20,8 +20,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from prune.core.devices import input_device
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput
+from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
 
 from evaluation.serving.jobs import Job
@@ -153,11 +155,11 @@ def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, f
     with _Timer(device) as prefill:
         out = model(input_ids=input_ids, use_cache=True, **_keeps_last_logits(model))
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
-    cache = out.past_key_values
+    cache = cache_returned(out)
     with _Timer(device) as decode:
         for _ in range(new_tokens - 1):  # the prefill produced the first token
-            out = model(input_ids=token, past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=token, use_cache=True, **with_cache(model, cache))
+            cache = cache_returned(out)
             token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
     return prefill.ms, decode.ms
 
@@ -185,7 +187,7 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
             raise InvalidInput(f"Prompt + output ({prompt_len + max(new_tokens)} tokens) exceeds the model's "
                                f"{limit} positions.")
     first = next(iter(models.values()))
-    device = next(first.parameters()).device
+    device = input_device(first)
     generator = torch.Generator().manual_seed(seed)
     results: list[Measurement] = []
     steps, done = len(batch_sizes) * len(models) * (warmup + repeats * len(new_tokens)), 0
@@ -237,7 +239,7 @@ def probe_rates(model) -> Rates:
     once to warm up at that shape (a fresh model's first passes allocate and pick kernels: several times slower),
     then PROBE_RUNS times, the fastest of each (a busy machine's moments vary many-fold; a job of many passes
     sees their middle, so estimates lean long). What ``evaluation.measure.estimate`` divides a job's work by."""
-    device = next(model.parameters()).device
+    device = input_device(model)
     ids = (torch.arange(PROBE_TOKENS, device=device) % model.config.vocab_size)[None]  # [1, T]
     _run_once(model, ids, PROBE_STEPS + 1)
     runs = [_run_once(model, ids, PROBE_STEPS + 1) for _ in range(PROBE_RUNS)]

@@ -31,6 +31,7 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 from tqdm import tqdm
 
+from prune.core.devices import input_device
 from prune.core.hidden import StopForward, run_until_stopped
 
 TOKENS_PER_REQUEST = 128  # batch_size requests ≈ batch_size × this many tokens per forward pass
@@ -244,7 +245,7 @@ def head_input(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     handle = model.get_output_embeddings().register_forward_pre_hook(grab)
     try:
         with torch.no_grad():
-            run_until_stopped(model, **batch.model_inputs(model.dtype, model.device))
+            run_until_stopped(model, **batch.model_inputs(model.dtype, input_device(model)))
     finally:
         handle.remove()
     return captured["hidden"]

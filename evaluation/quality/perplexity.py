@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from prune.core.chunked_loss import summed_nll
+from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 
 from evaluation.serving.jobs import Job
@@ -61,12 +63,8 @@ def windows(ids: torch.Tensor, seq_len: int, bos_id: int | None) -> torch.Tensor
 @torch.no_grad()
 def window_nll(model, batch: torch.Tensor) -> tuple[float, int]:
     """(summed NLL, predicted tokens) of a [B, T] batch: every token after the first is predicted."""
-    device = next(model.parameters()).device
-    batch = batch.to(device)
-    logits = model(input_ids=batch, use_cache=False).logits[:, :-1].float()  # [B, T-1, V]
-    targets = batch[:, 1:]
-    nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum")
-    return float(nll), targets.numel()
+    nll, predicted = summed_nll(model, batch.to(input_device(model)))  # the head on a chunk of positions at a time
+    return float(nll), predicted
 
 
 def check_seq_lens(model, seq_lens) -> None:

@@ -17,6 +17,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from prune.core.devices import input_device
 from prune.core.architectures import decoder_layers
 from prune.core.hidden import StopForward, inject_hidden, run_until_stopped
 from prune.core.surgery import check_block, cut, remove_layers
@@ -240,7 +241,7 @@ def _keep(kept: dict, batch: int, layer: int, hidden: torch.Tensor) -> None:
 def _run_prefix(model: nn.Module, batch: PackedBatch) -> None:
     """Run the model until a hook raises StopForward."""
     with torch.no_grad():
-        run_until_stopped(model, **batch.model_inputs(model.dtype, model.device))
+        run_until_stopped(model, **batch.model_inputs(model.dtype, input_device(model)))
 
 
 def _chunks(batches: Sequence[PackedBatch], bytes_per_token: int, budget: int):

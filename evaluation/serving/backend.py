@@ -20,6 +20,7 @@ import torch
 
 import prune
 from prune.core.calibration import Calibration, default_calibration, load_text
+from prune.core.budget import configured_budget
 from prune.core.devices import default_device
 from prune.core.errors import InvalidInput
 from prune.depth.methods import get_method
@@ -61,7 +62,7 @@ class Backend(Sweeping, Explaining, Training):
     """
 
     def __init__(self, data_dir: str | Path | None = None, device: str | None = None, *,
-                 model_budget_bytes: int | None = None):
+                 model_budget_bytes: int | str | None = None):
         if data_dir is None:
             self.data_dir = default_data_dir()
         else:
@@ -69,7 +70,7 @@ class Backend(Sweeping, Explaining, Training):
         self.device = device or default_device()
         allocator.configure()  # before Gradio's worker threads allocate: see evaluation/allocator.py
         self.jobs = JobRunner(self.device)
-        self.pool = ModelPool(self.device, model_budget_bytes)
+        self.pool = ModelPool(self.device, configured_budget(model_budget_bytes))  # LAYERCUT_MEMORY_BUDGET if set
         self.variants = VariantCache()
         self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
         self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()

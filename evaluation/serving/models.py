@@ -20,8 +20,9 @@ import torch
 
 import prune
 from prune.core.architectures import architecture_of, decoder_layers, get_path
-from prune.core.devices import available_memory_bytes, parse_dtype
+from prune.core.devices import available_memory_bytes, input_device, parse_dtype
 from prune.core.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
+from prune.core.offload import resident_bytes
 from prune.core.paths import local_path
 from prune.depth.scoring import model_fingerprint
 from prune.drop.sublayers import ATTENTION, MLP
@@ -69,6 +70,7 @@ class ModelInfo:
     device: str
     dtype: str
     weight_bytes: int
+    resident_bytes: int  # of the weights, held in memory (less than weight_bytes when read from disk layer by layer)
     size: Size  # what recipes change: each layer's parameters, the rest, the width structures
     # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
     block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
@@ -116,10 +118,9 @@ def removed_blocks(recipe, num_layers: int) -> dict[int, set[str]]:
 def describe(model, name: str) -> ModelInfo:
     """The facts the UI and the tables show about a model."""
     layers = decoder_layers(model)  # fails clearly for an architecture we cannot cut
-    first = next(model.parameters())
     return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
-                     device=str(first.device), dtype=str(first.dtype).removeprefix("torch."),
-                     weight_bytes=memory.weight_bytes(model), size=size_of(model),
+                     device=str(input_device(model)), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+                     weight_bytes=memory.weight_bytes(model), resident_bytes=resident_bytes(model), size=size_of(model),
                      block_params=_block_params(model))
 
 
@@ -135,7 +136,7 @@ class ModelPool:
 
     def __init__(self, device: str, budget_bytes: int | None = None):
         self.device = device
-        self.budget_bytes = budget_bytes  # None: whatever fits in free memory
+        self.budget_bytes = budget_bytes  # for the weights held, all models together; None: whatever is free
         self._loaded: OrderedDict[ModelSpec, Loaded] = OrderedDict()
         self._guard = threading.Lock()
 
@@ -154,9 +155,13 @@ class ModelPool:
             return found
         config = check_model(spec.name, token=spec.token, revision=spec.revision,
                              trust_remote_code=spec.trust_remote_code)  # cheap: fails before anything is unloaded
-        self._make_room_for(weight_bytes_needed(config, parse_dtype(spec.dtype, self.device)))
+        needed = weight_bytes_needed(config, parse_dtype(spec.dtype, self.device))
+        if self.budget_bytes is not None:  # a model over the budget is read layer by layer, holding at most the budget
+            needed = min(needed, int(self.budget_bytes / MEMORY_HEADROOM))
+        self._make_room_for(needed)
         model, tokenizer = prune.load_model(spec.name, device=self.device, dtype=spec.dtype, token=spec.token,
-                                            revision=spec.revision, trust_remote_code=spec.trust_remote_code)
+                                            revision=spec.revision, trust_remote_code=spec.trust_remote_code,
+                                            budget=self._room())
         return self.adopt(spec, model, tokenizer)
 
     def adopt(self, spec: ModelSpec, model, tokenizer) -> Loaded:
@@ -170,11 +175,18 @@ class ModelPool:
         with self._guard:
             return list(self._loaded)
 
+    def _room(self) -> int | None:
+        """What a new model's weights may take of the budget: what the loaded models leave of it."""
+        if self.budget_bytes is None:
+            return None
+        with self._guard:
+            return max(0, self.budget_bytes - sum(item.info.resident_bytes for item in self._loaded.values()))
+
     def _make_room_for(self, needed: int) -> None:
         """Unload least recently used models until ``needed`` more bytes of weights fit."""
         while True:
             with self._guard:
-                held = sum(item.info.weight_bytes for item in self._loaded.values())
+                held = sum(item.info.resident_bytes for item in self._loaded.values())
                 over_budget = self.budget_bytes is not None and held + needed > self.budget_bytes
                 short = needed * MEMORY_HEADROOM > available_memory_bytes(self.device)
                 if not self._loaded or not (over_budget or short):

@@ -24,7 +24,6 @@ class SubLayers:
     # The module whose output is added to the residual stream, when not the block itself (a post-norm).
     attention_out: str | None = None
     mlp_out: str | None = None
-    cache_argument: str = "past_key_values"  # the keyword by which the attention block receives the KV cache
     parallel_flag: str | None = None  # config flag: attention and MLP both read the layer's input (Pythia)
     residual_scale: str | None = None  # config field that scales each block's output before the add (Granite)
 
@@ -91,8 +90,7 @@ ARCHITECTURES: dict[str, Architecture] = {
     "smollm3": _DECODER,
     # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)
     "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm",
-                             sublayers=SubLayers(attention="attention", cache_argument="layer_past",
-                                                 parallel_flag="use_parallel_residual"),
+                             sublayers=SubLayers(attention="attention", parallel_flag="use_parallel_residual"),
                              width=Width(channels=(("mlp.dense_h_to_4h", "out c"), ("mlp.dense_4h_to_h", "in c")))),
     "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2",
                          sublayers=SubLayers(attention="attn"),

@@ -38,3 +38,13 @@ def available_memory_bytes(device: str) -> int:
     if str(device).startswith("cuda"):
         free += sum(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
     return int(free)
+
+
+def input_device(model) -> torch.device:
+    """Where ``model`` takes its inputs: its parameters' device, or, for a model accelerate spread over devices or
+    offloaded (``hf_device_map``), the first device it computes on (an offloaded tensor sits on ``meta``)."""
+    places = list((getattr(model, "hf_device_map", None) or {}).values())
+    if not places:
+        return next(model.parameters()).device
+    computing = [p for p in places if p not in ("cpu", "disk")]
+    return torch.device(computing[0] if computing else "cpu")

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from prune.core.devices import input_device
 from prune.core.architectures import architecture_of, decoder_layers, final_norm, get_path
 from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
 
@@ -50,7 +51,7 @@ def residual_stream(model: nn.Module, input_ids: torch.Tensor, batch_size: int =
         hooks += [layer.register_forward_hook(lambda _m, _a, out: states.append(keep(_hidden_out(out)).float().cpu()))
                   for layer in layers]
         try:
-            model(input_ids=batch.to(model.device), use_cache=False)
+            model(input_ids=batch.to(input_device(model)), use_cache=False)
         finally:
             for hook in hooks:
                 hook.remove()
@@ -92,7 +93,7 @@ def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch:
 
         hooks = [norm.register_forward_hook(keep(p)) for p, norm in enumerate(norms)]
         try:
-            run_until_stopped(model, input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+            run_until_stopped(model, input_ids=ids.to(input_device(model)), attention_mask=mask.to(input_device(model)),
                               use_cache=False)
         finally:
             for hook in hooks:
@@ -136,7 +137,7 @@ def logits_from_hidden(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """LM-head logits for a last residual state (final norm applied here)."""
     head = model.get_output_embeddings()
     norm = final_norm(model)
-    return head(norm(hidden.to(head.weight.device, head.weight.dtype)))
+    return head(norm(hidden.to(input_device(model), head.weight.dtype)))  # offloaded: read in by its hook
 
 
 @torch.no_grad()
@@ -147,6 +148,6 @@ def logits_after(model: nn.Module, input_ids: torch.Tensor, hidden: torch.Tensor
     computed once by the original is reused instead of recomputed.
     """
     if hidden is None:
-        return model(input_ids=input_ids.to(model.device), use_cache=False).logits
+        return model(input_ids=input_ids.to(input_device(model)), use_cache=False).logits
     with inject_hidden(model, hidden):
-        return model(input_ids=input_ids.to(model.device), use_cache=False).logits
+        return model(input_ids=input_ids.to(input_device(model)), use_cache=False).logits

@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+from prune.core import offload
 from prune.core.architectures import architecture_of
+from prune.core.budget import memory_budget
 from prune.core.devices import available_memory_bytes, default_device, parse_dtype
 from prune.core.errors import BrokenModel, ModelNotFound, ModelTooLarge, quoted
 from prune.core.failures import as_user_errors
@@ -43,8 +45,13 @@ def load_model(
     token: str | None = None,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    budget: int | str | None = None,
 ):
     """Return ``(model, tokenizer)``; ``None`` means the embedded default model.
+
+    ``budget``: bytes (or ``"20GiB"``) the weights may take on the device, by default ``LAYERCUT_MEMORY_BUDGET`` or
+    the free memory (:mod:`prune.core.budget`). A larger model is read from its safetensors files layer by layer
+    (:mod:`prune.core.offload`).
 
     A LayerCut export comes back in its family's form (each family says how, ``Family.reshape`` and
     ``Family.restore``): dropped attention or MLP blocks dropped again (faster, no KV cache for a dropped
@@ -54,15 +61,16 @@ def load_model(
     torch_dtype = parse_dtype(dtype, device)
     hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
     source, config, hub = _source_and_config(name_or_path, hub)
-    _check_fits(config, torch_dtype, device, name_or_path)
+    budget = memory_budget(device, budget)
+    offloading = _offloading(config, torch_dtype, device, budget, source, name_or_path)
 
     with as_user_errors(f"the load of {_named(DEFAULT_MODEL if is_default(name_or_path) else name_or_path)}"):
         tokenizer = AutoTokenizer.from_pretrained(source, **hub)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-        placement = {"device_map": "auto"} if device.startswith("cuda") else {}
+        placement = offloading or ({"device_map": "auto"} if device.startswith("cuda") else {})
         reshape = reshape_for(config)
-        if reshape is not None:
+        if reshape is not None and not offloading:
             model = _load_reshaped(source, config, torch_dtype, reshape).to(device)
         else:
             model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
@@ -175,15 +183,20 @@ def _load_config(source: str, name: str | None, hub: dict):
         ) from None
 
 
-def _check_fits(config, dtype: torch.dtype, device: str, name) -> None:
-    """Refuse models that cannot fit, before allocating them."""
+def _offloading(config, dtype: torch.dtype, device: str, budget: int, source: str, name) -> dict | None:
+    """None when the weights fit the budget and the free memory; else how to read them layer by layer from the
+    checkpoint's safetensors files, or a one-line refusal where they cannot be (a factored checkpoint, no
+    safetensors)."""
     needed = weight_bytes_needed(config, dtype)
-    free = available_memory_bytes(device)
-    if needed * MEMORY_HEADROOM > free:
+    room = min(budget, available_memory_bytes(device))
+    if needed * MEMORY_HEADROOM <= room:
+        return None
+    if reshape_for(config) is not None:
         raise ModelTooLarge(
             f"{_named(name)} needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
-            f"but only {free / 2**30:.1f} GiB are free on {device}. Pick a smaller model or a lower precision."
-        )
+            f"but {room / 2**30:.1f} GiB are allowed on {device}, and a factored checkpoint loads whole only.")
+    offload.check_offloadable(source, _named(name), needed, room)
+    return offload.placement(device, int(room / MEMORY_HEADROOM), source)
 
 
 def weight_bytes_needed(config, dtype: torch.dtype) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from prune.core.errors import InvalidInput
+from prune.core.offload import refuse
 from prune.core.paths import digest
 from prune.core.sizes import Size
 from prune.core.step import STEPS, Progress, Step, from_json as step_from_json, to_json as step_to_json
@@ -112,6 +113,8 @@ class Recipe:
         """
         derived = model
         for index, item in enumerate(self.steps):
+            if not item.view:
+                refuse(f"Building {item.short()}", model)
             derived = item.apply(derived, tokenizer, _span(progress, index, len(self.steps)))
         if derived is not model:
             if derived.config is model.config:

@@ -9,6 +9,7 @@ import torch
 
 from prune import __version__
 from prune.core.calibration import Calibration
+from prune.core.offload import named_weights, refuse
 from prune.depth.methods import check_options, get_method
 from prune.depth.methods.context import Context
 from prune.core.paths import cache_root, digest, read_json, write_atomic
@@ -19,7 +20,7 @@ def model_fingerprint(model: torch.nn.Module) -> str:
     """Identifies a model's weights cheaply: name, config, and a sample of every tensor."""
     hasher = hashlib.sha256(str(getattr(model, "layercut_name", "")).encode())
     hasher.update(model.config.to_json_string(use_diff=False).encode())
-    for name, param in model.state_dict().items():
+    for name, param in named_weights(model):  # an offloaded model's read from its files, one tensor at a time
         sample = param.detach().flatten()[:64].float().cpu()
         hasher.update(name.encode() + str(tuple(param.shape)).encode() + sample.numpy().tobytes())
     return hasher.hexdigest()[:20]
@@ -35,6 +36,8 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
     options = check_options(spec, options)
     if context is not None:
         model, tokenizer, calibration = context.model, context.tokenizer, context.calibration
+    if spec.gradients:
+        refuse(spec.label, model)
     calibration = calibration or Calibration()
     key = digest({"model": model_fingerprint(model), "method": method, "options": options,
                   "calibration": calibration.key(), "version": __version__})

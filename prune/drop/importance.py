@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from prune.core.devices import input_device
 from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.depth.result import ImportanceResult
 from prune.drop.sublayers import ATTENTION, MLP
@@ -75,7 +76,7 @@ def block_scores(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8)
                 states[count] = out.float().cpu()
 
         with reading_blocks(model, sink):
-            model(input_ids=batch.to(model.device), use_cache=False)
+            model(input_ids=batch.to(input_device(model)), use_cache=False)
         tokens += batch.numel()
         chunks.append(torch.stack(states))  # [L+1, B, T, D]
     return {kind: total / tokens for kind, total in sums.items()}, torch.cat(chunks, dim=1)

@@ -26,6 +26,7 @@ from torch import nn
 
 from prune.core.architectures import ATTENTION, KINDS, MLP, architecture_of, decoder_layers
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
+from prune.core.kv import cache_passed
 from prune.core.surgery import layer_view
 
 CONFIG_FIELDS = {ATTENTION: "layercut_dropped_attention", MLP: "layercut_dropped_mlp"}
@@ -39,18 +40,17 @@ class DroppedBlock(nn.Module):
     zeros so the checkpoint keeps the architecture's standard layout.
     """
 
-    def __init__(self, kind: str, layer_idx: int, cache_argument: str, tensors: tuple):
+    def __init__(self, kind: str, layer_idx: int, tensors: tuple):
         super().__init__()
         self.kind = kind
         self.layer_idx = layer_idx  # renumbered by later cuts, like an attention block's own
-        self.cache_argument = cache_argument
         self.tensors = tensors
 
     def forward(self, hidden_states, *args, **kwargs):
         zeros = torch.zeros_like(hidden_states)
         if self.kind == MLP:
             return zeros
-        cache = kwargs.get(self.cache_argument)
+        cache = cache_passed(kwargs)
         if cache is not None:
             _store_nothing(cache, self.layer_idx)
         return zeros, None  # (output, attention weights), as every attention block returns
@@ -64,7 +64,7 @@ class DroppedBlock(nn.Module):
         ``allocate=False`` gives broadcast zeros that own one element each: right shapes and dtypes for
         computing a checkpoint's size, not for writing it.
         """
-        clone = DroppedBlock(self.kind, self.layer_idx, self.cache_argument, self.tensors)
+        clone = DroppedBlock(self.kind, self.layer_idx, self.tensors)
         for name, shape, dtype, device in self.tensors:
             owner = clone
             *path, leaf = name.split(".")
@@ -155,13 +155,12 @@ def drop(model: nn.Module, attention: Iterable[int] = (), mlp: Iterable[int] = (
         flags = set(already[kind]) | set(wanted[kind])
         setattr(config, CONFIG_FIELDS[kind], [i in flags for i in range(count)])
     view = layer_view(model, list(range(count)), config)
-    cache_argument = architecture_of(model).sublayers.cache_argument
     for kind, name in names.items():
         for i in wanted[kind]:
             layer = decoder_layers(view)[i]
             block = layer._modules[name]
             if not isinstance(block, DroppedBlock):
-                layer._modules[name] = DroppedBlock(kind, i, cache_argument, _state_of(block))
+                layer._modules[name] = DroppedBlock(kind, i, _state_of(block))
     return view
 
 

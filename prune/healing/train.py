@@ -52,6 +52,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from prune.core.chunked_loss import mean_loss, summed_nll
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, bos_token, load_text
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
@@ -279,7 +280,7 @@ def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget
     model.eval()
     first = heldout_loss(model, heldout)
     with torch.no_grad():
-        start_loss = float(model(input_ids=batch_at(0), labels=batch_at(0), use_cache=False).loss)
+        start_loss = float(mean_loss(_unwrapped(model), batch_at(0)))
     tell(0, steps, start_loss, first)
     report(0.0, f"Healing ({method}): held-out loss {first:.3f} before training")
     started, done, loss, held, stepping = time.perf_counter(), 0, start_loss, first, 0.0
@@ -287,9 +288,9 @@ def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget
     for step in range(steps):
         began = time.perf_counter()
         ids = batch_at(step)
-        out = model(input_ids=ids, labels=ids, use_cache=False)
+        step_loss = mean_loss(_unwrapped(model), ids)  # the LM head a chunk of positions at a time
         optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
+        step_loss.backward()
         torch.nn.utils.clip_grad_norm_(params, opts["clip"])
         optimizer.step()
         schedule.step()
@@ -297,7 +298,7 @@ def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget
             for p in params:
                 if id(p) in zeros:
                     p.masked_fill_(zeros[id(p)], 0)
-        done, loss, stepping = step + 1, float(out.loss.detach()), stepping + time.perf_counter() - began
+        done, loss, stepping = step + 1, float(step_loss.detach()), stepping + time.perf_counter() - began
         over = budget_s is not None and time.perf_counter() - started >= budget_s
         last = done == steps or over
         held = None
@@ -316,14 +317,18 @@ def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget
             "train_seconds": round(stepping, 2)}  # the optimizer steps' time, held-out evaluations apart
 
 
+def _unwrapped(model: nn.Module) -> nn.Module:
+    """The transformers model inside a peft wrapper (LoRA's adapters sit in it), or ``model`` itself."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 @torch.no_grad()
 def heldout_loss(model: nn.Module, windows: torch.Tensor, batch: int = 8) -> float:
-    """Mean next-token loss over the held-out windows [H, T]."""
+    """Mean next-token loss over the held-out windows [H, T] (``model`` plain or wrapped by peft)."""
+    model = _unwrapped(model)
     device = next(model.parameters()).device
     total = count = 0.0
     for start in range(0, len(windows), batch):
-        ids = windows[start: start + batch].to(device)
-        logits = model(input_ids=ids, use_cache=False).logits[:, :-1].float()
-        total += float(nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, 1:].flatten(), reduction="sum"))
-        count += ids[:, 1:].numel()
+        nll, predicted = summed_nll(model, windows[start: start + batch].to(device))
+        total, count = total + float(nll), count + predicted
     return total / count if count else math.nan

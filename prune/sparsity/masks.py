@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from prune.core.offload import weight_of
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
@@ -132,8 +133,9 @@ def zero_fraction(model: nn.Module) -> float:
     zeros = total = 0
     for layer in decoder_layers(model):
         for module in matrices(layer).values():
-            zeros += int((module.weight == 0).sum())
-            total += module.weight.numel()
+            weight = weight_of(module)  # an offloaded model's read from its files, one matrix at a time
+            zeros += int((weight == 0).sum())
+            total += weight.numel()
     return zeros / total if total else 0.0
 
 

@@ -52,6 +52,8 @@ def test_personalized_cut_writes_results_tables_and_checkpoint(tiny_folder, tmp_
     assert float(rows[0]["Original"]) == pytest.approx(full["results"]["arc_easy"]["acc,none"] * 100)
     saved = transformers.AutoConfig.from_pretrained(export)
     assert saved.num_hidden_layers == 2 and (export / "layercut.json").is_file()
+    assert f"accelerate launch -m lm_eval run --model hf --model_args pretrained={export}," in out  # scale-out
+    assert "pretrained=./cut," in (export / "SCALE_OUT.md").read_text()
 
 
 def test_method_mode_cuts_the_best_block_and_says_when_the_analysis_came_from_the_cache(tiny_folder, tmp_path,
@@ -124,6 +126,7 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--full", "--tolerance", 1], "go with --rank_search"),
     (["--rank_search", "weight", "--search_layers", 0], "--search_layers at least 1"),
     (["--rank_search", "weight", "--search_on", "nonsense"], "Unknown task(s) 'nonsense'"),
+    (["--full", "--memory_budget", "lots"], "Memory budget 'lots' is not an amount"),
 ])
 def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
     code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)

@@ -69,7 +69,9 @@ def test_either_slot_exports_as_one_zip_that_loads_and_no_message_names_a_server
         expected = backend.model(session.spec, session.cut(slot))
         torch.testing.assert_close(reloaded(ids).logits, expected(ids).logits)
         assert message.startswith(f"Saved **{slot}** as `{name}.zip`") and "from_pretrained" in message
-        assert str(tmp_path) not in message and "/" not in message.replace("`--prune-layers`", "")
+        assert str(tmp_path) not in message  # the commands name the folder as unzipped, relative: nothing else
+        assert "/" not in message.replace("`--prune-layers`", "").replace(f"pretrained=./{name},", "")
+        assert message.count(f"pretrained=./{name},") == 2  # the scale-out commands, lm-eval's and vLLM's
     assert "mergekit" in cuts.export(session, "cut-a", "A")[box.status]  # a depth cut: the tools' configs too
     default = cuts.export(session, "", None)  # the edited slot, under the default name
     name = default_export_name("tiny-llama", session.cut("B"))

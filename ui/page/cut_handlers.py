@@ -139,7 +139,7 @@ class CutHandlers:
                progress=gr.Progress()):
         """Save a slot's model (default: the edited one) as a Hugging Face checkpoint with a model card, offered as
         one zip. No message names a folder of the server: the zip is named by its name only."""
-        from evaluation.exports import texts as export_texts, folder as exports
+        from evaluation.exports import texts as export_texts, folder as exports, scale_out
 
         need_model(session)
         slot = slot or session.editing
@@ -158,6 +158,7 @@ class CutHandlers:
         downloads.tidy(keep=path)
         size = archive.stat().st_size
         message = slot_text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists())
+        message += "\n\n" + (path / scale_out.FILE).read_text()  # names the folder as unzipped, never the server's
         box = self.export_box
         if downloads.offered(size):
             return {box.status: message, box.files: str(archive)}

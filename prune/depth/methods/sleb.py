@@ -26,6 +26,7 @@ import math
 import numpy as np
 import torch
 
+from prune.core.devices import input_device
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput
 from prune.core.hidden import StopForward, inject_hidden, logits_from_hidden, run_until_stopped
@@ -114,7 +115,7 @@ def _nll(model: torch.nn.Module, layers: list[int], input_ids: torch.Tensor, hid
             logits = logits_from_hidden(model, h)
         else:
             with inject_hidden(view, h):
-                logits = view(input_ids=ids.to(view.device), use_cache=False).logits
+                logits = view(input_ids=ids.to(input_device(view)), use_cache=False).logits
         loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(),
                                                  ids[:, 1:].flatten().to(logits.device))
         total += loss.item() * len(ids)  # equal window lengths: the mean of chunk means, weighted
@@ -142,7 +143,7 @@ def _states_after(model: torch.nn.Module, layers: list[int], input_ids: torch.Te
     try:
         for ids, h in zip(input_ids.split(BATCH), hidden.split(BATCH)):
             with inject_hidden(view, h):
-                run_until_stopped(view, input_ids=ids.to(view.device), use_cache=False)
+                run_until_stopped(view, input_ids=ids.to(input_device(view)), use_cache=False)
     finally:
         for hook in hooks:
             hook.remove()

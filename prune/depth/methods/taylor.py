@@ -5,7 +5,9 @@ scales, no biases) for the mean loss of one batch of calibration windows, in flo
 
 Peak memory stays near the weights: a decoder layer keeps only its input for the backward
 pass and recomputes the rest there; each weight's gradient becomes its score the moment it is
-accumulated and is then freed; nothing outside the decoder layers gets a gradient at all.
+accumulated and is then freed; nothing outside the decoder layers gets a gradient at all; the
+LM head's logits exist for a chunk of positions at a time (``prune.core.chunked_loss``), so a
+large vocabulary costs one chunk's logits, not the whole batch's.
 The whole batch goes through one backward pass, because |Σ g| is not Σ |g|: summing
 per-window scores would change the method, and summing per-window gradients would need a
 gradient-sized buffer per weight.
@@ -22,13 +24,14 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from prune.core.architectures import decoder_layers
+from prune.core.chunked_loss import mean_loss
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from prune.depth.methods import WINDOWS, register
 
 KEEP_FIRST, KEEP_LAST = 4, 2  # the "+" heuristic: never remove these layers
 
 
-@register("taylor", "Taylor+ (Shortened LLaMA)", allowed={"max_samples": WINDOWS})
+@register("taylor", "Taylor+ (Shortened LLaMA)", allowed={"max_samples": WINDOWS}, gradients=True)
 def taylor(ctx, *, plus: bool = True, max_samples: int = 8) -> ImportanceResult:
     """Σ |W ⊙ ∂L/∂W| over each layer's weights from one backward pass; "+" protects the first 4 and last 2."""
     input_ids = ctx.input_ids[:max_samples].to(ctx.model.device)
@@ -67,7 +70,7 @@ def layer_saliency(model: torch.nn.Module, input_ids: torch.Tensor) -> np.ndarra
     with _only_these_need_grad(model, owners), _recomputed(layers), torch.enable_grad():
         handles = [w.register_post_accumulate_grad_hook(consume) for w in owners]
         try:
-            model(input_ids=input_ids, labels=input_ids, use_cache=False).loss.backward()
+            mean_loss(model, input_ids).backward()  # the LM head's logits a chunk of positions at a time
         finally:
             for handle in handles:
                 handle.remove()

@@ -20,6 +20,7 @@ from evaluation.serving.models import describe
 from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.hidden import residual_stream
+from prune.core.kv import cache_returned, with_cache
 from prune.drop.importance import block_scores, reading_blocks
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe, recipe_of
@@ -49,10 +50,10 @@ def stepwise_logits(model, ids=LONG, steps: int = 20):
     generation loops run: no cache_position given, so the model reads the cache's length)."""
     with torch.no_grad():
         out = model(input_ids=ids[:, :-steps], use_cache=True)
-        cache, found = out.past_key_values, []
+        cache, found = cache_returned(out), []
         for t in range(ids.shape[1] - steps, ids.shape[1]):
-            out = model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=ids[:, t:t + 1], use_cache=True, **with_cache(model, cache))
+            cache = cache_returned(out)
             found.append(out.logits[:, -1])
     return torch.stack(found, dim=1), cache
 

@@ -1,0 +1,75 @@
+"""The next-token loss without whole-sequence logits: the LM head applied to a chunk of positions at a time.
+
+``model(input_ids, labels=…)`` materialises logits of [N, T, V] floats, then their log-softmax and, for a
+backward pass, their gradient: for a 262k-token vocabulary (Gemma 3) that is several times the weights of a
+small model. Here the model runs with ``logits_to_keep=1`` (its head on the last position only), the final
+hidden states [N, T, D] are read at its final norm, and the head, the model's own logit transform (Gemma's
+soft-capping, Granite's scaling) and the cross-entropy run on a chunk of positions at a time (64 MiB of logits). With gradients,
+each chunk is checkpointed: the backward pass recomputes one chunk's logits at a time.
+
+The transform is checked, not assumed: the last position's logits computed here must equal the model's own,
+else the whole-sequence computation is used (an architecture with a transform not known here).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from prune.core.architectures import final_norm
+
+CHUNK_BYTES = 64 * 2**20  # one chunk's float32 logits: 64 positions at V = 262k, 341 at 49k (a few such live at once)
+
+
+def _logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """The model's logits for final hidden states: its head, then its own transform, in float32."""
+    logits = model.get_output_embeddings()(hidden).float()
+    config = model.config
+    if getattr(config, "logits_scaling", None):  # Granite
+        logits = logits / config.logits_scaling
+    if getattr(config, "final_logit_softcapping", None):  # Gemma 2 and 3
+        cap = config.final_logit_softcapping
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _chunk_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.cross_entropy(_logits(model, hidden), targets, reduction="sum")
+
+
+def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = None) -> tuple[torch.Tensor, int]:
+    """(Σ next-token NLL over the [N, T] windows, positions predicted); differentiable when grad is enabled.
+
+    ``chunk`` positions at a time (None: as many as :data:`CHUNK_BYTES` of logits hold)."""
+    found: list[torch.Tensor] = []
+    hook = final_norm(model).register_forward_hook(lambda _m, _a, out: found.append(out))
+    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    try:
+        own = model(input_ids=input_ids, use_cache=False, **keep).logits[:, -1].float()
+    finally:
+        hook.remove()
+    hidden = found[-1][:, :-1].flatten(0, 1)  # [N·(T−1), D]: every position that predicts a next token
+    targets = input_ids[:, 1:].flatten().to(hidden.device)
+    with torch.no_grad():
+        mine = _logits(model, found[-1][:, -1])
+    if not torch.allclose(mine, own, rtol=1e-4, atol=1e-4):  # an unknown logit transform: the plain way
+        logits = model(input_ids=input_ids, use_cache=False).logits[:, :-1].float()
+        return nn.functional.cross_entropy(logits.flatten(0, 1), targets, reduction="sum"), targets.numel()
+    total = hidden.new_zeros((), dtype=torch.float32)
+    chunk = chunk or max(1, CHUNK_BYTES // (4 * own.shape[-1]))
+    for start in range(0, hidden.shape[0], chunk):
+        part, wanted = hidden[start:start + chunk], targets[start:start + chunk]
+        if torch.is_grad_enabled():
+            total = total + checkpoint(_chunk_nll, model, part, wanted, use_reentrant=False)
+        else:
+            total = total + _chunk_nll(model, part, wanted)
+    return total, targets.numel()
+
+
+def mean_loss(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
+    """The mean next-token loss over ``input_ids`` [N, T], as ``model(input_ids, labels=input_ids).loss``."""
+    total, count = summed_nll(model, input_ids, chunk)
+    return total / count

@@ -1,0 +1,161 @@
+"""A model larger than the memory budget: read from its safetensors files layer by layer, with the same numbers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import prune
+from prune.core.budget import ENV, memory_budget, parse_bytes
+from prune.core.calibration import Calibration
+from prune.core.errors import InvalidInput, ModelTooLarge
+from prune.core.kv import cache_returned, with_cache
+from prune.core.offload import is_offloaded, resident_bytes
+from prune.core.recipe import Recipe
+from prune.depth.scoring import model_fingerprint
+from prune.sparsity.step import Sparsify
+
+from conftest import tiny_model
+
+CAL = Calibration(n_samples=4, seq_len=32)
+IDS = torch.randint(0, 320, (2, 24), generator=torch.Generator().manual_seed(0))
+
+
+def test_budgets_are_read_in_their_units_and_refused_plainly(monkeypatch):
+    assert parse_bytes("20GiB") == 20 * 2**30
+    assert parse_bytes(" 512 mb ") == 512 * 10**6
+    assert parse_bytes("1.5KiB") == 1536
+    assert parse_bytes("4096") == 4096
+    for wrong in ("", "lots", "-2GiB", "0", "3 parsecs", "1e9"):
+        with pytest.raises(InvalidInput, match="is not an amount"):
+            parse_bytes(wrong)
+    monkeypatch.setenv(ENV, "3MiB")
+    assert memory_budget("cpu") == 3 * 2**20
+    assert memory_budget("cpu", "1KiB") == 1024  # the CLI's wins over the environment's
+    monkeypatch.delenv(ENV)
+    assert memory_budget("cpu") > 2**20  # the free memory
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma2", "gpt_neox"])
+def both(request, tmp_path_factory, tiny_tokenizer):
+    """The same checkpoint loaded whole and with a budget far below its weights."""
+    folder = tmp_path_factory.mktemp(f"offload-{request.param}")
+    tiny_model(request.param, 4).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    whole, tokenizer = prune.load_model(str(folder), device="cpu")
+    streamed, _ = prune.load_model(str(folder), device="cpu", budget="1KiB")
+    return whole, streamed, tokenizer
+
+
+def logits(model, ids=IDS):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):
+    whole, streamed, _ = both
+    assert not is_offloaded(whole) and is_offloaded(streamed)
+    assert resident_bytes(whole) == sum(p.numel() * 4 for p in {id(p): p for p in whole.parameters()}.values()) + \
+        sum(b.numel() * b.element_size() for b in whole.buffers())
+    assert resident_bytes(streamed) < resident_bytes(whole) / 4
+    torch.testing.assert_close(logits(streamed), logits(whole), rtol=0, atol=0)
+    assert model_fingerprint(streamed) == model_fingerprint(whole)  # the same weights, read from disk
+
+
+@pytest.mark.parametrize("method", ["angular", "block_influence", "sleb"])
+def test_analyses_give_the_same_scores_layer_by_layer(both, method):
+    whole, streamed, tokenizer = both
+    expected = prune.score(whole, tokenizer, method, calibration=CAL, use_cache=False)
+    found = prune.score(streamed, tokenizer, method, calibration=CAL, use_cache=False)
+    np.testing.assert_array_equal(found.layer_scores, expected.layer_scores)
+    assert is_offloaded(streamed) and resident_bytes(streamed) < resident_bytes(whole) / 4  # nothing stayed in
+
+
+def test_cuts_and_drops_are_views_that_compute_as_in_memory(both):
+    whole, streamed, _ = both
+    for recipe in (Recipe.block(4, 1, 3), Recipe.drop(4, (0, 2), (1,))):
+        torch.testing.assert_close(logits(recipe.apply(streamed)), logits(recipe.apply(whole)), rtol=0, atol=0)
+    cut = Recipe.block(4, 1, 2).apply(streamed)
+    with torch.no_grad():
+        out = cut(input_ids=IDS[:1, :8], use_cache=True)
+        step = cut(input_ids=IDS[:1, 8:9], use_cache=True, **with_cache(cut, cache_returned(out)))
+    torch.testing.assert_close(step.logits[:, -1], logits(Recipe.block(4, 1, 2).apply(whole), IDS[:1, :9])[:, -1],
+                               rtol=1e-5, atol=1e-5)
+    kept = dict(pad_token_id=0, do_sample=False, max_new_tokens=6)
+    assert torch.equal(streamed.generate(IDS[:1, :5], **kept), whole.generate(IDS[:1, :5], **kept))
+
+
+def test_what_needs_every_weight_at_once_says_so(both):
+    whole, streamed, tokenizer = both
+    wanda = Recipe((Sparsify.of("wanda", 0.5, calibration=CAL),))
+    with pytest.raises(ModelTooLarge, match=r"Building .* needs the whole model in memory.*LAYERCUT_MEMORY_BUDGET"):
+        wanda.apply(streamed, tokenizer)
+    with pytest.raises(ModelTooLarge, match="Taylor.* needs the whole model in memory"):
+        prune.score(streamed, tokenizer, "taylor", calibration=CAL, use_cache=False)
+    assert wanda.apply(whole, tokenizer) is not whole  # in memory it builds
+
+
+def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_tokenizer):
+    model = tiny_model("llama", 6)
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    layer = sum(p.numel() * 4 for p in model.model.layers[0].parameters())
+    rest = sum(p.numel() * 4 for p in model.parameters()) - 6 * layer
+    part, _ = prune.load_model(str(tmp_path), device="cpu", budget=int(1.2 * (rest + 3.5 * layer)))
+    places = set(part.hf_device_map.values())
+    assert places == {"cpu", "disk"} and is_offloaded(part)
+    assert resident_bytes(whole := model) > resident_bytes(part) > 0
+    torch.testing.assert_close(logits(part), logits(whole), rtol=0, atol=0)
+
+
+def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_folder, tmp_path, monkeypatch, capsys):
+    from evaluation import cli
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from ui.text import model_markdown
+
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))  # each run scores afresh
+    spec = ModelSpec(tiny_folder)
+    whole, tight = Backend(device="cpu", data_dir=""), Backend(device="cpu", data_dir="", model_budget_bytes="1KiB")
+    info = tight.load(spec)
+    assert 0 < info.resident_bytes < info.weight_bytes == whole.load(spec).weight_bytes
+    assert "read from disk layer by layer (0.00 of 0.00 GiB in memory)" in model_markdown(info)
+    assert "read from disk" not in model_markdown(whole.load(spec))
+    compared = {"A": Recipe.block(4, 1, 2), "B": Recipe.drop(4, (0,), (2,))}
+    answers = [[state["token_ids"] for state in list(b.generate(spec, compared, "Hello", max_new_tokens=5))[-1].values()]
+               for b in (whole, tight)]
+    assert answers[0] == answers[1]
+    weights = [[(m.name, m.model, m.value) for m in b.memory(spec, compared, new_tokens=4) if "peak" not in m.name]
+               for b in (whole, tight)]
+    assert weights[0] == weights[1]  # counted from the files, matrix by matrix
+    results = {}
+    for name, budget in (("whole", []), ("tight", ["--memory_budget", "1KiB"])):
+        out = tmp_path / name
+        code = cli.main(["--method", "angular", "--num_layers", "1", "--model", tiny_folder, "--task", "arc_easy",
+                         "--limit", "3", "--output_folder", str(out), *budget])
+        assert code == 0, capsys.readouterr().err
+        results[name] = json.loads((out / "results_angular.json").read_text())
+    assert results["tight"]["config"]["removed_layers"] == results["whole"]["config"]["removed_layers"]
+    assert results["tight"]["results"] == results["whole"]["results"]  # the benchmark, layer by layer from disk
+
+
+@pytest.mark.slow
+def test_peak_resident_memory_stays_half_the_weights_below_the_in_memory_run(tmp_path):
+    """benchmarks/offload.py's two fresh processes on a ~250 MiB model (its layers most of it, as in real models): the kernel's high-water mark of each."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    small = ["--hidden", "256", "--layers", "12", "--intermediate", "4096", "--windows", "2", "--seq-len", "64"]
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "offload.py"), *small, "--budget", "1MiB",
+                           "--folder", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    runs = [json.loads((tmp_path / f"run-{i}.json").read_text()) for i in range(2)]
+    weights = (tmp_path / "model.safetensors").stat().st_size
+    assert [r["offloaded"] for r in runs] == [False, True]
+    assert runs[0]["scores"] == runs[1]["scores"] and runs[0]["logits"] == runs[1]["logits"]
+    assert runs[0]["peak"] - runs[1]["peak"] >= weights / 2, done.stdout
