@@ -4,7 +4,8 @@
 backward pass, their gradient: for a 262k-token vocabulary (Gemma 3) that is several times the weights of a
 small model. Here the model runs with ``logits_to_keep=1`` (its head on the last position only), the final
 hidden states [N, T, D] are read at its final norm, and the head, the model's own logit transform (Gemma's
-soft-capping, Granite's scaling) and the cross-entropy run on a chunk of positions at a time (64 MiB of logits). With gradients,
+soft-capping, Granite's scaling) and the cross-entropy run on a chunk of positions at a time (64 MiB of logits;
+all at once when the whole sequence's logits take at most 256 MiB, where chunks would only add recomputation). With gradients,
 each chunk is checkpointed: the backward pass recomputes one chunk's logits at a time.
 
 The transform is checked, not assumed: the last position's logits computed here must equal the model's own,
@@ -22,6 +23,7 @@ from torch.utils.checkpoint import checkpoint
 from prune.core.architectures import final_norm
 
 CHUNK_BYTES = 64 * 2**20  # one chunk's float32 logits: 64 positions at V = 262k, 341 at 49k (a few such live at once)
+WHOLE_BYTES = 256 * 2**20  # logits up to this size are computed in one pass: chunks would only add recomputation
 
 
 def _logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
@@ -43,7 +45,8 @@ def _chunk_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) ->
 def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = None) -> tuple[torch.Tensor, int]:
     """(Σ next-token NLL over the [N, T] windows, positions predicted); differentiable when grad is enabled.
 
-    ``chunk`` positions at a time (None: as many as :data:`CHUNK_BYTES` of logits hold)."""
+    ``chunk`` positions at a time (None: all at once up to :data:`WHOLE_BYTES` of logits, else as many as
+    :data:`CHUNK_BYTES` hold)."""
     found: list[torch.Tensor] = []
     hook = final_norm(model).register_forward_hook(lambda _m, _a, out: found.append(out))
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
@@ -59,10 +62,12 @@ def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = No
         logits = model(input_ids=input_ids, use_cache=False).logits[:, :-1].float()
         return nn.functional.cross_entropy(logits.flatten(0, 1), targets, reduction="sum"), targets.numel()
     total = hidden.new_zeros((), dtype=torch.float32)
-    chunk = chunk or max(1, CHUNK_BYTES // (4 * own.shape[-1]))
+    if chunk is None:
+        whole = hidden.shape[0] * own.shape[-1] * 4 <= WHOLE_BYTES
+        chunk = hidden.shape[0] if whole else max(1, CHUNK_BYTES // (4 * own.shape[-1]))
     for start in range(0, hidden.shape[0], chunk):
         part, wanted = hidden[start:start + chunk], targets[start:start + chunk]
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and chunk < hidden.shape[0]:
             total = total + checkpoint(_chunk_nll, model, part, wanted, use_reentrant=False)
         else:
             total = total + _chunk_nll(model, part, wanted)

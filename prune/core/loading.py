@@ -70,7 +70,7 @@ def load_model(
             tokenizer.pad_token = tokenizer.eos_token
         placement = offloading or ({"device_map": "auto"} if device.startswith("cuda") else {})
         reshape = reshape_for(config)
-        if reshape is not None and not offloading:
+        if reshape is not None:  # _offloading refused a factored checkpoint over the budget
             model = _load_reshaped(source, config, torch_dtype, reshape).to(device)
         else:
             model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)

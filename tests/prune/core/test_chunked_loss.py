@@ -41,3 +41,18 @@ def test_an_unknown_logit_transform_falls_back_to_the_whole_sequence(monkeypatch
     found = mean_loss(model, IDS, chunk=7)
     torch.testing.assert_close(found, model(input_ids=IDS, labels=IDS, use_cache=False).loss)
     assert not torch.allclose(found, expected)
+
+
+def test_small_logits_go_in_one_pass_and_large_ones_in_chunks_of_the_byte_budget(monkeypatch):
+    model = tiny_model("llama", 2)
+    calls = []
+    real = chunked_loss._chunk_nll
+    monkeypatch.setattr(chunked_loss, "_chunk_nll", lambda m, h, t: calls.append(len(t)) or real(m, h, t))
+    expected = model(input_ids=IDS, labels=IDS, use_cache=False).loss
+    torch.testing.assert_close(mean_loss(model, IDS), expected)  # 60 × 320 floats: far under the whole-pass bound
+    assert calls == [60]
+    calls.clear()
+    monkeypatch.setattr(chunked_loss, "WHOLE_BYTES", 0)
+    monkeypatch.setattr(chunked_loss, "CHUNK_BYTES", 16 * 320 * 4)  # 16 positions of a 320-token vocabulary
+    torch.testing.assert_close(mean_loss(model, IDS), expected)
+    assert calls == [16, 16, 16, 12]
