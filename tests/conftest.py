@@ -194,3 +194,11 @@ def assert_read_sequentially(seen: list, derived, model, ids) -> None:
         torch.testing.assert_close(hidden, after[index], rtol=1e-4, atol=1e-5)
         if index > 0:
             assert not torch.allclose(hidden, before[index], atol=1e-3)
+
+
+def folder_free(message: str) -> str:
+    """An export message less what may name a path: the llama.cpp option, and the scale-out commands' folder as
+    unzipped (``pretrained=./<name>,``); any "/" left would name a folder of the server."""
+    import re
+
+    return re.sub(r"pretrained=\./[^/,\s]+,", "", message.replace("`--prune-layers`", ""))

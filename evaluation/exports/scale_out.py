@@ -58,7 +58,8 @@ def scale_out(folder: str, config: dict, recipe: Recipe, *, factored: bool = Fal
         f"accelerate launch -m lm_eval run --model hf --model_args pretrained={folder},dtype=bfloat16 "
         f"--tasks {tasks} --batch_size auto   # data-parallel: one copy per GPU",
         f"lm_eval run --model vllm --model_args pretrained={folder},tensor_parallel_size={largest},dtype=auto,"
-        f"gpu_memory_utilization=0.8 --tasks {tasks} --batch_size auto   # tensor-parallel over {largest} GPUs",
+        f"gpu_memory_utilization=0.8 --tasks {tasks} --batch_size auto   # "
+        + (f"tensor-parallel over {largest} GPUs" if largest > 1 else "one GPU: these shapes do not split"),
     )
     notes = []
     refused = [n for n in TENSOR_PARALLEL if n not in sizes]
