@@ -159,3 +159,15 @@ def test_peak_resident_memory_stays_half_the_weights_below_the_in_memory_run(tmp
     assert [r["offloaded"] for r in runs] == [False, True]
     assert runs[0]["scores"] == runs[1]["scores"] and runs[0]["logits"] == runs[1]["logits"]
     assert runs[0]["peak"] - runs[1]["peak"] >= weights / 2, done.stdout
+
+
+def test_perplexity_layer_by_layer_equals_the_in_memory_one(tiny_folder, data_dir, tmp_path, monkeypatch):
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
+    spec, compared = ModelSpec(tiny_folder), {"A": Recipe.block(4, 1, 3)}
+    found = [[(m.model, m.value) for m in Backend(device="cpu", data_dir=data_dir, model_budget_bytes=budget)
+              .perplexity(spec, compared, seq_lens=(32,), bos=(False,), max_windows=2, use_cache=False)]
+             for budget in (None, "1KiB")]
+    assert found[0] == found[1] and len(found[0]) == 2
