@@ -59,6 +59,9 @@ def main() -> None:
     print(f"model folder ready in {time.perf_counter() - started:.0f} s: "
           f"{sum(f.stat().st_size for f in args.folder.glob('*.safetensors')) / _GIB:.2f} GiB of safetensors")
     os.environ["LAYERCUT_MEMORY_BUDGET"] = args.budget
+    from evaluation.measure.memory import _reset_peak_rss
+
+    _reset_peak_rss()  # the peaks below are the jobs', not the writing's
 
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend

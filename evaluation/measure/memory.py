@@ -36,7 +36,7 @@ import torch
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned
-from prune.core.offload import parameters_read
+from prune.core.offload import parameters_read, resident_bytes
 from prune.lowrank.decomposition import factored_view, merged
 from prune.drop.sublayers import attention_layers, savable
 from prune.sparsity.masks import zero_fraction
@@ -64,11 +64,11 @@ def weight_bytes(model) -> int:
 
 def zero_weights(model) -> tuple[int, int]:
     """(entries exactly zero, all entries) of the model's parameters, each shared tensor counted once."""
-    seen: dict[int, tuple[int, int]] = {}
-    for p in parameters_read(model):  # an offloaded model's read from its files, one tensor at a time
-        if p.data_ptr() not in seen:
-            seen[p.data_ptr()] = (int((p == 0).sum()), p.numel())
-    return sum(z for z, _ in seen.values()), sum(n for _, n in seen.values())
+    zeros = total = 0
+    for p in parameters_read(model):  # each once; an offloaded one read from its files, one tensor at a time
+        zeros += p.numel() - int(torch.count_nonzero(p))  # no bool or int64 copy of the matrix
+        total += p.numel()
+    return zeros, total
 
 
 def dense_zeros_note(model) -> str | None:
@@ -147,7 +147,8 @@ def kv_cache_bytes(cache) -> int:
 
 
 def peak_generation_bytes(model, input_ids: torch.Tensor, new_tokens: int = 64) -> tuple[int, dict]:
-    """(weights + peak extra memory while greedily generating ``new_tokens``, how it was measured)."""
+    """(weights in memory + peak extra memory while greedily generating ``new_tokens``, how it was measured); a
+    model read layer by layer from disk counts the weights it holds, and the layers read in show in the extra."""
     device = input_device(model)
     input_ids = input_ids.to(device)
     if device.type == "cuda":
@@ -170,7 +171,7 @@ def peak_generation_bytes(model, input_ids: torch.Tensor, new_tokens: int = 64) 
         extra = sampler.peak - base
         how = "RSS sampled every 1 ms"
     extra = max(int(extra), 0)
-    return weight_bytes(model) + extra, {"extra_bytes": extra, "method": how, "device": str(device),
+    return resident_bytes(model) + extra, {"extra_bytes": extra, "method": how, "device": str(device),
                                           "prompt_tokens": int(input_ids.shape[-1]), "new_tokens": new_tokens,
                                           "kv_cache_bytes": kv_cache_bytes(cache)}
 
