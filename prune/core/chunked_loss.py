@@ -4,9 +4,10 @@
 backward pass, their gradient: for a 262k-token vocabulary (Gemma 3) that is several times the weights of a
 small model. Here the model runs with ``logits_to_keep=1`` (its head on the last position only), the final
 hidden states [N, T, D] are read at its final norm, and the head, the model's own logit transform (Gemma's
-soft-capping, Granite's scaling) and the cross-entropy run on a chunk of positions at a time (64 MiB of logits;
-all at once when the whole sequence's logits take at most 256 MiB, where chunks would only add recomputation). With gradients,
-each chunk is checkpointed: the backward pass recomputes one chunk's logits at a time.
+soft-capping, Granite's scaling) and the cross-entropy run on a chunk of positions at a time (64 MiB of
+logits; all at once when the whole sequence's logits take at most 256 MiB, where chunks would only add
+recomputation). With gradients, each chunk is checkpointed: the backward pass recomputes one chunk's logits
+at a time.
 
 The transform is checked, not assumed: the last position's logits computed here must equal the model's own,
 else the whole-sequence computation is used (an architecture with a transform not known here).
