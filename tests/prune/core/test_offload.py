@@ -65,7 +65,7 @@ def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):
     assert model_fingerprint(streamed) == model_fingerprint(whole)  # the same weights, read from disk
 
 
-@pytest.mark.parametrize("method", ["angular", "block_influence", "sleb"])
+@pytest.mark.parametrize("method", sorted(set(prune.METHODS) - {"taylor"}))  # Taylor+ refuses (below)
 def test_analyses_give_the_same_scores_layer_by_layer(both, method):
     whole, streamed, tokenizer = both
     expected = prune.score(whole, tokenizer, method, calibration=CAL, use_cache=False)
