@@ -27,11 +27,12 @@ DEFAULT_BUDGET_BYTES = 4 * 2**30
 
 
 def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
-    """Bytes of ``model``'s tensors that are not shared with ``base``."""
+    """Bytes of ``model``'s tensors held in memory and not shared with ``base`` (a variant built from disk layer by
+    layer keeps its weights in its files: placeholders on the meta device, no bytes)."""
     shared = {t.data_ptr() for t in (*base.parameters(), *base.buffers())}
     seen: dict[int, int] = {}
     for tensor in (*model.parameters(), *model.buffers()):
-        if tensor.data_ptr() not in shared:
+        if tensor.device.type != "meta" and tensor.data_ptr() not in shared:
             seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
     return sum(seen.values())
 

@@ -10,6 +10,7 @@ methods that need gradients say plainly that they need the model in memory.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
 
@@ -67,14 +68,19 @@ def weight_of(module: nn.Module) -> torch.Tensor:
     return stored["weight"] if module.weight.device.type == "meta" and stored is not None else module.weight
 
 
-def named_weights(model: nn.Module):
+def named_weights(model: nn.Module, once: bool = False):
     """``(name, tensor)`` for every entry of the state dict, an offloaded one read from where accelerate keeps it
-    (one tensor at a time: for fingerprints and counts, never the whole model at once)."""
+    (one tensor at a time: for fingerprints and counts, never the whole model at once); ``once``: a tied tensor
+    under its first name only, as a checkpoint stores it."""
+    seen: set[int] = set()
     for module_name, module in model.named_modules():
         stored = _stored(module)
         for name, tensor in (*module._parameters.items(), *module._buffers.items()):
             if tensor is None or name in getattr(module, "_non_persistent_buffers_set", ()):
                 continue
+            if once and id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
             if tensor.device.type == "meta" and stored is not None:
                 tensor = stored[name]
             yield (f"{module_name}.{name}" if module_name else name), tensor
@@ -90,6 +96,38 @@ def parameters_read(model: nn.Module):
                 continue
             seen.add(id(param))
             yield stored[name] if param.device.type == "meta" and stored is not None else param
+
+
+def materialized(module: nn.Module, device: torch.device | str) -> nn.Module:
+    """A hook-free copy of ``module`` (one decoder layer) with every tensor its own and real on ``device``: an offloaded
+    one read from where accelerate keeps it. What a step that builds new weights layer by layer works on."""
+    copies: dict[int, torch.Tensor] = {}
+
+    def real(tensor: torch.Tensor, stored, name: str) -> torch.Tensor:
+        if id(tensor) not in copies:
+            value = stored[name] if tensor.device.type == "meta" and stored is not None else tensor
+            copies[id(tensor)] = value.detach().to(device=device, dtype=tensor.dtype, copy=True)
+        return copies[id(tensor)]
+
+    def bare(original: nn.Module) -> nn.Module:
+        clone = copy.copy(original)
+        for name, value in vars(original).items():
+            if isinstance(value, dict):
+                clone.__dict__[name] = type(value)() if name.startswith("_") and "hooks" in name else value.copy()
+        for name in ("_hf_hook", "forward", "_old_forward"):  # accelerate's hook, and the forward it wraps
+            clone.__dict__.pop(name, None)
+        stored = _stored(original)
+        for name, param in original._parameters.items():
+            if param is not None:
+                clone._parameters[name] = nn.Parameter(real(param, stored, name), requires_grad=False)
+        for name, buffer in original._buffers.items():
+            if buffer is not None:
+                clone._buffers[name] = real(buffer, stored, name)
+        for name, child in original._modules.items():
+            clone._modules[name] = None if child is None else bare(child)
+        return clone
+
+    return bare(module)
 
 
 def refuse(what: str, model: nn.Module) -> None:

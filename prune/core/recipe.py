@@ -113,7 +113,7 @@ class Recipe:
         """
         derived = model
         for index, item in enumerate(self.steps):
-            if not item.view:
+            if not (item.view or item.layerwise):
                 refuse(f"Building {item.short()}", model)
             derived = item.apply(derived, tokenizer, _span(progress, index, len(self.steps)))
         if derived is not model:

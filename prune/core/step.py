@@ -60,6 +60,8 @@ class Step:
     kind: ClassVar[str]
     follows: ClassVar[bool] = False  # it must follow another step (healing the original is pointless)
     view: ClassVar[bool] = False  # it shares every kept weight with the model it applies to (cuts, drops)
+    # it builds a model read from disk one layer at a time (prune.core.layer_files), so it needs no more memory
+    layerwise: ClassVar[bool] = False
     card_tag: ClassVar[str | None] = None  # the model card's tag when the recipe holds this kind of step
     refuses_after: ClassVar[dict[str, str]] = {}  # an earlier step's kind → why this step cannot follow it
 

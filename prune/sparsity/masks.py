@@ -31,10 +31,10 @@ from transformers.pytorch_utils import Conv1D
 from prune.core.offload import weight_of
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
+from prune.core.layer_files import Rebuild
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
 from prune.core.sequential import layer_calls, matrices, rows_of, run_layer
 from prune.sparsity.sparsegpt import count, lowest, sparsegpt
-from prune.core.surgery import clone_layers
 
 METHODS = ("magnitude", "wanda", "sparsegpt")
 PATTERNS = ("unstructured", "2:4", "4:8")  # offered; any N:M with 0 < N < M is accepted
@@ -83,22 +83,22 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
     method, sparsity, pattern = check_request(method, sparsity, pattern)
     nm = parse_pattern(pattern)
     _check_shapes(model, nm)
-    derived = clone_layers(model)
-    layers = decoder_layers(derived)
+    if method != "magnitude" and tokenizer is None:
+        raise InvalidInput(f"{method} reads calibration activations: it needs the model's tokenizer.")
+    rebuild = Rebuild(model)  # a clone's layers, or one layer at a time read from disk
+    count_layers = len(decoder_layers(model))
     report = progress or (lambda _fraction, _message: None)
     if method == "magnitude":
-        for index, layer in enumerate(layers):
+        for index, layer in rebuild.layers():
             for module in matrices(layer).values():
                 _set_rows(module, _zeroed(rows_of(module), _magnitude_mask(rows_of(module), sparsity, nm)))
-            report((index + 1) / len(layers), f"Magnitude pruning: layer {index + 1} of {len(layers)}")
-        return derived
-    if tokenizer is None:
-        raise InvalidInput(f"{method} reads calibration activations: it needs the model's tokenizer.")
-    device = next(model.parameters()).device
+            rebuild.done(index, layer)
+            report((index + 1) / count_layers, f"Magnitude pruning: layer {index + 1} of {count_layers}")
+        return rebuild.model()
     windows = token_windows(tokenizer, calibration or Calibration())
-    hidden, calls = layer_calls(derived, windows.to(device), batch_size)
+    hidden, calls = layer_calls(rebuild.source, windows.to(rebuild.device), batch_size)
     report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
-    for index, layer in enumerate(layers):
+    for index, layer in rebuild.layers():
         found = _statistics(layer, hidden, [c[index] for c in calls], method)
         for name, module in matrices(layer).items():
             rows = rows_of(module)
@@ -110,8 +110,9 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
                 _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
         del found
         hidden = run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
-        report((index + 1) / len(layers), f"{method}: layer {index + 1} of {len(layers)} pruned")
-    return derived
+        rebuild.done(index, layer)
+        report((index + 1) / count_layers, f"{method}: layer {index + 1} of {count_layers} pruned")
+    return rebuild.model()
 
 
 # ---------------------------------------------------------------- the matrices

@@ -29,6 +29,7 @@ class Sparsify(Step):
 
     kind: ClassVar[str]
     card_tag: ClassVar[str] = "sparse"
+    layerwise: ClassVar[bool] = True
     method: str  # "magnitude", "wanda" or "sparsegpt"
     sparsity: float  # fraction of each matrix zeroed; N / M for an N:M pattern
     pattern: str = "unstructured"  # or "2:4", "4:8", …

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -13,10 +17,13 @@ from prune.core.budget import ENV, memory_budget, parse_bytes
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, ModelTooLarge
 from prune.core.kv import cache_returned, with_cache
-from prune.core.offload import is_offloaded, resident_bytes
-from prune.core.recipe import Recipe
+from prune.core.offload import is_offloaded, named_weights, resident_bytes
+from prune.core.recipe import Recipe, recipe_of
 from prune.depth.scoring import model_fingerprint
 from prune.sparsity.step import Sparsify
+from prune.width.step import WidthPrune
+
+from evaluation.serving.variants import own_bytes
 
 from conftest import tiny_model
 
@@ -90,12 +97,51 @@ def test_cuts_and_drops_are_views_that_compute_as_in_memory(both):
 
 def test_what_needs_every_weight_at_once_says_so(both):
     whole, streamed, tokenizer = both
-    wanda = Recipe((Sparsify.of("wanda", 0.5, calibration=CAL),))
+    width = Recipe((WidthPrune.of(0.8, calibration=CAL),))
     with pytest.raises(ModelTooLarge, match=r"Building .* needs the whole model in memory.*LAYERCUT_MEMORY_BUDGET"):
-        wanda.apply(streamed, tokenizer)
+        width.apply(streamed, tokenizer)
     with pytest.raises(ModelTooLarge, match="Taylor.* needs the whole model in memory"):
         prune.score(streamed, tokenizer, "taylor", calibration=CAL, use_cache=False)
-    assert wanda.apply(whole, tokenizer) is not whole  # in memory it builds
+    assert width.apply(whole, tokenizer) is not whole  # in memory it builds
+
+
+@pytest.mark.parametrize("method, pattern", [("magnitude", "unstructured"), ("wanda", "2:4"),
+                                             ("sparsegpt", "unstructured")])
+def test_sparsity_is_built_layer_by_layer_into_files_of_its_own_with_the_same_weights(both, method, pattern,
+                                                                                        tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    whole, streamed, tokenizer = both
+    before = model_fingerprint(streamed)
+    sparse = Sparsify.of(method, 0.5 if pattern == "unstructured" else None, pattern, CAL)
+    for recipe in (Recipe((sparse,)), Recipe.block(4, 1, 2).then(sparse)):  # after a cut (a view) too
+        expected, found = recipe.apply(whole, tokenizer), recipe.apply(streamed, tokenizer)
+        assert is_offloaded(found) and resident_bytes(found) < resident_bytes(expected) / 4
+        assert own_bytes(found, streamed) == resident_bytes(found) < own_bytes(expected, whole) / 4  # the cache's cost
+        weights = dict(named_weights(expected))
+        assert {name: t.shape for name, t in named_weights(found)} == {name: t.shape for name, t in weights.items()}
+        for name, tensor in named_weights(found):
+            assert torch.equal(tensor, weights[name]), name
+        torch.testing.assert_close(logits(found), logits(expected), rtol=0, atol=0)
+        assert recipe_of(found) == recipe
+        folders = list((tmp_path / "variants").iterdir())
+        assert len(folders) == 1 and (folders[0] / "rest.safetensors").is_file()
+        del found
+        gc.collect()
+        assert not list((tmp_path / "variants").iterdir())  # the variant's files go with it
+    assert model_fingerprint(streamed) == before  # the original is never altered
+
+
+def test_a_folder_a_crashed_process_left_is_removed_by_the_next_build(both, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    _, streamed, tokenizer = both
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / "variants" / f"{ended.stdout.strip()}-crashed"
+    left.mkdir(parents=True)
+    (left / "layer-00000.safetensors").write_bytes(b"x")
+    mine = tmp_path / "variants" / f"{os.getpid()}-mine"  # another variant of this process, alive
+    mine.mkdir()
+    built = Recipe((Sparsify.of("magnitude", 0.5),)).apply(streamed, tokenizer)
+    assert not left.exists() and mine.is_dir() and is_offloaded(built)
 
 
 def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_tokenizer):
@@ -145,9 +191,6 @@ def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_fold
 @pytest.mark.slow
 def test_peak_resident_memory_stays_half_the_weights_below_the_in_memory_run(tmp_path):
     """benchmarks/offload.py's two fresh processes on a ~250 MiB model (its layers most of it, as in real models): the kernel's high-water mark of each."""
-    import subprocess
-    import sys
-
     from conftest import REPO
 
     small = ["--hidden", "256", "--layers", "12", "--intermediate", "4096", "--windows", "2", "--seq-len", "64"]

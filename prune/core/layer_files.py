@@ -1,0 +1,115 @@
+"""Steps that build new weights, layer by layer: in memory, or into files of their own for a model read from disk.
+
+:class:`Rebuild` gives a step the decoder layers to change, one at a time, and the model those changes make.
+In memory, the layers are a clone's (:func:`prune.core.surgery.clone_layers`: the original is never altered). For a
+model larger than the memory budget (read from its files by accelerate's offloading), each layer is read into
+memory alone (:func:`prune.core.offload.materialized`), changed, written to its own safetensors file and dropped;
+the rest of the model (embeddings, final norm, head) is then copied tensor by tensor, and the variant is loaded
+from its folder as a model read from disk too: none of its weights stay in memory (on a GPU, they wait in CPU
+memory), so building it beside the original takes about one layer more. The folder lives in the cache as long
+as the variant does; a folder a crashed process left is removed by the next build.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+from torch import nn
+
+from prune.core import offload
+from prune.core.architectures import architecture_of, decoder_layers
+from prune.core.devices import input_device
+from prune.core.paths import cache_root
+from prune.core.surgery import clone_layers
+
+FOLDER = "variants"  # under the cache: one folder per variant built from disk, named "<pid>-…"
+INDEX = "model.safetensors.index.json"
+
+
+class Rebuild:
+    """The layers a step changes (``layers()``, then ``done(index, layer)`` after each) and the model they make."""
+
+    def __init__(self, model: nn.Module):
+        self.streamed = offload.is_offloaded(model)
+        self.source = model if self.streamed else clone_layers(model)  # what calibration runs through
+        self.device = input_device(model)
+        self._files = _LayerFiles(model) if self.streamed else None
+
+    def layers(self) -> Iterator[tuple[int, nn.Module]]:
+        """``(index, layer)``: the clone's own layer in memory; a materialized copy of an offloaded one."""
+        for index, layer in enumerate(decoder_layers(self.source)):
+            yield index, offload.materialized(layer, self.device) if self.streamed else layer
+
+    def done(self, index: int, layer: nn.Module) -> None:
+        """Layer ``index`` is final: written to the variant's folder when it is built from disk."""
+        if self._files is not None:
+            self._files.write(index, layer)
+
+    def model(self) -> nn.Module:
+        """The variant: the clone, or the model loaded from the folder the layers were written to."""
+        return self._files.finish() if self._files is not None else self.source
+
+
+class _LayerFiles:
+    def __init__(self, model: nn.Module):
+        root = cache_root() / FOLDER
+        root.mkdir(exist_ok=True)
+        _remove_orphans(root)
+        self.model = model
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+        self.prefix = architecture_of(model).layers
+        self.weight_map: dict[str, str] = {}
+
+    def write(self, index: int, layer: nn.Module) -> None:
+        from safetensors.torch import save_file
+
+        file = f"layer-{index:05d}.safetensors"
+        tensors = {f"{self.prefix}.{index}.{name}": tensor.detach().contiguous()
+                   for name, tensor in layer.state_dict().items()}
+        save_file(tensors, str(self.folder / file), metadata={"format": "pt"})
+        self.weight_map.update(dict.fromkeys(tensors, file))
+
+    def finish(self) -> nn.Module:
+        from safetensors.torch import save_file
+        from transformers import AutoModelForCausalLM
+
+        rest = {name: tensor.detach().contiguous() for name, tensor in offload.named_weights(self.model, once=True)
+                if not name.startswith(self.prefix + ".")}
+        save_file(rest, str(self.folder / "rest.safetensors"), metadata={"format": "pt"})
+        self.weight_map.update(dict.fromkeys(rest, "rest.safetensors"))
+        (self.folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": self.weight_map}))
+        config = copy.deepcopy(self.model.config)  # the variant's own
+        config.save_pretrained(self.folder)
+        placement = offload.placement(str(input_device(self.model)), 1, str(self.folder))  # nothing stays in memory
+        variant = AutoModelForCausalLM.from_pretrained(str(self.folder), config=config, dtype=self.model.dtype,
+                                                       **placement)
+        variant.eval()
+        if getattr(self.model, "generation_config", None) is not None:
+            variant.generation_config = self.model.generation_config
+        weakref.finalize(variant, shutil.rmtree, str(self.folder), True)
+        return variant
+
+
+def _remove_orphans(root: Path) -> None:
+    """Remove the variant folders of processes that ended (a crash, a kill) without removing their own."""
+    for folder in root.iterdir():
+        pid = folder.name.split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
