@@ -78,6 +78,20 @@ def wait_banner(page, text: str, timeout: float = 30_000) -> None:
                            timeout=timeout)
 
 
+# Gradio's status tracker (a timer, the job's progress line) sits inside an output while its event
+# runs, and an output can show its new value a moment before the tracker goes.
+SETTLED = """([selector, text]) => {
+    const el = document.querySelector(selector);
+    return el.innerText.includes(text) && !el.querySelector('.progress-text, .eta-bar, .progress-level');
+}"""
+
+
+def settled_text(page, selector: str, text: str, timeout: float = 120_000) -> str:
+    """The text of an output once it includes `text` and its event's status tracker has gone."""
+    page.wait_for_function(SETTLED, arg=[selector, text], timeout=timeout)
+    return page.inner_text(selector)
+
+
 def test_heatmap_renders_with_best_blocks_and_selection(page):
     title = page.text_content("#heatmap .gtitle")
     assert "lower = more removable" in title
@@ -210,8 +224,7 @@ def test_generation_streams_both_outputs_side_by_side(page):
     assert len(growing) >= 2, seen  # both columns showed partial text before the end
     assert page.inner_text("#stats-A").count("time to first token") == 1
     assert "no B cut" in page.input_value("#out-B textarea")
-    page.wait_for_function("document.querySelector('#divergence').innerText.includes('agrees on')", timeout=120_000)
-    caption = page.inner_text("#divergence")
+    caption = settled_text(page, "#divergence", "agrees on")
     assert caption.startswith("A agrees on") and "fed the original's" in caption
     if "leaves the original's answer at token" in caption:  # A's answer marked in place of the plain one
         page.wait_for_selector("#marked-A mark.lc-left", state="visible")
@@ -272,14 +285,12 @@ def test_speed_and_memory_tab(page, capsys):
     page.fill("#new-tokens input", "8")
     page.fill("#repeats input", "2")
     page.click("#speed-btn")
-    page.wait_for_function("document.querySelector('#speed-table').innerText.includes('throughput')",
-                           timeout=300_000)
+    settled_text(page, "#speed-table", "throughput", timeout=300_000)
     page.click("#memory-btn")
-    page.wait_for_function("document.querySelector('#memory-table').innerText.includes('weight memory')",
-                           timeout=300_000)
+    settled_text(page, "#memory-table", "weight memory", timeout=300_000)
     page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
     page.wait_for_timeout(500)
-    measured = page.inner_text("#speed-measured")
+    measured = settled_text(page, "#speed-measured", "Measured on")
     assert measured.startswith("Measured on SmolLM2-135M-Instruct · Original · A: cut "), measured
     page.screenshot(path=str(ASSETS / "screenshot-speed.png"), full_page=True)
     # A change of A's cut: the tables stay, marked out of date, and name the cut they measured.
