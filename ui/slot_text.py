@@ -126,22 +126,27 @@ def mib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
-def building_status(recipes: dict, costs: dict, budget: int) -> str:
-    """Before building: what each variant will own ('B will own ≈ 398 MiB of its own weights …')."""
-    parts = [f"**{slot}** ({recipe.short()}): " + (f"will own ≈ **{mib(costs[slot])}** of weights of its own"
-                                                    if costs[slot] else "shares every weight with the original")
-             for slot, recipe in recipes.items()]
-    return (f"Building… {'; '.join(parts)}. Built variants are kept while they fit in {mib(budget)}; "
+def building_status(recipes: dict, costs: dict, budget: int, from_disk: bool = False) -> str:
+    """Before building: what each variant will own ('B will own ≈ 398 MiB of its own weights …'); of a model read
+    from disk, a variant with weights of its own is written to files of its own layer by layer."""
+    parts = [f"**{slot}** ({recipe.short()}): " + (
+        "shares every weight with the original" if not costs[slot] else
+        f"will be built layer by layer into files of its own (≈ **{mib(costs[slot])}** on disk), read back layer by "
+        "layer like the original" if from_disk else f"will own ≈ **{mib(costs[slot])}** of weights of its own")
+        for slot, recipe in recipes.items()]
+    return (f"Building… {'; '.join(parts)}. Built variants are kept while they fit in {mib(budget)} of memory; "
             "the least recently used go first.")
 
 
 BUILT = "Built in"  # how a build's status line begins
 
 
-def built_status(recipes: dict, owned: dict, seconds: float) -> str:
-    """After building: what each variant owns, and how long the build took."""
-    parts = [f"**{slot}** ({recipe.short()}) owns {mib(owned[slot])}" if owned[slot]
-             else f"**{slot}** ({recipe.short()}) shares every weight" for slot, recipe in recipes.items()]
+def built_status(recipes: dict, owned: dict, seconds: float, on_disk: frozenset = frozenset()) -> str:
+    """After building: what each variant owns (or, for those in ``on_disk``, that it is read from its own files),
+    and how long the build took."""
+    parts = [f"**{slot}** ({recipe.short()}) " + ("is read from its own files layer by layer" if slot in on_disk else
+                                                  f"owns {mib(owned[slot])}" if owned[slot] else "shares every weight")
+             for slot, recipe in recipes.items()]
     return (f"{BUILT} {seconds:.0f} s: {'; '.join(parts)}. Compare under *Generate*, *Speed & memory* and "
             "*Benchmarks*.")
 

@@ -12,6 +12,7 @@ import torch
 import prune
 from evaluation.measure import sparse_kernels
 from evaluation.serving.backend import Backend
+from evaluation.serving.models import ModelSpec
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.calibration import Calibration
 from prune.lowrank.step import Decompose
@@ -87,6 +88,20 @@ def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visito
     assert last[rank_map.box]["visible"] is False  # no rank map: nothing was decomposed
     assert "Wanda, 50 % unstructured sparsity" in last[view.banner] and "zeros are stored densely" in last[view.banner]
     assert (model.model.layers[0].mlp.up_proj.weight == 0).float().mean().item() == pytest.approx(0.5)
+
+
+def test_a_build_on_a_model_read_from_disk_says_its_variant_is_read_from_files_of_its_own(tiny_folder, page, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    backend = Backend(data_dir="", device="cpu", model_budget_bytes="1KiB")
+    spec = ModelSpec(tiny_folder)
+    session = Session().for_model(spec, backend.load(spec))
+    first, last = run(handlers_on(page, backend).steps.build(session, "wanda", 50, "2:4", False, *CAL_INPUTS))
+    status = page.header.analysis_md
+    recipe = last[page.view.session].cut()
+    cost = estimated_bytes(backend.model(spec), recipe)
+    assert f"will be built layer by layer into files of its own (≈ **{slot_text.mib(cost)}** on disk)" in first[status]
+    assert "(wanda 2:4) is read from its own files layer by layer" in last[status]
 
 
 def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(visitor, page):

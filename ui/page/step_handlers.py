@@ -67,7 +67,9 @@ class StepHandlers:
         The page keeps its cuts until the build succeeds."""
         backend = self.context.backend
         costs = {slot: backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
-        yield {self.status: slot_text.building_status(recipes, costs, backend.variants.budget_bytes)}
+        from_disk = session.info.resident_bytes < session.info.weight_bytes  # a model over the memory budget
+        on_disk = frozenset(slot for slot, cost in costs.items() if cost and from_disk)
+        yield {self.status: slot_text.building_status(recipes, costs, backend.variants.budget_bytes, from_disk)}
         started = time.perf_counter()
         try:
             owned = {slot: backend.build(session.spec, recipe, progress=reporter(progress), owner=owner(request))
@@ -75,8 +77,8 @@ class StepHandlers:
         except Exception:
             yield {self.status: text.analysis_status(session.result) if session.result else ""}
             raise
-        yield {**self.view.show(session), self.status: slot_text.built_status(recipes, owned, time.perf_counter() - started),
-               **self.rank_map.show(session, recipes)}
+        built = slot_text.built_status(recipes, owned, time.perf_counter() - started, on_disk)
+        yield {**self.view.show(session), self.status: built, **self.rank_map.show(session, recipes)}
 
     @user_errors
     def cut_size(self, session: Session):

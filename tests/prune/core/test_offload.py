@@ -174,6 +174,11 @@ def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_fold
     answers = [[state["token_ids"] for state in list(b.generate(spec, compared, "Hello", max_new_tokens=5))[-1].values()]
                for b in (whole, tight)]
     assert answers[0] == answers[1]
+    sparse = {"A": Recipe.block(4, 1, 2), "B": Recipe((Sparsify.of("wanda", None, "2:4", CAL),))}  # B: from its files
+    answers = [[state["token_ids"] for state in list(b.generate(spec, sparse, "Hello", max_new_tokens=5))[-1].values()]
+               for b in (whole, tight)]
+    assert answers[0] == answers[1] and len(answers[0]) == 3
+    assert tight.variants.used_bytes < whole.variants.used_bytes / 4  # B's weights wait in its files
     weights = [[(m.name, m.model, m.value) for m in b.memory(spec, compared, new_tokens=4) if "peak" not in m.name]
                for b in (whole, tight)]
     assert weights[0] == weights[1]  # counted from the files, matrix by matrix
