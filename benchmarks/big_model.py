@@ -4,9 +4,10 @@
 
 Writes (once) a random Llama of Llama-3-8B's shape (hidden 4096, 32 layers, MLP 14336, 32/8 heads, vocabulary
 128256; ~15 GiB in bfloat16) to ``--folder``, then, in this process, with ``LAYERCUT_MEMORY_BUDGET`` at
-``--budget``: loads it through the backend, scores the layers by angular distance, compares it with two variants
-(A: the angular method's best 4-layer cut; B: the attention of the same 4 layers dropped) in generation, speed,
-memory and a 20-question ARC-Easy benchmark. Each step prints its seconds and the process's peak resident
+``--budget``: loads it through the backend, scores the layers by angular distance, builds a Wanda 2:4 variant beside
+it (layer by layer, into files of its own), and compares the original with two variants (A: the angular method's
+best 4-layer cut, which shares its weights; B: the Wanda 2:4 variant, read from its own files) in generation,
+speed, memory and a 20-question ARC-Easy benchmark. Each step prints its seconds and the process's peak resident
 memory so far (VmHWM, memory-mapped file pages included). The embedded model's tokenizer feeds it (its ids lie
 inside the larger vocabulary). ``--small`` runs the same on a small model, to check the script.
 """
@@ -68,6 +69,7 @@ def main() -> None:
     from evaluation.serving.models import ModelSpec
     from prune.core.calibration import Calibration
     from prune.core.recipe import Recipe
+    from prune.sparsity.step import Sparsify
     from ui.text import model_markdown
 
     backend = Backend(device="cpu")
@@ -87,7 +89,9 @@ def main() -> None:
                   lambda: backend.analyze(spec, "angular", calibration=Calibration(n_samples=4, seq_len=64)))
     start, end = result.best_block(4)
     layers = info.num_layers
-    compared = {"A": Recipe.block(layers, start, end), "B": Recipe.drop(layers, range(start, end), ())}
+    wanda = Recipe((Sparsify.of("wanda", None, "2:4", Calibration(n_samples=4, seq_len=64)),))
+    step("Wanda 2:4 variant built beside it (4 × 64 tokens)", lambda: backend.build(spec, wanda))
+    compared = {"A": Recipe.block(layers, start, end), "B": wanda}
     answers = step("generation, 3 columns × 8 tokens",
                    lambda: list(backend.generate(spec, compared, "The capital of France is", max_new_tokens=8))[-1])
     speeds = step("speed (batch 1, 16 + 4 tokens)", lambda: backend.speed(
@@ -95,7 +99,7 @@ def main() -> None:
     memory = step("memory (8 tokens)", lambda: backend.memory(spec, compared, new_tokens=8))
     request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.data_dir)
     scores = step(f"ARC-Easy, {args.questions} questions × 3 models", lambda: backend.benchmarks(spec, compared, request))
-    print(f"\nA: layers {start}–{end - 1} cut; B: their attention dropped; budget {args.budget}; "
+    print(f"\nA: layers {start}–{end - 1} cut; B: Wanda 2:4; budget {args.budget}; "
           f"weights {info.weight_bytes / _GIB:.2f} GiB, {info.resident_bytes / _GIB:.2f} GiB of them in memory")
     print("\n| step | seconds | peak resident so far (GiB) |\n|---|---|---|")
     for name, seconds, peak in rows:

@@ -126,13 +126,14 @@ def mib(count: float) -> str:
     return f"{count / 2**30:.2f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
-def building_status(recipes: dict, costs: dict, budget: int, from_disk: bool = False) -> str:
-    """Before building: what each variant will own ('B will own ≈ 398 MiB of its own weights …'); of a model read
-    from disk, a variant with weights of its own is written to files of its own layer by layer."""
+def building_status(recipes: dict, costs: dict, budget: int, on_disk: frozenset = frozenset()) -> str:
+    """Before building: what each variant will own ('B will own ≈ 398 MiB of its own weights …'); those in
+    ``on_disk`` (too large for memory) are built layer by layer into files of their own."""
     parts = [f"**{slot}** ({recipe.short()}): " + (
         "shares every weight with the original" if not costs[slot] else
-        f"will be built layer by layer into files of its own (≈ **{mib(costs[slot])}** on disk), read back layer by "
-        "layer like the original" if from_disk else f"will own ≈ **{mib(costs[slot])}** of weights of its own")
+        f"will be built layer by layer into files of its own (≈ **{mib(costs[slot])}** on disk: too large to keep in "
+        "memory), and read back layer by layer" if slot in on_disk else
+        f"will own ≈ **{mib(costs[slot])}** of weights of its own")
         for slot, recipe in recipes.items()]
     return (f"Building… {'; '.join(parts)}. Built variants are kept while they fit in {mib(budget)} of memory; "
             "the least recently used go first.")

@@ -26,6 +26,7 @@ from prune.core.errors import InvalidInput
 from prune.depth.methods import get_method
 from prune.depth.methods.context import Context
 from prune.core.paths import digest
+from prune.core.layer_files import streams
 from prune.core.recipe import Recipe
 from prune.depth.stability import Stability, block_stability
 
@@ -134,6 +135,12 @@ class Backend(Sweeping, Explaining, Training):
     def estimated_bytes(self, spec: ModelSpec, recipe: Recipe) -> int:
         """What ``recipe``'s variant will own (its copied or rebuilt matrices), before building it."""
         return estimated_bytes(self._base(spec).model, recipe)
+
+    def built_into_files(self, spec: ModelSpec, recipe: Recipe) -> bool:
+        """Whether ``recipe``'s variant will be built layer by layer into files of its own and read from them (the
+        base is read from disk, or the variant's weights would not fit in memory beside it)."""
+        base = self._base(spec).model
+        return any(s.layerwise for s in recipe.steps) and streams(base, estimated_bytes(base, recipe))
 
     def build(self, spec: ModelSpec, recipe: Recipe, *, progress: Progress | None = None,
               owner: str | None = None) -> int:

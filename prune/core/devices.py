@@ -40,6 +40,13 @@ def available_memory_bytes(device: str) -> int:
     return int(free)
 
 
+def free_on(device: torch.device) -> int:
+    """Bytes free for new tensors on ``device`` itself: its free VRAM on CUDA, the free RAM on CPU."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device.index or 0)[0])
+    return int(psutil.virtual_memory().available)
+
+
 def input_device(model) -> torch.device:
     """Where ``model`` takes its inputs: its parameters' device, or, for a model accelerate spread over devices or
     offloaded (``hf_device_map``), the first device it computes on (an offloaded tensor sits on ``meta``)."""

@@ -5,7 +5,9 @@ In memory, the layers are a clone's (:func:`prune.core.surgery.clone_layers`: th
 model larger than the memory budget (read from its files by accelerate's offloading), each layer is read into
 memory alone (:func:`prune.core.offload.materialized`), changed, written to its own safetensors file and dropped;
 the rest of the model (embeddings, final norm, head) is then copied tensor by tensor, and the variant is loaded
-from its folder as a model read from disk too: none of its weights stay in memory (on a GPU, they wait in CPU
+from its folder as a model read from disk too. The same happens to a model in memory when the weights the variant
+would own do not fit beside it (:func:`streams`: the memory budget, or the device's free memory, less what is
+resident). A variant built from disk is read layer by layer: none of its weights stay in memory (on a GPU, they wait in CPU
 memory), so building it beside the original takes about one layer more. The folder lives in the cache as long
 as the variant does; a folder a crashed process left is removed by the next build.
 """
@@ -25,7 +27,9 @@ from torch import nn
 
 from prune.core import offload
 from prune.core.architectures import architecture_of, decoder_layers
-from prune.core.devices import input_device
+from prune.core.budget import configured_budget
+from prune.core.devices import free_on, input_device
+from prune.core.loading import MEMORY_HEADROOM
 from prune.core.paths import cache_root
 from prune.core.surgery import clone_layers
 
@@ -33,11 +37,25 @@ FOLDER = "variants"  # under the cache: one folder per variant built from disk, 
 INDEX = "model.safetensors.index.json"
 
 
-class Rebuild:
-    """The layers a step changes (``layers()``, then ``done(index, layer)`` after each) and the model they make."""
+def streams(model: nn.Module, owned_bytes: int) -> bool:
+    """Whether a variant of ``model`` owning ``owned_bytes`` of new weights is built into files layer by layer: when
+    ``model`` is read from disk, or those weights would not fit in memory beside it."""
+    if offload.is_offloaded(model):
+        return True
+    device = input_device(model)
+    room = free_on(device)
+    budget = configured_budget()
+    if budget is not None:
+        room = min(room, budget - offload.resident_bytes(model))
+    return owned_bytes * MEMORY_HEADROOM > room
 
-    def __init__(self, model: nn.Module):
-        self.streamed = offload.is_offloaded(model)
+
+class Rebuild:
+    """The layers a step changes (``layers()``, then ``done(index, layer)`` after each) and the model they make;
+    ``owned_bytes``: what the variant will own, which decides where it is built (:func:`streams`)."""
+
+    def __init__(self, model: nn.Module, owned_bytes: int):
+        self.streamed = streams(model, owned_bytes)
         self.source = model if self.streamed else clone_layers(model)  # what calibration runs through
         self.device = input_device(model)
         self._files = _LayerFiles(model) if self.streamed else None

@@ -85,7 +85,7 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
     _check_shapes(model, nm)
     if method != "magnitude" and tokenizer is None:
         raise InvalidInput(f"{method} reads calibration activations: it needs the model's tokenizer.")
-    rebuild = Rebuild(model)  # a clone's layers, or one layer at a time read from disk
+    rebuild = Rebuild(model, sparse_copy_bytes(model))  # a clone's layers, or one at a time into files
     count_layers = len(decoder_layers(model))
     report = progress or (lambda _fraction, _message: None)
     if method == "magnitude":

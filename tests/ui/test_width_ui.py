@@ -100,7 +100,7 @@ def test_a_build_on_a_model_read_from_disk_says_its_variant_is_read_from_files_o
     status = page.header.analysis_md
     recipe = last[page.view.session].cut()
     cost = estimated_bytes(backend.model(spec), recipe)
-    assert f"will be built layer by layer into files of its own (≈ **{slot_text.mib(cost)}** on disk)" in first[status]
+    assert f"will be built layer by layer into files of its own (≈ **{slot_text.mib(cost)}** on disk" in first[status]
     assert "(wanda 2:4) is read from its own files layer by layer" in last[status]
 
 

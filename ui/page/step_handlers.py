@@ -67,9 +67,8 @@ class StepHandlers:
         The page keeps its cuts until the build succeeds."""
         backend = self.context.backend
         costs = {slot: backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
-        from_disk = session.info.resident_bytes < session.info.weight_bytes  # a model over the memory budget
-        on_disk = frozenset(slot for slot, cost in costs.items() if cost and from_disk)
-        yield {self.status: slot_text.building_status(recipes, costs, backend.variants.budget_bytes, from_disk)}
+        on_disk = frozenset(slot for slot, recipe in recipes.items() if backend.built_into_files(session.spec, recipe))
+        yield {self.status: slot_text.building_status(recipes, costs, backend.variants.budget_bytes, on_disk)}
         started = time.perf_counter()
         try:
             owned = {slot: backend.build(session.spec, recipe, progress=reporter(progress), owner=owner(request))

@@ -20,6 +20,7 @@ from prune.core.kv import cache_returned, with_cache
 from prune.core.offload import is_offloaded, named_weights, resident_bytes
 from prune.core.recipe import Recipe, recipe_of
 from prune.depth.scoring import model_fingerprint
+from prune.sparsity.masks import sparse_copy_bytes
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 
@@ -129,6 +130,21 @@ def test_sparsity_is_built_layer_by_layer_into_files_of_its_own_with_the_same_we
         gc.collect()
         assert not list((tmp_path / "variants").iterdir())  # the variant's files go with it
     assert model_fingerprint(streamed) == before  # the original is never altered
+
+
+def test_a_sparse_copy_that_would_not_fit_beside_a_model_in_memory_is_built_into_files(both, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    whole, _, tokenizer = both
+    recipe = Recipe((Sparsify.of("wanda", 0.5, calibration=CAL),))
+    expected = recipe.apply(whole, tokenizer)
+    assert not is_offloaded(expected)  # the free memory holds it
+    copies = sparse_copy_bytes(whole)
+    monkeypatch.setenv(ENV, str(resident_bytes(whole) + copies))  # less than the copies and their headroom
+    found = recipe.apply(whole, tokenizer)
+    assert is_offloaded(found) and not is_offloaded(whole) and list((tmp_path / "variants").iterdir())
+    torch.testing.assert_close(logits(found), logits(expected), rtol=0, atol=0)
+    monkeypatch.setenv(ENV, str(resident_bytes(whole) + 2 * copies))  # room to spare: in memory
+    assert not is_offloaded(recipe.apply(whole, tokenizer))
 
 
 def test_a_folder_a_crashed_process_left_is_removed_by_the_next_build(both, tmp_path, monkeypatch):
