@@ -57,6 +57,7 @@ class Rebuild:
     def __init__(self, model: nn.Module, owned_bytes: int):
         self.streamed = streams(model, owned_bytes)
         self.source = model if self.streamed else clone_layers(model)  # what calibration runs through
+        self.config = copy.deepcopy(model.config) if self.streamed else self.source.config  # the variant's own
         self.device = input_device(model)
         self._files = _LayerFiles(model) if self.streamed else None
 
@@ -66,13 +67,17 @@ class Rebuild:
             yield index, offload.materialized(layer, self.device) if self.streamed else layer
 
     def done(self, index: int, layer: nn.Module) -> None:
-        """Layer ``index`` is final: written to the variant's folder when it is built from disk."""
+        """Layer ``index`` is final (the one given, or a new one built from it): written to the variant's folder
+        when it is built into files, else put in the clone."""
         if self._files is not None:
             self._files.write(index, layer)
+        else:
+            decoder_layers(self.source)[index] = layer
 
     def model(self) -> nn.Module:
-        """The variant: the clone, or the model loaded from the folder the layers were written to."""
-        return self._files.finish() if self._files is not None else self.source
+        """The variant (of :attr:`config`): the clone, or the model loaded from the folder its layers were written
+        to."""
+        return self._files.finish(self.config) if self._files is not None else self.source
 
 
 class _LayerFiles:
@@ -94,7 +99,7 @@ class _LayerFiles:
         save_file(tensors, str(self.folder / file), metadata={"format": "pt"})
         self.weight_map.update(dict.fromkeys(tensors, file))
 
-    def finish(self) -> nn.Module:
+    def finish(self, config) -> nn.Module:
         from safetensors.torch import save_file
         from transformers import AutoModelForCausalLM
 
@@ -103,7 +108,6 @@ class _LayerFiles:
         save_file(rest, str(self.folder / "rest.safetensors"), metadata={"format": "pt"})
         self.weight_map.update(dict.fromkeys(rest, "rest.safetensors"))
         (self.folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": self.weight_map}))
-        config = copy.deepcopy(self.model.config)  # the variant's own
         config.save_pretrained(self.folder)
         placement = offload.placement(str(input_device(self.model)), 1, str(self.folder))  # nothing stays in memory
         variant = AutoModelForCausalLM.from_pretrained(str(self.folder), config=config, dtype=self.model.dtype,

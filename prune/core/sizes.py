@@ -54,7 +54,7 @@ def size_of(model: nn.Module) -> Size:
     """The model's parameter count by layer (each shared tensor once), its linear maps, and its width structures
     if it has any."""
     layers = tuple(sum(p.numel() for p in layer.parameters()) for layer in decoder_layers(model))
-    total = sum(p.numel() for p in model.parameters())
+    total = parameter_count(model)
     try:
         shape, kinds = layer_shape(model), _kinds(width_of(model))
     except UnsupportedArchitecture:
@@ -62,6 +62,16 @@ def size_of(model: nn.Module) -> Size:
     found = tuple(tuple(replace(m, **kinds.get(m.path, {})) for m in layer_matrices(layer))
                   for layer in decoder_layers(model))
     return Size(total - sum(layers), layers, shape, found)
+
+
+def parameter_count(model: nn.Module) -> int:
+    """Parameters of ``model``, each shared tensor once. Tied embeddings count once also where accelerate's
+    offloading untied them: each pass over a model read from disk leaves a new placeholder in each module."""
+    total = sum(p.numel() for p in model.parameters())
+    inputs, outputs = model.get_input_embeddings(), model.get_output_embeddings()
+    untied = (getattr(model.config, "tie_word_embeddings", False) and outputs is not None
+              and outputs.weight is not inputs.weight and outputs.weight.is_meta and inputs.weight.is_meta)
+    return total - outputs.weight.numel() if untied else total
 
 
 def _kinds(width: Width) -> dict[str, dict[str, str]]:

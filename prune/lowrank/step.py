@@ -11,7 +11,7 @@ from torch import nn
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.core.family import Choice, Family, Level, Option, register_family
-from prune.core.sizes import Size, check_ratio
+from prune.core.sizes import Size, check_ratio, parameter_count
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
 from prune.lowrank.decomposition import (DESCRIPTIONS, FACTORED_FIELD, SPACES, check_space, decompose, owned_params,
@@ -104,7 +104,7 @@ class Decompose(Step):
         return replace(found, owned=found.owned + owned_params(found.size, self.plan(found.size)) * found.element)
 
     def card_line(self, model: nn.Module, factored: bool = False) -> str:
-        params = sum(p.numel() for p in model.parameters())
+        params = parameter_count(model)
         return f"- Low-rank: {self.describe()}; {params:,} parameters in memory. " + (FACTORED_FORM if factored
                                                                                         else MERGED_FORM)
 

@@ -25,7 +25,9 @@ reloaded model could not keep the head size, so heads stay and only MLP channels
 
 The result owns new, smaller matrices built by fresh decoder layers of the new config (what a
 plain ``from_pretrained`` of the saved folder builds); embeddings, norms and the LM head are shared
-with the original, which is never altered.
+with the original, which is never altered. A model read from disk (larger than the memory budget) is
+scored in its one forward pass as usual, then rebuilt one layer at a time into files of its own
+(:mod:`prune.core.layer_files`), with the same numbers.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ from prune.core.errors import InvalidInput, UnsupportedArchitecture
 from prune.core.hidden import StopForward, run_until_stopped
 from prune.core.sequential import rows_of
 from prune.core.sizes import LayerShape, Size, check_ratio, layer_shape, size_of, writer
-from prune.core.surgery import clone_layers
+from prune.core.devices import input_device
+from prune.core.layer_files import Rebuild
 
 IMPORTANCE = "Wanda-sp"
 DESCRIPTION = ("Width pruning: removes MLP channels and attention heads (whole KV groups) in every layer by "
@@ -144,16 +147,17 @@ def importance(model: nn.Module, tokenizer, calibration: Calibration | None = No
     """
     width, shape = width_of(model), layer_shape(model)
     windows = token_windows(tokenizer, calibration or Calibration())
-    squares = _input_squares(model, width, windows.to(next(model.parameters()).device), batch_size,
+    squares = _input_squares(model, width, windows.to(input_device(model)), batch_size,
                              progress or (lambda _fraction, _message: None))
-    found = []
-    for layer, seen in zip(decoder_layers(model), squares):
-        groups = None
-        if width.heads and shape.group_params:
-            groups = unit_scores(get_path(layer, writer(width.heads)[0]), seen["heads"], shape.groups)
-        channels = unit_scores(get_path(layer, writer(width.channels)[0]), seen["channels"], shape.channels)
-        found.append(Scores(groups, channels))
-    return found
+    return [layer_scores(layer, seen, width, shape) for layer, seen in zip(decoder_layers(model), squares)]
+
+
+def layer_scores(layer: nn.Module, seen: dict, width: Width, shape: LayerShape) -> Scores:
+    """One layer's Wanda-sp scores from ``seen``, its writers' Σ x_j² per kind (see :func:`_input_squares`)."""
+    groups = None
+    if width.heads and shape.group_params:
+        groups = unit_scores(get_path(layer, writer(width.heads)[0]), seen["heads"], shape.groups)
+    return Scores(groups, unit_scores(get_path(layer, writer(width.channels)[0]), seen["channels"], shape.channels))
 
 
 def unit_scores(writer: nn.Module, squares: torch.Tensor, units: int) -> torch.Tensor:
@@ -211,30 +215,32 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
     found = plan(size, param_ratio)
     shape, width = size.shape, width_of(model)
     report = progress or (lambda _fraction, _message: None)
-    layers = decoder_layers(model)
+    squares = None
     if found.groups or found.channels:
         if tokenizer is None:
             raise InvalidInput("Width pruning reads calibration activations: it needs the model's tokenizer.")
-        scores = importance(model, tokenizer, calibration, batch_size=batch_size,
-                            progress=lambda fraction, message: report(0.9 * fraction, message))
-    else:
-        scores = [Scores(None, torch.zeros(shape.channels)) for _ in layers]
-    derived = clone_layers(model)
-    config = derived.config
+        windows = token_windows(tokenizer, calibration or Calibration())
+        squares = _input_squares(model, width, windows.to(input_device(model)), batch_size,
+                                 lambda fraction, message: report(0.9 * fraction, message))
+    element = next(model.parameters()).element_size()
+    rebuild = Rebuild(model, owned_params(size, resized(size, found)) * element)  # a clone, or files layer by layer
+    config = rebuild.config
     setattr(config, width.channel_field, shape.channels - found.channels)
     if width.heads:
         config.num_key_value_heads = shape.groups - found.groups
         config.num_attention_heads = shape.heads_per_group * config.num_key_value_heads
         config.head_dim = shape.head_dim
-    shrunk = decoder_layers(derived)
-    for index, (layer, score) in enumerate(zip(layers, scores)):
+    count = len(decoder_layers(model))
+    for index, layer in rebuild.layers():
+        score = layer_scores(layer, squares[index], width, shape) if squares else \
+            Scores(None, torch.zeros(shape.channels))
         kept = {"c": _kept(score.channels, shape.channels - found.channels)}
         if width.heads:
             kept["q"] = kept["kv"] = _kept(score.groups if found.groups else torch.zeros(shape.groups),
                                            shape.groups - found.groups)
-        shrunk[index] = _rebuilt(layer, config, index, _changed(width, found), shape, kept)
-        report(0.9 + 0.1 * (index + 1) / len(layers), f"Width pruning: layer {index + 1} of {len(layers)} rebuilt")
-    return derived
+        rebuild.done(index, _rebuilt(layer, config, index, _changed(width, found), shape, kept))
+        report(0.9 + 0.1 * (index + 1) / count, f"Width pruning: layer {index + 1} of {count} rebuilt")
+    return rebuild.model()
 
 
 def _kept(scores: torch.Tensor, count: int) -> torch.Tensor:

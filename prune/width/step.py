@@ -10,10 +10,9 @@ from torch import nn
 from prune.core.architectures import width_of
 from prune.core.calibration import Calibration
 from prune.core.family import Choice, Family, Level, Option, register_family
-from prune.core.sizes import Size
+from prune.core.sizes import Size, check_ratio, parameter_count
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
-from prune.core.sizes import check_ratio
 from prune.width.shrink import DESCRIPTION, IMPORTANCE, owned_params, plan, resized, shrink_width
 
 
@@ -29,6 +28,7 @@ class WidthPrune(Step):
 
     kind: ClassVar[str]
     card_tag: ClassVar[str] = "width-pruning"
+    layerwise: ClassVar[bool] = True
     refuses_after: ClassVar[dict[str, str]] = {
         "lowrank": "Width pruning cannot slice a projection held as low-rank factors: prune the width before "
                    "decomposing."}
@@ -65,7 +65,7 @@ class WidthPrune(Step):
         return replace(found, owned=owned_params(found.size, after) * found.element, built=False)
 
     def card_line(self, model: nn.Module, factored: bool = False) -> str:
-        params = sum(p.numel() for p in model.parameters())
+        params = parameter_count(model)
         return (f"- Width: {width_words(model)} per layer, {params:,} parameters ({self.describe()}); "
                 "the checkpoint holds the smaller matrices in a standard config: it is smaller and faster "
                 "with any kernels")

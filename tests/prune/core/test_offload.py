@@ -19,9 +19,11 @@ from prune.core.errors import InvalidInput, ModelTooLarge
 from prune.core.kv import cache_returned, with_cache
 from prune.core.offload import is_offloaded, named_weights, resident_bytes
 from prune.core.recipe import Recipe, recipe_of
+from prune.core.sizes import size_of
 from prune.depth.scoring import model_fingerprint
 from prune.sparsity.masks import sparse_copy_bytes
 from prune.sparsity.step import Sparsify
+from prune.lowrank.step import Decompose
 from prune.width.step import WidthPrune
 
 from evaluation.serving.variants import own_bytes
@@ -71,6 +73,7 @@ def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):
     assert resident_bytes(streamed) < resident_bytes(whole) / 4
     torch.testing.assert_close(logits(streamed), logits(whole), rtol=0, atol=0)
     assert model_fingerprint(streamed) == model_fingerprint(whole)  # the same weights, read from disk
+    assert size_of(streamed) == size_of(whole)  # tied embeddings count once after a pass too (gemma2 ties them)
 
 
 @pytest.mark.parametrize("method", sorted(set(prune.METHODS) - {"taylor"}))  # Taylor+ refuses (below)
@@ -98,23 +101,25 @@ def test_cuts_and_drops_are_views_that_compute_as_in_memory(both):
 
 def test_what_needs_every_weight_at_once_says_so(both):
     whole, streamed, tokenizer = both
-    width = Recipe((WidthPrune.of(0.8, calibration=CAL),))
+    lowrank = Recipe((Decompose.of("weight", 0.8),))
     with pytest.raises(ModelTooLarge, match=r"Building .* needs the whole model in memory.*LAYERCUT_MEMORY_BUDGET"):
-        width.apply(streamed, tokenizer)
+        lowrank.apply(streamed, tokenizer)
     with pytest.raises(ModelTooLarge, match="Taylor.* needs the whole model in memory"):
         prune.score(streamed, tokenizer, "taylor", calibration=CAL, use_cache=False)
-    assert width.apply(whole, tokenizer) is not whole  # in memory it builds
+    assert lowrank.apply(whole, tokenizer) is not whole  # in memory it builds
 
 
-@pytest.mark.parametrize("method, pattern", [("magnitude", "unstructured"), ("wanda", "2:4"),
-                                             ("sparsegpt", "unstructured")])
-def test_sparsity_is_built_layer_by_layer_into_files_of_its_own_with_the_same_weights(both, method, pattern,
-                                                                                        tmp_path, monkeypatch):
+LAYERWISE = {"magnitude": Sparsify.of("magnitude", 0.5), "wanda 2:4": Sparsify.of("wanda", None, "2:4", CAL),
+             "sparsegpt": Sparsify.of("sparsegpt", 0.5, calibration=CAL), "width": WidthPrune.of(0.8, CAL)}
+
+
+@pytest.mark.parametrize("built", sorted(LAYERWISE))
+def test_new_weights_are_built_layer_by_layer_into_files_of_their_own_with_the_same_values(both, built, tmp_path,
+                                                                                          monkeypatch):
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
     whole, streamed, tokenizer = both
     before = model_fingerprint(streamed)
-    sparse = Sparsify.of(method, 0.5 if pattern == "unstructured" else None, pattern, CAL)
-    for recipe in (Recipe((sparse,)), Recipe.block(4, 1, 2).then(sparse)):  # after a cut (a view) too
+    for recipe in (Recipe((LAYERWISE[built],)), Recipe.block(4, 1, 2).then(LAYERWISE[built])):  # after a cut too
         expected, found = recipe.apply(whole, tokenizer), recipe.apply(streamed, tokenizer)
         assert is_offloaded(found) and resident_bytes(found) < resident_bytes(expected) / 4
         assert own_bytes(found, streamed) == resident_bytes(found) < own_bytes(expected, whole) / 4  # the cache's cost
