@@ -36,7 +36,7 @@ import torch
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned
-from prune.core.offload import parameters_read, resident_bytes
+from prune.core.offload import is_offloaded, parameters_read, resident_bytes
 from prune.lowrank.decomposition import factored_view, merged
 from prune.drop.sublayers import attention_layers, savable
 from prune.sparsity.masks import zero_fraction
@@ -183,8 +183,10 @@ def save_checkpoint(model, tokenizer, folder: Path, *, factored: bool = False) -
     factored projections as their dense product, the ranks recorded in the config (``prune.lowrank.decomposition``),
     or, with ``factored``, as their two factors (smaller; only ``prune.load_model`` reads that form).
     """
+    # a model read from disk is saved a 2 GB shard at a time: each shard's weights are gathered in memory
+    shards = {"max_shard_size": "2GB"} if is_offloaded(model) else {}
     try:
-        (factored_view(savable(model)) if factored else merged(savable(model))).save_pretrained(folder)
+        (factored_view(savable(model)) if factored else merged(savable(model))).save_pretrained(folder, **shards)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
     except (ValueError, NotImplementedError, RuntimeError) as err:  # e.g. quantized weights

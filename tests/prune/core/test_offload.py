@@ -137,6 +137,18 @@ def test_new_weights_are_built_layer_by_layer_into_files_of_their_own_with_the_s
     assert model_fingerprint(streamed) == before  # the original is never altered
 
 
+def test_a_variant_built_from_disk_saves_as_a_normal_checkpoint_with_the_same_logits(both, tmp_path, monkeypatch):
+    from evaluation.measure.memory import save_checkpoint
+
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
+    _, streamed, tokenizer = both
+    built = Recipe.block(4, 1, 2).then(LAYERWISE["wanda 2:4"]).apply(streamed, tokenizer)
+    save_checkpoint(built, tokenizer, tmp_path / "export")
+    back, _ = prune.load_model(str(tmp_path / "export"), device="cpu")
+    assert not is_offloaded(back) and recipe_of(back) == recipe_of(built)
+    torch.testing.assert_close(logits(back), logits(built), rtol=0, atol=0)
+
+
 def test_a_sparse_copy_that_would_not_fit_beside_a_model_in_memory_is_built_into_files(both, tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
     whole, _, tokenizer = both
