@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from torch import nn
@@ -54,12 +54,14 @@ class Rebuild:
     """The layers a step changes (``layers()``, then ``done(index, layer)`` after each) and the model they make;
     ``owned_bytes``: what the variant will own, which decides where it is built (:func:`streams`)."""
 
-    def __init__(self, model: nn.Module, owned_bytes: int):
+    def __init__(self, model: nn.Module, owned_bytes: int, reshape: Callable[[nn.Module], nn.Module] | None = None):
+        """``reshape``: for a step whose layers are not a standard config's (factored low-rank projections), how a
+        model built from the variant's config takes their shapes, so its files can be read into it."""
         self.streamed = streams(model, owned_bytes)
         self.source = model if self.streamed else clone_layers(model)  # what calibration runs through
         self.config = copy.deepcopy(model.config) if self.streamed else self.source.config  # the variant's own
         self.device = input_device(model)
-        self._files = _LayerFiles(model) if self.streamed else None
+        self._files = _LayerFiles(model, reshape) if self.streamed else None
 
     def layers(self) -> Iterator[tuple[int, nn.Module]]:
         """``(index, layer)``: the clone's own layer in memory; a materialized copy of an offloaded one."""
@@ -81,7 +83,8 @@ class Rebuild:
 
 
 class _LayerFiles:
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, reshape):
+        self.reshape = reshape
         root = cache_root() / FOLDER
         root.mkdir(exist_ok=True)
         _remove_orphans(root)
@@ -109,14 +112,37 @@ class _LayerFiles:
         self.weight_map.update(dict.fromkeys(rest, "rest.safetensors"))
         (self.folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": self.weight_map}))
         config.save_pretrained(self.folder)
-        placement = offload.placement(str(input_device(self.model)), 1, str(self.folder))  # nothing stays in memory
-        variant = AutoModelForCausalLM.from_pretrained(str(self.folder), config=config, dtype=self.model.dtype,
-                                                       **placement)
+        if self.reshape is None:
+            placement = offload.placement(str(input_device(self.model)), 1, str(self.folder))  # nothing in memory
+            variant = AutoModelForCausalLM.from_pretrained(str(self.folder), config=config, dtype=self.model.dtype,
+                                                           **placement)
+        else:
+            variant = self._dispatched(config)
         variant.eval()
         if getattr(self.model, "generation_config", None) is not None:
             variant.generation_config = self.model.generation_config
         weakref.finalize(variant, shutil.rmtree, str(self.folder), True)
         return variant
+
+
+    def _dispatched(self, config) -> nn.Module:
+        """The variant built empty and reshaped, each module's weights then read from the files for its pass (as
+        accelerate's offloading reads a checkpoint's: one hook per module that holds tensors)."""
+        from accelerate import dispatch_model, init_empty_weights
+        from accelerate.utils import find_tied_parameters
+        from transformers import AutoModelForCausalLM
+
+        with init_empty_weights():
+            variant = self.reshape(AutoModelForCausalLM.from_config(config, dtype=self.model.dtype))
+        index = {name: {"safetensors_file": str(self.folder / file), "weight_name": name}
+                 for name, file in self.weight_map.items()}
+        for group in find_tied_parameters(variant):  # a tied tensor was written under one of its names
+            stored = next(index[name] for name in group if name in index)
+            index.update({name: stored for name in group if name not in index})
+        holders = {name: "disk" for name, module in variant.named_modules()
+                   if any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))}
+        return dispatch_model(variant, holders, main_device=str(input_device(self.model)), offload_dir=str(self.folder),
+                              offload_index=index)
 
 
 def _remove_orphans(root: Path) -> None:

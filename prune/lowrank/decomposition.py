@@ -60,6 +60,7 @@ from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.bases import Basis, factored_module, feature_basis, moments, weight_basis
 from prune.core.factored import Factored, Matrix, dense_module, pays
 from prune.core.sequential import layer_calls, rows_of, run_layer
+from prune.core.layer_files import Rebuild
 from prune.core.surgery import clone_layers
 from prune.core.sizes import Size, size_of
 from prune.core.sizes import check_ratio
@@ -210,38 +211,45 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
     ``progress(fraction, message)`` is called after each layer (raising there cancels).
     """
     space = check_space(space)
-    found = plan(size_of(model), param_ratio=param_ratio, ranks=ranks, projections=projections, layers=layers)
-    derived = clone_layers(model)
-    count = len(decoder_layers(derived))
+    size = size_of(model)
+    found = plan(size, param_ratio=param_ratio, ranks=ranks, projections=projections, layers=layers)
+    element = next(model.parameters()).element_size()
+    # a clone's layers, or, for a model read from disk, one layer at a time into files (read back factored)
+    rebuild = Rebuild(model, owned_params(size, found) * element, reshape=with_factor_shapes)
+    count = len(size.layers)
     record: list[dict[str, int]] = [{} for _ in range(count)]
     for (index, path), rank in found.items():
         record[index][path] = rank
-    setattr(derived.config, RANKS_FIELD, record)
+    setattr(rebuild.config, RANKS_FIELD, record)
     report = progress or (lambda _fraction, _message: None)
-    if not found:
-        return derived
-    if space == "weight" or not sequential:
-        layers = decoder_layers(derived)
-        for (index, path), basis in original_bases(model, tokenizer, space, found, calibration, batch_size):
-            put(layers[index], path, factored_module(layers[index].get_submodule(path), basis, found[(index, path)]))
-            report((index + 1) / count, f"{space.capitalize()}-space decomposition: layer {index + 1} of {count}")
-        return derived
-    _need_tokenizer(tokenizer)
-    windows = token_windows(tokenizer, calibration or Calibration()).to(next(model.parameters()).device)
-    hidden, calls = layer_calls(derived, windows, batch_size)
-    last = max(index for index, _ in found)
-    report(0.0, f"Feature-space decomposition: calibration inputs read ({len(windows)} windows)")
-    for index, layer in enumerate(decoder_layers(derived)[: last + 1]):
-        own = [c[index] for c in calls]
-        seen = moments(layer, record[index], hidden, own)
-        for path, rank in record[index].items():
-            module = layer.get_submodule(path)
-            put(layer, path, factored_module(module, feature_basis(module, seen[path]), rank))
-        del seen
-        if index < last:
-            hidden = run_layer(layer, hidden, own)  # the next layer reads the decomposed outputs
-        report((index + 1) / (last + 1), f"Feature-space decomposition: layer {index + 1} of {last + 1}")
-    return derived
+    if not found and not rebuild.streamed:
+        return rebuild.model()
+    reads = space == "feature" and bool(found)  # feature space reads the calibration through the layers
+    if reads:
+        _need_tokenizer(tokenizer)
+        windows = token_windows(tokenizer, calibration or Calibration()).to(rebuild.device)
+        hidden, calls = layer_calls(rebuild.source, windows, batch_size)
+        report(0.0, f"Feature-space decomposition: calibration inputs read ({len(windows)} windows)")
+    last = max((index for index, _ in found), default=-1)
+    what = f"{space.capitalize()}-space decomposition"
+    for index, layer in rebuild.layers():
+        if index <= last:
+            own = [c[index] for c in calls] if reads else None
+            seen = moments(layer, record[index], hidden, own) if reads and record[index] else {}
+            if reads and not sequential and index < last:  # the next layer reads the original's outputs
+                hidden = run_layer(layer, hidden, own)
+            for path, rank in record[index].items():
+                module = layer.get_submodule(path)
+                basis = feature_basis(module, seen[path]) if reads else weight_basis(rows_of(module))
+                put(layer, path, factored_module(module, basis, rank))
+            del seen
+            if reads and sequential and index < last:
+                hidden = run_layer(layer, hidden, own)  # the next layer reads the decomposed outputs
+            report((index + 1) / (last + 1), f"{what}: layer {index + 1} of {last + 1}")
+        rebuild.done(index, layer)
+        if index >= last and not rebuild.streamed:
+            break  # the clone's later layers are the original's, shared
+    return rebuild.model()
 
 
 def _need_tokenizer(tokenizer) -> None:

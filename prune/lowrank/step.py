@@ -30,6 +30,7 @@ class Decompose(Step):
 
     kind: ClassVar[str]
     card_tag: ClassVar[str] = "low-rank"
+    layerwise: ClassVar[bool] = True
     refuses_after: ClassVar[dict[str, str]] = {
         "sparsify": "A low-rank decomposition would replace the sparsified weights' zeros with dense factors: "
                     "decompose first, then sparsify."}
