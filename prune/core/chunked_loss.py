@@ -27,9 +27,10 @@ CHUNK_BYTES = 64 * 2**20  # one chunk's float32 logits: 64 positions at V = 262k
 WHOLE_BYTES = 256 * 2**20  # logits up to this size are computed in one pass: chunks would only add recomputation
 
 
-def _logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-    """The model's logits for final hidden states: its head, then its own transform, in float32."""
-    logits = model.get_output_embeddings()(hidden).float()
+def _logits(model: nn.Module, hidden: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
+    """The model's logits for final hidden states: its head (or ``head``, a copy of it), then its own transform,
+    in float32."""
+    logits = (head or model.get_output_embeddings())(hidden).float()
     config = model.config
     if getattr(config, "logits_scaling", None):  # Granite
         logits = logits / config.logits_scaling
@@ -39,8 +40,8 @@ def _logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def _chunk_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return nn.functional.cross_entropy(_logits(model, hidden), targets, reduction="sum")
+def _chunk_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module | None = None):
+    return nn.functional.cross_entropy(_logits(model, hidden, head), targets, reduction="sum")
 
 
 def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = None) -> tuple[torch.Tensor, int]:
@@ -55,23 +56,36 @@ def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = No
         own = model(input_ids=input_ids, use_cache=False, **keep).logits[:, -1].float()
     finally:
         hook.remove()
-    hidden = found[-1][:, :-1].flatten(0, 1)  # [N·(T−1), D]: every position that predicts a next token
-    targets = input_ids[:, 1:].flatten().to(hidden.device)
-    with torch.no_grad():
-        mine = _logits(model, found[-1][:, -1])
-    if not torch.allclose(mine, own, rtol=1e-4, atol=1e-4):  # an unknown logit transform: the plain way
+    if not transform_known(model, found[-1][:, -1], own):  # an unknown logit transform: the plain way
         logits = model(input_ids=input_ids, use_cache=False).logits[:, :-1].float()
+        targets = input_ids[:, 1:].flatten().to(logits.device)
         return nn.functional.cross_entropy(logits.flatten(0, 1), targets, reduction="sum"), targets.numel()
+    return head_nll(model, found[-1], input_ids, chunk)
+
+
+def transform_known(model: nn.Module, last: torch.Tensor, own: torch.Tensor, head: nn.Module | None = None) -> bool:
+    """Whether the logits computed here for the last position's final hidden states equal the model's own."""
+    with torch.no_grad():
+        return torch.allclose(_logits(model, last, head), own, rtol=1e-4, atol=1e-4)
+
+
+def head_nll(model: nn.Module, final: torch.Tensor, input_ids: torch.Tensor, chunk: int | None = None,
+             head: nn.Module | None = None) -> tuple[torch.Tensor, int]:
+    """(Σ next-token NLL, positions) from the final norm's output ``final`` [N, T, D], the head on ``chunk``
+    positions at a time (see :func:`summed_nll`); ``head``: a copy of the model's head to use instead."""
+    hidden = final[:, :-1].flatten(0, 1)  # [N·(T−1), D]: every position that predicts a next token
+    targets = input_ids[:, 1:].flatten().to(hidden.device)
+    vocabulary = (head or model.get_output_embeddings()).out_features
     total = hidden.new_zeros((), dtype=torch.float32)
     if chunk is None:
-        whole = hidden.shape[0] * own.shape[-1] * 4 <= WHOLE_BYTES
-        chunk = hidden.shape[0] if whole else max(1, CHUNK_BYTES // (4 * own.shape[-1]))
+        whole = hidden.shape[0] * vocabulary * 4 <= WHOLE_BYTES
+        chunk = hidden.shape[0] if whole else max(1, CHUNK_BYTES // (4 * vocabulary))
     for start in range(0, hidden.shape[0], chunk):
         part, wanted = hidden[start:start + chunk], targets[start:start + chunk]
         if torch.is_grad_enabled() and chunk < hidden.shape[0]:
-            total = total + checkpoint(_chunk_nll, model, part, wanted, use_reentrant=False)
+            total = total + checkpoint(_chunk_nll, model, part, wanted, head, use_reentrant=False)
         else:
-            total = total + _chunk_nll(model, part, wanted)
+            total = total + _chunk_nll(model, part, wanted, head)
     return total, targets.numel()
 
 

@@ -9,7 +9,7 @@ import torch
 
 from prune import __version__
 from prune.core.calibration import Calibration
-from prune.core.offload import named_weights, refuse
+from prune.core.offload import named_weights
 from prune.depth.methods import check_options, get_method
 from prune.depth.methods.context import Context
 from prune.core.paths import cache_root, digest, read_json, write_atomic
@@ -36,8 +36,6 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
     options = check_options(spec, options)
     if context is not None:
         model, tokenizer, calibration = context.model, context.tokenizer, context.calibration
-    if spec.gradients:
-        refuse(spec.label, model)
     calibration = calibration or Calibration()
     key = digest({"model": model_fingerprint(model), "method": method, "options": options,
                   "calibration": calibration.key(), "version": __version__})

@@ -7,7 +7,8 @@ Peak memory stays near the weights: a decoder layer keeps only its input for the
 pass and recomputes the rest there; each weight's gradient becomes its score the moment it is
 accumulated and is then freed; nothing outside the decoder layers gets a gradient at all; the
 LM head's logits exist for a chunk of positions at a time (``prune.core.chunked_loss``), so a
-large vocabulary costs one chunk's logits, not the whole batch's.
+large vocabulary costs one chunk's logits, not the whole batch's. A model read from disk (larger than the
+memory budget) is scored one layer at a time, backwards (:func:`saliency_from_disk`), with the same gradients.
 The whole batch goes through one backward pass, because |Σ g| is not Σ |g|: summing
 per-window scores would change the method, and summing per-window gradients would need a
 gradient-sized buffer per weight.
@@ -15,6 +16,7 @@ gradient-sized buffer per weight.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -23,19 +25,23 @@ import numpy as np
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from prune.core.architectures import decoder_layers
-from prune.core.chunked_loss import mean_loss
+from prune.core.architectures import decoder_layers, final_norm
+from prune.core.chunked_loss import head_nll, mean_loss, transform_known
+from prune.core.devices import input_device
+from prune.core.hidden import _hidden_arg, _hidden_out
+from prune.core.offload import is_offloaded, materialized, refuse
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from prune.depth.methods import WINDOWS, register
 
 KEEP_FIRST, KEEP_LAST = 4, 2  # the "+" heuristic: never remove these layers
 
 
-@register("taylor", "Taylor+ (Shortened LLaMA)", allowed={"max_samples": WINDOWS}, gradients=True)
+@register("taylor", "Taylor+ (Shortened LLaMA)", allowed={"max_samples": WINDOWS})
 def taylor(ctx, *, plus: bool = True, max_samples: int = 8) -> ImportanceResult:
     """Σ |W ⊙ ∂L/∂W| over each layer's weights from one backward pass; "+" protects the first 4 and last 2."""
-    input_ids = ctx.input_ids[:max_samples].to(ctx.model.device)
-    scores = layer_saliency(ctx.model, input_ids)
+    input_ids = ctx.input_ids[:max_samples].to(input_device(ctx.model))
+    saliency = saliency_from_disk if is_offloaded(ctx.model) else layer_saliency
+    scores = saliency(ctx.model, input_ids)
     count = len(scores)
     protected = set(range(min(KEEP_FIRST, count))) | set(range(max(count - KEEP_LAST, 0), count)) if plus else set()
     if len(protected) >= count:
@@ -74,6 +80,59 @@ def layer_saliency(model: torch.nn.Module, input_ids: torch.Tensor) -> np.ndarra
         finally:
             for handle in handles:
                 handle.remove()
+    return totals
+
+
+def saliency_from_disk(model: torch.nn.Module, input_ids: torch.Tensor) -> np.ndarray:
+    """:func:`layer_saliency` for a model read from its files, one decoder layer in memory at a time.
+
+    A pass without gradients keeps each layer's input (and its masks and positions) and the final norm's;
+    the loss's gradient at the last layer's output comes from the final norm and the head (copies, the head on
+    a chunk of positions at a time); then, from the last layer to the first, each layer is read in alone,
+    recomputes its pass from its kept input and backpropagates the gradient it receives, which gives its
+    weights' gradients (scored, then freed) and the gradient for the layer before. The same gradients as one
+    backward pass through the whole model, by the chain rule, layer by layer.
+    """
+    layers, device = decoder_layers(model), input_device(model)
+    inputs: list[torch.Tensor] = []
+    calls: list[tuple] = []
+    last: list[torch.Tensor] = []
+
+    def keep(_module, args, kwargs):
+        inputs.append(_hidden_arg(args, kwargs).detach())
+        calls.append((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))
+
+    handles = [layer.register_forward_pre_hook(keep, with_kwargs=True) for layer in layers]
+    handles.append(final_norm(model).register_forward_hook(lambda _m, args, _out: last.append(args[0].detach())))
+    keep_last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    try:
+        with torch.no_grad():
+            own = model(input_ids=input_ids, use_cache=False, **keep_last).logits[:, -1].float()
+    finally:
+        for handle in handles:
+            handle.remove()
+    norm, head = materialized(final_norm(model), device), materialized(model.get_output_embeddings(), device)
+    grad = last[0].requires_grad_(True)
+    with torch.enable_grad():
+        final = norm(grad)
+        if not transform_known(model, final[:, -1].detach(), own, head):
+            refuse("Taylor+ on a head whose logit transform LayerCut does not know", model)
+        total, count = head_nll(model, final, input_ids, head=head)
+        (total / count).backward()
+    grad, totals = grad.grad, np.zeros(len(layers))
+    for index in reversed(range(len(layers))):
+        layer = materialized(layers[index], device)
+        weights = scored_weights(layer)
+        for weight in weights:
+            weight.requires_grad_(True)
+        hidden = inputs[index].requires_grad_(index > 0)
+        args, kwargs = calls[index]
+        with torch.enable_grad():
+            torch.autograd.backward(_hidden_out(layer(hidden, *args, **kwargs)), grad)
+        totals[index] = sum(torch.mul(w.detach().float(), w.grad.float()).abs_().sum(dtype=torch.float32).item()
+                            for w in weights)
+        grad = hidden.grad
+        del layer, weights
     return totals
 
 

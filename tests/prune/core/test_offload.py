@@ -77,12 +77,16 @@ def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):
     assert size_of(streamed) == size_of(whole)  # tied embeddings count once after a pass too (gemma2 ties them)
 
 
-@pytest.mark.parametrize("method", sorted(set(prune.METHODS) - {"taylor"}))  # Taylor+ refuses (below)
+@pytest.mark.parametrize("method", sorted(prune.METHODS))
 def test_analyses_give_the_same_scores_layer_by_layer(both, method):
     whole, streamed, tokenizer = both
     expected = prune.score(whole, tokenizer, method, calibration=CAL, use_cache=False)
     found = prune.score(streamed, tokenizer, method, calibration=CAL, use_cache=False)
-    np.testing.assert_array_equal(found.layer_scores, expected.layer_scores)
+    if method == "taylor":  # the same gradients, backpropagated layer by layer: summed in another order
+        np.testing.assert_allclose(found.layer_scores, expected.layer_scores, rtol=1e-5)
+        assert found.best_layers(1) == expected.best_layers(1)
+    else:
+        np.testing.assert_array_equal(found.layer_scores, expected.layer_scores)
     assert is_offloaded(streamed) and resident_bytes(streamed) < resident_bytes(whole) / 4  # nothing stayed in
 
 
@@ -105,8 +109,6 @@ def test_what_needs_every_weight_at_once_says_so(both):
     heal = Recipe((Recipe.block(4, 1, 2).steps[0], Heal.of(steps=1, text=CAL)))
     with pytest.raises(ModelTooLarge, match=r"Building .* needs the whole model in memory.*LAYERCUT_MEMORY_BUDGET"):
         heal.apply(streamed, tokenizer)
-    with pytest.raises(ModelTooLarge, match="Taylor.* needs the whole model in memory"):
-        prune.score(streamed, tokenizer, "taylor", calibration=CAL, use_cache=False)
 
 
 LAYERWISE = {"magnitude": Sparsify.of("magnitude", 0.5), "wanda 2:4": Sparsify.of("wanda", None, "2:4", CAL),
