@@ -4,8 +4,9 @@
 the device, the others stay in the checkpoint's safetensors files (read in place, nothing is copied) and
 accelerate's hooks bring each one in for its forward pass and drop it after. Every forward-only path then
 runs unchanged with one offloaded layer resident at a time: the analyses that read hidden states, depth cuts
-and attention/MLP drops (views), perplexity, generation and benchmarks. Steps that build new weights and the
-methods that need gradients say plainly that they need the model in memory.
+and attention/MLP drops (views), perplexity, generation and benchmarks. Steps that build new weights do it one
+:func:`materialized` layer at a time (:mod:`prune.core.layer_files`), Taylor+ backpropagates one layer at a time;
+healing says plainly that it needs the model in memory (:func:`refuse`).
 """
 
 from __future__ import annotations
@@ -135,4 +136,4 @@ def refuse(what: str, model: nn.Module) -> None:
     if is_offloaded(model):
         raise ModelTooLarge(f"{what} needs the whole model in memory, and this model is larger than the memory "
                             "budget (it is read from its files layer by layer): raise LAYERCUT_MEMORY_BUDGET, or "
-                            "use the analyses, depth cuts and attention/MLP drops, which run layer by layer.")
+                            "use the analyses, cuts, drops, sparsity, width and low rank, which run layer by layer.")
