@@ -7,8 +7,9 @@ memory alone (:func:`prune.core.offload.materialized`), changed, written to its 
 the rest of the model (embeddings, final norm, head) is then copied tensor by tensor, and the variant is loaded
 from its folder as a model read from disk too. The same happens to a model in memory when the weights the variant
 would own do not fit beside it (:func:`streams`: the memory budget, or the device's free memory, less what is
-resident). A variant built from disk is read layer by layer: none of its weights stay in memory (on a GPU, they wait in CPU
-memory), so building it beside the original takes about one layer more. The folder lives in the cache as long
+resident). A variant built from disk is read layer by layer: none of its weights stay in memory (on a GPU a sparse
+or width-pruned one waits in CPU memory, a factored one in its files), so building it beside the original takes
+about one layer more. The folder lives in the cache as long
 as the variant does; a folder a crashed process left is removed by the next build.
 """
 
@@ -120,10 +121,9 @@ class _LayerFiles:
             variant = self._dispatched(config)
         variant.eval()
         if getattr(self.model, "generation_config", None) is not None:
-            variant.generation_config = self.model.generation_config
+            variant.generation_config = copy.deepcopy(self.model.generation_config)
         weakref.finalize(variant, shutil.rmtree, str(self.folder), True)
         return variant
-
 
     def _dispatched(self, config) -> nn.Module:
         """The variant built empty and reshaped, each module's weights then read from the files for its pass (as
@@ -140,9 +140,9 @@ class _LayerFiles:
             stored = next(index[name] for name in group if name in index)
             index.update({name: stored for name in group if name not in index})
         holders = {name: "disk" for name, module in variant.named_modules()
-                   if any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False))}
-        return dispatch_model(variant, holders, main_device=str(input_device(self.model)), offload_dir=str(self.folder),
-                              offload_index=index)
+                   if module._parameters or module._buffers}  # each module holding tensors: read for its pass
+        return dispatch_model(variant, holders, main_device=str(input_device(self.model)),
+                              offload_dir=str(self.folder), offload_index=index)
 
 
 def _remove_orphans(root: Path) -> None:
@@ -158,6 +158,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
