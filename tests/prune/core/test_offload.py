@@ -181,7 +181,7 @@ def test_a_folder_a_crashed_process_left_is_removed_by_the_next_build(both, tmp_
     assert not left.exists() and mine.is_dir() and is_offloaded(built)
 
 
-def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_tokenizer):
+def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_tokenizer, monkeypatch):
     model = tiny_model("llama", 6)
     model.save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)
@@ -192,6 +192,12 @@ def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_token
     assert places == {"cpu", "disk"} and is_offloaded(part)
     assert resident_bytes(whole := model) > resident_bytes(part) > 0
     torch.testing.assert_close(logits(part), logits(whole), rtol=0, atol=0)
+    found, expected = (prune.score(m, tiny_tokenizer, "angular", calibration=CAL, use_cache=False) for m in (part, whole))
+    np.testing.assert_array_equal(found.layer_scores, expected.layer_scores)
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
+    recipe = Recipe.block(6, found.best_block(2)[0], found.best_block(2)[1]).then(LAYERWISE["wanda 2:4"])
+    torch.testing.assert_close(logits(recipe.apply(part, tiny_tokenizer)), logits(recipe.apply(whole, tiny_tokenizer)),
+                               rtol=0, atol=0)  # a variant of a model spread over memory and disk
 
 
 def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_folder, tmp_path, monkeypatch, capsys):
