@@ -96,8 +96,9 @@ def human_count(count: float) -> str:
 
 
 def model_markdown(info) -> str:
-    streamed = (f" · read from disk layer by layer ({info.resident_bytes / 2**30:.2f} of "
-                f"{info.weight_bytes / 2**30:.2f} GiB in memory)" if info.resident_bytes < info.weight_bytes else "")
+    held, total = info.resident_bytes / 2**30, info.weight_bytes / 2**30
+    streamed = (f" · read from disk layer by layer ({held:.2f} of {total:.2f} GiB in memory; each pass reads the other "
+                f"{total - held:.2f} GiB from its files)" if info.resident_bytes < info.weight_bytes else "")
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}")
 
