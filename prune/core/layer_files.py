@@ -107,10 +107,12 @@ class _LayerFiles:
         from safetensors.torch import save_file
         from transformers import AutoModelForCausalLM
 
-        rest = {name: tensor.detach().contiguous() for name, tensor in offload.named_weights(self.model, once=True)
-                if not name.startswith(self.prefix + ".")}
-        save_file(rest, str(self.folder / "rest.safetensors"), metadata={"format": "pt"})
-        self.weight_map.update(dict.fromkeys(rest, "rest.safetensors"))
+        rest = ((name, tensor) for name, tensor in offload.named_weights(self.model, once=True)
+                if not name.startswith(self.prefix + "."))
+        for number, (name, tensor) in enumerate(rest):  # one file each: one large embedding in memory at a time
+            file = f"rest-{number:05d}.safetensors"
+            save_file({name: tensor.detach().contiguous()}, str(self.folder / file), metadata={"format": "pt"})
+            self.weight_map[name] = file
         (self.folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": self.weight_map}))
         config.save_pretrained(self.folder)
         if self.reshape is None:

@@ -134,7 +134,7 @@ def test_new_weights_are_built_layer_by_layer_into_files_of_their_own_with_the_s
         torch.testing.assert_close(logits(found), logits(expected), rtol=0, atol=0)
         assert recipe_of(found) == recipe
         folders = list((tmp_path / "variants").iterdir())
-        assert len(folders) == 1 and (folders[0] / "rest.safetensors").is_file()
+        assert len(folders) == 1 and (folders[0] / "rest-00000.safetensors").is_file()
         del found
         gc.collect()
         assert not list((tmp_path / "variants").iterdir())  # the variant's files go with it
