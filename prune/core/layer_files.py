@@ -16,6 +16,7 @@ as the variant does; a folder a crashed process left is removed by the next buil
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import shutil
@@ -74,6 +75,9 @@ class Rebuild:
         when it is built into files, else put in the clone."""
         if self._files is not None:
             self._files.write(index, layer)
+            # what a layer's work leaves in reference cycles goes now, not layers later (on an 8B-shaped model the
+            # build's anonymous memory peaked at 8.29 GiB without this, 2.38 GiB with it)
+            gc.collect()
         else:
             decoder_layers(self.source)[index] = layer
 
