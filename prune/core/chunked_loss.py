@@ -51,9 +51,8 @@ def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = No
     :data:`CHUNK_BYTES` hold)."""
     found: list[torch.Tensor] = []
     hook = final_norm(model).register_forward_hook(lambda _m, _a, out: found.append(out))
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     try:
-        own = model(input_ids=input_ids, use_cache=False, **keep).logits[:, -1].float()
+        own = model(input_ids=input_ids, use_cache=False, **last_logits_only(model)).logits[:, -1].float()
     finally:
         hook.remove()
     if not transform_known(model, found[-1][:, -1], own):  # an unknown logit transform: the plain way
@@ -61,6 +60,11 @@ def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = No
         targets = input_ids[:, 1:].flatten().to(logits.device)
         return nn.functional.cross_entropy(logits.flatten(0, 1), targets, reduction="sum"), targets.numel()
     return head_nll(model, found[-1], input_ids, chunk)
+
+
+def last_logits_only(model: nn.Module) -> dict:
+    """The forward argument that applies the head to the last position only, where the model takes it."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def transform_known(model: nn.Module, last: torch.Tensor, own: torch.Tensor, head: nn.Module | None = None) -> bool:

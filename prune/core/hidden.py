@@ -75,6 +75,7 @@ def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch:
     norms = [get_path(layer, arch.ffn_norm) for layer in decoder_layers(model)] + [final_norm(model)]
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     chunks: list[list[torch.Tensor]] = [[] for _ in norms]
+    device = input_device(model)
     for batch in _length_batches([len(texts[i]) for i in order], tokens_per_batch):
         rows = [texts[order[j]] for j in batch]
         lengths = torch.tensor([len(t) for t in rows])
@@ -93,8 +94,7 @@ def norm_last_tokens(model: nn.Module, texts: list[list[int]], tokens_per_batch:
 
         hooks = [norm.register_forward_hook(keep(p)) for p, norm in enumerate(norms)]
         try:
-            run_until_stopped(model, input_ids=ids.to(input_device(model)), attention_mask=mask.to(input_device(model)),
-                              use_cache=False)
+            run_until_stopped(model, input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
         finally:
             for hook in hooks:
                 hook.remove()

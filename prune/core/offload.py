@@ -22,6 +22,7 @@ from prune.core.devices import available_memory_bytes
 from prune.core.errors import ModelTooLarge
 from prune.core.paths import cache_root
 
+
 def placement(device: str, budget_bytes: int, source: str) -> dict:
     """``from_pretrained`` arguments that keep the weights on ``device`` within ``budget_bytes`` (on CUDA, the rest
     in CPU memory first) and read the rest from the checkpoint's files."""
@@ -63,10 +64,14 @@ def _stored(module: nn.Module):
     return getattr(hook, "weights_map", None) if getattr(hook, "offload", False) else None
 
 
+def _read(tensor: torch.Tensor, stored, name: str) -> torch.Tensor:
+    """``tensor`` itself, or, where it is an offloaded placeholder, its value from where accelerate keeps it."""
+    return stored[name] if tensor.device.type == "meta" and stored is not None else tensor
+
+
 def weight_of(module: nn.Module) -> torch.Tensor:
     """``module.weight``, read from where accelerate keeps it when it is offloaded."""
-    stored = _stored(module)
-    return stored["weight"] if module.weight.device.type == "meta" and stored is not None else module.weight
+    return _read(module.weight, _stored(module), "weight")
 
 
 def named_weights(model: nn.Module, once: bool = False):
@@ -82,9 +87,7 @@ def named_weights(model: nn.Module, once: bool = False):
             if once and id(tensor) in seen:
                 continue
             seen.add(id(tensor))
-            if tensor.device.type == "meta" and stored is not None:
-                tensor = stored[name]
-            yield (f"{module_name}.{name}" if module_name else name), tensor
+            yield (f"{module_name}.{name}" if module_name else name), _read(tensor, stored, name)
 
 
 def parameters_read(model: nn.Module):
@@ -96,7 +99,7 @@ def parameters_read(model: nn.Module):
             if param is None or id(param) in seen:
                 continue
             seen.add(id(param))
-            yield stored[name] if param.device.type == "meta" and stored is not None else param
+            yield _read(param, stored, name)
 
 
 def materialized(module: nn.Module, device: torch.device | str) -> nn.Module:
@@ -106,7 +109,7 @@ def materialized(module: nn.Module, device: torch.device | str) -> nn.Module:
 
     def real(tensor: torch.Tensor, stored, name: str) -> torch.Tensor:
         if id(tensor) not in copies:
-            value = stored[name] if tensor.device.type == "meta" and stored is not None else tensor
+            value = _read(tensor, stored, name)
             copies[id(tensor)] = value.detach().to(device=device, dtype=tensor.dtype, copy=True)
         return copies[id(tensor)]
 

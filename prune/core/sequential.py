@@ -26,6 +26,12 @@ def rows_of(module: nn.Module) -> torch.Tensor:
     return module.weight.detach().t() if isinstance(module, Conv1D) else module.weight.detach()
 
 
+def other_arguments(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A decoder layer's call without its hidden states: (the other args, the other kwargs), to call it again on
+    other hidden states (masks and position embeddings depend only on the tokens)."""
+    return args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}
+
+
 @torch.no_grad()
 def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
     """Per batch: the first layer's input [B, T, D], and every layer's other (args, kwargs).
@@ -41,7 +47,7 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
         def hook(_module, args, kwargs):
             if index == 0:
                 hidden.append(_hidden_arg(args, kwargs))
-            calls[-1].append((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))
+            calls[-1].append(other_arguments(args, kwargs))
             if index == len(layers) - 1:
                 raise StopForward  # once the last layer's arguments are read
         return hook

@@ -16,7 +16,6 @@ gradient-sized buffer per weight.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -26,10 +25,11 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from prune.core.architectures import decoder_layers, final_norm
-from prune.core.chunked_loss import head_nll, mean_loss, transform_known
+from prune.core.chunked_loss import head_nll, last_logits_only, mean_loss, transform_known
 from prune.core.devices import input_device
 from prune.core.hidden import _hidden_arg, _hidden_out
 from prune.core.offload import is_offloaded, materialized, refuse
+from prune.core.sequential import other_arguments
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from prune.depth.methods import WINDOWS, register
 
@@ -100,14 +100,13 @@ def saliency_from_disk(model: torch.nn.Module, input_ids: torch.Tensor) -> np.nd
 
     def keep(_module, args, kwargs):
         inputs.append(_hidden_arg(args, kwargs).detach())
-        calls.append((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))
+        calls.append(other_arguments(args, kwargs))
 
     handles = [layer.register_forward_pre_hook(keep, with_kwargs=True) for layer in layers]
     handles.append(final_norm(model).register_forward_hook(lambda _m, args, _out: last.append(args[0].detach())))
-    keep_last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
     try:
         with torch.no_grad():
-            own = model(input_ids=input_ids, use_cache=False, **keep_last).logits[:, -1].float()
+            own = model(input_ids=input_ids, use_cache=False, **last_logits_only(model)).logits[:, -1].float()
     finally:
         for handle in handles:
             handle.remove()
