@@ -12,7 +12,6 @@ activations and the embedding lookup are ignored; a mixture-of-experts layer cou
 
 from __future__ import annotations
 
-import inspect
 import threading
 import time
 from dataclasses import replace
@@ -20,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput
@@ -143,17 +143,12 @@ class GpuUtilization:
 # ---------------------------------------------------------------- measuring
 
 
-def _keeps_last_logits(model) -> dict:
-    """``logits_to_keep=1`` where the model supports it, so the prefill skips unused logits."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-
-
 @torch.no_grad()
 def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
     """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens."""
     device = input_ids.device
     with _Timer(device) as prefill:
-        out = model(input_ids=input_ids, use_cache=True, **_keeps_last_logits(model))
+        out = model(input_ids=input_ids, use_cache=True, **last_logits_only(model))  # the prefill skips unused logits
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
     cache = cache_returned(out)
     with _Timer(device) as decode:
