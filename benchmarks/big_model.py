@@ -1,6 +1,6 @@
 """An 8B-shaped model on this machine, within a memory budget: every forward-only job, with time and peak memory.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/big_model.py [--budget 8GiB] [--folder DIR] [--small]
+    PYTHONPATH=. .venv/bin/python benchmarks/big_model.py [--budget 8GiB] [--folder DIR] [--small] [--device cuda]
 
 Writes (once) a random Llama of Llama-3-8B's shape (hidden 4096, 32 layers, MLP 14336, 32/8 heads, vocabulary
 128256; ~15 GiB in bfloat16) to ``--folder``, then, in this process, with ``LAYERCUT_MEMORY_BUDGET`` at
@@ -29,6 +29,12 @@ def vm_peak() -> float:
     return float("nan")
 
 
+def gpu_peak() -> float:
+    import torch
+
+    return torch.cuda.max_memory_allocated() / _GIB if torch.cuda.is_available() else float("nan")
+
+
 def write_model(folder: Path, small: bool) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
@@ -43,7 +49,8 @@ def write_model(folder: Path, small: bool) -> None:
              num_key_value_heads=8)
     config = LlamaConfig(vocab_size=128256, max_position_embeddings=8192, tie_word_embeddings=False, **shape)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # random weights: seconds on a GPU, minutes here
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(folder, max_shard_size="2GB")
     AutoTokenizer.from_pretrained(default_checkpoint()).save_pretrained(folder)
 
@@ -54,6 +61,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=Path("/tmp/layercut-8b"))
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--questions", type=int, default=20)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda: the budget is then GPU memory")
     args = parser.parse_args()
     started = time.perf_counter()
     write_model(args.folder, args.small)
@@ -72,15 +80,16 @@ def main() -> None:
     from prune.sparsity.step import Sparsify
     from ui.text import model_markdown
 
-    backend = Backend(device="cpu")
+    backend = Backend(device=args.device)
     spec = ModelSpec(str(args.folder), dtype="bfloat16")
     rows = []
 
     def step(name: str, work):
         began = time.perf_counter()
         result = work()
-        rows.append((name, time.perf_counter() - began, vm_peak()))
-        print(f"  {name}: {rows[-1][1]:.0f} s, peak resident so far {rows[-1][2]:.2f} GiB", flush=True)
+        rows.append((name, time.perf_counter() - began, vm_peak(), gpu_peak()))
+        print(f"  {name}: {rows[-1][1]:.0f} s, peak resident so far {rows[-1][2]:.2f} GiB, "
+              f"GPU {rows[-1][3]:.2f} GiB", flush=True)
         return result
 
     info = step("load", lambda: backend.load(spec))
@@ -101,9 +110,9 @@ def main() -> None:
     scores = step(f"ARC-Easy, {args.questions} questions × 3 models", lambda: backend.benchmarks(spec, compared, request))
     print(f"\nA: layers {start}–{end - 1} cut; B: Wanda 2:4; budget {args.budget}; "
           f"weights {info.weight_bytes / _GIB:.2f} GiB, {info.resident_bytes / _GIB:.2f} GiB of them in memory")
-    print("\n| step | seconds | peak resident so far (GiB) |\n|---|---|---|")
-    for name, seconds, peak in rows:
-        print(f"| {name} | {seconds:.0f} | {peak:.2f} |")
+    print("\n| step | seconds | peak resident so far (GiB) | peak GPU memory so far (GiB) |\n|---|---|---|---|")
+    for name, seconds, peak, gpu in rows:
+        print(f"| {name} | {seconds:.0f} | {peak:.2f} | {gpu:.2f} |")
     print("\ntokens per column:", {label: state["tokens"] for label, state in answers.items()})
     for m in [*speeds, *memory, *scores]:
         if m.name.startswith(("decode latency", "peak memory", "arc_easy acc")) and "norm" not in m.name:

@@ -74,8 +74,8 @@ def run(args, rows: list) -> None:
     backend = Backend(data_dir=args.data_dir, device=args.device)
     spec = backend.adopt(model, tokenizer)
     layers = config.num_hidden_layers
-    angular = step("angular analysis", lambda: (backend.analyze(spec, "angular"), "the default calibration"))
-    step("Taylor+ analysis", lambda: (backend.analyze(spec, "taylor"), "one backward pass"))
+    angular = step("angular analysis", lambda: (backend.analyze(spec, "angular", use_cache=False), "the default calibration"))
+    step("Taylor+ analysis", lambda: (backend.analyze(spec, "taylor", use_cache=False), "one backward pass"))
     start, end = angular.best_block(max(1, layers // 4))
     compared = {"A": Recipe.block(layers, start, end),
                 "B": Recipe((Sparsify.of("wanda", 0.5, "2:4"),))}
@@ -86,14 +86,17 @@ def run(args, rows: list) -> None:
     speeds = step("speed", lambda: (backend.speed(spec, compared, batch_sizes=(1, 8), prompt_len=128,
                                                   new_tokens=(32,), repeats=3), "batch 1 and 8, 128 + 32 tokens"))
     for m in speeds:
-        if "decode" in m.name and "batch 1" in m.name:
+        if m.name.startswith(("decode latency", "prefill latency")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f} {m.unit}"))
+    for label, note in {m.model: m.details.get("sparsity_note") for m in speeds}.items():
+        if note:
+            rows.append((f"  {label}: 2:4 kernels", float("nan"), float("nan"), note))
     memory = step("memory", lambda: (backend.memory(spec, compared, new_tokens=32), "weights, peak, KV cache"))
     for m in memory:
         if m.name.startswith("peak memory"):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.0f} {m.unit}"))
     request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.data_dir)
-    scores = step("benchmark", lambda: (backend.benchmarks(spec, compared, request), f"ARC-Easy, {args.questions} questions"))
+    scores = step("benchmark", lambda: (backend.benchmarks(spec, compared, request, use_cache=False), f"ARC-Easy, {args.questions} questions"))
     for m in scores:
         if m.name == "arc_easy acc":
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))

@@ -96,9 +96,16 @@ def human_count(count: float) -> str:
 
 
 def model_markdown(info) -> str:
-    held, total = info.resident_bytes / 2**30, info.weight_bytes / 2**30
-    streamed = (f" · read from disk layer by layer ({held:.2f} of {total:.2f} GiB in memory; each pass reads the other "
-                f"{total - held:.2f} GiB from its files)" if info.resident_bytes < info.weight_bytes else "")
+    held, total, cpu = (amount / 2**30 for amount in (info.resident_bytes, info.weight_bytes, info.cpu_held_bytes))
+    streamed = ""
+    if info.resident_bytes < info.weight_bytes and not info.cpu_held_bytes:
+        streamed = (f" · read from disk layer by layer ({held:.2f} of {total:.2f} GiB in memory; each pass reads the "
+                    f"other {total - held:.2f} GiB from its files)")
+    elif info.resident_bytes < info.weight_bytes:
+        files = total - held - cpu
+        streamed = (f" · moved to {info.device} layer by layer ({held:.2f} of {total:.2f} GiB there; each pass brings "
+                    f"the other {cpu:.2f} GiB from CPU memory" + (f" and {files:.2f} GiB from its files" if files >= 0.005
+                                                                  else "") + ")")
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}")
 

@@ -12,6 +12,7 @@ variant itself (which benchmarks, generation and export use) stays dense.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from prune.core.architectures import decoder_layers
@@ -70,16 +71,47 @@ def _is_two_four(weight: torch.Tensor) -> bool:
     return bool(((weight.detach().reshape(rows, cols // 4, 4) == 0).sum(-1) >= 2).all())
 
 
-def accelerated(model: nn.Module) -> tuple[nn.Module, int]:
-    """A copy of a 2:4 variant whose qualifying weights are semi-structured sparse tensors, and their count.
+class TwoFourLinear(nn.Module):
+    """A linear layer whose weight is a semi-structured sparse tensor, fed a 2-D input.
+
+    PyTorch's sparse tensor takes ``F.linear`` on a matrix; a 3-D input (batch, tokens, features)
+    goes through ``matmul``, which for some inputs (a one-token decode step on an H100, seen with
+    a 7B shape) broadcasts with ``expand``, an operation the sparse tensor refuses.
+    """
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        from torch.sparse import to_sparse_semi_structured
+
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight = nn.Parameter(to_sparse_semi_structured(linear.weight.detach()), requires_grad=False)
+        self.bias = linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = F.linear(x.reshape(-1, self.in_features), self.weight, self.bias)
+        return flat.reshape(*x.shape[:-1], self.out_features)
+
+
+def accelerated(model: nn.Module) -> tuple[nn.Module, str]:
+    """What to time for a 2:4 variant, and the speed tab's note on it.
 
     Call only where :func:`unavailable` is None. The copy has its own layer modules (the variant
-    keeps its dense weights) and shares everything else.
+    keeps its dense weights) with every qualifying linear layer a :class:`TwoFourLinear`, and
+    shares everything else. It must answer a one-token forward pass; where PyTorch's kernels
+    refuse this model, the variant itself is timed, densely, and the note gives the reason.
     """
-    from torch.sparse import to_sparse_semi_structured
-
     fast = clone_layers(model)
-    targets = kernel_matrices(fast)
-    for module in targets:
-        module.weight = nn.Parameter(to_sparse_semi_structured(module.weight.detach()), requires_grad=False)
-    return fast, len(targets)
+    count = 0
+    for layer in decoder_layers(fast):
+        for name, module in list(layer.named_modules()):
+            if isinstance(module, nn.Linear) and _is_two_four(module.weight):
+                parent, _, child = name.rpartition(".")
+                setattr(layer.get_submodule(parent) if parent else layer, child, TwoFourLinear(module))
+                count += 1
+    try:
+        with torch.no_grad():
+            fast(input_ids=torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device))
+    except (NotImplementedError, RuntimeError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        return model, f"PyTorch's 2:4 kernels refused this model ({reason}), so it was timed dense."
+    return fast, f"timed with PyTorch's 2:4 semi-structured sparse kernels ({count} matrices)."

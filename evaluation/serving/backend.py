@@ -247,8 +247,7 @@ class Backend(Sweeping, Explaining, Training):
                 notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
                 timed[side.label] = side.model
                 if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
-                    timed[side.label], count = sparse_kernels.accelerated(side.model)
-                    notes[side.label] = f"timed with PyTorch's 2:4 semi-structured sparse kernels ({count} matrices)."
+                    timed[side.label], notes[side.label] = sparse_kernels.accelerated(side.model)
             found = speed.measure_speed(timed, batch_sizes=batch_sizes, prompt_len=prompt_len, new_tokens=new_tokens,
                                         repeats=repeats, job=job)
         found = [replace(m, details={**m.details, "sparsity_note": notes[m.model]}) if notes[m.model] else m

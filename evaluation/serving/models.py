@@ -22,7 +22,7 @@ import prune
 from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.devices import available_memory_bytes, input_device, parse_dtype
 from prune.core.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
-from prune.core.offload import resident_bytes
+from prune.core.offload import cpu_held_bytes, resident_bytes
 from prune.core.paths import local_path
 from prune.depth.scoring import model_fingerprint
 from prune.drop.sublayers import ATTENTION, MLP
@@ -72,6 +72,7 @@ class ModelInfo:
     weight_bytes: int
     resident_bytes: int  # of the weights, held in memory (less than weight_bytes when read from disk layer by layer)
     size: Size  # what recipes change: each layer's parameters, the rest, the width structures
+    cpu_held_bytes: int = 0  # of the weights not resident, those kept in CPU memory beside a GPU (the rest: in files)
     # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
     block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
 
@@ -121,6 +122,7 @@ def describe(model, name: str) -> ModelInfo:
     return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
                      device=str(input_device(model)), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
                      weight_bytes=memory.weight_bytes(model), resident_bytes=resident_bytes(model), size=size_of(model),
+                     cpu_held_bytes=cpu_held_bytes(model),
                      block_params=_block_params(model))
 
 

@@ -109,7 +109,6 @@ class _LayerFiles:
 
     def finish(self, config) -> nn.Module:
         from safetensors.torch import save_file
-        from transformers import AutoModelForCausalLM
 
         rest = ((name, tensor) for name, tensor in offload.named_weights(self.model, once=True)
                 if not name.startswith(self.prefix + "."))
@@ -119,27 +118,25 @@ class _LayerFiles:
             self.weight_map[name] = file
         (self.folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": self.weight_map}))
         config.save_pretrained(self.folder)
-        if self.reshape is None:
-            placement = offload.placement(str(input_device(self.model)), 1, str(self.folder))  # nothing in memory
-            variant = AutoModelForCausalLM.from_pretrained(str(self.folder), config=config, dtype=self.model.dtype,
-                                                           **placement)
-        else:
-            variant = self._dispatched(config)
-        variant.eval()
+        variant = self._dispatched(config).eval()
         if getattr(self.model, "generation_config", None) is not None:
             variant.generation_config = copy.deepcopy(self.model.generation_config)
         weakref.finalize(variant, shutil.rmtree, str(self.folder), True)
         return variant
 
     def _dispatched(self, config) -> nn.Module:
-        """The variant built empty and reshaped, each module's weights then read from the files for its pass (as
-        accelerate's offloading reads a checkpoint's: one hook per module that holds tensors)."""
+        """The variant built empty (and reshaped, for factored weights), each module's weights then read from the
+        files for its pass, computing on the original's device (as accelerate's offloading reads a checkpoint's: one
+        hook per module that holds tensors). ``from_pretrained`` with a device map would put a variant with nothing
+        in GPU memory on the CPU, to compute there."""
         from accelerate import dispatch_model, init_empty_weights
         from accelerate.utils import find_tied_parameters
         from transformers import AutoModelForCausalLM
 
         with init_empty_weights():
-            variant = self.reshape(AutoModelForCausalLM.from_config(config, dtype=self.model.dtype))
+            variant = AutoModelForCausalLM.from_config(config, dtype=self.model.dtype)
+        variant.tie_weights()  # neither from_config nor tie_weights ties inside init_empty_weights (transformers 5.24)
+        variant = self.reshape(variant) if self.reshape is not None else variant
         index = {name: {"safetensors_file": str(self.folder / file), "weight_name": name}
                  for name, file in self.weight_map.items()}
         for group in find_tied_parameters(variant):  # a tied tensor was written under one of its names

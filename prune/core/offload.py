@@ -58,6 +58,22 @@ def resident_bytes(model: nn.Module) -> int:
     return sum(seen.values())
 
 
+def cpu_held_bytes(model: nn.Module) -> int:
+    """Bytes of ``model``'s offloaded weights that accelerate keeps in CPU memory (beside a GPU), not in files."""
+    total, seen = 0, set()
+    for module in model.modules():
+        stored = _stored(module)
+        dataset = getattr(stored, "dataset", None)  # dispatch_model's loader, or cpu_offload's plain state dict
+        in_memory = dataset if isinstance(dataset, dict) else getattr(dataset, "state_dict", None) or {}
+        prefix = getattr(stored, "prefix", "")
+        for name, tensor in (*module._parameters.items(), *module._buffers.items()):
+            value = in_memory.get(f"{prefix}{name}") if tensor is not None and tensor.device.type == "meta" else None
+            if value is not None and value.data_ptr() not in seen:  # a tied tensor is kept once
+                seen.add(value.data_ptr())
+                total += value.numel() * value.element_size()
+    return total
+
+
 def _stored(module: nn.Module):
     """Where accelerate keeps ``module``'s offloaded tensors (by their names in the module), if it offloads them."""
     hook = getattr(module, "_hf_hook", None)

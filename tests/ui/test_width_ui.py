@@ -179,6 +179,42 @@ def test_two_four_matrices_are_found_by_their_zeros():
     assert sparse_kernels.why_no_gain(Recipe(), model) is None
 
 
+def test_the_two_four_copy_timed_feeds_matrices_and_falls_back_to_dense_when_refused(tiny_tokenizer, monkeypatch):
+    """No 2:4 kernels on a CPU: a dense stand-in takes TwoFourLinear's place; its forward (3-D in, 2-D product) is
+    TwoFourLinear's own."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    class DenseStandIn(sparse_kernels.TwoFourLinear):
+        def __init__(self, linear):
+            torch.nn.Module.__init__(self)
+            self.in_features, self.out_features = linear.in_features, linear.out_features
+            self.weight, self.bias = linear.weight, linear.bias
+
+    class Refusing(DenseStandIn):
+        def forward(self, x):
+            raise NotImplementedError("SparseSemiStructuredTensorCUSPARSELT only supports a specific set of operations, "
+                                      "can't perform requested op (expand.default)\nmore")
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4)
+    variant = Recipe((Sparsify.of("magnitude", None, "2:4"),)).apply(LlamaForCausalLM(config).eval(), tiny_tokenizer)
+    ids = torch.randint(0, 320, (2, 7))
+    with torch.no_grad():
+        expected = variant(input_ids=ids).logits
+    monkeypatch.setattr(sparse_kernels, "TwoFourLinear", DenseStandIn)
+    fast, note = sparse_kernels.accelerated(variant)
+    assert note == "timed with PyTorch's 2:4 semi-structured sparse kernels (14 matrices)."  # 2 layers × 7
+    assert fast is not variant and not any(isinstance(m, DenseStandIn) for m in variant.modules())
+    with torch.no_grad():
+        torch.testing.assert_close(fast(input_ids=ids).logits, expected, rtol=0, atol=0)
+    monkeypatch.setattr(sparse_kernels, "TwoFourLinear", Refusing)
+    fast, note = sparse_kernels.accelerated(variant)
+    assert fast is variant
+    assert note == ("PyTorch's 2:4 kernels refused this model (SparseSemiStructuredTensorCUSPARSELT only supports a "
+                    "specific set of operations, can't perform requested op (expand.default)), so it was timed dense.")
+
+
 def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monkeypatch):
     from ui import inputs
 

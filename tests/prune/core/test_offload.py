@@ -17,7 +17,7 @@ from prune.core.budget import ENV, memory_budget, parse_bytes
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, ModelTooLarge
 from prune.core.kv import cache_returned, with_cache
-from prune.core.offload import is_offloaded, named_weights, resident_bytes
+from prune.core.offload import cpu_held_bytes, is_offloaded, named_weights, resident_bytes
 from prune.core.recipe import Recipe, recipe_of
 from prune.core.sizes import size_of
 from prune.depth.scoring import model_fingerprint
@@ -64,6 +64,31 @@ def both(request, tmp_path_factory, tiny_tokenizer):
 def logits(model, ids=IDS):
     with torch.no_grad():
         return model(input_ids=ids).logits
+
+
+def test_weights_kept_in_cpu_memory_are_told_apart_from_those_in_files(both):
+    """Beside a GPU, accelerate keeps what does not fit in CPU memory; the page says so, not "from its files"."""
+    import copy
+    from dataclasses import replace
+
+    from accelerate import cpu_offload
+
+    from evaluation.serving.models import describe
+    from ui.text import model_markdown
+
+    whole, streamed, _ = both
+    assert cpu_held_bytes(whole) == 0 and cpu_held_bytes(streamed) == 0  # in memory; in files
+    held = cpu_offload(copy.deepcopy(whole), execution_device="cpu")  # every weight waits in CPU memory
+    weights = {p.data_ptr(): p.numel() * p.element_size() for p in whole.parameters()}
+    assert cpu_held_bytes(held) == sum(weights.values()) > 0
+    torch.testing.assert_close(logits(held), logits(whole), rtol=0, atol=0)
+    info = replace(describe(streamed, "big"), device="cuda:0", weight_bytes=15 * 2**30, resident_bytes=5 * 2**30,
+                   cpu_held_bytes=8 * 2**30)
+    assert model_markdown(info).endswith("cuda:0 · float32 · moved to cuda:0 layer by layer (5.00 of 15.00 GiB there; "
+                                         "each pass brings the other 8.00 GiB from CPU memory and 2.00 GiB from its "
+                                         "files)")
+    assert model_markdown(replace(info, cpu_held_bytes=10 * 2**30)).endswith(
+        "(5.00 of 15.00 GiB there; each pass brings the other 10.00 GiB from CPU memory)")
 
 
 def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):

@@ -1,0 +1,92 @@
+"""PyTorch's 2:4 semi-structured kernels against dense, one matrix at a time, at Llama-2-7B's shapes.
+
+    PYTHONPATH=. python benchmarks/two_four_kernels.py      (an NVIDIA GPU of compute capability 8.0 or newer)
+
+For each weight shape of a Llama-2-7B layer (4096 → 4096, 4096 → 11008, 11008 → 4096) and each number of
+input rows (tokens × batch: 1, 8, 128, 1024, 4096), a bfloat16 weight is pruned to 2:4 by magnitude and the
+product timed side by side in one run (CUDA events, median of 50 after 10 warm-ups): dense ``F.linear``, and
+LayerCut's ``TwoFourLinear`` (the sparse weight fed a 2-D input) with each of PyTorch's two backends, cuSPARSELt
+(its default) and CUTLASS. It also checks that the sparse product equals the dense product of the pruned weight
+(bfloat16 tolerance), and whether a plain ``nn.Linear`` holding the sparse weight takes the 3-D input a model
+gives it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.sparse import SparseSemiStructuredTensor
+
+from evaluation.measure.sparse_kernels import TwoFourLinear
+
+SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))  # (in, out)
+ROWS = (1, 8, 128, 1024, 4096)
+
+
+def two_four(weight: torch.Tensor) -> torch.Tensor:
+    """Keep the two largest magnitudes of every four consecutive inputs."""
+    groups = weight.reshape(weight.shape[0], -1, 4)
+    keep = groups.abs().topk(2, dim=-1).indices
+    mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True)
+    return (groups * mask).reshape_as(weight)
+
+
+def timed(work, repeats: int = 50) -> float:
+    for _ in range(10):
+        work()
+    times = []
+    for _ in range(repeats):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        work()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(begin.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    cusparselt = getattr(torch.backends, "cusparselt", None)
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"cuSPARSELt {cusparselt.version() if cusparselt and cusparselt.is_available() else 'not built in'}\n")
+    print("| in → out | rows | dense (ms) | cuSPARSELt (ms) | dense ÷ cuSPARSELt | CUTLASS (ms) | dense ÷ CUTLASS | "
+          "max error ÷ max output | nn.Linear, 3-D input |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    cutlass_note = ""
+    with torch.no_grad():
+        for fan_in, fan_out in SHAPES:
+            dense = nn.Linear(fan_in, fan_out, bias=False, dtype=torch.bfloat16, device="cuda")
+            dense.weight.copy_(two_four(dense.weight))
+            fast = TwoFourLinear(dense)  # cuSPARSELt, PyTorch's default where it is built in
+            SparseSemiStructuredTensor._FORCE_CUTLASS = True
+            cutlass = TwoFourLinear(dense)
+            SparseSemiStructuredTensor._FORCE_CUTLASS = False
+            plain = nn.Linear(fan_in, fan_out, bias=False, dtype=torch.bfloat16, device="cuda")
+            plain.weight = nn.Parameter(fast.weight, requires_grad=False)
+            for rows in ROWS:
+                x = torch.randn(rows, 1, fan_in, dtype=torch.bfloat16, device="cuda") if rows <= 8 else \
+                    torch.randn(1, rows, fan_in, dtype=torch.bfloat16, device="cuda")
+                expected = F.linear(x, dense.weight)
+                error = (fast(x).float() - expected.float()).abs().max().item() / expected.float().abs().max().item()
+                dense_ms = timed(lambda: F.linear(x, dense.weight))
+                sparse_ms = timed(lambda: fast(x))
+                try:
+                    cutlass_ms = timed(lambda: cutlass(x))
+                except RuntimeError as failure:  # CUTLASS's kernels: compute capability 8.x only
+                    cutlass_ms = float("nan")
+                    cutlass_note = str(failure).splitlines()[0]
+                try:
+                    plain(x)
+                    plain_note = "runs"
+                except (NotImplementedError, RuntimeError) as failure:
+                    plain_note = "fails: " + str(failure).splitlines()[0][:60]
+                print(f"| {fan_in} → {fan_out} | {rows} ({tuple(x.shape)}) | {dense_ms:.3f} | {sparse_ms:.3f} | "
+                      f"{dense_ms / sparse_ms:.2f} | {cutlass_ms:.3f} | {dense_ms / cutlass_ms:.2f} | {error:.1e} | {plain_note} |")
+    if cutlass_note:
+        print(f"\nCUTLASS: {cutlass_note}")
+
+
+if __name__ == "__main__":
+    main()
