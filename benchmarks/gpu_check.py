@@ -74,7 +74,8 @@ def run(args, rows: list) -> None:
     backend = Backend(data_dir=args.data_dir, device=args.device)
     spec = backend.adopt(model, tokenizer)
     layers = config.num_hidden_layers
-    angular = step("angular analysis", lambda: (backend.analyze(spec, "angular", use_cache=False), "the default calibration"))
+    angular = step("angular analysis",
+                   lambda: (backend.analyze(spec, "angular", use_cache=False), "the default calibration"))
     step("Taylor+ analysis", lambda: (backend.analyze(spec, "taylor", use_cache=False), "one backward pass"))
     start, end = angular.best_block(max(1, layers // 4))
     compared = {"A": Recipe.block(layers, start, end),
@@ -96,7 +97,8 @@ def run(args, rows: list) -> None:
         if m.name.startswith("peak memory"):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.0f} {m.unit}"))
     request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.data_dir)
-    scores = step("benchmark", lambda: (backend.benchmarks(spec, compared, request, use_cache=False), f"ARC-Easy, {args.questions} questions"))
+    scores = step("benchmark", lambda: (backend.benchmarks(spec, compared, request, use_cache=False),
+                                        f"ARC-Easy, {args.questions} questions"))
     for m in scores:
         if m.name == "arc_easy acc":
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))

@@ -83,7 +83,8 @@ def main() -> None:
                 except (NotImplementedError, RuntimeError) as failure:
                     plain_note = "fails: " + str(failure).splitlines()[0][:60]
                 print(f"| {fan_in} → {fan_out} | {rows} ({tuple(x.shape)}) | {dense_ms:.3f} | {sparse_ms:.3f} | "
-                      f"{dense_ms / sparse_ms:.2f} | {cutlass_ms:.3f} | {dense_ms / cutlass_ms:.2f} | {error:.1e} | {plain_note} |")
+                      f"{dense_ms / sparse_ms:.2f} | {cutlass_ms:.3f} | {dense_ms / cutlass_ms:.2f} | {error:.1e} | "
+                      f"{plain_note} |")
     if cutlass_note:
         print(f"\nCUTLASS: {cutlass_note}")
 

@@ -103,9 +103,9 @@ def model_markdown(info) -> str:
                     f"other {total - held:.2f} GiB from its files)")
     elif info.resident_bytes < info.weight_bytes:
         files = total - held - cpu
+        sources = f"{cpu:.2f} GiB from CPU memory" + (f" and {files:.2f} GiB from its files" if files >= 0.005 else "")
         streamed = (f" · moved to {info.device} layer by layer ({held:.2f} of {total:.2f} GiB there; each pass brings "
-                    f"the other {cpu:.2f} GiB from CPU memory" + (f" and {files:.2f} GiB from its files" if files >= 0.005
-                                                                  else "") + ")")
+                    f"the other {sources})")
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}")
 
