@@ -7,8 +7,8 @@ Steps (each timed, with the peak GPU memory it reached): bf16 load of a random m
 and Taylor+ analyses, a cut of the angular method's best 8-layer block, a Wanda 2:4 variant built beside it,
 generation of the three side by side, speed and memory per column (the 2:4 variant timed with PyTorch's
 semi-structured kernels where the GPU has them), and a 100-question ARC-Easy benchmark of the three. ``--small``
-runs the same on a tiny model (a check that the script works, on any device). On one H100 (PyTorch 2.11) the steps took 158 s
-in all; the README gives the table.
+runs the same on a tiny model (a check that the script works, on any device). On one H100 (PyTorch 2.11) the
+steps took 158 s in all; the README gives the table.
 """
 
 from __future__ import annotations
