@@ -95,17 +95,20 @@ def human_count(count: float) -> str:
     return f"{count:.0f}"
 
 
-def model_markdown(info) -> str:
+def model_markdown(info, step_s: float | None = None) -> str:
+    """The model's line in the top bar; for a model read layer by layer, where its weights are and, with ``step_s``
+    (one decode step's seconds, measured when it loaded), what a pass that brings them in costs."""
     held, total, cpu = (amount / 2**30 for amount in (info.resident_bytes, info.weight_bytes, info.cpu_held_bytes))
+    cost = f"; one decode step, which brings them all, took {step_s:.2f} s here" if step_s is not None else ""
     streamed = ""
     if info.resident_bytes < info.weight_bytes and not info.cpu_held_bytes:
         streamed = (f" · read from disk layer by layer ({held:.2f} of {total:.2f} GiB in memory; each pass reads the "
-                    f"other {total - held:.2f} GiB from its files)")
+                    f"other {total - held:.2f} GiB from its files{cost})")
     elif info.resident_bytes < info.weight_bytes:
         files = total - held - cpu
         sources = f"{cpu:.2f} GiB from CPU memory" + (f" and {files:.2f} GiB from its files" if files >= 0.005 else "")
         streamed = (f" · moved to {info.device} layer by layer ({held:.2f} of {total:.2f} GiB there; each pass brings "
-                    f"the other {sources})")
+                    f"the other {sources}{cost})")
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}")
 

@@ -102,6 +102,9 @@ def test_a_build_on_a_model_read_from_disk_says_its_variant_is_read_from_files_o
     cost = estimated_bytes(backend.model(spec), recipe)
     assert f"will be built layer by layer into files of its own (≈ **{slot_text.mib(cost)}** on disk" in first[status]
     assert "(wanda 2:4) is read from its own files layer by layer" in last[status]
+    line = handlers_on(page, backend).pick.model_shown(session.info, session)[page.header.model_md]
+    step = backend.rates(spec).decode_s_per_token  # measured when it loaded: a step reads every weight not held
+    assert line.endswith(f"from its files; one decode step, which brings them all, took {step:.2f} s here)")
 
 
 def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(visitor, page):

@@ -70,12 +70,16 @@ class PickHandlers:
         """After a failed load: the picker names the model still loaded again (the load's error said why)."""
         if session.spec is None or session.info is None:
             return {self.header.model: gr.update(), self.header.model_md: gr.update()}
-        return {self.header.model: gr.update(value=session.spec.name), self.header.model_md: text.model_markdown(
-            session.info)}
+        return {self.header.model: gr.update(value=session.spec.name), self.header.model_md: self._model_line(
+            session.info, session)}
+
+    def _model_line(self, info, session: Session) -> str:
+        rates = self.context.backend.rates(session.spec) if session.spec is not None else None
+        return text.model_markdown(info, rates.decode_s_per_token if rates is not None else None)
 
     def model_shown(self, info, session: Session) -> dict:
         """The model's line, its N-layers slider and index convention, and the view of ``session``."""
-        return {self.header.model_md: text.model_markdown(info),
+        return {self.header.model_md: self._model_line(info, session),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
                                                value=default_block_size(info.num_layers)),
                 **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers),

@@ -87,8 +87,10 @@ def test_weights_kept_in_cpu_memory_are_told_apart_from_those_in_files(both):
     assert model_markdown(info).endswith("cuda:0 · float32 · moved to cuda:0 layer by layer (5.00 of 15.00 GiB there; "
                                          "each pass brings the other 8.00 GiB from CPU memory and 2.00 GiB from its "
                                          "files)")
-    assert model_markdown(replace(info, cpu_held_bytes=10 * 2**30)).endswith(
-        "(5.00 of 15.00 GiB there; each pass brings the other 10.00 GiB from CPU memory)")
+    assert model_markdown(replace(info, cpu_held_bytes=10 * 2**30), step_s=1.494).endswith(
+        "(5.00 of 15.00 GiB there; each pass brings the other 10.00 GiB from CPU memory; one decode step, which brings "
+        "them all, took 1.49 s here)")
+    assert model_markdown(describe(whole, "small"), step_s=1.0).endswith("· float32")  # held whole: no pass cost
 
 
 def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):
