@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from prune.core.architectures import decoder_layers
+from prune.core.devices import input_device
+from prune.core.offload import is_offloaded
 from prune.core.recipe import Recipe
 from prune.core.surgery import clone_layers
 
@@ -41,12 +43,15 @@ def why_no_gain(recipe: Recipe, model: nn.Module) -> str | None:
 def unavailable(model: nn.Module) -> str | None:
     """Why PyTorch's 2:4 kernels cannot run this model here; None when they can."""
     weight = next(model.parameters())
+    device = input_device(model)
     if not hasattr(torch.sparse, "to_sparse_semi_structured"):
         return f"this PyTorch ({torch.__version__}) has no semi-structured sparse tensors."
-    if weight.device.type != "cuda":
+    if device.type != "cuda":
         return ("2:4 zeros are multiplied densely here: PyTorch's semi-structured sparse kernels run only on NVIDIA "
-                "GPUs of compute capability 8.0 (Ampere) or newer, and this model runs on "
-                f"{weight.device.type.upper()}.")
+                f"GPUs of compute capability 8.0 (Ampere) or newer, and this model runs on {device.type.upper()}.")
+    if is_offloaded(model):
+        return ("its weights are read layer by layer for each pass (from files or CPU memory), so the 2:4 zeros are "
+                "multiplied densely: PyTorch's 2:4 kernels need the weights held on the GPU.")
     major, minor = torch.cuda.get_device_capability(weight.device)
     if major < 8:
         return (f"this GPU has compute capability {major}.{minor}; PyTorch's 2:4 kernels need 8.0 (Ampere) or newer, "

@@ -49,9 +49,17 @@ def free_on(device: torch.device) -> int:
 
 def input_device(model) -> torch.device:
     """Where ``model`` takes its inputs: its parameters' device, or, for a model accelerate spread over devices or
-    offloaded (``hf_device_map``), the first device it computes on (an offloaded tensor sits on ``meta``)."""
+    offloaded (``hf_device_map``), the first device it computes on (an offloaded tensor sits on ``meta``); for one
+    with every weight offloaded (a variant read from its files), the device its hooks compute on."""
     places = list((getattr(model, "hf_device_map", None) or {}).values())
     if not places:
         return next(model.parameters()).device
     computing = [p for p in places if p not in ("cpu", "disk")]
-    return torch.device(computing[0] if computing else "cpu")
+    if computing:
+        return torch.device(computing[0])
+    for module in model.modules():  # all offloaded: where accelerate's hooks bring the weights to compute
+        hook = getattr(module, "_hf_hook", None)
+        for one in getattr(hook, "hooks", None) or (hook,):
+            if getattr(one, "execution_device", None) is not None:
+                return torch.device(one.execution_device)
+    return torch.device("cpu")

@@ -105,6 +105,12 @@ def test_a_build_on_a_model_read_from_disk_says_its_variant_is_read_from_files_o
     line = handlers_on(page, backend).pick.model_shown(session.info, session)[page.header.model_md]
     step = backend.rates(spec).decode_s_per_token  # measured when it loaded: a step reads every weight not held
     assert line.endswith(f"from its files; one decode step, which brings them all, took {step:.2f} s here)")
+    variant = backend.model(spec, recipe)
+    assert sparse_kernels.unavailable(variant).endswith("this model runs on CPU.")
+    monkeypatch.setattr(sparse_kernels, "input_device", lambda _model: torch.device("cuda", 0))  # as beside a GPU
+    assert sparse_kernels.unavailable(variant) == (
+        "its weights are read layer by layer for each pass (from files or CPU memory), so the 2:4 zeros are multiplied "
+        "densely: PyTorch's 2:4 kernels need the weights held on the GPU.")
 
 
 def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(visitor, page):

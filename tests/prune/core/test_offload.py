@@ -93,6 +93,18 @@ def test_weights_kept_in_cpu_memory_are_told_apart_from_those_in_files(both):
     assert model_markdown(describe(whole, "small"), step_s=1.0).endswith("· float32")  # held whole: no pass cost
 
 
+def test_a_model_with_every_weight_offloaded_takes_its_inputs_where_its_hooks_compute(tmp_path):
+    """A variant read from its files has no module placed on a device; its inputs go where accelerate computes
+    (the GPU beside which it was built: here a device given by name, as no GPU is at hand)."""
+    from accelerate import dispatch_model
+
+    from prune.core.devices import input_device
+
+    model = tiny_model("llama", 2)
+    holders = {name: "disk" for name, module in model.named_modules() if module._parameters or module._buffers}
+    assert input_device(dispatch_model(model, holders, main_device="meta", offload_dir=str(tmp_path))).type == "meta"
+
+
 def test_a_model_over_budget_is_read_from_its_files_with_the_same_logits(both):
     whole, streamed, _ = both
     assert not is_offloaded(whole) and is_offloaded(streamed)
