@@ -41,7 +41,8 @@ def hub_cache(tmp_path, monkeypatch):
 
 
 def context(page, reachable):
-    return handlers_on(page, SimpleNamespace(default_calibration=None), hub=SimpleNamespace(reachable=reachable))
+    return handlers_on(page, SimpleNamespace(default_calibration=None, rates=lambda spec: None),
+                       hub=SimpleNamespace(reachable=reachable))
 
 
 def test_offline_the_list_is_the_embedded_model_and_the_cached_ones(page, hub_cache):
@@ -75,7 +76,7 @@ def test_the_question_is_asked_once_in_the_background_and_no_page_waits(page, hu
         return True
 
     hub = HubCheck(slow, timeout_s=2.5)
-    handlers = handlers_on(page, SimpleNamespace(default_calibration=None), hub=hub)
+    handlers = handlers_on(page, SimpleNamespace(default_calibration=None, rates=lambda spec: None), hub=hub)
     assert hub.reachable is None and handlers.context.model_choices() == [EMBEDDED]  # offline until it answers
     answer.set()
     assert hub.wait() is True and handlers.context.model_choices() == text.KNOWN_MODELS

@@ -79,7 +79,8 @@ def test_a_saved_comparison_opens_the_same_page_from_another_model(page, backend
 def test_opening_on_the_same_model_loads_nothing_and_keeps_its_analysis(page, backend, tmp_path):
     session = compared(backend)
     path = sharing(page, backend, tmp_path).save(session)[page.cut.share.saved]
-    never = SimpleNamespace(default_calibration=None, load=lambda *a, **k: pytest.fail("loaded again"))
+    never = SimpleNamespace(default_calibration=None, rates=lambda spec: None,
+                            load=lambda *a, **k: pytest.fail("loaded again"))
     shares = sharing(page, never, tmp_path)
     here = replace(Session().for_model(ModelSpec(), session.info), origin="angular on the built-in text")
     opened = shares.open(here, path, "", False)[page.view.session]
@@ -107,7 +108,8 @@ def test_a_malformed_file_is_one_line_and_the_comparison_stays(page, backend, tm
 
 
 def test_a_shared_server_opens_only_models_it_allows(page, tmp_path):
-    never = SimpleNamespace(default_calibration=None, load=lambda *a, **k: pytest.fail("a refused model was loaded"))
+    never = SimpleNamespace(default_calibration=None, rates=lambda spec: None,
+                            load=lambda *a, **k: pytest.fail("a refused model was loaded"))
     shares = sharing(page, never, tmp_path, shared=True)
     text = Comparison("/srv/private/model", recipes={"A": Recipe.block(30, 2, 4)}).to_json()
     with pytest.raises(gr.Error, match="is not a model this server can load"):
