@@ -278,10 +278,12 @@ def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_fold
 
 @pytest.mark.slow
 def test_peak_resident_memory_stays_half_the_weights_below_the_in_memory_run(tmp_path):
-    """benchmarks/offload.py's two fresh processes on a ~250 MiB model (its layers most of it, as in real models): the kernel's high-water mark of each."""
+    """benchmarks/offload.py's two fresh processes on a ~390 MiB model (its layers most of it, as in real models): the
+    kernel's high-water mark of each. (On a ~250 MiB model a loaded machine once cost the streamed run 60 MiB more
+    than usual, 0.48 × the weights saved against 0.72 ×: the larger model keeps such noise a smaller share.)"""
     from conftest import REPO
 
-    small = ["--hidden", "256", "--layers", "12", "--intermediate", "4096", "--windows", "2", "--seq-len", "64"]
+    small = ["--hidden", "256", "--layers", "12", "--intermediate", "8192", "--windows", "2", "--seq-len", "64"]
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "offload.py"), *small, "--budget", "1MiB",
                            "--folder", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
