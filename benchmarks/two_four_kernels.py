@@ -19,17 +19,10 @@ from torch import nn
 from torch.sparse import SparseSemiStructuredTensor
 
 from evaluation.measure.sparse_kernels import TwoFourLinear
+from prune.sparsity.masks import _magnitude_mask
 
 SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))  # (in, out)
 ROWS = (1, 8, 128, 1024, 4096)
-
-
-def two_four(weight: torch.Tensor) -> torch.Tensor:
-    """Keep the two largest magnitudes of every four consecutive inputs."""
-    groups = weight.reshape(weight.shape[0], -1, 4)
-    keep = groups.abs().topk(2, dim=-1).indices
-    mask = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, keep, True)
-    return (groups * mask).reshape_as(weight)
 
 
 def timed(work, repeats: int = 50) -> float:
@@ -58,7 +51,7 @@ def main() -> None:
     with torch.no_grad():
         for fan_in, fan_out in SHAPES:
             dense = nn.Linear(fan_in, fan_out, bias=False, dtype=torch.bfloat16, device="cuda")
-            dense.weight.copy_(two_four(dense.weight))
+            dense.weight.masked_fill_(_magnitude_mask(dense.weight, 0.5, (2, 4)), 0)  # as LayerCut's magnitude 2:4
             fast = TwoFourLinear(dense)  # cuSPARSELt, PyTorch's default where it is built in
             SparseSemiStructuredTensor._FORCE_CUTLASS = True
             cutlass = TwoFourLinear(dense)

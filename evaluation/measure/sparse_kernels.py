@@ -62,10 +62,11 @@ def unavailable(model: nn.Module) -> str | None:
     return None
 
 
-def kernel_matrices(model: nn.Module) -> list[nn.Linear]:
-    """Every decoder-layer ``nn.Linear`` whose weight the kernels take: both sides multiples of 64, and
-    at least two zeros in every group of four consecutive inputs."""
-    return [module for layer in decoder_layers(model) for module in layer.modules()
+def kernel_matrices(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """Every decoder-layer ``nn.Linear`` whose weight the kernels take (both sides multiples of 64, and at least two
+    zeros in every group of four consecutive inputs), as (the module holding it, its name there, it)."""
+    return [(parent, name, module) for layer in decoder_layers(model) for parent in layer.modules()
+            for name, module in parent.named_children()
             if isinstance(module, nn.Linear) and _is_two_four(module.weight)]
 
 
@@ -106,17 +107,13 @@ def accelerated(model: nn.Module) -> tuple[nn.Module, str]:
     refuse this model, the variant itself is timed, densely, and the note gives the reason.
     """
     fast = clone_layers(model)
-    count = 0
-    for layer in decoder_layers(fast):
-        for name, module in list(layer.named_modules()):
-            if isinstance(module, nn.Linear) and _is_two_four(module.weight):
-                parent, _, child = name.rpartition(".")
-                setattr(layer.get_submodule(parent) if parent else layer, child, TwoFourLinear(module))
-                count += 1
+    targets = kernel_matrices(fast)
+    for parent, name, module in targets:
+        setattr(parent, name, TwoFourLinear(module))
     try:
         with torch.no_grad():
             fast(input_ids=torch.zeros(1, 1, dtype=torch.long, device=next(model.parameters()).device))
     except (NotImplementedError, RuntimeError) as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return model, f"PyTorch's 2:4 kernels refused this model ({reason}), so it was timed dense."
-    return fast, f"timed with PyTorch's 2:4 semi-structured sparse kernels ({count} matrices)."
+    return fast, f"timed with PyTorch's 2:4 semi-structured sparse kernels ({len(targets)} matrices)."
