@@ -126,7 +126,8 @@ class Context:
 
     def server_memory(self):
         """The server's memory, for the line under the pickers (refreshed by a timer: other visitors change it)."""
-        return text.server_memory_markdown(allocator.server_memory(self.backend.variants))
+        return text.server_memory_markdown(allocator.server_memory(self.backend.variants),
+                                           self.backend.residency.summary())
 
     def page_closed(self, request: gr.Request = None):
         """The visitor's page closed (Gradio's heartbeat ended): stop their jobs, streamed or not, so the device

@@ -113,10 +113,11 @@ def model_markdown(info, step_s: float | None = None) -> str:
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}")
 
 
-def server_memory_markdown(found) -> str:
-    """The server's resident memory beside what the variant cache holds (``evaluation.serving.allocator.ServerMemory``)."""
+def server_memory_markdown(found, turns: str = "") -> str:
+    """The server's resident memory beside what the variant cache holds (``evaluation.serving.allocator.ServerMemory``),
+    and, once models have taken turns on the device, which are on it and what the last swap cost (``turns``)."""
     return (f"Server memory: {found.rss_bytes / 2**30:.2f} GiB resident · compressed models cached "
-            f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB")
+            f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB" + (f" · {turns}" if turns else ""))
 
 
 def column_label(label: str, variants: dict) -> str:
@@ -209,7 +210,9 @@ def generation_stats(side: dict | None) -> str:
         parts.append(f"time to first token **{side['ttft_s']:.2f} s**")
     if _number(side.get("tokens_per_s")):
         parts.append(f"**{side['tokens_per_s']:.1f}** tokens/s")
-    if not side.get("done"):
+    if side.get("waiting"):
+        parts.append("waits its turn: the models do not fit on the device together")
+    elif not side.get("done"):
         parts.append("generating…")
     return " · ".join(parts)
 

@@ -80,10 +80,9 @@ class TokenStream:
     def __init__(self, model, tokenizer, prompt_ids: list[int], *, max_new_tokens: int, temperature: float,
                  top_p: float, seed: int):
         self.model, self.tokenizer = model, tokenizer
-        self.device = input_device(model)
-        self.next_input = torch.tensor([prompt_ids], device=self.device)
+        self.prompt_ids, self.seed = prompt_ids, int(seed)
+        self.next_input = self.generator = None  # on the model's device at the first step (it may move before it)
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
-        self.generator = torch.Generator(device=self.device).manual_seed(int(seed))
         self.stops = stop_ids(model, tokenizer)
         self.cache = None
         self.tokens: list[int] = []
@@ -96,6 +95,10 @@ class TokenStream:
         """Run one forward (the prefill first) and append one token."""
         if self.done:
             return
+        if self.next_input is None:
+            device = input_device(self.model)
+            self.next_input = torch.tensor([self.prompt_ids], device=device)
+            self.generator = torch.Generator(device=device).manual_seed(self.seed)
         started = time.perf_counter()
         out = self.model(input_ids=self.next_input, use_cache=True, **with_cache(self.model, self.cache))
         token = choose_token(out.logits[:, -1, :], self.temperature, self.top_p, self.generator)
@@ -127,22 +130,32 @@ class TokenStream:
 
 def stream_side_by_side(models: dict[str, torch.nn.Module], tokenizer, prompt: str, *, max_new_tokens: int = 64,
                         temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, job: Job | None = None,
-                        hold: Callable | None = None) -> Iterator[dict]:
+                        hold: Callable | None = None, ready: Callable[[list[str]], bool] | None = None
+                        ) -> Iterator[dict]:
     """Yield ``{label: state}`` for every model after each round of one step per model.
 
     ``hold()`` returns a context manager held around each round (the device lock), so a
-    stream abandoned half-way never blocks other jobs.
+    stream abandoned half-way never blocks other jobs. ``ready(labels)`` brings those models onto
+    the device and says whether they all fit there together (:mod:`evaluation.serving.residency`); when they
+    do not, the models take turns, one whole answer each, and the others' states say ``waiting``.
     """
     settings = check_settings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
     prompt_ids = encode_prompt(tokenizer, prompt)
     streams = {label: TokenStream(model, tokenizer, prompt_ids, **settings) for label, model in models.items()}
+    together = None
     while True:
         with hold() if hold else nullcontext():
-            for stream in streams.values():
+            if together is None:
+                together = ready is None or ready(list(streams))
+            turn = [label for label, s in streams.items() if not s.done][:None if together else 1]
+            if ready is not None:
+                ready(turn)  # back if another job's turn moved it off the device
+            for label in turn:
                 if job is not None:
                     job.check()
-                stream.step()
-        states = {label: s.state() for label, s in streams.items()}
+                streams[label].step()
+        states = {label: {**s.state(), "waiting": not together and s.ttft_s is None and not s.done}
+                  for label, s in streams.items()}
         if job is not None:
             made = sum(s["tokens"] for s in states.values())
             job.update(made / (settings["max_new_tokens"] * len(streams)), "Generating…")

@@ -26,7 +26,7 @@ from prune.core.errors import InvalidInput
 from prune.depth.methods import get_method
 from prune.depth.methods.context import Context
 from prune.core.paths import digest
-from prune.core.layer_files import streams
+from prune.core.layer_files import own_files, streams
 from prune.core.recipe import Recipe
 from prune.depth.stability import Stability, block_stability
 
@@ -40,6 +40,7 @@ from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
 from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from evaluation.serving.models import Loaded, ModelInfo, ModelPool, ModelSpec
 from prune.core.paths import default_data_dir
+from evaluation.serving.residency import Residency
 from evaluation.serving.store import ResultStore
 from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own_bytes
 from evaluation.settings import BATCH_SIZE
@@ -73,6 +74,7 @@ class Backend(Sweeping, Explaining, Training):
         self.jobs = JobRunner(self.device)
         self.pool = ModelPool(self.device, configured_budget(model_budget_bytes))  # LAYERCUT_MEMORY_BUDGET if set
         self.variants = VariantCache()
+        self.residency = Residency(self.device, lambda: [*self.pool.models(), *self.variants.models()])
         self.default_calibration = default_calibration(self.data_dir)  # WikiText-2 validation when at hand
         self._contexts: OrderedDict[tuple[str, str], Context] = OrderedDict()
         self.explainer = explain.Explainer()
@@ -88,7 +90,7 @@ class Backend(Sweeping, Explaining, Training):
             return loaded.info
         with self.jobs.run("loading the model", progress, owner=owner) as job:
             job.update(0.0, f"Loading {spec.label}…")
-            loaded = self.pool.get(spec)
+            loaded = self._base(spec, job)
             job.update(0.95, "Timing one short pass on this machine…")
             found = speed.probe_rates(loaded.model)
             with self._rates_guard:
@@ -108,8 +110,24 @@ class Backend(Sweeping, Explaining, Training):
         self.pool.adopt(spec, model, tokenizer)
         return spec
 
-    def _base(self, spec: ModelSpec) -> Loaded:
-        return self.pool.get(spec)
+    def _base(self, spec: ModelSpec, job: Job | None = None) -> Loaded:
+        """The loaded base model; for ``job``, brought whole onto the device if it waits off it (:meth:`_ready`)."""
+        base = self.pool.get(spec)
+        if job is not None:
+            self._ready(base, [Side(ORIGINAL, Recipe(), base.model)], job)
+        return base
+
+    def _ready(self, base: Loaded, sides: list[Side], job: Job) -> bool:
+        """Bring what ``sides`` compute with whole onto the device for ``job``, others waiting off it if they must
+        (:mod:`evaluation.serving.residency`): a variant built into files of its own itself, any other side its base
+        (cuts and drops are views of it; a variant built in memory stays where it is). Whether all of it fits."""
+        models = {}
+        for side in sides:
+            if own_files(side.model):
+                models[side.recipe.short()] = side.model
+            else:
+                models[base.info.name] = base.model
+        return self.residency.ready(models, job)
 
     def _sides(self, spec: ModelSpec, variants: Variants, job: Job | None = None) -> tuple[Loaded, list[Side]]:
         """The base and the compared models: the original first, then each variant in order.
@@ -121,7 +139,7 @@ class Backend(Sweeping, Explaining, Training):
             raise InvalidInput(f"Compare at most {MAX_VARIANTS} compressed models with the original.")
         if ORIGINAL in variants:
             raise InvalidInput(f"'{ORIGINAL}' names the base model; give the compressed models other labels.")
-        base = self._base(spec)
+        base = self._base(spec, job)
         sides = [Side(ORIGINAL, Recipe(), base.model)]
         sides += [Side(label, recipe, self.variants.get(base, recipe, building(job, label)))
                   for label, recipe in variants.items()]
@@ -140,7 +158,8 @@ class Backend(Sweeping, Explaining, Training):
         """Whether ``recipe``'s variant will be built layer by layer into files of its own and read from them (the
         base is read from disk, or the variant's weights would not fit in memory beside it)."""
         base = self._base(spec).model
-        return any(s.layerwise for s in recipe.steps) and streams(base, estimated_bytes(base, recipe))
+        room = self.residency.room_beside(base) if self.residency.waiting(base) else None  # its build brings it back
+        return any(s.layerwise for s in recipe.steps) and streams(base, estimated_bytes(base, recipe), room)
 
     def build(self, spec: ModelSpec, recipe: Recipe, *, progress: Progress | None = None,
               owner: str | None = None) -> int:
@@ -150,7 +169,7 @@ class Backend(Sweeping, Explaining, Training):
         the visitor's Stop cancels between layers. Comparisons then find it built.
         """
         with self.jobs.run(f"building {recipe.short()}", progress, owner=owner) as job:
-            base = self._base(spec)
+            base = self._base(spec, job)
             model = self.variants.get(base, recipe, job.update)
             job.update(1.0, f"Built {recipe.short()}.")
             return own_bytes(model, base.model)
@@ -169,7 +188,7 @@ class Backend(Sweeping, Explaining, Training):
         """``prune.score`` (and its disk cache), keeping one residual stream per calibration in memory."""
         method_spec = get_method(method)
         with self.jobs.run(f"the {method_spec.label} analysis", progress, owner=owner) as job:
-            base = self._base(spec)
+            base = self._base(spec, job)
             job.update(0.0, f"Scoring layers with {method_spec.label}…")
             context = self._context(base, calibration or self.default_calibration)
             with cancellable(base.model, job):
@@ -180,7 +199,7 @@ class Backend(Sweeping, Explaining, Training):
                   **options) -> Stability:
         """How often each block of ``block_size`` wins over bootstrap resamples of the calibration windows."""
         with self.jobs.run("the stability check", progress, owner=owner) as job:
-            base = self._base(spec)
+            base = self._base(spec, job)
             job.update(0.0, f"Re-scoring {resamples} resamples of the calibration windows…")
             context = self._context(base, calibration or self.default_calibration)
             with cancellable(base.model, job):
@@ -207,7 +226,7 @@ class Backend(Sweeping, Explaining, Training):
         if recipe.is_original:
             raise InvalidInput("Choose a cut before exporting: there is no compressed model yet.")
         with self.jobs.run("the export", progress, owner=owner) as job:
-            base = self._base(spec)
+            base = self._base(spec, job)
             job.update(0.0, "Saving the checkpoint…")
             return exports.export(self.variants.get(base, recipe, building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
                                   num_layers=base.info.num_layers, target=target, scores=scores, factored=factored)
@@ -230,9 +249,11 @@ class Backend(Sweeping, Explaining, Training):
             with self.jobs.run("generation", progress, owner=owner, hold=False) as job:
                 with self.jobs.holding(job):
                     base, sides = self._sides(spec, variants, job)
+                by_label = {side.label: side for side in sides}
                 models = {side.label: side.model for side in sides}
-                yield from generation.stream_side_by_side(models, base.tokenizer, prompt, job=job,
-                                                          hold=lambda: self.jobs.holding(job), **settings)
+                yield from generation.stream_side_by_side(
+                    models, base.tokenizer, prompt, job=job, hold=lambda: self.jobs.holding(job),
+                    ready=lambda labels: self._ready(base, [by_label[label] for label in labels], job), **settings)
 
         return stream()
 
@@ -241,15 +262,19 @@ class Backend(Sweeping, Explaining, Training):
               owner: str | None = None) -> list[Measurement]:
         """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each."""
         with self.jobs.run("the speed measurement", progress, owner=owner) as job:
-            _base, sides = self._sides(spec, variants, job)
-            timed, notes = {}, {}
-            for side in sides:
-                notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
-                timed[side.label] = side.model
-                if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
-                    timed[side.label], notes[side.label] = sparse_kernels.accelerated(side.model)
-            found = speed.measure_speed(timed, batch_sizes=batch_sizes, prompt_len=prompt_len, new_tokens=new_tokens,
-                                        repeats=repeats, job=job)
+            base, sides = self._sides(spec, variants, job)
+            together = self._ready(base, sides, job)  # else each takes its turn on the device, timed alone
+            found, notes = [], {}
+            for turn in ([sides] if together else [[side] for side in sides]):
+                self._ready(base, turn, job)
+                timed = {}
+                for side in turn:
+                    notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
+                    timed[side.label] = side.model
+                    if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
+                        timed[side.label], notes[side.label] = sparse_kernels.accelerated(side.model)
+                found += speed.measure_speed(timed, batch_sizes=batch_sizes, prompt_len=prompt_len,
+                                             new_tokens=new_tokens, repeats=repeats, job=job)
         found = [replace(m, details={**m.details, "sparsity_note": notes[m.model]}) if notes[m.model] else m
                  for m in found]
         original = [m for m in found if m.model == ORIGINAL]
@@ -267,6 +292,7 @@ class Backend(Sweeping, Explaining, Training):
             ids = ids[:, :MEMORY_PROMPT_TOKENS]  # [1, T]
             out = []
             for i, side in enumerate(sides):
+                self._ready(base, [side], job)
                 job.update(i / len(sides), f"{side.label}: generating…")
                 out += memory.measure_memory(side.model, ids, label=side.label, new_tokens=new_tokens)
             job.update(1.0, "Memory measured.")
@@ -296,6 +322,7 @@ class Backend(Sweeping, Explaining, Training):
                 sub = job.sub(i / len(sides), (i + 1) / len(sides))
                 if not missing[side.label]:
                     continue
+                self._ready(base, [side], job)
                 sub.update(0.0, f"{side.label}: {', '.join(missing[side.label])}…")
                 part = lm_eval_adapter.TaskRequest(missing[side.label], request.limit, request.num_fewshot,
                                                    request.data_dir, request.data)
@@ -334,6 +361,7 @@ class Backend(Sweeping, Explaining, Training):
                            "max_windows": max_windows, "text": text}
                     cached = store.get(key)
                     if cached is None:
+                        self._ready(base, [side], job)
                         ids = perplexity.token_ids(base.tokenizer, rows) if ids is None else ids
                         step = (i * len(settings) + j) / steps
                         cached = to_json_list(perplexity.measure_perplexity(

@@ -47,14 +47,19 @@ class Explaining:
         key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
         if (cached := store.get(key)) is not None:
             return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
-        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None
+        # a base parked off the device comes back under the device lock, as for any other job
+        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None and not self.residency.waiting(base.model)
         with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
             def check():
                 job.check()
                 superseded()
 
+            if not resumes:
+                self._base(spec, job)
             variant = None if resumes else self.variants.get(base, recipe, building(job, recipe.short()))
-            found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant, check)
+            with self.residency.steady():  # its private copy is taken beside the device lock: nothing moves meanwhile
+                found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant,
+                                                check)
         store.put(key, found.to_json())
         return found
 
@@ -70,6 +75,7 @@ class Explaining:
         settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
         with self.jobs.run("the divergence", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
+            self._ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
             job.update(0.0, "Answering greedily and comparing token by token…")
             return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
                                       answers=answers, check=job.check)
@@ -79,6 +85,7 @@ class Explaining:
         """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
         with self.jobs.run("the logit lens", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
+            self._ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
             job.update(0.0, "Reading every layer's residual stream…")
             return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
                                           check=job.check))

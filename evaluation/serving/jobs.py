@@ -50,15 +50,24 @@ class Job:
     """A running job's handle: progress reports and cancellation checks."""
 
     def __init__(self, label: str, progress: Progress | None, cancelled: threading.Event,
-                 span: tuple[float, float] = (0.0, 1.0)):
+                 span: tuple[float, float] = (0.0, 1.0), ended: threading.Event | None = None):
         self.label = label
         self._progress = progress
         self._cancelled = cancelled
         self._span = span
+        self._ended = ended or threading.Event()  # set when the job (and every view of it) is over
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
+
+    def same(self, other: "Job") -> bool:
+        """Whether ``other`` is this job or a view of it (:meth:`sub`)."""
+        return self._ended is other._ended
 
     def check(self) -> None:
         """A safe point: raise :class:`Cancelled` if cancellation was requested."""
@@ -79,7 +88,8 @@ class Job:
     def sub(self, start: float, end: float) -> "Job":
         """A view of this job whose 0…1 maps onto ``start…end`` of it (for steps of a job)."""
         lo, hi = self._span
-        return Job(self.label, self._progress, self._cancelled, (lo + (hi - lo) * start, lo + (hi - lo) * end))
+        return Job(self.label, self._progress, self._cancelled, (lo + (hi - lo) * start, lo + (hi - lo) * end),
+                   self._ended)
 
 
 class JobRunner:
@@ -106,6 +116,7 @@ class JobRunner:
                 else:
                     yield job
         finally:
+            job._ended.set()
             with self._guard:
                 self._events.pop(event, None)
             allocator.release()  # what the job freed goes back to the system, whichever thread ran it

@@ -173,6 +173,10 @@ class ModelPool:
             self._loaded[spec] = loaded
         return loaded
 
+    def models(self) -> list[torch.nn.Module]:
+        with self._guard:
+            return [item.model for item in self._loaded.values()]
+
     def loaded(self) -> list[ModelSpec]:
         with self._guard:
             return list(self._loaded)

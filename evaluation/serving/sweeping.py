@@ -82,6 +82,7 @@ class Sweeping:
             yield sweep.SweepResult.from_json(cached)
             return
         with self.jobs.run(f"the sweep over blocks of {block_size}", progress, owner=owner) as job:
+            base = self._base(spec, job)
             with cancellable(base.model, job):
                 for found in sweep.sweeping(base.model, base.tokenizer, request.names[0], [block_size],
                                             limit=request.limit, data_dir=request.data_dir, batch_size=batch_size,
@@ -112,7 +113,7 @@ class Sweeping:
 
         def run():
             with self.jobs.run("the sparsity sweep", progress, owner=owner) as job:
-                base = self._base(spec)
+                base = self._base(spec, job)
                 yield from sparsity_sweep.levels_so_far(base.model, base.tokenizer, request, plan, wikitext_rows=rows,
                                                         batch_size=batch_size, store=ResultStore(enabled=use_cache),
                                                         identify=lambda recipe: self._key(base, recipe), job=job)

@@ -58,7 +58,7 @@ class Training:
 
         def run():
             with self.jobs.run("the rank search", progress, owner=owner) as job:
-                base = self._base(spec)
+                base = self._base(spec, job)
                 search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
                                                                      self.data_dir, limit=limit)
                 checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
@@ -91,7 +91,7 @@ class Training:
 
         def run():
             with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
-                base = self._base(spec)
+                base = self._base(spec, job)
                 unhealed = self.variants.get(base, recipe, building(job, recipe.short()))
                 for item in healing.stream(job, step, unhealed, base.tokenizer):
                     if isinstance(item, healing.LossPoint):

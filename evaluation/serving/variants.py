@@ -96,6 +96,10 @@ class VariantCache:
             while len(self._items) > 1 and self.used_bytes > self.budget_bytes:
                 self._items.popitem(last=False)
 
+    def models(self) -> list[torch.nn.Module]:
+        with self._guard:
+            return [model for model, _ in self._items.values()]
+
     @property
     def used_bytes(self) -> int:
         return sum(cost for _, cost in list(self._items.values()))  # a snapshot: read while others build

@@ -37,11 +37,20 @@ from prune.core.surgery import clone_layers
 
 FOLDER = "variants"  # under the cache: one folder per variant built from disk, named "<pid>-…"
 INDEX = "model.safetensors.index.json"
+_MARK = "layercut_files"  # on a variant built into files: its folder
 
 
-def streams(model: nn.Module, owned_bytes: int) -> bool:
+def own_files(model: nn.Module) -> bool:
+    """Whether ``model`` is a variant built into files of its own (its weights wait there when it is not brought in)."""
+    return getattr(model, _MARK, None) is not None
+
+
+def streams(model: nn.Module, owned_bytes: int, room: int | None = None) -> bool:
     """Whether a variant of ``model`` owning ``owned_bytes`` of new weights is built into files layer by layer: when
-    ``model`` is read from disk, or those weights would not fit in memory beside it."""
+    ``model`` is read from disk, or those weights would not fit in memory beside it. ``room``: what will be free beside
+    it, for a model waiting off the device that its build brings back (:mod:`prune.core.parking`)."""
+    if room is not None:
+        return owned_bytes * MEMORY_HEADROOM > room
     if offload.is_offloaded(model):
         return True
     device = input_device(model)
@@ -92,7 +101,7 @@ class _LayerFiles:
         self.reshape = reshape
         root = cache_root() / FOLDER
         root.mkdir(exist_ok=True)
-        _remove_orphans(root)
+        remove_orphans(root)
         self.model = model
         self.folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
         self.prefix = architecture_of(model).layers
@@ -122,6 +131,7 @@ class _LayerFiles:
         if getattr(self.model, "generation_config", None) is not None:
             variant.generation_config = copy.deepcopy(self.model.generation_config)
         weakref.finalize(variant, shutil.rmtree, str(self.folder), True)
+        setattr(variant, _MARK, str(self.folder))
         return variant
 
     def _dispatched(self, config) -> nn.Module:
@@ -148,7 +158,7 @@ class _LayerFiles:
                               offload_dir=str(self.folder), offload_index=index)
 
 
-def _remove_orphans(root: Path) -> None:
+def remove_orphans(root: Path) -> None:
     """Remove the variant folders of processes that ended (a crash, a kill) without removing their own."""
     for folder in root.iterdir():
         pid = folder.name.split("-", 1)[0]

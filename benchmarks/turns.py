@@ -1,0 +1,117 @@
+"""Models taking turns within a memory budget: a variant that fits only without the original, streamed or swapped in.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/turns.py [--folder DIR] [--tokens 16] [--device cuda]
+
+Writes (once) a random Llama (hidden 1024, 12 layers, MLP 2816, vocabulary 49152: ~0.96 GiB in float32) and, with
+``LAYERCUT_MEMORY_BUDGET`` at 1.3 × its weights, loads it whole through the backend and builds a Wanda 2:4 variant
+B, which cannot fit beside it and so is built into files of its own. Then, in one process, side by side:
+
+* **streamed**: B answers while the original stays in memory, reading each layer's weights from its files for
+  every pass (what LayerCut did before models took turns);
+* **turns**: the backend's side-by-side generation of the original and B: the original answers, then steps aside
+  (on a CPU into a memory-mapped file of its own; beside a GPU into CPU memory) and B is brought in whole to answer.
+
+It prints each one's decode speed, the swap's seconds and bytes, the process's resident memory after each, and the
+ratios. The embedded model's tokenizer feeds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+_GIB = 2**30
+
+
+def write_model(folder: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from prune.core.loading import default_checkpoint
+
+    if (folder / "config.json").exists():
+        return
+    config = LlamaConfig(vocab_size=49152, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+                         num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=2048,
+                         tie_word_embeddings=False)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(default_checkpoint()).save_pretrained(folder)
+
+
+def rss() -> float:
+    return psutil.Process().memory_info().rss / _GIB
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "layercut-turns-model"))
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    folder = Path(args.folder)
+    write_model(folder)
+    os.environ.setdefault("LAYERCUT_CACHE", tempfile.mkdtemp(prefix="layercut-turns-cache-"))
+
+    from prune.core.calibration import Calibration
+    from prune.core.offload import resident_bytes
+    from prune.core.recipe import Recipe
+    from prune.sparsity.step import Sparsify
+
+    from evaluation.measure import generation
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+
+    import torch
+    from transformers import AutoConfig
+
+    from prune.core.loading import weight_bytes_needed
+
+    weights = weight_bytes_needed(AutoConfig.from_pretrained(folder), torch.float32)
+    os.environ["LAYERCUT_MEMORY_BUDGET"] = str(int(1.3 * weights))
+    print(f"weights {weights / _GIB:.2f} GiB; budget {1.3 * weights / _GIB:.2f} GiB; device {args.device}")
+    backend = Backend(device=args.device, data_dir="")
+    spec = ModelSpec(str(folder))
+    started = time.perf_counter()
+    info = backend.load(spec)
+    print(f"load {time.perf_counter() - started:.1f} s: {info.resident_bytes / _GIB:.2f} GiB in memory")
+    recipe = Recipe((Sparsify.of("wanda", None, "2:4", Calibration(n_samples=4, seq_len=64)),))
+    started = time.perf_counter()
+    print(f"B into files: {backend.built_into_files(spec, recipe)}")
+    backend.build(spec, recipe)
+    base = backend.pool.get(spec)
+    b = backend.variants.get(base, recipe)
+    print(f"B built in {time.perf_counter() - started:.1f} s; B holds {resident_bytes(b) / _GIB:.2f} GiB in memory; "
+          f"rss {rss():.2f} GiB")
+    prompt = "The history of the city begins"
+
+    states = list(generation.stream_side_by_side({"B": b}, base.tokenizer, prompt, max_new_tokens=args.tokens))[-1]
+    streamed = states["B"]
+    print(f"streamed: B decodes {streamed['tokens_per_s']:.2f} tokens/s (first token {streamed['ttft_s']:.2f} s); "
+          f"rss {rss():.2f} GiB")
+
+    started = time.perf_counter()
+    states = list(backend.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
+    took = time.perf_counter() - started
+    turn, swap = states["B"], backend.residency.last
+    print(f"turns: original {states['original']['tokens_per_s']:.2f} tokens/s, then B {turn['tokens_per_s']:.2f} "
+          f"tokens/s (first token {turn['ttft_s']:.2f} s); swap {swap.seconds:.2f} s "
+          f"({swap.brought_bytes / _GIB:.2f} GiB in, {swap.parked_bytes / _GIB:.2f} GiB out); all {took:.1f} s; "
+          f"rss {rss():.2f} GiB")
+    print(f"same answer: {turn['token_ids'] == streamed['token_ids']}")
+    print(f"B's decode speed, turns ÷ streamed: {turn['tokens_per_s'] / streamed['tokens_per_s']:.2f} ×")
+    print(backend.residency.summary())
+    started = time.perf_counter()
+    again = list(backend.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
+    swap = backend.residency.last
+    print(f"again: all {time.perf_counter() - started:.1f} s; swap {swap.seconds:.2f} s; rss {rss():.2f} GiB; "
+          f"same answers: {[s['token_ids'] for s in again.values()] == [s['token_ids'] for s in states.values()]}")
+
+
+if __name__ == "__main__":
+    main()
