@@ -65,6 +65,10 @@ class Job:
     def ended(self) -> bool:
         return self._ended.is_set()
 
+    def end(self) -> None:
+        """The job is over (its runner says so when it leaves the job)."""
+        self._ended.set()
+
     def same(self, other: "Job") -> bool:
         """Whether ``other`` is this job or a view of it (:meth:`sub`)."""
         return self._ended is other._ended
@@ -116,7 +120,7 @@ class JobRunner:
                 else:
                     yield job
         finally:
-            job._ended.set()
+            job.end()
             with self._guard:
                 self._events.pop(event, None)
             allocator.release()  # what the job freed goes back to the system, whichever thread ran it

@@ -1,9 +1,9 @@
 """Which models sit whole on the device and which wait off it, so that models compared side by side take turns.
 
 A job names the models it computes with (:meth:`Residency.ready`). A base model, or a variant built into files of its
-own, that waits off the device is brought back whole for it (:func:`prune.core.parking.bring`); if it does not fit,
+own, that waits off the device is brought back whole for it (:mod:`prune.core.parking`); if it does not fit,
 the models used least recently by no other running job leave first (:func:`prune.core.parking.park`: beside a GPU to
-CPU memory, on a CPU to files of their own), until it does, within the memory budget and the device's free memory.
+CPU memory, on a CPU to a memory-mapped file of its own), until it does, within the memory budget and the device's free memory.
 Depth cuts and drops are views of their base and come with it; a variant built in memory stays where it was built.
 When it cannot fit even then, nothing moves, and the model computes as it is, reading each layer's weights for its
 pass. Jobs run one at a time per device (:mod:`evaluation.serving.jobs`), which is when this runs.
@@ -62,9 +62,6 @@ class _Unit:
             return 0
         return parking.waiting_bytes(model) if self.files else parking.weight_bytes(model)
 
-    def where(self) -> str:
-        return "its files" if self.files else self.stored.waits_in if self.stored else "memory"
-
 
 class Residency:
     """The device's models and whose turn it is; ``live()`` lists every model the server holds (for the budget)."""
@@ -122,12 +119,12 @@ class Residency:
             yield
 
     def summary(self) -> str:
-        """'cpu holds 2 models whole, 1 waits off it · last swap: …', or '' while nothing has taken turns (no names:
-        every visitor sees this line)."""
+        """'models taking turns on cpu: 1 on it, 1 waiting off it · last swap: …', or '' while nothing has taken turns
+        (no names: every visitor sees this line)."""
         with self._guard:
             if self.last is None:
                 return ""
-            alive = [(unit, model) for unit in self._units.values() if (model := unit.model()) is not None]
+            alive = [(unit, model) for unit in list(self._units.values()) if (model := unit.model()) is not None]
             away = sum(unit.is_away(model) for unit, model in alive)
             last = self.last
         moved = f"{len(last.brought)} model{'s' * (len(last.brought) > 1)} in ({last.brought_bytes / 2**30:.2f} GiB)"
@@ -176,10 +173,9 @@ class Residency:
             room = min(room, budget - parking.placed_bytes(self._live(), self.device, self._mapped()))
         return room
 
-
     def _mapped(self) -> set[int]:
         """Data pointers of the models parked in mapped files on a CPU: they hold no memory of their own."""
-        return {t.data_ptr() for unit in self._units.values() if unit.away and unit.stored is not None
+        return {t.data_ptr() for unit in list(self._units.values()) if unit.away and unit.stored is not None
                 for t in unit.stored.data.values()}
 
 

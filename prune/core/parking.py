@@ -111,7 +111,7 @@ def bring(model: nn.Module, device: torch.device, stored: Stored) -> None:
         return
     for tensor in tensors(model):
         if id(tensor) in stored.data:
-            tensor.data = stored.data[id(tensor)].to(device, non_blocking=False)
+            tensor.data = stored.data[id(tensor)].to(device)
 
 
 def bring_from_files(model: nn.Module, device: torch.device) -> Hooked:

@@ -85,7 +85,7 @@ def test_a_model_another_running_job_computes_with_keeps_its_place(setting):
     assert tight.residency.ready({"base": base.model}, other)
     mine = Job("this visitor's benchmark", None, threading.Event())
     assert not tight.residency.ready({"B": b}, mine) and in_files(b)  # B computes from its files instead
-    other._ended.set()
+    other.end()
     assert tight.residency.ready({"B": b}, mine) and not in_files(b) and tight.residency.waiting(base.model)
 
 
