@@ -38,8 +38,7 @@ class Stored:
     """Where a model in memory waits: each tensor's data by the tensor's id (CPU copies, or views of a mapped file)."""
 
     data: dict[int, torch.Tensor] = field(default_factory=dict)
-    mapped: mmap.mmap | None = None  # the file's mapping on a CPU
-    waits_in: str = "CPU memory"
+    mapped: mmap.mmap | None = None  # the file's mapping on a CPU (None: CPU copies, beside a GPU)
 
     def release_pages(self) -> None:
         """Hand the mapped pages read so far back to the system (they are read from the file again when needed)."""
@@ -53,7 +52,6 @@ class Hooked:
 
     hooks: dict[str, object]  # module name → accelerate's hook
     device_map: dict
-    waits_in: str = "its files"
 
 
 def tensors(model: nn.Module) -> list[torch.Tensor]:
@@ -65,12 +63,13 @@ def tensors(model: nn.Module) -> list[torch.Tensor]:
 
 
 def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every parameter and buffer (what parking a model in memory moves), a shared one once."""
     return sum(t.numel() * t.element_size() for t in tensors(model))
 
 
 def waiting_bytes(model: nn.Module) -> int:
     """Bytes that bringing a variant from files puts on its device: its offloaded tensors, a tied one once."""
-    later = {group[1] for group in _tied(model)}
+    later = _later(model)
     named = (*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False))
     found = {id(t): t.numel() * t.element_size() for name, t in named if t.device.type == "meta" and name not in later}
     return sum(found.values())
@@ -122,8 +121,7 @@ def bring_from_files(model: nn.Module, device: torch.device) -> Hooked:
     named = dict(model.named_modules())
     hooks = {name: module._hf_hook for name, module in named.items() if hasattr(module, "_hf_hook")}
     device_map = dict(getattr(model, "hf_device_map", None) or {"": "disk"})
-    tied = _tied(model)
-    later = {name for group in tied for name in group[1:]}  # read once, then tied: no second copy
+    tied, later = _tied(model), _later(model)  # a tied target is read once, through its source: no second copy
     meta = torch.device("meta")
     for module_name, hook in hooks.items():
         for one in _each(hook):
@@ -151,7 +149,7 @@ def park_in_files(model: nn.Module, hooked: Hooked) -> None:
 
 
 def _to_cpu(model: nn.Module) -> Stored:
-    return Stored({id(t): t.detach().to("cpu", copy=True) for t in tensors(model) if t.numel()}, None, "CPU memory")
+    return Stored({id(t): t.detach().to("cpu", copy=True) for t in tensors(model) if t.numel()})
 
 
 def _to_file(model: nn.Module) -> Stored:
@@ -171,7 +169,7 @@ def _to_file(model: nn.Module) -> Stored:
         mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)  # private: nothing is written back
     data = {id(t): torch.frombuffer(mapped, dtype=torch.uint8, count=t.numel() * t.element_size(), offset=offset)
             .view(t.dtype).view(t.shape) for t, offset in zip(kept, offsets)}
-    return Stored(data, mapped, "its files")
+    return Stored(data, mapped)
 
 
 def _raw(tensor: torch.Tensor) -> memoryview:
@@ -183,6 +181,11 @@ def _tied(model: nn.Module) -> list[list[str]]:
     """``[source, target]`` for each tied pair, as transformers declares them (accelerate's search for shared
     parameters finds none on a model whose hooks ran: each pass leaves a placeholder of its own in each module)."""
     return [[source, target] for target, source in (getattr(model, "all_tied_weights_keys", None) or {}).items()]
+
+
+def _later(model: nn.Module) -> set[str]:
+    """The names of the tied targets: one tensor with their sources, counted and read through those."""
+    return {target for _, target in _tied(model)}
 
 
 def _each(hook) -> tuple:
