@@ -58,8 +58,13 @@ def input_device(model) -> torch.device:
     if computing:
         return torch.device(computing[0])
     for module in model.modules():  # all offloaded: where accelerate's hooks bring the weights to compute
-        hook = getattr(module, "_hf_hook", None)
-        for one in getattr(hook, "hooks", None) or (hook,):
+        for one in accelerate_hooks(module):
             if getattr(one, "execution_device", None) is not None:
                 return torch.device(one.execution_device)
     return torch.device("cpu")
+
+
+def accelerate_hooks(module) -> tuple:
+    """The hooks accelerate attached to ``module`` (each of a sequence of them); none if it has none."""
+    hook = getattr(module, "_hf_hook", None)
+    return () if hook is None else tuple(getattr(hook, "hooks", None) or (hook,))

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from prune.core.devices import accelerate_hooks
 from prune.core.layer_files import remove_orphans
 from prune.core.paths import cache_root
 
@@ -123,8 +124,8 @@ def bring_from_files(model: nn.Module, device: torch.device) -> Hooked:
     device_map = dict(getattr(model, "hf_device_map", None) or {"": "disk"})
     tied, later = _tied(model), _later(model)  # a tied target is read once, through its source: no second copy
     meta = torch.device("meta")
-    for module_name, hook in hooks.items():
-        for one in _each(hook):
+    for module_name in hooks:
+        for one in accelerate_hooks(named[module_name]):
             if getattr(one, "offload", False):  # the device each tensor goes to when the hook comes off
                 one.original_devices = {
                     name: meta if _full(module_name, name) in later else (device if was.type == "meta" else was)
@@ -186,11 +187,6 @@ def _tied(model: nn.Module) -> list[list[str]]:
 def _later(model: nn.Module) -> set[str]:
     """The names of the tied targets: one tensor with their sources, counted and read through those."""
     return {target for _, target in _tied(model)}
-
-
-def _each(hook) -> tuple:
-    """accelerate's hook on a module, or each hook of a sequence of them."""
-    return tuple(getattr(hook, "hooks", None) or (hook,))
 
 
 def _full(module_name: str, name: str) -> str:
