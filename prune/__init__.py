@@ -29,6 +29,7 @@ from prune.width.shrink import shrink_width  # noqa: E402
 
 # The families, in the order the app's picker and the CLI's help show them; importing each registers it.
 from prune.depth.step import DepthCut  # noqa: E402
+from prune.patch.step import Patch  # noqa: E402
 from prune.drop.step import SubLayerDrop  # noqa: E402
 from prune.sparsity.step import Sparsify  # noqa: E402
 from prune.width.step import WidthPrune  # noqa: E402
@@ -37,5 +38,5 @@ from prune.healing.step import Heal  # noqa: E402
 from prune.core.family import FAMILIES  # noqa: E402
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal", "ImportanceResult",
-           "LayerCutError", "METHODS", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",
+           "LayerCutError", "METHODS", "Patch", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",
            "remove_layers", "score", "shrink_width", "sparsify"]

@@ -59,6 +59,7 @@ def default_export_name(base_name: str, recipe: Recipe) -> str:
         what = f"minus-{len(removed)}-{plural}-{ids}"
         if len(what) > MAX_NAME // 2:
             what = f"minus-{len(removed)}-{plural}-{recipe.key[:8]}"
+        what += "".join("-" + re.sub(r"[^A-Za-z0-9]+", "-", s.short()).strip("-") for s in _altering(recipe))
     return f"{base[:MAX_NAME - len(what) - 1]}-{what}"
 
 
@@ -67,6 +68,16 @@ def default_export_name(base_name: str, recipe: Recipe) -> str:
 
 
 # ---------------------------------------------------------------- the cut in other tools' terms
+
+
+def _altering(recipe: Recipe) -> list:
+    """The steps of a depth cut's recipe that change kept weights the hand-offs cannot carry (the linear patch)."""
+    return [s for s in recipe.steps if s.handoff_note()]
+
+
+def _not_carried(recipe: Recipe, prefix: str = "") -> str:
+    """A line for each step the hand-offs cannot carry, each starting with ``prefix`` ('' when there is none)."""
+    return "".join(f"{prefix}Not this export: {s.handoff_note()}.\n" for s in _altering(recipe))
 
 
 def _only_drop(recipe: Recipe):
@@ -100,7 +111,7 @@ def mergekit_yaml(recipe: Recipe, base_name: str, dtype=None) -> str:
         config["dtype"] = name
     header = (f"# The LayerCut cut {recipe.short()} of {base_name} as a mergekit passthrough merge:\n"
               f"# kept layers as slices, layer_range [start, end) 0-based, end exclusive.\n"
-              f"# Run: mergekit-yaml {MERGEKIT_FILE} ./pruned-model\n")
+              f"# Run: mergekit-yaml {MERGEKIT_FILE} ./pruned-model\n" + _not_carried(recipe, "# "))
     return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
 
 
@@ -116,7 +127,7 @@ def _llama_command(recipe: Recipe, base_name: str) -> str:
 
 def llama_file_text(recipe: Recipe, base_name: str) -> str:
     usage = f"# Remove the same layers from a GGUF of {base_name}: {_llama_command(recipe, base_name)}"
-    return f"{usage}\n{llama_prune_argument(recipe)}\n"
+    return f"{usage}\n{_not_carried(recipe, '# ')}{llama_prune_argument(recipe)}\n"
 
 
 def _depth_only(recipe: Recipe, tool: str) -> tuple[int, ...]:
@@ -162,7 +173,8 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     hub = _hub_id(base_name)
     tags, how = [], "."
     if removed is not None:
-        tags, how = ["depth-pruning"], ": whole decoder layers removed, the kept layers unchanged."
+        tags, how = ["depth-pruning"], (": whole decoder layers removed, the kept layers unchanged." if not _altering(recipe)
+                                        else ": whole decoder layers removed, then some kept layers changed (below).")
     elif drops is not None:
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
@@ -213,7 +225,8 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
                   f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
     else:
-        lines += ["Both read the base model's own files: the result equals this folder only when those hold the "
+        lines += [*(f"**{line}**\n" for line in _not_carried(recipe).splitlines()),
+                  "Both read the base model's own files: the result equals this folder only when those hold the "
                   "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
                   f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
                   mergekit_yaml(recipe, base_name, model_dtype(model)).rstrip(), "```", "",

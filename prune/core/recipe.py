@@ -22,7 +22,7 @@ from prune.core.errors import InvalidInput
 from prune.core.offload import refuse
 from prune.core.paths import digest
 from prune.core.sizes import Size
-from prune.core.step import STEPS, Progress, Step, from_json as step_from_json, to_json as step_to_json
+from prune.core.step import STEPS, Earlier, Progress, Step, from_json as step_from_json, to_json as step_to_json
 
 CONFIG_FIELD = "layercut"  # the derived model's config records its recipe here
 
@@ -38,6 +38,13 @@ class Recipe:
         if self.steps and getattr(self.steps[0], "follows", False):
             raise InvalidInput(f"A {self.steps[0].kind} step follows a cut, a sparsification or a decomposition; "
                                f"it cannot come first.")
+        for earlier, later in zip(self.steps, self.steps[1:]):
+            if later.after is not None and earlier.kind != later.after:
+                raise InvalidInput(f"A {later.kind} step follows a {later.after} step directly; here it follows "
+                                   f"{earlier.short()}.")
+        if self.steps and self.steps[0].after is not None:
+            raise InvalidInput(f"A {self.steps[0].kind} step follows a {self.steps[0].after} step; it cannot come "
+                               f"first.")
         for index, earlier in enumerate(self.steps):
             for later in self.steps[index + 1:]:
                 if earlier.kind in later.refuses_after:
@@ -111,11 +118,12 @@ class Recipe:
 
         ``tokenizer`` is the model's, for steps that calibrate; ``progress`` spans all the steps.
         """
-        derived = model
+        derived, before = model, None
         for index, item in enumerate(self.steps):
             if not (item.view or item.layerwise):
                 refuse(f"Building {item.short()}", model)
-            derived = item.apply(derived, tokenizer, _span(progress, index, len(self.steps)))
+            more = {"earlier": Earlier(model, before)} if item.reads_earlier else {}
+            before, derived = derived, item.apply(derived, tokenizer, _span(progress, index, len(self.steps)), **more)
         if derived is not model:
             if derived.config is model.config:
                 raise RuntimeError(f"A recipe step shared the original's config: {self.describe()}")

@@ -54,6 +54,14 @@ class Estimate:
         return next(self.base.parameters()).element_size()
 
 
+@dataclass(frozen=True)
+class Earlier:
+    """The models a step that reads earlier ones (``Step.reads_earlier``) receives beside its input."""
+
+    original: nn.Module  # the model the recipe applies to (distillation's teacher)
+    before: nn.Module | None = None  # the input of the previous step (the patch fits the block a cut removed on it)
+
+
 class Step:
     """The base of every recipe step: shared record, equality, hashing and neutral defaults."""
 
@@ -64,6 +72,8 @@ class Step:
     layerwise: ClassVar[bool] = False
     card_tag: ClassVar[str | None] = None  # the model card's tag when the recipe holds this kind of step
     refuses_after: ClassVar[dict[str, str]] = {}  # an earlier step's kind → why this step cannot follow it
+    after: ClassVar[str | None] = None  # the kind of step this one must follow directly (the patch: a cut)
+    reads_earlier: ClassVar[bool] = False  # ``apply`` also receives ``earlier`` (an :class:`Earlier`)
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
         raise NotImplementedError
@@ -88,6 +98,10 @@ class Step:
 
     def base_layers(self, kept: list[int]) -> list[int] | None:
         """The base index of each layer left when this step only removes whole layers, else None."""
+        return None
+
+    def handoff_note(self) -> str | None:
+        """What the mergekit and llama.cpp hand-offs of a depth cut cannot carry of this step (None: nothing)."""
         return None
 
     def card_line(self, model: nn.Module, factored: bool = False) -> str | None:

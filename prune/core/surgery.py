@@ -133,6 +133,14 @@ def removed_layers_of(model: nn.Module) -> list[int]:
     return list(getattr(model.config, "layercut_removed_layers", None) or [])
 
 
+def removed_between(before: nn.Module, after: nn.Module) -> list[int]:
+    """The layers of ``before`` (in its numbering) that ``after``, a cut of it, no longer has, from the removed
+    layers each config records in the original numbering."""
+    gone, now = set(removed_layers_of(before)), set(removed_layers_of(after))
+    kept = [i for i in range(len(decoder_layers(before)) + len(gone)) if i not in gone]  # before's original indices
+    return [index for index, original in enumerate(kept) if original in now]
+
+
 def _original_indices(model: nn.Module, removed_now: list[int]) -> list[int]:
     """Map indices of an already-pruned model back to the original numbering."""
     earlier = sorted(removed_layers_of(model))

@@ -289,3 +289,26 @@ def test_an_export_zips_into_one_file_holding_its_folder(base, tiny_tokenizer, t
     (tmp_path / "plain").mkdir()
     with pytest.raises(InvalidInput, match="'plain' is not a LayerCut export"):
         exports.zipped(tmp_path / "plain")
+
+
+def test_a_patched_cut_reloads_exactly_and_its_hand_offs_say_they_build_the_plain_cut(base, tiny_tokenizer, tmp_path):
+    from prune.core.calibration import Calibration
+    from prune.patch.step import Patch
+
+    recipe = Recipe.block(6, 2, 4).then(Patch.of("lstsq", Calibration(n_samples=4, seq_len=32)))
+    derived = recipe.apply(base, tiny_tokenizer)
+    name = export_texts.default_export_name(BASE, recipe)
+    assert name.endswith("-minus-2-layers-2-3-patched")
+    path = exports.export(derived, tiny_tokenizer, recipe, base_name=BASE, num_layers=6, target=tmp_path / name)
+    reloaded = AutoModelForCausalLM.from_pretrained(path).eval()
+    assert torch.equal(_logits(reloaded), _logits(derived))
+    order, _ = _layers_from_yaml((path / export_texts.MERGEKIT_FILE).read_text())
+    assert order == [0, 1, 4, 5]  # what mergekit builds: the plain cut, whose layer 1 is the base's …
+    assert not torch.equal(reloaded.model.layers[1].mlp.down_proj.weight, base.model.layers[1].mlp.down_proj.weight)
+    assert torch.equal(reloaded.model.layers[2].mlp.down_proj.weight, base.model.layers[4].mlp.down_proj.weight)
+    for text in ((path / export_texts.MERGEKIT_FILE).read_text(), (path / export_texts.LLAMA_FILE).read_text(),
+                 (path / "README.md").read_text()):
+        assert "Not this export: the linear patch changed" in text and "without the patch" in text
+    card = (path / "README.md").read_text()
+    assert "- Linear patch: ReplaceMe (least squares" in card and "block [2, 4) folded into layer 1" in card
+    assert "the kept layers unchanged" not in card and "linear-patch" in card

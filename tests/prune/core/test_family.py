@@ -21,9 +21,9 @@ from conftest import REPO
 
 
 def test_every_family_declares_its_step_paper_and_link_once():
-    assert list(FAMILIES) == ["depth", "drop", "sparsity", "width", "lowrank", "healing"]
-    assert {f.step.kind for f in FAMILIES.values()} == set(STEPS) == {"cut", "drop", "sparsify", "width", "lowrank",
-                                                                       "heal"}
+    assert list(FAMILIES) == ["depth", "patch", "drop", "sparsity", "width", "lowrank", "healing"]
+    assert {f.step.kind for f in FAMILIES.values()} == set(STEPS) == {"cut", "patch", "drop", "sparsify", "width",
+                                                                       "lowrank", "heal"}
     for family in FAMILIES.values():
         assert issubclass(family.step, Step) and family.paper and family.link.startswith("https://")
 
@@ -47,10 +47,11 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     flags = {action.option_strings[0] for action in parser._actions if action.option_strings}
     assert {o.flag for f in FAMILIES.values() for o in f.options} <= flags
     args = parser.parse_args(["--full", "--heal", "lora", "--sparsify", "wanda", "--sparsity", "0.3",
-                              "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8"])
+                              "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8", "--patch", "lstsq"])
     made = cli.extra_steps(args, Calibration())
-    assert [s.kind for s in made] == ["width", "lowrank", "sparsify", "heal"]  # an order every recipe accepts
-    assert [f.name for f in step_families()] == ["width", "lowrank", "sparsity", "healing"]
+    assert [s.kind for s in made] == ["patch", "width", "lowrank", "sparsify", "heal"]  # the patch right after the cut
+    assert (made[0].calibration.n_samples, made[0].calibration.seq_len) == (64, 256)  # its own size, the source's text
+    assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
     none = parser.parse_args(["--full"])
     assert cli.extra_steps(none, Calibration()) == [] and not cli.adds_step(none)
@@ -60,7 +61,9 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     (["--full", "--sparsity", "0.5"], "--sparsity and --pattern go with --sparsify METHOD."),
     (["--full", "--param_ratio", "0.5"], "--decompose feature|weight and --param_ratio R go together."),
     (["--full", "--heal_steps", "3"], "--heal_steps and --heal_budget_s go with --heal lora|last_layers."),
-    (["--sweep", "2", "--width", "0.8"], "--sparsify, --width, --decompose and --heal add a step to a compared model"),
+    (["--sweep", "2", "--width", "0.8"],
+     "--patch, --sparsify, --width, --decompose and --heal add a step to a compared model"),
+    (["--full", "--patch", "lstsq"], "--patch repairs a depth cut: not with --full or --drop."),
 ])
 def test_options_that_go_with_a_familys_flag_are_refused_without_it(argv, message):
     with pytest.raises(InvalidInput) as err:
