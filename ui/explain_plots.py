@@ -117,14 +117,17 @@ def logit_lens_figure(lens, title: str) -> go.Figure:
     return styled(fig, title=dict(text=title))
 
 
-def heal_figure(points, title: str) -> go.Figure:
-    """Healing so far: each step's training loss, and the held-out loss where it was measured (step 0: before)."""
+def heal_figure(points, title: str, objective: str = "next-token loss") -> go.Figure:
+    """Healing so far: each step's training loss (``objective``: what it is), and the held-out next-token loss where it
+    was measured (step 0: before)."""
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[p.step for p in points], y=[p.train for p in points], name="training batch",
+    train = "training batch" if objective == "next-token loss" else f"training batch ({objective})"
+    fig.add_trace(go.Scatter(x=[p.step for p in points], y=[p.train for p in points], name=train,
                              mode="lines", line=dict(color=TRAIN, width=2),
                              hovertemplate="step %{x}: %{y:.3f}<extra>training</extra>"))
     held = [p for p in points if p.heldout is not None]
-    fig.add_trace(go.Scatter(x=[p.step for p in held], y=[p.heldout for p in held], name="held out (never trained on)",
+    fig.add_trace(go.Scatter(x=[p.step for p in held], y=[p.heldout for p in held],
+                             name="held-out next-token loss (never trained on)",
                              mode="lines+markers", line=dict(color=HELD_OUT, width=3),
                              hovertemplate="step %{x}: %{y:.3f}<extra>held out</extra>"))
     steps = points[-1].steps if points else 1

@@ -82,6 +82,11 @@ def heal_label(session) -> str:
     return f"Heal {session.editing} into {session.other}" + _replaces(session.other, session.cut(session.other))
 
 
+def patch_label(session) -> str:
+    """The patch's button: "Patch A's cut into B (replaces B: weight 80%)"."""
+    return f"Patch {session.editing}'s cut into {session.other}" + _replaces(session.other, session.cut(session.other))
+
+
 def search_label(session) -> str:
     """The rank search's button: 'Search ranks into A (replaces A: cut 13–15)'."""
     return f"Search ranks into {session.editing}" + _replaces(session.editing, session.cut())

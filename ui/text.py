@@ -348,22 +348,55 @@ LOGIT_LENS_HELP = (
 
 
 def heal_help() -> str:
-    """What the two healing methods train, with their defaults (from ``prune.healing.train.DEFAULTS``)."""
+    """What the repairs do, with their defaults (from ``prune.healing.train.DEFAULTS`` and ``prune.patch``)."""
     from prune.healing.train import DEFAULTS
+    from prune.patch.step import CALIBRATION
 
     lora, last = DEFAULTS["lora"], DEFAULTS["last_layers"]
     return (
-        "Retrains the edited slot's model briefly and puts the healed copy in the **other** slot, so the original, "
-        "the unhealed and the healed model sit side by side (the unhealed one is untouched; a sparse model keeps "
+        "Repairs the edited slot's model and puts the repaired copy in the **other** slot, so the original, "
+        "the unrepaired and the repaired model sit side by side (the unrepaired one is untouched; a sparse model keeps "
         f"its zeros). **LoRA** (Shortened LLaMA, Kim et al. 2024): rank {lora['rank']}, α {lora['alpha']} on every "
         f"projection, merged after {lora['steps']} steps at lr {lora['lr']:g}. **Last layers** (Lu et al. 2024): "
         f"the last {last['layers']} layers, the final norm and the LM head trained for {last['steps']} steps at lr "
         f"{last['lr']:g}. Each step is {lora['batch']} × {lora['seq_len']} tokens of WikiText-2 *validation*; its "
         f"last {lora['heldout']} windows are never trained on and give the held-out loss. A few minutes on 2 CPU "
-        "cores (far fewer steps and a higher learning rate than the papers' 2 epochs of Alpaca). Afterwards the "
-        "three columns' WikiText-2 *test* perplexity is measured (never trained on); zero-shot tasks, which this "
-        "text does not target, are under *Benchmarks*. Steps 0: the method's default; budget 0: none."
+        "cores (far fewer steps and a higher learning rate than the papers' 2 epochs of Alpaca). **The healing "
+        "loss**: the text's next-token loss, or **distillation** from the original (its next-token distribution "
+        "on the same text, computed without gradients): forward KL (KD, as Minitron), half KD and half the "
+        "next-token loss, or reverse KL (token-level: a simplification of MiniLLM, which optimises the "
+        "sequence-level reverse KL on the student's own samples); the curve's training loss is then that "
+        "divergence, the held-out loss still the next-token loss. **Linear patch** (ReplaceMe, Shopkhoev et al. "
+        "2025; a depth cut only): the removed block is replaced by one linear map, fitted on "
+        f"{CALIBRATION['n_samples']} × {CALIBRATION['seq_len']} tokens of the calibration text (least squares: no "
+        "training, seconds) and folded into the MLP down projection of the layer before the cut, so the model keeps "
+        "its architecture and exports load in plain transformers; Gemma 2 and 3 are refused (a norm sits after "
+        "their MLP). Afterwards the three columns' WikiText-2 *test* perplexity is measured (never trained on); "
+        "zero-shot tasks are under *Benchmarks*. Steps 0: the method's default; budget 0: none."
     )
+
+
+def heal_objective(options: dict) -> str:
+    """What a heal's training loss is, for its curve."""
+    from prune.healing.distill import NAMES
+
+    if "teacher" not in options:
+        return "next-token loss"
+    share = "" if options["kd_ratio"] == 1 else f" × {options['kd_ratio']:g} + next-token loss × {1 - options['kd_ratio']:g}"
+    return f"{NAMES[options['teacher']]} to the original{share}"
+
+
+def patch_started(step, source: str, target: str) -> str:
+    return f"Patching {source}'s cut into {target}: {step.describe()}…"
+
+
+def patch_done(record: dict, source: str, target: str, replaced=None) -> str:
+    """After a patch: where, how well each block's map fits against the plain cut, how long it took."""
+    was = f" It replaced {target}'s {replaced.short()}." if replaced is not None else ""
+    fits = "; ".join(f"block [{b['block'][0]}, {b['block'][1]}) → layer {b['block'][0] - 1}'s down projection, fit "
+                     f"error {b['error']:.3f} (plain cut {b['unpatched_error']:.3f})" for b in record.get("blocks", []))
+    return (f"**{target} is now {source} patched** ({record.get('method')}, {record.get('seconds', 0):.1f} s, no "
+            f"gradient step on the model): {fits}.{was}")
 
 
 def heal_progress(points, source: str, target: str) -> str:

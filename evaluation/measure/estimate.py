@@ -131,15 +131,23 @@ def rank_search(rates: Rates, *, candidates: int, layers: int, search_tokens: fl
 
 
 def healing(rates: Rates, compute: float, *, steps: int, batch: int, seq_len: int, heldout: int, eval_every: int,
-            columns: Sequence[float], ppl_tokens: int, budget_s: float | None = None) -> float:
-    """``prune.healing.train``: each step's forward and backward, the held-out windows before, every
-    ``eval_every`` steps and at the end (all within ``budget_s`` when one is set); then the held-out perplexity
-    of every model."""
+            columns: Sequence[float], ppl_tokens: int, budget_s: float | None = None, teacher: bool = False) -> float:
+    """``prune.healing.train``: each step's forward and backward (and, distilling, the original's forward), the
+    held-out windows before, every ``eval_every`` steps and at the end (all within ``budget_s`` when one is set);
+    then the held-out perplexity of every model."""
     training = forward_s(rates, steps * batch * seq_len, compute) * (1 + BACKWARD_COST)
+    if teacher:
+        training += forward_s(rates, steps * batch * seq_len)
     training += (2 + steps // eval_every) * forward_s(rates, heldout * seq_len, compute)
     if budget_s is not None:
         training = min(training, budget_s)
     return training + perplexity(rates, columns, seq_len=ppl_tokens, windows=1)
+
+
+def patching(rates: Rates, *, tokens: int, columns: Sequence[float], ppl_tokens: int) -> float:
+    """``prune.patch``: the original's forward over the calibration tokens (at most; it stops after the cut), then
+    the held-out perplexity of every model."""
+    return forward_s(rates, tokens) + perplexity(rates, columns, seq_len=ppl_tokens, windows=1)
 
 
 RERUNS_MODEL = frozenset({"ppl", "taylor", "sleb"})  # methods that run the model on a resample (prune.depth.stability)

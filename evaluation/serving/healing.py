@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from prune.core.step import Earlier
+
 from evaluation.serving.jobs import Job
 
 
@@ -27,13 +29,15 @@ class LossPoint:
     heldout: float | None  # loss on the held-out windows, when measured at this step
 
 
-def stream(job: Job, heal_step, model: nn.Module, tokenizer) -> Iterator[LossPoint | nn.Module]:
-    """Heal ``model`` with the recipe step ``heal_step`` inside ``job``: each step's loss, then the healed model."""
+def stream(job: Job, heal_step, model: nn.Module, tokenizer, original: nn.Module) -> Iterator[LossPoint | nn.Module]:
+    """Heal ``model`` with the recipe step ``heal_step`` inside ``job``: each step's loss, then the healed model.
+
+    ``original``: the model the recipe started from (distillation's teacher)."""
     events: queue.Queue = queue.Queue()
 
     def train():
         try:
-            healed = heal_step.apply(model, tokenizer, progress=job.update,
+            healed = heal_step.apply(model, tokenizer, progress=job.update, earlier=Earlier(original),
                                      callback=lambda *point: events.put(LossPoint(*point)))
             events.put(("done", healed))
         except BaseException as err:  # re-raised in the caller's thread, Cancelled included

@@ -1,4 +1,4 @@
-"""Jobs that train or search and stream as they go: the surgical rank search, healing.
+"""Jobs that train, fit or search: the surgical rank search, healing (streaming as they go), the linear patch.
 
 A part of :class:`~evaluation.serving.backend.Backend` (a mixin: it uses the backend's pool, variants, jobs
 and results store).
@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from prune.lowrank import rank_search
 from prune.core.calibration import Calibration
 from prune.healing.train import HEALED_FIELD
+from prune.patch.replaceme import PATCHED_FIELD
 from prune.lowrank.rank_search import Point, SearchResult
 from prune.core.recipe import Recipe
 
@@ -28,6 +29,14 @@ class HealDone:
 
     recipe: Recipe
     record: dict  # prune.healing.train's layercut_healed: method, steps done, losses, whether the budget stopped it
+
+
+@dataclass(frozen=True)
+class PatchDone:
+    """A finished linear patch: the recipe of the patched cut (cached as its variant) and what its config records."""
+
+    recipe: Recipe
+    record: dict  # prune.patch.replaceme's layercut_patched: method, seconds, each block's fit error
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,7 @@ class Training:
             with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
                 base = self._base(spec, job)
                 unhealed = self.variants.get(base, recipe, building(job, recipe.short()))
-                for item in healing.stream(job, step, unhealed, base.tokenizer):
+                for item in healing.stream(job, step, unhealed, base.tokenizer, base.model):
                     if isinstance(item, healing.LossPoint):
                         yield item
                         continue
@@ -101,3 +110,13 @@ class Training:
                     yield HealDone(healed_recipe, dict(getattr(item.config, HEALED_FIELD, {})))
 
         return run()
+
+    def patch(self, spec: ModelSpec, recipe: Recipe, step, *, progress: Progress | None = None,
+              owner: str | None = None) -> PatchDone:
+        """Patch ``recipe``'s cut with the step ``step`` (:class:`prune.patch.step.Patch`) as ``owner``'s job; the
+        patched model is cached as ``recipe.then(step)``'s variant, beside the plain cut, which stays untouched."""
+        patched = recipe.then(step)  # checked: a patch follows a cut directly
+        with self.jobs.run(f"patching {recipe.short()}", progress, owner=owner) as job:
+            base = self._base(spec, job)
+            model = self.variants.get(base, patched, job.update)
+            return PatchDone(patched, dict(getattr(model.config, PATCHED_FIELD, {})))

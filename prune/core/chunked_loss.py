@@ -27,7 +27,7 @@ CHUNK_BYTES = 64 * 2**20  # one chunk's float32 logits: 64 positions at V = 262k
 WHOLE_BYTES = 256 * 2**20  # logits up to this size are computed in one pass: chunks would only add recomputation
 
 
-def _logits(model: nn.Module, hidden: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
+def head_logits(model: nn.Module, hidden: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
     """The model's logits for final hidden states: its head (or ``head``, a copy of it), then its own transform,
     in float32."""
     logits = (head or model.get_output_embeddings())(hidden).float()
@@ -41,7 +41,7 @@ def _logits(model: nn.Module, hidden: torch.Tensor, head: nn.Module | None = Non
 
 
 def _chunk_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, head: nn.Module | None = None):
-    return nn.functional.cross_entropy(_logits(model, hidden, head), targets, reduction="sum")
+    return nn.functional.cross_entropy(head_logits(model, hidden, head), targets, reduction="sum")
 
 
 def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = None) -> tuple[torch.Tensor, int]:
@@ -49,17 +49,31 @@ def summed_nll(model: nn.Module, input_ids: torch.Tensor, chunk: int | None = No
 
     ``chunk`` positions at a time (None: all at once up to :data:`WHOLE_BYTES` of logits, else as many as
     :data:`CHUNK_BYTES` hold)."""
+    final = final_hidden(model, input_ids)
+    if final is None:  # an unknown logit transform: the plain way
+        logits = model(input_ids=input_ids, use_cache=False).logits[:, :-1].float()
+        targets = input_ids[:, 1:].flatten().to(logits.device)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), targets, reduction="sum"), targets.numel()
+    return head_nll(model, final, input_ids, chunk)
+
+
+def final_hidden(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor | None:
+    """The final norm's output [N, T, D] for ``input_ids`` (the head run on the last position only), or None when the
+    model's logit transform is not one :func:`head_logits` knows (then only whole-sequence logits are right)."""
     found: list[torch.Tensor] = []
     hook = final_norm(model).register_forward_hook(lambda _m, _a, out: found.append(out))
     try:
         own = model(input_ids=input_ids, use_cache=False, **last_logits_only(model)).logits[:, -1].float()
     finally:
         hook.remove()
-    if not transform_known(model, found[-1][:, -1], own):  # an unknown logit transform: the plain way
-        logits = model(input_ids=input_ids, use_cache=False).logits[:, :-1].float()
-        targets = input_ids[:, 1:].flatten().to(logits.device)
-        return nn.functional.cross_entropy(logits.flatten(0, 1), targets, reduction="sum"), targets.numel()
-    return head_nll(model, found[-1], input_ids, chunk)
+    return found[-1] if transform_known(model, found[-1][:, -1], own) else None
+
+
+def chunk_positions(positions: int, vocabulary: int, chunk: int | None = None) -> int:
+    """Positions per chunk of logits: ``chunk``, or all of them up to :data:`WHOLE_BYTES`, else :data:`CHUNK_BYTES`."""
+    if chunk is not None:
+        return chunk
+    return positions if positions * vocabulary * 4 <= WHOLE_BYTES else max(1, CHUNK_BYTES // (4 * vocabulary))
 
 
 def last_logits_only(model: nn.Module) -> dict:
@@ -70,7 +84,7 @@ def last_logits_only(model: nn.Module) -> dict:
 def transform_known(model: nn.Module, last: torch.Tensor, own: torch.Tensor, head: nn.Module | None = None) -> bool:
     """Whether the logits computed here for the last position's final hidden states equal the model's own."""
     with torch.no_grad():
-        return torch.allclose(_logits(model, last, head), own, rtol=1e-4, atol=1e-4)
+        return torch.allclose(head_logits(model, last, head), own, rtol=1e-4, atol=1e-4)
 
 
 def head_nll(model: nn.Module, final: torch.Tensor, input_ids: torch.Tensor, chunk: int | None = None,
@@ -81,9 +95,7 @@ def head_nll(model: nn.Module, final: torch.Tensor, input_ids: torch.Tensor, chu
     targets = input_ids[:, 1:].flatten().to(hidden.device)
     vocabulary = (head or model.get_output_embeddings()).out_features
     total = hidden.new_zeros((), dtype=torch.float32)
-    if chunk is None:
-        whole = hidden.shape[0] * vocabulary * 4 <= WHOLE_BYTES
-        chunk = hidden.shape[0] if whole else max(1, CHUNK_BYTES // (4 * vocabulary))
+    chunk = chunk_positions(hidden.shape[0], vocabulary, chunk)
     for start in range(0, hidden.shape[0], chunk):
         part, wanted = hidden[start:start + chunk], targets[start:start + chunk]
         if torch.is_grad_enabled() and chunk < hidden.shape[0]:

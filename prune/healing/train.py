@@ -58,6 +58,7 @@ from prune.core.calibration import Calibration, bos_token, load_text
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
 from prune.core.factored import Factored
 from prune.core.sequential import matrices
+from prune.healing.distill import TEACHERS, distill_loss
 
 METHODS = ("lora", "last_layers")
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -66,6 +67,7 @@ DEFAULTS = {  # every option a method takes, with its default; ``steps`` is the 
     "lora": {**COMMON, "steps": 30, "lr": 1e-3, "rank": 8, "alpha": 16, "dropout": 0.05, "targets": LORA_TARGETS},
     "last_layers": {**COMMON, "steps": 40, "lr": 3e-4, "layers": 3, "head": True},
 }
+KD_DEFAULTS = {"kd_ratio": 1.0, "temperature": 1.0}  # with a teacher loss: its share of the loss, and τ
 HEALED_FIELD = "layercut_healed"  # the healed model's config records what was done here
 
 Progress = Callable[[float, str], object]
@@ -77,15 +79,28 @@ def check_options(method: str, steps: int | None, budget_s: float | None, option
     if method not in METHODS:
         raise UnknownMethod(f"Unknown healing method {quoted(method)}. Choose one of: {', '.join(METHODS)}.")
     known = {k: v for k, v in DEFAULTS[method].items() if k != "steps"}
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise InvalidInput(f"Healing by {method} takes no option {quoted(unknown[0])}; it takes {', '.join(known)}.")
+    options = dict(options)
     steps = DEFAULTS[method]["steps"] if steps is None else steps
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InvalidInput(f"Healing steps are a whole number of at least 1, not {quoted(steps)}.")
     if budget_s is not None and (isinstance(budget_s, bool) or not float(budget_s) > 0):
         raise InvalidInput(f"A healing time budget is a number of seconds above 0, not {quoted(budget_s)}.")
+    teacher = options.pop("teacher", "none")
+    if teacher not in TEACHERS:
+        raise UnknownMethod(f"Unknown teacher loss {quoted(teacher)}. Choose one of: {', '.join(TEACHERS)}.")
+    distilling = {k: options.pop(k) for k in list(options) if k in KD_DEFAULTS}
+    if teacher == "none" and distilling:
+        raise InvalidInput(f"The healing option {next(iter(distilling))} goes with a teacher loss (forward_kl or "
+                           f"reverse_kl).")
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise InvalidInput(f"Healing by {method} takes no option {quoted(unknown[0])}; it takes {', '.join(known)}.")
     merged = {**known, **options}
+    if teacher != "none":  # recorded only when distilling, so a task-loss heal keeps the key it always had
+        merged.update({**KD_DEFAULTS, **distilling, "teacher": teacher})
+        if not 0 < float(merged["kd_ratio"]) <= 1 or not float(merged["temperature"]) > 0:
+            raise InvalidInput("The distillation share kd_ratio is above 0 and at most 1, and the temperature is "
+                               "above 0.")
     for name in ("batch", "seq_len", "heldout", "eval_every", "rank", "layers"):
         value = merged.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -103,18 +118,21 @@ def check_options(method: str, steps: int | None, budget_s: float | None, option
 
 def heal(model: nn.Module, tokenizer, *, method: str = "lora", steps: int | None = None, budget_s: float | None = None,
          text: Calibration | str | None = None, callback: Report | None = None, progress: Progress | None = None,
-         **options) -> nn.Module:
+         original: nn.Module | None = None, **options) -> nn.Module:
     """A healed copy of ``model`` (a plain transformers model, LoRA merged); ``model`` and what it shares stay untouched.
 
     ``text``: a :class:`Calibration` naming the source (its window settings are not used), an inline
     string, or None for WikiText-2 validation from the data folder. ``budget_s`` stops after the
     step that crosses it (the learning-rate schedule spans ``steps``, so it stops part-way). ``callback(step, steps, train_loss, heldout_loss)`` is called at step 0
     (before training) and after every step; ``progress(fraction, message)`` too (raising cancels).
-    The healed config's ``layercut_healed`` records the method, options and steps done.
+    The healed config's ``layercut_healed`` records the method, options and steps done. With the option ``teacher``
+    (``forward_kl`` or ``reverse_kl``, see :mod:`prune.healing.distill`), ``original`` is the teacher.
     """
     steps, opts = check_options(method, steps, budget_s, options)
     if tokenizer is None:
         raise InvalidInput("Healing trains on text: it needs the model's tokenizer.")
+    if "teacher" in opts and original is None:
+        raise InvalidInput("Distillation needs the original model as its teacher: heal from the recipe.")
     source = Calibration(source="text", text=text) if isinstance(text, str) else text or Calibration(source="wikitext2")
     train, heldout = split_windows(tokenizer, source, opts["seq_len"], opts["heldout"])
     healed = shared_copy(model)
@@ -128,7 +146,8 @@ def heal(model: nn.Module, tokenizer, *, method: str = "lora", steps: int | None
         else:
             trained, owned = healed, {id(p) for p in _last_layers(healed, opts)}
             zeros = {k: v for k, v in zeros.items() if k in owned}
-        record = _train(trained, train, heldout, steps, budget_s, opts, zeros, callback, progress, method)
+        record = _train(trained, train, heldout, steps, budget_s, opts, zeros, callback, progress, method,
+                        _objective(opts, original))
         if method == "lora":
             healed = _merged(trained, zeros)
     healed.eval()
@@ -259,9 +278,21 @@ def _merged(peft_model: nn.Module, zeros: dict) -> nn.Module:
 # ---------------------------------------------------------------- the loop
 
 
+def _objective(opts: dict, original: nn.Module | None) -> Callable[[nn.Module, torch.Tensor], torch.Tensor]:
+    """The training loss of a batch: the next-token loss, or the distillation loss against ``original``."""
+    if "teacher" not in opts:
+        return mean_loss
+    return lambda model, ids: distill_loss(model, original, ids, teacher=opts["teacher"],
+                                           ratio=float(opts["kd_ratio"]), temperature=float(opts["temperature"]))
+
+
 def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget_s: float | None, opts: dict,
-           zeros: dict, callback: Report | None, progress: Progress | None, method: str) -> dict:
-    """AdamW over shuffled training windows, warm-up then linear decay; returns what the healed config records."""
+           zeros: dict, callback: Report | None, progress: Progress | None, method: str,
+           objective: Callable[[nn.Module, torch.Tensor], torch.Tensor] = mean_loss) -> dict:
+    """AdamW over shuffled training windows, warm-up then linear decay; returns what the healed config records.
+
+    The training loss is ``objective``'s; the held-out loss is always the next-token loss (comparable across them).
+    """
     params = [p for p in model.parameters() if p.requires_grad]
     device = next(model.parameters()).device
     optimizer = torch.optim.AdamW(params, lr=float(opts["lr"]), weight_decay=0.0)
@@ -280,7 +311,7 @@ def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget
     model.eval()
     first = heldout_loss(model, heldout)
     with torch.no_grad():
-        start_loss = float(mean_loss(_unwrapped(model), batch_at(0)))
+        start_loss = float(objective(_unwrapped(model), batch_at(0)))
     tell(0, steps, start_loss, first)
     report(0.0, f"Healing ({method}): held-out loss {first:.3f} before training")
     started, done, loss, held, stepping = time.perf_counter(), 0, start_loss, first, 0.0
@@ -288,7 +319,7 @@ def _train(model, train: torch.Tensor, heldout: torch.Tensor, steps: int, budget
     for step in range(steps):
         began = time.perf_counter()
         ids = batch_at(step)
-        step_loss = mean_loss(_unwrapped(model), ids)  # the LM head a chunk of positions at a time
+        step_loss = objective(_unwrapped(model), ids)  # the LM head a chunk of positions at a time
         optimizer.zero_grad(set_to_none=True)
         step_loss.backward()
         torch.nn.utils.clip_grad_norm_(params, opts["clip"])

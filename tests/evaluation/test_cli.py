@@ -253,4 +253,4 @@ def test_heal_alone_or_its_options_alone_are_one_line_errors(tiny_folder, tmp_pa
     code, _, err = _run(capsys, "--full", "--heal", "lora", "--model", tiny_folder, "--output_folder", tmp_path)
     assert code == 2 and err.strip().splitlines()[-1].startswith("layercut-benchmark: error: A heal step follows")
     code, _, err = _run(capsys, "--full", "--heal_steps", 3, "--output_folder", tmp_path)
-    assert code == 2 and "--heal_steps and --heal_budget_s go with --heal" in err
+    assert code == 2 and "--heal_steps, --heal_budget_s and --heal_teacher go with --heal" in err

@@ -451,7 +451,7 @@ def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
     page.get_by_role("radio", name="Cut A").click()
     page.click("#best-btn")
     wait_banner(page, "removed")
-    page.get_by_text("Heal the edited slot's model into the other slot").click()
+    page.get_by_text("Repair the edited slot's model into the other slot").click()
     page.fill("#heal-steps input", "3")
     page.locator("#heal-btn").scroll_into_view_if_needed()
     page.click("#heal-btn")

@@ -39,12 +39,12 @@ MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to
 FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "best", "startup": "startup",
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
-                  "heal": "heal", "open_comparison": "open"}
+                  "heal": "heal", "patch": "patch", "open_comparison": "open"}
 BUILDS = ("build", "width_vs_depth")  # their status line says what they built
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal", "open_comparison")
+        "logit_lens", "heal", "patch", "open_comparison")
 
 
 @dataclass
@@ -127,7 +127,7 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
         benches = BenchmarksTab.layout(context)
     view = CutView(cut.layer_range, top.banner, cut.heatmap, cut.bars, cut.greedy, cut.named, cut.slot, session,
                    cut.feedback_md)
-    targets = SlotTargets(top.build_btn, cut.heal.button, cut.search.button)
+    targets = SlotTargets(top.build_btn, cut.heal.button, cut.search.button, cut.patch_btn)
     return Page(demo, session, top, cut, generating, speeds, benches, view, targets)
 
 

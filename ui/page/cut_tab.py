@@ -36,6 +36,8 @@ class Export:
 class CutTab:
     slot: gr.Radio
     clear_btn: gr.Button
+    patch_btn: gr.Button  # the edited slot's cut patched by ReplaceMe into the other slot (ui/page/heal.py)
+    patch_status: gr.Markdown
     layer_range: LayerRange
     feedback_md: gr.Markdown  # the edited slot's numbers against the original
     convention: gr.Markdown  # how a block's indices read
@@ -64,8 +66,10 @@ class CutTab:
                     slot = gr.Radio([(f"Cut {s}", s) for s in SLOTS], value=SLOTS[0], elem_id="slot",
                                     label="You are editing", container=False)
                     clear_btn = gr.Button("Clear this cut", size="sm", elem_id="clear-cut")
+                    patch_btn = gr.Button("Patch A's cut into B", size="sm", elem_id="patch-btn")
                 with gr.Column(scale=6):
                     layer_range = LayerRange(elem_id="layer-range")
+                    patch_status = gr.Markdown(elem_id="patch-status")
             with gr.Row():
                 with gr.Column(scale=2):
                     heatmap = PlotView(height=HEATMAP_HEIGHT, elem_id="heatmap")
@@ -78,7 +82,8 @@ class CutTab:
             search = SearchBox.layout(context)
             heal = HealBox.layout()
             share = ShareBox.layout()
-        return cls(slot=slot, clear_btn=clear_btn, layer_range=layer_range, feedback_md=feedback_md,
+        return cls(slot=slot, clear_btn=clear_btn, patch_btn=patch_btn, patch_status=patch_status,
+                   layer_range=layer_range, feedback_md=feedback_md,
                    convention=convention, heatmap=heatmap, **side, search=search, heal=heal, share=share)
 
 

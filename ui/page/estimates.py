@@ -24,13 +24,14 @@ from prune.core.errors import InvalidInput
 from prune.core.surgery import largest_cut
 from prune.healing.train import DEFAULTS as HEAL_DEFAULTS
 from prune.lowrank.rank_search import candidates
+from prune.patch.step import CALIBRATION as PATCH_CALIBRATION
 
 from ui import inputs, text
 from ui.handlers import Context
 from ui.job_text import CACHED, ESTIMATE, SWEEP_OTHERS_COST, estimate_line
 from ui.page.events import LIGHT
 from ui.page.generate import max_new
-from ui.page.heal import PPL_SEQ_LEN, PPL_WINDOWS, heal_limits
+from ui.page.heal import PATCH, PPL_SEQ_LEN, PPL_WINDOWS, heal_limits
 from ui.page.speed import MEMORY_NEW_TOKENS, speed_settings
 from ui.session import Session
 
@@ -150,17 +151,23 @@ class Seconds:
                                     calibration.n_samples * calibration.seq_len)
 
     @quiet
-    def healing(self, session, rates, method, steps, budget_s):
+    def healing(self, session, rates, method, loss, steps, budget_s):
         recipe = session.cut()
-        if recipe is None or method not in HEAL_DEFAULTS:
+        if recipe is None:
+            return None
+        compute = recipe.size(session.info.size).total / session.info.size.total
+        ppl_tokens = PPL_SEQ_LEN * PPL_WINDOWS
+        if str(method).startswith(PATCH):
+            return estimate.patching(rates, tokens=PATCH_CALIBRATION["n_samples"] * PATCH_CALIBRATION["seq_len"],
+                                     columns=[1.0, compute, compute], ppl_tokens=ppl_tokens)
+        if method not in HEAL_DEFAULTS:
             return None
         settings = HEAL_DEFAULTS[method]
-        compute = recipe.size(session.info.size).total / session.info.size.total
         steps, budget_s = heal_limits(steps, budget_s)
         return estimate.healing(
             rates, compute, steps=steps or settings["steps"], batch=settings["batch"], seq_len=settings["seq_len"],
             heldout=settings["heldout"], eval_every=settings["eval_every"], columns=[1.0, compute, compute],
-            ppl_tokens=PPL_SEQ_LEN * PPL_WINDOWS, budget_s=budget_s)
+            ppl_tokens=ppl_tokens, budget_s=budget_s, teacher=loss != "task")
 
     @quiet
     def stability(self, session, rates, resamples):
@@ -232,7 +239,7 @@ def _lines(page) -> list[Line]:
         Line("generation", page.generate.estimate, [page.generate.prompt, page.generate.max_new], _at_most),
         Line("rank_search", search.estimate, [search.space, search.criterion, search.limit, search.last_layers,
                                               search.projections], _at_most),
-        Line("healing", heal.estimate, [heal.method, heal.steps, heal.budget]),
+        Line("healing", heal.estimate, [heal.method, heal.loss, heal.steps, heal.budget]),
         Line("stability", cut.stability_btn, [cut.resamples], _stability_label),
     ]
 

@@ -57,6 +57,8 @@ def test_rank_search_healing_and_stability():
     # 100 tokens of perplexity for three models of compute 1, ½, ½
     assert E.healing(RATES, 0.5, **settings) == pytest.approx(15 + 4 + 2)
     assert E.healing(RATES, 0.5, budget_s=5, **settings) == pytest.approx(5 + 2)
+    assert E.healing(RATES, 0.5, teacher=True, **settings) == pytest.approx(15 + 10 + 4 + 2)  # the original's forward
+    assert E.patching(RATES, tokens=500, columns=[1.0, 0.5, 0.5], ppl_tokens=100) == pytest.approx(5 + 2)
     assert E.stability(method="ppl", resamples=10, analysis_s=3.0) == pytest.approx(30.0)
     assert E.stability(method="angular", resamples=10, analysis_s=3.0) == pytest.approx(30.0 * 0.02)
 

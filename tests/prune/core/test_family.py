@@ -53,6 +53,9 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     assert (made[0].calibration.n_samples, made[0].calibration.seq_len) == (64, 256)  # its own size, the source's text
     assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
+    kd = parser.parse_args(["--full", "--heal", "lora", "--heal_teacher", "reverse_kl", "--kd_ratio", "0.5"])
+    assert cli.extra_steps(kd, Calibration())[0].option.items() >= {"teacher": "reverse_kl", "kd_ratio": 0.5,
+                                                                     "temperature": 1.0}.items()
     none = parser.parse_args(["--full"])
     assert cli.extra_steps(none, Calibration()) == [] and not cli.adds_step(none)
 
@@ -60,7 +63,9 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
 @pytest.mark.parametrize("argv, message", [
     (["--full", "--sparsity", "0.5"], "--sparsity and --pattern go with --sparsify METHOD."),
     (["--full", "--param_ratio", "0.5"], "--decompose feature|weight and --param_ratio R go together."),
-    (["--full", "--heal_steps", "3"], "--heal_steps and --heal_budget_s go with --heal lora|last_layers."),
+    (["--full", "--heal_steps", "3"], "--heal_steps, --heal_budget_s and --heal_teacher go with --heal lora|last_layers."),
+    (["--full", "--heal", "lora", "--kd_ratio", "0.5"],
+     "--kd_ratio and --kd_temperature go with --heal_teacher forward_kl|reverse_kl."),
     (["--sweep", "2", "--width", "0.8"],
      "--patch, --sparsify, --width, --decompose and --heal add a step to a compared model"),
     (["--full", "--patch", "lstsq"], "--patch repairs a depth cut: not with --full or --drop."),

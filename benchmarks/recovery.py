@@ -1,0 +1,114 @@
+"""Recovering a cut of the default model: the linear patch (no training) against healing on the text and by
+distillation from the original, at the same number of steps.
+
+    .venv/bin/python benchmarks/recovery.py [--start 15 --end 21] [--steps 30] [--ppl_windows 64] [--hellaswag 200]
+
+The cut removes layers ``[start, end)`` (end exclusive). Each column repairs that same cut:
+
+* ``patch``: ReplaceMe's least-squares map (``prune.patch``), fitted on 64 × 256 tokens of WikiText-2 validation;
+* ``patch-cos``: its cosine variant (Adam on the map only);
+* ``lora``, ``lora+kd``, ``lora+kd0.5``, ``last-3+kd``: ``prune.healing`` with ``--steps`` optimizer steps each (the
+  LoRA default) of 4 × 256 tokens of WikiText-2 validation, on the next-token loss, on the forward KL to the original
+  (KD), half each, and the last three layers with the head by KD.
+
+Perplexity is on WikiText-2 *test* (never trained or fitted on), the first windows of 128 tokens; "gap won" is the
+share of the perplexity lost to the cut that the repair won back. hellaswag acc_norm on the first N questions.
+Everything goes through the Backend the app uses; results go to a fresh cache. The held-out next-token loss of each
+trained column is printed every 10 steps (the curves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--start", type=int, default=15, help="first layer cut (0-based)")
+    parser.add_argument("--end", type=int, default=21, help="end of the cut, exclusive")
+    parser.add_argument("--steps", type=int, default=30, help="optimizer steps of every trained column")
+    parser.add_argument("--columns", default="patch,patch-cos,lora,lora+kd,lora+kd0.5,last-3+kd",
+                        help="comma list of the repairs to run")
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
+    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
+    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
+    args = parser.parse_args()
+    in_fresh_cache(lambda: run(args))
+
+
+def repairs(steps: int, text, calibration) -> dict:
+    from prune.healing.step import Heal
+    from prune.patch.step import Patch
+
+    return {"patch": Patch.of("lstsq", calibration), "patch-cos": Patch.of("cosine", calibration),
+            "lora": Heal.of("lora", steps, text=text),
+            "lora+kd": Heal.of("lora", steps, text=text, teacher="forward_kl"),
+            "lora+kd0.5": Heal.of("lora", steps, text=text, teacher="forward_kl", kd_ratio=0.5),
+            "last-3+kd": Heal.of("last_layers", steps, text=text, teacher="forward_kl")}
+
+
+def run(args) -> None:
+    import torch
+
+    from evaluation.measure.measurement import ORIGINAL
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from prune.core.calibration import Calibration
+    from prune.core.recipe import Recipe
+    from prune.patch.step import CALIBRATION
+
+    backend = Backend(data_dir=args.data_dir)
+    spec = ModelSpec()
+    info = backend.load(spec)
+    data = str(backend.data_dir) if backend.data_dir else None
+    text = Calibration(source="wikitext2", path=data)
+    cut = Recipe.block(info.num_layers, args.start, args.end, origin="by hand")
+    chosen = {k: v for k, v in repairs(args.steps, text, Calibration(source="wikitext2", path=data, **CALIBRATION))
+              .items() if k in args.columns.split(",")}
+    variants, timing, records = {"cut": cut}, {}, {}
+    print(f"{info.name}: {info.num_layers} layers; cut {cut.describe()}; threads {torch.get_num_threads()}")
+    for name, step in chosen.items():
+        recipe = cut.then(step)
+        started = time.perf_counter()
+        model = backend.model(spec, recipe)
+        timing[name] = time.perf_counter() - started
+        records[name] = getattr(model.config, "layercut_healed", None) or getattr(model.config, "layercut_patched")
+        variants[name] = recipe
+        print(f"{name} ({timing[name]:.1f} s): {step.describe()}", flush=True)
+        if "heldout_loss" in records[name]:
+            print(f"  held-out next-token loss: {' → '.join(f'{v:.3f}' for v in records[name]['heldout_loss'])}; "
+                  f"training loss {' → '.join(f'{v:.3f}' for v in records[name]['train_loss'])}", flush=True)
+
+    pairs = [dict(list(variants.items())[i: i + 2]) for i in range(0, len(variants), 2)]  # the Backend compares 2
+    ppl = {m.model: m.value for pair in pairs for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
+                                                                          max_windows=args.ppl_windows)}
+    gap = ppl["cut"] - ppl[ORIGINAL]
+    rows = {f"WikiText-2 test ppl ({args.ppl_windows} × 128)": {k: f"{v:.2f}" for k, v in ppl.items()},
+            "gap to the original won back": {k: f"{100 * (ppl['cut'] - ppl[k]) / gap:.0f} %" for k in timing}}
+    if args.hellaswag:
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+        found = [m for pair in pairs for m in backend.benchmarks(spec, pair, request, batch_size=16)]
+        acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
+        rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
+    rows["wall time to build (s)"] = {k: f"{s:.1f}" for k, s in timing.items()}
+    rows["gradient steps"] = {k: str(r.get("steps_done", 0)) for k, r in records.items()}
+    rows["held-out next-token loss (before → after)"] = {
+        k: f"{r['heldout_loss'][0]:.3f} → {r['heldout_loss'][-1]:.3f}" for k, r in records.items() if "heldout_loss" in r}
+    rows["patch fit error ‖XT − Y‖/‖Y‖ (plain cut)"] = {
+        k: " ".join(f"{b['error']:.3f} ({b['unpatched_error']:.3f})" for b in r["blocks"])
+        for k, r in records.items() if "blocks" in r}
+
+    columns = [ORIGINAL, "cut", *timing]
+    print()
+    print("| | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(row.get(c, "—") for c in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()
