@@ -24,13 +24,16 @@ slice of the calibration text (perplexity of both, mean KL and top-1 next-token 
 running the tasks; it writes ``explain.json``.
 
 After the chosen cut (or, with --full, on the original) one more step may follow:
+  --patch lstsq|cosine                          replace the cut block by one linear map folded into the layer
+                                                before it (ReplaceMe; after a depth cut only, no training)
   --sparsify METHOD (--sparsity F | --pattern 2:4|4:8)   zero a fraction of every matrix (magnitude, wanda, sparsegpt)
   --width RATIO                                 remove heads and MLP channels until RATIO of the parameters stay
   --decompose feature|weight --param_ratio R    factor every projection at low rank until R of the parameters stay
-  --heal lora|last_layers [--heal_steps N] [--heal_budget_s S]
-                                                retrain briefly on WikiText-2 *validation* (after another step only);
-                                                prints WikiText-2 *test* perplexity before and after healing
-(several: width, then low rank, then sparsity, then healing).
+  --heal lora|last_layers [--heal_steps N] [--heal_budget_s S] [--heal_teacher forward_kl|reverse_kl]
+                                                retrain briefly on WikiText-2 *validation* (after another step only),
+                                                on its tokens or distilled from the original; prints WikiText-2
+                                                *test* perplexity before and after healing
+(several: the patch, then width, then low rank, then sparsity, then healing).
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.

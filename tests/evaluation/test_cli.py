@@ -254,3 +254,20 @@ def test_heal_alone_or_its_options_alone_are_one_line_errors(tiny_folder, tmp_pa
     assert code == 2 and err.strip().splitlines()[-1].startswith("layercut-benchmark: error: A heal step follows")
     code, _, err = _run(capsys, "--full", "--heal_steps", 3, "--output_folder", tmp_path)
     assert code == 2 and "--heal_steps, --heal_budget_s and --heal_teacher go with --heal" in err
+
+
+def test_the_patch_follows_the_cut_and_a_distilled_heal_follows_the_patch(tiny_folder, tmp_path, capsys, data_dir):
+    from prune.patch.step import CALIBRATION, Patch
+
+    code, out, err = _run(capsys, "--personalized", "--start_block", 1, "--end_block", 2, "--patch", "lstsq",
+                          "--heal", "last_layers", "--heal_steps", 2, "--heal_teacher", "forward_kl",
+                          "--ppl_seq_len", 128, "--ppl_windows", 2, "--model", tiny_folder, "--task", "arc_easy",
+                          "--limit", 2, "--output_folder", tmp_path, "--data_dir", data_dir)
+    assert code == 0, err
+    (found,) = tmp_path.glob("results_personalized_*.json")
+    recipe = Recipe.from_json(json.loads(found.read_text())["config"]["recipe"])
+    calibration = Calibration(source="wikitext2", path=str(data_dir), **CALIBRATION)
+    text = Calibration(source="wikitext2", path=str(data_dir))
+    assert recipe == Recipe.block(4, 1, 3).then(Patch.of("lstsq", calibration)).then(
+        Heal.of("last_layers", 2, text=text, teacher="forward_kl"))
+    assert "by forward KL (KD) to the original (τ 1)" in out

@@ -466,3 +466,25 @@ def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
     page.locator("#heal-box").scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.locator("#heal-box").screenshot(path=str(ASSETS / "screenshot-heal.png"))
+
+
+def test_one_click_patches_the_cut_into_the_other_slot(page):
+    """A's cut patched by ReplaceMe's least squares into B from the button beside the range; perplexity follows."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.click("#best-btn")
+    wait_banner(page, "removed")
+    page.wait_for_function("document.querySelector('#patch-btn').innerText.startsWith(\"Patch A's cut into B\")",
+                           timeout=30_000)
+    page.click("#patch-btn")
+    page.wait_for_function("document.querySelector('#patch-status').innerText.includes('never trained on')",
+                           timeout=300_000)
+    status = page.inner_text("#patch-status")
+    assert "B is now A patched" in status and "down projection, fit error" in status
+    assert "original" in status and "B " in status
+    page.get_by_role("radio", name="Cut B").click()
+    wait_banner(page, "linear patch (ReplaceMe, least squares)")
+    page.get_by_role("radio", name="Cut A").click()
+    page.locator("#range-row").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(ASSETS / "screenshot-patch.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 330})
