@@ -17,6 +17,7 @@ import argparse
 import time
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from repair_rows import print_table, quality_rows
 
 
 def main() -> None:
@@ -35,7 +36,6 @@ def main() -> None:
 def run(args) -> None:
     import torch
 
-    from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
     from evaluation.serving.models import ModelSpec
@@ -59,17 +59,7 @@ def run(args) -> None:
         variants[method] = recipe
         print(f"{method}: {recipe.steps[-1].describe()}", flush=True)
 
-    pairs = [dict(list(variants.items())[i: i + 2]) for i in range(0, len(variants), 2)]  # the Backend compares 2
-    ppl = {m.model: m.value for pair in pairs for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
-                                                                          max_windows=args.ppl_windows)}
-    gap = ppl["cut"] - ppl[ORIGINAL]
-    rows = {f"WikiText-2 test ppl ({args.ppl_windows} × 128)": {k: f"{v:.2f}" for k, v in ppl.items()},
-            "gap to the original won back": {k: f"{100 * (ppl['cut'] - ppl[k]) / gap:.0f} %" for k in timing}}
-    if args.hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
-        found = [m for pair in pairs for m in backend.benchmarks(spec, pair, request, batch_size=16)]
-        acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
-        rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
+    rows = quality_rows(backend, spec, variants, timing, args.ppl_windows, args.hellaswag)
     rows["healing wall time (s)"] = {k: f"{s:.0f}" for k, (s, _) in timing.items()}
     rows["steps done (steps/s: wall; training steps only)"] = {
         k: f"{r['steps_done']} ({r['steps_done'] / s:.3f}; {r['steps_done'] / r['train_seconds']:.3f})"
@@ -79,12 +69,7 @@ def run(args) -> None:
     rows["training loss (first → last batch)"] = {
         k: " → ".join(f"{v:.3f}" for v in r["train_loss"]) for k, (_, r) in timing.items()}
 
-    columns = [ORIGINAL, "cut", *timing]
-    print()
-    print("| | " + " | ".join(columns) + " |")
-    print("|---|" + "---|" * len(columns))
-    for name, row in rows.items():
-        print(f"| {name} | " + " | ".join(row.get(c, "—") for c in columns) + " |")
+    print_table(rows, [ORIGINAL, "cut", *timing])
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import argparse
 import time
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from repair_rows import print_table, quality_rows
 
 
 def main() -> None:
@@ -54,7 +55,6 @@ def run(args) -> None:
     import torch
 
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
     from evaluation.serving.models import ModelSpec
     from prune.core.calibration import Calibration
@@ -83,17 +83,7 @@ def run(args) -> None:
             print(f"  held-out next-token loss: {' → '.join(f'{v:.3f}' for v in records[name]['heldout_loss'])}; "
                   f"training loss {' → '.join(f'{v:.3f}' for v in records[name]['train_loss'])}", flush=True)
 
-    pairs = [dict(list(variants.items())[i: i + 2]) for i in range(0, len(variants), 2)]  # the Backend compares 2
-    ppl = {m.model: m.value for pair in pairs for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
-                                                                          max_windows=args.ppl_windows)}
-    gap = ppl["cut"] - ppl[ORIGINAL]
-    rows = {f"WikiText-2 test ppl ({args.ppl_windows} × 128)": {k: f"{v:.2f}" for k, v in ppl.items()},
-            "gap to the original won back": {k: f"{100 * (ppl['cut'] - ppl[k]) / gap:.0f} %" for k in timing}}
-    if args.hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
-        found = [m for pair in pairs for m in backend.benchmarks(spec, pair, request, batch_size=16)]
-        acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
-        rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
+    rows = quality_rows(backend, spec, variants, timing, args.ppl_windows, args.hellaswag)
     rows["wall time to build (s)"] = {k: f"{s:.1f}" for k, s in timing.items()}
     rows["gradient steps"] = {k: str(r.get("steps_done", 0)) for k, r in records.items()}
     rows["held-out next-token loss (before → after)"] = {
@@ -102,12 +92,7 @@ def run(args) -> None:
         k: " ".join(f"{b['error']:.3f} ({b['unpatched_error']:.3f})" for b in r["blocks"])
         for k, r in records.items() if "blocks" in r}
 
-    columns = [ORIGINAL, "cut", *timing]
-    print()
-    print("| | " + " | ".join(columns) + " |")
-    print("|---|" + "---|" * len(columns))
-    for name, row in rows.items():
-        print(f"| {name} | " + " | ".join(row.get(c, "—") for c in columns) + " |")
+    print_table(rows, [ORIGINAL, "cut", *timing])
 
 
 if __name__ == "__main__":

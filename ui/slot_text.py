@@ -83,8 +83,9 @@ def heal_label(session) -> str:
 
 
 def patch_label(session) -> str:
-    """The patch's button: "Patch A's cut into B (replaces B: weight 80%)"."""
-    return f"Patch {session.editing}'s cut into {session.other}" + _replaces(session.other, session.cut(session.other))
+    """The patch's button beside the range, short to keep the first screen's height: "Patch the cut → B" (what it
+    replaced in B, the status says after)."""
+    return f"Patch the cut → {session.other}"
 
 
 def search_label(session) -> str:

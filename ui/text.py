@@ -390,6 +390,14 @@ def patch_started(step, source: str, target: str) -> str:
     return f"Patching {source}'s cut into {target}: {step.describe()}…"
 
 
+def patch_line(record: dict, found, source: str, target: str) -> str:
+    """The status line after the one-click patch, its numbers first (the line is cut at the screen's edge)."""
+    values = " · ".join(f"{m.model} {m.value:.1f}" for m in found)
+    fits = ", ".join(f"{b['error']:.2f} (plain cut {b['unpatched_error']:.2f})" for b in record.get("blocks", []))
+    return (f"**{target} = {source} patched** in {record.get('seconds', 0):.1f} s: WikiText-2 test perplexity "
+            f"{values}; fit error {fits}")
+
+
 def patch_done(record: dict, source: str, target: str, replaced=None) -> str:
     """After a patch: where, how well each block's map fits against the plain cut, how long it took."""
     was = f" It replaced {target}'s {replaced.short()}." if replaced is not None else ""

@@ -83,15 +83,20 @@ def test_the_patch_fills_the_other_slot_from_the_box_or_one_click(visitor, page,
     heals, session = visitor
     session = session.with_block(1, 3, "chosen by hand")
     outputs = list(heals.patch(session) if by_button else heals.heal(session, "patch-lstsq", "task", 1, 0, 0))
-    status_md = page.cut.patch_status if by_button else page.cut.heal.status
+    status_md = page.header.analysis_md if by_button else page.cut.heal.status
     started, done, measured = outputs
     assert "Patching A's cut into B: linear patch (ReplaceMe, least squares)" in started[status_md]
     new = measured[page.view.session]
     assert new.cuts[0] == session.cuts[0] and new.cuts[1].steps[:-1] == session.cuts[0].steps
     assert new.cuts[1].steps[-1].kind == "patch"
     status = measured[status_md]
-    assert "**B is now A patched** (lstsq" in status and "block [1, 3) → layer 0's down projection" in status
-    assert all(f"{label} **" in status for label in ("original", "A", "B"))
+    ppl = {m.model: m.value for m in new.results if m.group == "perplexity"}
+    if by_button:  # the one-line status bar: its numbers first
+        assert status.startswith("**B = A patched** in ") and f"B {ppl['B']:.1f}" in status
+        assert "fit error" in status and "(plain cut " in status
+    else:
+        assert "**B is now A patched** (lstsq" in status and "block [1, 3) → layer 0's down projection" in status
+        assert all(f"{label} **" in status for label in ("original", "A", "B"))
 
 
 @pytest.mark.parametrize("block, message", [((0, 2), "starts at layer 0"), (None, "holds no depth cut to patch")])

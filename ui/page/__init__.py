@@ -40,7 +40,7 @@ FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "b
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
                   "heal": "heal", "patch": "patch", "open_comparison": "open"}
-BUILDS = ("build", "width_vs_depth")  # their status line says what they built
+BUILDS = ("build", "width_vs_depth", "patch")  # their status line says what they built
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",

@@ -37,7 +37,6 @@ class CutTab:
     slot: gr.Radio
     clear_btn: gr.Button
     patch_btn: gr.Button  # the edited slot's cut patched by ReplaceMe into the other slot (ui/page/heal.py)
-    patch_status: gr.Markdown
     layer_range: LayerRange
     feedback_md: gr.Markdown  # the edited slot's numbers against the original
     convention: gr.Markdown  # how a block's indices read
@@ -62,14 +61,14 @@ class CutTab:
     def layout(cls, context) -> CutTab:
         with gr.Tab("Analyze & cut", id="cut"):
             with gr.Row(elem_id="range-row"):
-                with gr.Column(scale=0, min_width=230):
+                with gr.Column(scale=0, min_width=290):
                     slot = gr.Radio([(f"Cut {s}", s) for s in SLOTS], value=SLOTS[0], elem_id="slot",
                                     label="You are editing", container=False)
-                    clear_btn = gr.Button("Clear this cut", size="sm", elem_id="clear-cut")
-                    patch_btn = gr.Button("Patch A's cut into B", size="sm", elem_id="patch-btn")
+                    with gr.Row():  # side by side: the first screen keeps its height
+                        clear_btn = gr.Button("Clear this cut", size="sm", elem_id="clear-cut", min_width=90)
+                        patch_btn = gr.Button("Patch the cut → B", size="sm", elem_id="patch-btn", min_width=90)
                 with gr.Column(scale=6):
                     layer_range = LayerRange(elem_id="layer-range")
-                    patch_status = gr.Markdown(elem_id="patch-status")
             with gr.Row():
                 with gr.Column(scale=2):
                     heatmap = PlotView(height=HEATMAP_HEIGHT, elem_id="heatmap")
@@ -82,8 +81,7 @@ class CutTab:
             search = SearchBox.layout(context)
             heal = HealBox.layout()
             share = ShareBox.layout()
-        return cls(slot=slot, clear_btn=clear_btn, patch_btn=patch_btn, patch_status=patch_status,
-                   layer_range=layer_range, feedback_md=feedback_md,
+        return cls(slot=slot, clear_btn=clear_btn, patch_btn=patch_btn, layer_range=layer_range, feedback_md=feedback_md,
                    convention=convention, heatmap=heatmap, **side, search=search, heal=heal, share=share)
 
 

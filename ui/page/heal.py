@@ -87,7 +87,7 @@ class HealHandlers:
     def __init__(self, context: Context, page):
         self.context = context
         self.box, self.view, self.results = page.cut.heal, page.view, page.benchmarks.results
-        self.patch_status = page.cut.patch_status
+        self.patch_status = page.header.analysis_md  # the status line Build reports in
 
     @user_errors
     def heal(self, session: Session, method: str, loss: str, temperature, steps, budget_s,
@@ -132,10 +132,11 @@ class HealHandlers:
         recipe = session.cut()
         if recipe is None or recipe.steps[-1].kind != Patch.after:
             raise InvalidInput(f"{session.editing} holds no depth cut to patch: select layers to cut first.")
-        yield from self._patch(session, recipe, "lstsq", self.patch_status, request, progress)
+        yield from self._patch(session, recipe, "lstsq", self.patch_status, request, progress, line=True)
 
-    def _patch(self, session: Session, recipe, method: str, status_md, request, progress):
-        """``recipe`` followed by the linear patch, into the other slot; then the three columns' perplexity."""
+    def _patch(self, session: Session, recipe, method: str, status_md, request, progress, line: bool = False):
+        """``recipe`` followed by the linear patch, into the other slot; then the three columns' perplexity. ``line``:
+        the status is the one-line status bar (its numbers first)."""
         step = Patch.of(method, replace(self.context.default_calibration, **PATCH_CALIBRATION))
         target = session.other
         yield {status_md: text.patch_started(step, session.editing, target)}
@@ -146,16 +147,19 @@ class HealHandlers:
         shown = self.view.show(session)
         status = text.patch_done(done.record, session.editing, target, replaced)
         yield {status_md: status + " Measuring held-out perplexity…", **shown}
-        yield self._measured(session, {}, status_md, status, shown, request, progress)
+        say = (lambda found: text.patch_line(done.record, found, session.editing, target)) if line else None
+        yield self._measured(session, {}, status_md, status, shown, request, progress, say)
 
-    def _measured(self, session: Session, extra: dict, status_md, status: str, shown: dict, request, progress) -> dict:
-        """The three columns' WikiText-2 test perplexity after a repair, into the status and the results."""
+    def _measured(self, session: Session, extra: dict, status_md, status: str, shown: dict, request, progress,
+                  say=None) -> dict:
+        """The three columns' WikiText-2 test perplexity after a repair, into the status (``say(found)``, else after
+        ``status``) and the results."""
         found = self.context.backend.perplexity(session.spec, session.variants(), seq_lens=(PPL_SEQ_LEN,),
                                                 bos=(False,), max_windows=PPL_WINDOWS, progress=reporter(progress),
                                                 owner=owner(request))
         session = session.with_results(found)
-        return {**extra, status_md: status + " " + text.heal_perplexity(found, PPL_WINDOWS, PPL_SEQ_LEN),
-                **shown, self.view.session: session, **self.results.show(session)}
+        said = say(found) if say else status + " " + text.heal_perplexity(found, PPL_WINDOWS, PPL_SEQ_LEN)
+        return {**extra, status_md: said, **shown, self.view.session: session, **self.results.show(session)}
 
 
 def wire(page, handlers) -> dict:
@@ -164,7 +168,7 @@ def wire(page, handlers) -> dict:
                             [page.session, box.method, box.loss, box.temperature, box.steps, box.budget],
                             [box.plot, box.status, *page.view.outputs(), *results],
                             api_name="heal", show_progress_on=[box.status], **DEVICE)
-    patch = page.cut.patch_btn.click(gpu(handlers.heal.patch), [page.session],
-                                     [page.cut.patch_status, *page.view.outputs(), *results],
-                                     api_name="patch", show_progress_on=[page.cut.patch_status], **DEVICE)
+    status = page.header.analysis_md
+    patch = page.cut.patch_btn.click(gpu(handlers.heal.patch), [page.session], [status, *page.view.outputs(), *results],
+                                     api_name="patch", show_progress_on=[status], **DEVICE)
     return by_name(heal, patch)

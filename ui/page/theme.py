@@ -40,6 +40,7 @@ body, gradio-app, .gradio-container { padding-top: 0 !important; margin-top: 0 !
               border-left: 6px solid var(--color-accent); background: var(--block-background-fill); }
 #pickers [data-testid="block-info"] { font-size: 0.85rem; }
 #slot .wrap { flex-wrap: nowrap; }
+#clear-cut, #patch-btn { white-space: nowrap; }
 #cut-feedback { min-height: 5em; font-size: 0.95rem; }
 .lc-stale { font-weight: 700; background: STALE_BACK; border-bottom: 3px solid STALE_LINE; padding: 0 4px; }
 #cut-feedback .lc-pending { color: var(--body-text-color-subdued); }
