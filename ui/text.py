@@ -391,11 +391,12 @@ def patch_started(step, source: str, target: str) -> str:
 
 
 def patch_line(record: dict, found, source: str, target: str) -> str:
-    """The status line after the one-click patch, its numbers first (the line is cut at the screen's edge)."""
+    """The status line after the one-click patch, its numbers first (the line is cut at the screen's edge; the
+    Benchmarks tab's table holds them all)."""
     values = " · ".join(f"{m.model} {m.value:.1f}" for m in found)
     fits = ", ".join(f"{b['error']:.2f} (plain cut {b['unpatched_error']:.2f})" for b in record.get("blocks", []))
-    return (f"**{target} = {source} patched** in {record.get('seconds', 0):.1f} s: WikiText-2 test perplexity "
-            f"{values}; fit error {fits}")
+    return (f"**{target} = {source} patched** · test ppl {values} · {record.get('seconds', 0):.0f} s, fit error "
+            f"{fits}")
 
 
 def patch_done(record: dict, source: str, target: str, replaced=None) -> str:

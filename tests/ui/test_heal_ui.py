@@ -92,7 +92,7 @@ def test_the_patch_fills_the_other_slot_from_the_box_or_one_click(visitor, page,
     status = measured[status_md]
     ppl = {m.model: m.value for m in new.results if m.group == "perplexity"}
     if by_button:  # the one-line status bar: its numbers first
-        assert status.startswith("**B = A patched** in ") and f"B {ppl['B']:.1f}" in status
+        assert status.startswith("**B = A patched** · test ppl original ") and f"B {ppl['B']:.1f}" in status
         assert "fit error" in status and "(plain cut " in status
     else:
         assert "**B is now A patched** (lstsq" in status and "block [1, 3) → layer 0's down projection" in status
