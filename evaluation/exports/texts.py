@@ -28,6 +28,7 @@ from prune.core.family import FAMILIES
 from prune.core.loading import _DEFAULT_GGUF, DEFAULT_MODEL
 from prune.lowrank.decomposition import ranks_of
 from prune.core.recipe import Recipe
+from prune.core.surgery import index_runs
 from prune.drop.step import SubLayerDrop
 from prune.drop.sublayers import dropped_numel
 
@@ -54,7 +55,7 @@ def default_export_name(base_name: str, recipe: Recipe) -> str:
         what = f"layercut-{recipe.key[:8]}"
     else:
         plural = "layer" if len(removed) == 1 else "layers"
-        runs = _runs(removed)
+        runs = index_runs(removed)
         ids = f"{runs[0][0]}-{runs[0][1] - 1}" if len(runs) == 1 else "_".join(map(str, removed))
         what = f"minus-{len(removed)}-{plural}-{ids}"
         if len(what) > MAX_NAME // 2:
@@ -104,7 +105,7 @@ def mergekit_yaml(recipe: Recipe, base_name: str, dtype=None) -> str:
     num_layers = recipe.steps[0].num_layers
     kept = [i for i in range(num_layers) if i not in removed]
     model = _hub_id(base_name) or str(base_name)
-    config = {"slices": [{"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in _runs(kept)],
+    config = {"slices": [{"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in index_runs(kept)],
               "merge_method": "passthrough"}
     name = str(dtype).removeprefix("torch.") if dtype is not None else ""
     if name in _MERGEKIT_DTYPES:
@@ -135,17 +136,6 @@ def _depth_only(recipe: Recipe, tool: str) -> tuple[int, ...]:
     if removed is None:
         raise InvalidInput(f"Only depth cuts can be written for {tool}; this recipe is: {recipe.describe()}.")
     return removed
-
-
-def _runs(indices) -> list[tuple[int, int]]:
-    """Sorted indices as contiguous [start, end) runs."""
-    runs: list[list[int]] = []
-    for i in sorted(indices):
-        if runs and runs[-1][1] == i:
-            runs[-1][1] = i + 1
-        else:
-            runs.append([i, i + 1])
-    return [(a, b) for a, b in runs]
 
 
 def _hub_id(base_name: str) -> str | None:
@@ -192,7 +182,7 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         kept = [i for i in range(num_layers) if i not in removed]
         lines.append(f"- Removed layers (0-based, base model numbering): {', '.join(map(str, removed))} "
                      f"— {len(removed)} of {num_layers}; kept: "
-                     + ", ".join(f"[{a}, {b})" for a, b in _runs(kept)) + " (end exclusive)")
+                     + ", ".join(f"[{a}, {b})" for a, b in index_runs(kept)) + " (end exclusive)")
         counts = _parameter_counts(model, len(removed))
         if counts:
             before, after = counts

@@ -132,6 +132,13 @@ def width_of(model_or_config) -> Width:
     return found
 
 
+def residual_scale(model: nn.Module) -> float:
+    """What the architecture multiplies each block's output by before adding it to the residual stream (Granite's
+    residual multiplier; 1 elsewhere)."""
+    name = architecture_of(model).sublayers.residual_scale
+    return float(getattr(model.config, name)) if name else 1.0
+
+
 def get_path(root: nn.Module, path: str) -> nn.Module:
     """Follow a dotted attribute path."""
     module = root

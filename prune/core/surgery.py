@@ -133,6 +133,17 @@ def removed_layers_of(model: nn.Module) -> list[int]:
     return list(getattr(model.config, "layercut_removed_layers", None) or [])
 
 
+def index_runs(indices) -> list[tuple[int, int]]:
+    """Layer indices as their maximal contiguous blocks ``[start, end)``, in order."""
+    found: list[list[int]] = []
+    for i in sorted(indices):
+        if found and found[-1][1] == i:
+            found[-1][1] += 1
+        else:
+            found.append([i, i + 1])
+    return [(a, b) for a, b in found]
+
+
 def removed_between(before: nn.Module, after: nn.Module) -> list[int]:
     """The layers of ``before`` (in its numbering) that ``after``, a cut of it, no longer has, from the removed
     layers each config records in the original numbering."""

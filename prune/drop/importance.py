@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from prune.core.devices import input_device
-from prune.core.architectures import architecture_of, decoder_layers, get_path
+from prune.core.architectures import architecture_of, decoder_layers, get_path, residual_scale
 from prune.depth.result import ImportanceResult
 from prune.drop.sublayers import ATTENTION, MLP
 from prune.depth.methods import register
@@ -94,7 +94,7 @@ def reading_blocks(model: nn.Module, sink: Sink):
     it) and scaled by the residual multiplier where there is one, so that h_in + attention + MLP = h_out.
     """
     sub = architecture_of(model).sublayers
-    scale = float(getattr(model.config, sub.residual_scale)) if sub.residual_scale else 1.0
+    scale = residual_scale(model)
     seen: dict[tuple[int, str], torch.Tensor] = {}
 
     def keep_input(i):

@@ -39,12 +39,12 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from prune.core.architectures import architecture_of, decoder_layers, get_path, width_of
+from prune.core.architectures import decoder_layers, get_path, residual_scale, width_of
 from prune.core.calibration import Calibration, token_windows
 from prune.core.devices import input_device
 from prune.core.errors import InvalidCut, InvalidInput, UnsupportedArchitecture
 from prune.core.hidden import StopForward, _hidden_out, run_until_stopped
-from prune.core.surgery import clone_layers
+from prune.core.surgery import clone_layers, index_runs
 
 METHODS = ("lstsq", "cosine")
 DEFAULTS = {"lstsq": {"ridge": 0.0}, "cosine": {"epochs": 10, "lr": 1e-3, "batch": 1024, "seed": 0}}
@@ -61,17 +61,6 @@ class Fit:
     map: torch.Tensor
     error: float  # ‖X T − Y‖ / ‖Y‖ over every calibration token
     unpatched: float  # the same for the plain cut (T = I: layer s − 1 hands on z + X): ‖X − Y‖ / ‖Y‖
-
-
-def runs(layers) -> list[tuple[int, int]]:
-    """Sorted removed layers as maximal contiguous blocks [s, e)."""
-    found: list[list[int]] = []
-    for i in sorted(layers):
-        if found and found[-1][1] == i:
-            found[-1][1] += 1
-        else:
-            found.append([i, i + 1])
-    return [(a, b) for a, b in found]
 
 
 def fold_target(layer: nn.Module, model: nn.Module) -> nn.Module:
@@ -93,12 +82,6 @@ def down_path(width) -> str:
     return next(p for p, axes in width.channels if axes.startswith("in"))
 
 
-def _scale(model: nn.Module) -> float:
-    """What the architecture multiplies a block's output by before adding it (Granite's residual multiplier)."""
-    name = architecture_of(model).sublayers.residual_scale
-    return float(getattr(model.config, name)) if name else 1.0
-
-
 @torch.no_grad()
 def collect(model: nn.Module, tokenizer, blocks: list[tuple[int, int]], calibration: Calibration,
             keep_rows: bool = False, progress: Progress | None = None, batch_size: int = 8) -> dict:
@@ -113,8 +96,8 @@ def collect(model: nn.Module, tokenizer, blocks: list[tuple[int, int]], calibrat
             raise InvalidCut("The linear patch folds into the layer before the cut: a cut that starts at layer 0 has "
                              "none. Keep layer 0.")
     ids = token_windows(tokenizer, calibration)
-    scale = _scale(model)
-    found = {b: {"xtx": 0, "xty": 0, "yy": 0, "x": [], "y": [], "tokens": 0} for b in blocks}
+    scale = residual_scale(model)
+    found = {b: {"xtx": 0, "xty": 0, "yy": 0, "x": [], "y": []} for b in blocks}
     seen: dict = {}
     hooks = []
     for s, e in blocks:
@@ -143,7 +126,6 @@ def collect(model: nn.Module, tokenizer, blocks: list[tuple[int, int]], calibrat
                 part["xtx"] = part["xtx"] + x64.T @ x64
                 part["xty"] = part["xty"] + x64.T @ y64
                 part["yy"] = part["yy"] + float((y64 * y64).sum())
-                part["tokens"] += x.shape[0]
                 if keep_rows:
                     part["x"].append(x.cpu())
                     part["y"].append(y.cpu())
@@ -224,7 +206,7 @@ def relative_error(part: dict, t: torch.Tensor) -> float:
 def fit(model: nn.Module, tokenizer, layers, method: str, calibration: Calibration, options: dict,
         progress: Progress | None = None) -> list[Fit]:
     """One :class:`Fit` per block of ``layers`` (removed, in ``model``'s numbering) by ``method``."""
-    blocks = runs(layers)
+    blocks = index_runs(layers)
     report = progress or (lambda _f, _m: None)
     found = collect(model, tokenizer, blocks, calibration, keep_rows=method == "cosine",
                     progress=lambda f, m: report(0.8 * f if method == "lstsq" else 0.4 * f, m))

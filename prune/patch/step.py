@@ -20,8 +20,8 @@ from prune.core.family import Family, Option, register_family
 from prune.core.step import (Earlier, Estimate, Progress, Step, calibration_from, calibration_record,
                              calibration_words, rebuildable, step, text_digest, with_digest)
 from prune.core.sizes import Size
-from prune.core.surgery import removed_between, removed_layers_of
-from prune.patch.replaceme import DEFAULTS, METHODS, PATCHED_FIELD, down_path, patch, runs
+from prune.core.surgery import index_runs, removed_between, removed_layers_of
+from prune.patch.replaceme import DEFAULTS, METHODS, PATCHED_FIELD, down_path, patch
 
 NAMES = {"lstsq": "least squares", "cosine": "cosine"}
 LABELS = {"lstsq": "Linear patch: ReplaceMe, least squares (no training)",
@@ -90,7 +90,7 @@ class Patch(Step):
         except UnsupportedArchitecture:
             return found
         one = max((m.params for layer in found.size.matrices for m in layer if m.path == path), default=0)
-        blocks = len(runs(removed_layers_of(found.model))) if found.built else 1
+        blocks = len(index_runs(removed_layers_of(found.model))) if found.built else 1
         return replace(found, owned=found.owned + blocks * one * found.element)
 
     def base_layers(self, kept: list[int]) -> list[int]:
