@@ -6,7 +6,8 @@ Steps (each timed, with the peak GPU memory it reached): bf16 load of a random m
 (hidden 4096, 32 layers, MLP 11008, 32 heads; the embedded model's tokenizer and vocabulary), angular-distance
 and Taylor+ analyses, a cut of the angular method's best 8-layer block, a Wanda 2:4 variant built beside it,
 generation of the three side by side, speed and memory per column (the 2:4 variant timed with PyTorch's
-semi-structured kernels where the GPU has them), and a 100-question ARC-Easy benchmark of the three. ``--small``
+semi-structured kernels where the GPU has them), a 100-question ARC-Easy benchmark of the three, then the cut in
+int8 and the original in int4 (torchao) timed and measured beside the original. ``--small``
 runs the same on a tiny model (a check that the script works, on any device). On one H100 (PyTorch 2.11) the
 steps took 158 s in all; the README gives the table.
 """
@@ -42,6 +43,7 @@ def run(args, rows: list) -> None:
     from evaluation.serving.backend import Backend
     from prune.core.loading import default_checkpoint
     from prune.core.recipe import Recipe
+    from prune.quantize.step import Quantize
     from prune.sparsity.step import Sparsify
 
     cuda = args.device.startswith("cuda")
@@ -103,6 +105,15 @@ def run(args, rows: list) -> None:
     for m in scores:
         if m.name == "arc_easy acc":
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))
+    quantized = {"A": compared["A"].then(Quantize.of(8)), "B": Recipe((Quantize.of(4),))}
+    step("int8 cut and int4 built", lambda: ([backend.model(spec, r) for r in quantized.values()],
+                                             "A: the cut in int8; B: the original in int4 (torchao)"))
+    found = step("quantized speed and memory", lambda: (
+        backend.speed(spec, quantized, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=3)
+        + backend.memory(spec, quantized, new_tokens=32), "batch 1, 128 + 32 tokens"))
+    for m in found:
+        if m.name.startswith(("decode latency", "weight memory")):
+            rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.1f} {m.unit}"))
 
 
 def print_table(rows: list, args) -> None:

@@ -33,7 +33,10 @@ After the chosen cut (or, with --full, on the original) one more step may follow
                                                 retrain briefly on WikiText-2 *validation* (after another step only),
                                                 on its tokens or distilled from the original; prints WikiText-2
                                                 *test* perplexity before and after healing
-(several: the patch, then width, then low rank, then sparsity, then healing).
+  --quantize int8|int4 [--quant_group G]        last: every decoder matrix in int8 or int4 weights (torchao)
+(several: the patch, then width, then low rank, then sparsity, then healing, then quantization).
+
+--model takes a Hub id, a folder, a .gguf file or a Hub GGUF as owner/repo/file.gguf (dequantized once, cached).
 
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.
@@ -48,6 +51,7 @@ Examples::
     python -m evaluation.cli --rank_search feature --search_layers 4 --task arc_easy --limit 200
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
     layercut-benchmark --recipe ./cut --task hellaswag      # the same cut again, from the export's recipe
+    layercut-benchmark --personalized --start_block 15 --end_block 21 --quantize int8 --export_dir ./cut --gguf Q8_0
 
 Beyond one machine, ``--export_dir`` gives a normal Hugging Face folder for the usual engines, and prints (and
 saves as SCALE_OUT.md beside it) the exact ``accelerate launch -m lm_eval`` and ``lm_eval --model vllm`` commands
@@ -82,6 +86,7 @@ from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from evaluation import recipe_file
 from evaluation.quality import lm_eval_adapter
 from evaluation.exports import scale_out, zigzag_csv as zigzag_output
+from evaluation.exports.gguf_out import GGUF_TYPES
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
@@ -169,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="instead of tasks: perplexity, mean KL and top-1 agreement with the original on a small "
                              "slice of the calibration text (with a cut mode or a step)")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
+    parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
+                        help="with --export_dir: also write the model as one GGUF file of this type in the folder")
     zigzag_output.add_arguments(parser)
     return parser
 
@@ -222,6 +229,8 @@ def check_mode(args) -> None:
         raise InvalidInput("--explain compares a compressed model with the original: use it with a cut mode "
                            "(--personalized, --method, --persistence, --rank_search) or a step, without --sweep, "
                            "--sparsity_sweep or --export_dir.")
+    if args.gguf and not args.export_dir:
+        raise InvalidInput("--gguf goes with --export_dir.")
     if args.full and args.export_dir and not adding:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
@@ -357,7 +366,7 @@ def run(args, progress=None) -> Path | None:
     for mode, recipe in cuts.items() if args.export_dir else ():
         target = Path(args.export_dir).expanduser().resolve()
         saved = backend.export(spec, recipe, target / mode if len(cuts) > 1 else target,
-                               scores=[m for m in measurements if m.model in (ORIGINAL, PRUNED, mode)])
+                               scores=[m for m in measurements if m.model in (ORIGINAL, PRUNED, mode)], gguf=args.gguf)
         progress(1.0, f"Saved the {mode} checkpoint to {saved}")
         print(scale_out.scale_out(str(saved), json.loads((saved / "config.json").read_text()), recipe).markdown())
 

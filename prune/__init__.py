@@ -10,6 +10,7 @@ Public API::
     narrow = prune.shrink_width(model, tokenizer, param_ratio=0.8)  # fewer heads and MLP channels; untouched
     factored = prune.decompose(model, tokenizer, space="feature", param_ratio=0.8)  # low-rank factors; untouched
     healed = prune.heal(pruned, tokenizer, method="lora")  # a short retraining, merged; ``pruned`` untouched
+    small = prune.Quantize.of(4).apply(model)  # int4 weights (torchao, weight-only); ``model`` untouched
 """
 
 __version__ = "0.2.0"
@@ -35,8 +36,9 @@ from prune.sparsity.step import Sparsify  # noqa: E402
 from prune.width.step import WidthPrune  # noqa: E402
 from prune.lowrank.step import Decompose  # noqa: E402
 from prune.healing.step import Heal  # noqa: E402
+from prune.quantize.step import Quantize  # noqa: E402
 from prune.core.family import FAMILIES  # noqa: E402
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal", "ImportanceResult",
-           "LayerCutError", "METHODS", "Patch", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",
+           "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",
            "remove_layers", "score", "shrink_width", "sparsify"]

@@ -97,6 +97,34 @@ def tiny_model(arch: str, layers: int = 4, seed: int = 0):
     return model
 
 
+def tiny_gemma(config_class, layers: int, **changes):
+    """A Gemma 2/3 whose matrices split into 32-wide blocks. head_dim = query_pre_attn_scalar = 256: llama.cpp scales
+    by 1/√head_dim and transformers' GGUF loader leaves the scalar at its default 256. A 4-token window < 16 tokens,
+    so which layers slide changes the logits."""
+    torch.manual_seed(0)
+    config = config_class(vocab_size=320, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+                          num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=4,
+                          max_position_embeddings=256, num_hidden_layers=layers, **changes)
+    return with_random_norms(transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval())
+
+
+def with_random_norms(model):
+    """Gemma's RMSNorm weights start at 0 (it multiplies by 1 + w): random ones show the file's w + 1 is undone."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.normal_(0, 0.2)
+    return model
+
+
+def tiny_qwen2(layers: int = 4):
+    """Qwen2 without sliding windows (llama.cpp has none for it; the conftest one slides its upper layers)."""
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(vocab_size=320, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                      intermediate_size=64, num_hidden_layers=layers, max_position_embeddings=256)
+    return transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return build_tiny_tokenizer()

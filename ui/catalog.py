@@ -38,19 +38,27 @@ def choice(name: str) -> Choice:
     return STEP_METHODS[name][1]
 
 
+def has_level(name) -> bool:
+    """Whether ``name`` is a step method with a level (quantization has none)."""
+    return name in STEP_METHODS and choice(name).level is not None
+
+
 def step_markdown(name: str) -> str:
     found = choice(name)
     return f"**{found.label}**: *{found.description}*"
 
 
 def level_slider(name: str) -> dict:
-    """The level slider's settings for a step method, from its family's declaration."""
+    """The level slider's settings for a step method, from its family's declaration (hidden where it has none)."""
     level = choice(name).level
-    return dict(label=level.label, minimum=level.minimum, maximum=level.maximum, value=level.default)
+    if level is None:
+        return dict(visible=False)
+    return dict(label=level.label, minimum=level.minimum, maximum=level.maximum, value=level.default, visible=True)
 
 
-def step_for(name: str, level: float, pattern: str, calibration: Calibration):
-    """The recipe step a step method builds at ``level`` % (the steps check their values)."""
+def step_for(name: str, level: float | None, pattern: str, calibration: Calibration):
+    """The recipe step a step method builds at ``level`` % (None for one without a level; the steps check their
+    values)."""
     if name not in STEP_METHODS:
         raise InvalidInput(f"{quoted(name)} is not a width method; choose one of {', '.join(STEP_METHODS)}.")
     family, _ = STEP_METHODS[name]

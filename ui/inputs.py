@@ -20,6 +20,7 @@ from evaluation.serving.models import ModelSpec
 from prune.core.calibration import BOS_CHOICES, hub_dataset
 from prune.core.errors import InvalidInput, ModelNotFound, quoted
 from prune.core.loading import is_default
+from prune.core.gguf_in import is_hub_gguf
 from prune.core.paths import local_path
 
 from ui.session import SLOTS
@@ -115,7 +116,8 @@ def model_spec(name: str | None, token: str | None, trust_remote_code: bool, dty
                policy: Policy) -> ModelSpec:
     """The model a visitor asked for; on a shared server a local folder must lie under the model root."""
     if name is not None and not isinstance(name, str):
-        raise InvalidInput(f"A model is named by text (a Hugging Face id or a folder), not {quoted(name)}.")
+        raise InvalidInput(f"A model is named by text (a Hugging Face id, a folder or a .gguf file), not "
+                           f"{quoted(name)}.")
     name = _plain_name((name or "").strip()) or prune.DEFAULT_MODEL
     if dtype not in (None, "", "auto", "float32", "bfloat16", "float16"):
         raise InvalidInput(f"Unknown precision {quoted(dtype)}. Choose auto, float32, bfloat16 or float16.")
@@ -157,7 +159,8 @@ def shared_not_found(name: str) -> ModelNotFound:
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", ".", "~")) or "\\" in name or name.count("/") > 1 or local_path(name) is not None
+    return (name.startswith(("/", ".", "~")) or "\\" in name or (name.count("/") > 1 and not is_hub_gguf(name))
+            or local_path(name) is not None)
 
 
 def _inside(name: str, root: Path) -> bool:

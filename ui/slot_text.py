@@ -93,9 +93,15 @@ def search_label(session) -> str:
     return f"Search ranks into {session.editing}" + _replaces(session.editing, session.cut())
 
 
-def export_saved(slot: str, archive: str, size: int, tools: bool) -> str:
+NO_GGUF = "none"  # the export's GGUF type when no .gguf is written
+
+
+def export_saved(slot: str, archive: str, size: int, mergekit: bool, llama: bool, gguf: str | None = None) -> str:
     """After an export: which slot, the zip's name (never where it lies on the server), what it holds."""
-    extras = ", a mergekit config and the llama.cpp `--prune-layers` argument" if tools else ""
+    extras = "".join(part for part, held in ((", a mergekit config", mergekit),
+                                             (", the llama.cpp `--prune-layers` argument", llama),
+                                             (f", `{gguf}` (the model as one GGUF file, also offered alone)", gguf))
+                     if held)
     extras += ", and SCALE_OUT.md: how to evaluate it on many GPUs"
     return (f"Saved **{slot}** as `{archive}` ({size / 2**30:.2f} GiB): a Hugging Face checkpoint folder with a "
             f"model card{extras}. Unzip it, and `AutoModelForCausalLM.from_pretrained` loads the folder.")

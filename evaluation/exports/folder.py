@@ -1,5 +1,6 @@
 """Exports: a derived model saved as a normal Hugging Face folder, with a model card and the same
-cut written for mergekit and llama.cpp, made atomically and kept within a disk budget.
+cut written for mergekit and llama.cpp (and, when asked, the model as one GGUF file), made atomically and kept
+within a disk budget.
 
 Dropped attention/MLP blocks are saved as zeros and recorded in the config (``prune.drop.sublayers``):
 any transformers loads the folder with the same outputs, ``prune.load_model`` drops them again.
@@ -34,7 +35,10 @@ from prune.core.recipe import CONFIG_FIELD, Recipe
 from prune.drop.sublayers import dropped
 
 from evaluation.exports import scale_out
-from evaluation.exports.texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text, mergekit_yaml, model_card, model_dtype)
+from evaluation.exports.gguf_out import check_file_type, gguf_refusal, write_gguf
+from evaluation.exports.gguf_tokenizer import tokenizer_refusal
+from evaluation.exports.texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text,
+                                      llama_refusal, mergekit_yaml, model_card, model_dtype)
 from evaluation.measure.measurement import Measurement
 from evaluation.measure.memory import folder_bytes, save_checkpoint
 
@@ -60,13 +64,16 @@ def check_export_name(name: str) -> str:
 
 
 def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_layers: int, target: Path,
-           scores: list[Measurement] | None = None, origin: str = "", factored: bool = False) -> Path:
+           scores: list[Measurement] | None = None, origin: str = "", factored: bool = False,
+           gguf: str | None = None, tokenizer_gguf: str | None = None) -> Path:
     """Save the derived model, tokenizer, card and tool configs at ``target``, all or nothing.
 
     ``model`` is ``recipe.apply(base)``; ``origin`` says where the base weights came from (a Hub id,
     folder or GGUF file) for the card. ``target`` may be new, empty, or an earlier LayerCut export.
     Low-rank projections are saved merged into dense matrices (any transformers loads them), or, with
-    ``factored``, as their factors (smaller; ``prune.load_model`` only).
+    ``factored``, as their factors (smaller; ``prune.load_model`` only). ``gguf``: also write the model as
+    ``<name>.<type>.gguf`` of that GGUF type (:mod:`evaluation.exports.gguf_out`), checked before anything is
+    written; ``tokenizer_gguf``: the GGUF the base model came from, whose tokenizer it copies.
     """
     target = Path(target).expanduser()
     check_export_name(target.name)
@@ -78,6 +85,7 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     made_for = getattr(recipe.steps[0], "num_layers", num_layers)
     if made_for != num_layers:
         raise InvalidCut(f"This recipe was made for a {made_for}-layer model, not {num_layers}.")
+    gguf_name = None if gguf is None else check_gguf(model, tokenizer, gguf, target.name, tokenizer_gguf)
     target.parent.mkdir(parents=True, exist_ok=True)
     _check_replaceable(target)
     staging = _partial_path(target)
@@ -89,10 +97,14 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
         write_atomic(staging / scale_out.FILE, scale_out.scale_out(f"./{target.name}", config, recipe,
                                                                    factored=factored).markdown())
         write_atomic(staging / CARD, model_card(model, recipe, base_name=base_name, num_layers=num_layers,
-                                                name=target.name, scores=scores, origin=origin, factored=factored))
+                                                name=target.name, scores=scores, origin=origin, factored=factored,
+                                                gguf=gguf_name))
+        if gguf_name is not None:
+            write_gguf(model, tokenizer, staging / gguf_name, gguf, tokenizer_gguf=tokenizer_gguf)
         if removed is not None:
             write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, model_dtype(model)))
-            write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))
+            if llama_refusal(model) is None:
+                write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))
         write_atomic(staging / MARKER, json.dumps({
             "base_model": base_name, "origin": origin, "recipe": recipe.to_json(), "description": recipe.describe(),
             "removed_layers": list(removed) if removed is not None else None, "dropped_blocks": dropped(model),
@@ -102,6 +114,17 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def check_gguf(model: nn.Module, tokenizer, file_type: str, name: str, tokenizer_gguf: str | None = None) -> str:
+    """The GGUF file's name in the export, ``<name>.<type>.gguf``, or a one-line refusal: an unknown type, a model
+    the GGUF writer cannot express (:func:`evaluation.exports.gguf_out.gguf_refusal`), or a tokenizer it cannot
+    convert (when the model did not come from a GGUF whose tokenizer it copies)."""
+    check_file_type(file_type)
+    refusal = gguf_refusal(model) or (tokenizer_refusal(tokenizer) if tokenizer_gguf is None else None)
+    if refusal is not None:
+        raise InvalidInput(f"No GGUF for this model: {refusal}")
+    return f"{name}.{file_type}.gguf"
 
 
 def zipped(folder: Path) -> Path:

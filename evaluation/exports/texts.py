@@ -155,8 +155,10 @@ def _gguf_name(base_name: str) -> str:
 
 
 def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: int, name: str = "",
-               scores: list[Measurement] | None = None, origin: str = "", factored: bool = False) -> str:
-    """README.md: what was cut from which model and how it was chosen, scores, loading, other tools."""
+               scores: list[Measurement] | None = None, origin: str = "", factored: bool = False,
+               gguf: str | None = None) -> str:
+    """README.md: what was cut from which model and how it was chosen, scores, loading, other tools; ``gguf``: the
+    name of the GGUF file the export holds beside the folder, if any."""
     name = name or default_export_name(base_name, recipe)
     removed = base_layers_removed(recipe)
     drops = _only_drop(recipe)
@@ -208,7 +210,12 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     if drops is not None:
         lines += ["With LayerCut the dropped blocks are dropped again on load (faster, smaller KV cache):", "",
                   "```python", "import prune", "", f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
+    if gguf is not None:
+        lines += ["## GGUF (llama.cpp, Ollama)", "", f"`{gguf}` holds this model as one GGUF file, written by LayerCut "
+                  f"with its own metadata ({len(decoder_layers(model))} blocks): `llama-cli -m {gguf}`. transformers "
+                  f"reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`).", ""]
     lines += ["## The same cut with other tools", ""]
+    refusal = llama_refusal(model) if removed is not None and drops is None else None
     if drops is not None:
         lines += [DROP_TOOLS.format(mergekit=MERGEKIT_FILE, llama=LLAMA_FILE), ""]
     elif removed is None:
@@ -219,10 +226,20 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
                   "Both read the base model's own files: the result equals this folder only when those hold the "
                   "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
                   f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
-                  mergekit_yaml(recipe, base_name, model_dtype(model)).rstrip(), "```", "",
-                  f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
-                  "```sh", _llama_command(recipe, base_name), "```", ""]
+                  mergekit_yaml(recipe, base_name, model_dtype(model)).rstrip(), "```", ""]
+        lines += ([f"llama.cpp: no `--prune-layers` command is written: {refusal}", ""] if refusal else
+                  [f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
+                   "```sh", _llama_command(recipe, base_name), "```", ""])
     return "\n".join(lines)
+
+
+def llama_refusal(model: nn.Module) -> str | None:
+    """Why llama.cpp would run this cut wrong from ``llama-quantize --prune-layers`` or a GGUF: it derives a per-layer
+    property (Gemma 2/3's sliding windows) from the layer's index, and the cut broke that pattern (None: it would
+    not)."""
+    from evaluation.exports.gguf_out import pattern_break
+
+    return pattern_break(model.config)
 
 
 DROP_FORMAT = (

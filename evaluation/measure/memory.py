@@ -37,6 +37,7 @@ from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned
 from prune.core.offload import is_offloaded, parameters_read, resident_bytes
+from prune.core.storage import dense, parts
 from prune.lowrank.decomposition import factored_view, merged
 from prune.drop.sublayers import attention_layers, savable
 from prune.sparsity.masks import zero_fraction
@@ -58,7 +59,8 @@ def weight_bytes(model) -> int:
     """Bytes of the model's parameters, counting each tensor in memory once (an offloaded one, on disk, too)."""
     seen: dict[int, int] = {}
     for p in model.parameters():
-        seen[id(p) if p.device.type == "meta" else p.data_ptr()] = p.numel() * p.element_size()
+        for t in parts(p):  # a quantized weight's int8 values and scales
+            seen[id(t) if t.device.type == "meta" else t.data_ptr()] = t.numel() * t.element_size()
     return sum(seen.values())
 
 
@@ -66,7 +68,7 @@ def zero_weights(model) -> tuple[int, int]:
     """(entries exactly zero, all entries) of the model's parameters, each shared tensor counted once."""
     zeros = total = 0
     for p in parameters_read(model):  # each once; an offloaded one read from its files, one tensor at a time
-        zeros += p.numel() - int(torch.count_nonzero(p))  # no bool or int64 copy of the matrix
+        zeros += p.numel() - int(torch.count_nonzero(dense(p)))  # no bool or int64 copy; a quantized one's values
         total += p.numel()
     return zeros, total
 

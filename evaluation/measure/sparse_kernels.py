@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from prune.core.storage import is_quantized
 from prune.core.architectures import decoder_layers
 from prune.core.devices import input_device
 from prune.core.offload import is_offloaded
@@ -72,7 +73,7 @@ def kernel_matrices(model: nn.Module) -> list[tuple[nn.Module, str, nn.Linear]]:
 
 def _is_two_four(weight: torch.Tensor) -> bool:
     rows, cols = weight.shape
-    if rows % _MULTIPLE or cols % _MULTIPLE:
+    if rows % _MULTIPLE or cols % _MULTIPLE or is_quantized(weight):  # the 2:4 kernels take float weights
         return False
     return bool(((weight.detach().reshape(rows, cols // 4, 4) == 0).sum(-1) >= 2).all())
 

@@ -218,9 +218,11 @@ class Backend(Sweeping, Explaining, Training):
     # ------------------------------------------------------------ export
 
     def export(self, spec: ModelSpec, recipe: Recipe, target: Path, *, scores: list[Measurement] | None = None,
-               progress: Progress | None = None, owner: str | None = None, factored: bool = False) -> Path:
+               progress: Progress | None = None, owner: str | None = None, factored: bool = False,
+               gguf: str | None = None) -> Path:
         """Save what ``recipe`` derives as a normal Hugging Face folder with a model card (see ``exports``);
-        ``factored`` keeps low-rank factors as they are (smaller; LayerCut loads them)."""
+        ``factored`` keeps low-rank factors as they are (smaller; LayerCut loads them); ``gguf``: a GGUF type, to
+        write the model as a GGUF file in the folder too."""
         from evaluation.exports import folder as exports
 
         if recipe.is_original:
@@ -228,8 +230,10 @@ class Backend(Sweeping, Explaining, Training):
         with self.jobs.run("the export", progress, owner=owner) as job:
             base = self._base(spec, job)
             job.update(0.0, "Saving the checkpoint…")
-            return exports.export(self.variants.get(base, recipe, building(job, "the export")), base.tokenizer, recipe, base_name=base.info.name,
-                                  num_layers=base.info.num_layers, target=target, scores=scores, factored=factored)
+            return exports.export(self.variants.get(base, recipe, building(job, "the export")), base.tokenizer, recipe,
+                                  base_name=base.info.name, num_layers=base.info.num_layers, target=target,
+                                  scores=scores, factored=factored, gguf=gguf,
+                                  tokenizer_gguf=getattr(base.model, "layercut_gguf", None))
 
     # ------------------------------------------------------------ measurements
 

@@ -19,6 +19,7 @@ import torch
 from prune.core.recipe import Recipe, stamp
 from prune.core.sizes import size_of
 from prune.core.step import Estimate
+from prune.core.storage import held
 
 from evaluation.serving.jobs import Progress
 from evaluation.serving.models import Loaded
@@ -29,9 +30,9 @@ DEFAULT_BUDGET_BYTES = 4 * 2**30
 def own_bytes(model: torch.nn.Module, base: torch.nn.Module) -> int:
     """Bytes of ``model``'s tensors held in memory and not shared with ``base`` (a variant built from disk layer by
     layer keeps its weights in its files: placeholders on the meta device, no bytes)."""
-    shared = {t.data_ptr() for t in (*base.parameters(), *base.buffers())}
+    shared = {t.data_ptr() for t in held(base)}
     seen: dict[int, int] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
+    for tensor in held(model):  # plain tensors: a quantized weight's values and scales
         if tensor.device.type != "meta" and tensor.data_ptr() not in shared:
             seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
     return sum(seen.values())

@@ -34,7 +34,7 @@ class Choice:
     name: str  # what the picker and the API send
     label: str
     description: str
-    level: Level
+    level: Level | None  # None: the method has no level (the slider hides)
     patterns: bool = False  # it takes an N:M pattern beside its level
 
 

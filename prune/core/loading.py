@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import re
-import shutil
 import socket
-import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -22,7 +20,8 @@ from prune.core.devices import available_memory_bytes, default_device, parse_dty
 from prune.core.errors import BrokenModel, ModelNotFound, ModelTooLarge, quoted
 from prune.core.failures import as_user_errors
 from prune.core.family import reshape_for, restored
-from prune.core.paths import cache_root
+from prune.core.gguf_in import SOURCE_FILE, GgufFile, convert, converted_folder, gguf_config, gguf_file, source_gguf
+from prune.core.paths import cache_root, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +60,10 @@ def load_model(
     torch_dtype = parse_dtype(dtype, device)
     hub = {"token": token or None, "revision": revision, "trust_remote_code": trust_remote_code}
     source, config, hub = _source_and_config(name_or_path, hub)
+    if isinstance(source, GgufFile):  # dequantized whole in memory once, then read from its cached folder
+        _check_fits(config, torch.float32, "cpu", available_memory_bytes("cpu"), name_or_path, "to dequantize it once")
+        source = converted_folder(source, hub)
+        hub = {k: v for k, v in hub.items() if k == "trust_remote_code"}
     budget = memory_budget(device, budget)
     offloading = _offloading(config, torch_dtype, device, budget, source, name_or_path)
 
@@ -79,6 +82,7 @@ def load_model(
     model.eval()
     model = restored(model)  # e.g. a checkpoint with dropped attention/MLP blocks (saved as zeros) drops them again
     model.layercut_name = DEFAULT_MODEL if is_default(name_or_path) else str(name_or_path)
+    model.layercut_gguf = source_gguf(source)  # the GGUF it came from: a GGUF export copies its tokenizer
     return model, tokenizer
 
 
@@ -112,6 +116,13 @@ def check_model(name_or_path: str | None = None, *, token: str | None = None, re
 
 
 def _source_and_config(name_or_path, hub: dict):
+    found = None if is_default(name_or_path) else gguf_file(name_or_path)
+    if found is not None:
+        if found.hub and not _hub_reachable():
+            hub = {**hub, "local_files_only": True}
+        config = gguf_config(found, hub)
+        architecture_of(config)
+        return found, config, hub
     source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
     if not Path(source).is_dir() and not _hub_reachable():
         hub = {**hub, "local_files_only": True}  # use the local HF cache at once instead of ~20 s of retries
@@ -192,11 +203,17 @@ def _offloading(config, dtype: torch.dtype, device: str, budget: int, source: st
     if needed * MEMORY_HEADROOM <= room:
         return None
     if reshape_for(config) is not None:
-        raise ModelTooLarge(
-            f"{_named(name)} needs about {needed / 2**30:.1f} GiB for its weights in {str(dtype).split('.')[-1]}, "
-            f"but {room / 2**30:.1f} GiB are allowed on {device}, and a factored checkpoint loads whole only.")
+        _check_fits(config, dtype, device, room, name, "and a factored checkpoint loads whole only")
     offload.check_offloadable(source, _named(name), needed, room)
     return offload.placement(device, int(room / MEMORY_HEADROOM), source)
+
+
+def _check_fits(config, dtype: torch.dtype, device: str, room: int, name, why: str) -> None:
+    """A one-line refusal when the weights in ``dtype`` do not fit ``room`` bytes (with headroom) on ``device``."""
+    needed = weight_bytes_needed(config, dtype)
+    if needed * MEMORY_HEADROOM > room:
+        raise ModelTooLarge(f"{_named(name)} needs about {needed / 2**30:.1f} GiB for its weights in "
+                            f"{str(dtype).split('.')[-1]}, but {room / 2**30:.1f} GiB are free on {device}, {why}.")
 
 
 def weight_bytes_needed(config, dtype: torch.dtype) -> int:
@@ -220,33 +237,10 @@ def _first_line(err: Exception) -> str:
 def default_checkpoint() -> str:
     """The embedded model as a plain safetensors folder, dequantized from GGUF once and cached."""
     folder = cache_root() / "models" / DEFAULT_MODEL
-    if (folder / "config.json").exists():
-        return str(folder)
-    gguf_dir = _default_gguf_dir()
-    started = time.perf_counter()
-    log.info("Dequantizing the embedded %s once (cached at %s)…", DEFAULT_MODEL, folder)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=_DEFAULT_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=_DEFAULT_GGUF, dtype=torch.float32)
-    # The GGUF quantizer marker blocks save_pretrained; the weights are plain fp32 by now.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.name_or_path = DEFAULT_MODEL
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".staging-"))
-    try:
-        model.save_pretrained(staging, safe_serialization=True)
-        tokenizer.save_pretrained(staging)
-        if (folder / "config.json").exists():  # another process finished first
-            shutil.rmtree(staging)
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(staging, folder)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    log.info("Cached the embedded model in %.1f s", time.perf_counter() - started)
+    if not (folder / "config.json").exists():
+        convert(_default_gguf_dir(), _DEFAULT_GGUF, folder, name=DEFAULT_MODEL)
+    elif source_gguf(folder) is None:  # converted before folders recorded their GGUF
+        write_atomic(folder / SOURCE_FILE, json.dumps({"gguf": str(Path(_default_gguf_dir(), _DEFAULT_GGUF))}))
     return str(folder)
 
 

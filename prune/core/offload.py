@@ -21,6 +21,7 @@ from torch import nn
 from prune.core.devices import available_memory_bytes
 from prune.core.errors import ModelTooLarge
 from prune.core.paths import cache_root
+from prune.core.storage import held
 
 
 def placement(device: str, budget_bytes: int, source: str) -> dict:
@@ -53,8 +54,7 @@ def is_offloaded(model: nn.Module) -> bool:
 
 def resident_bytes(model: nn.Module) -> int:
     """Bytes of ``model``'s weights held in memory now (an offloaded tensor is a placeholder on the meta device)."""
-    seen = {t.data_ptr(): t.numel() * t.element_size()
-            for t in (*model.parameters(), *model.buffers()) if t.device.type != "meta"}
+    seen = {t.data_ptr(): t.numel() * t.element_size() for t in held(model) if t.device.type != "meta"}
     return sum(seen.values())
 
 

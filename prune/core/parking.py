@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from prune.core.devices import accelerate_hooks
+from prune.core.storage import held
 from prune.core.layer_files import remove_orphans
 from prune.core.paths import cache_root
 
@@ -56,11 +57,8 @@ class Hooked:
 
 
 def tensors(model: nn.Module) -> list[torch.Tensor]:
-    """Every parameter and buffer of ``model``, a shared one once."""
-    found: dict[int, torch.Tensor] = {}
-    for tensor in (*model.parameters(), *model.buffers()):
-        found.setdefault(id(tensor), tensor)
-    return list(found.values())
+    """Every plain tensor behind ``model``'s parameters and buffers (a quantized weight's parts), a shared one once."""
+    return held(model)
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -86,7 +84,7 @@ def placed_bytes(models: Iterable[nn.Module], device: torch.device, skip: set[in
     (pointers: a parked model's mapped file) left out."""
     seen: dict[int, int] = {}
     for model in models:
-        for tensor in (*model.parameters(), *model.buffers()):
+        for tensor in held(model):
             if _on(tensor, device) and tensor.data_ptr() not in skip:
                 seen[tensor.data_ptr()] = tensor.numel() * tensor.element_size()
     return sum(seen.values())

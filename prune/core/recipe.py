@@ -45,6 +45,10 @@ class Recipe:
         if self.steps and self.steps[0].after is not None:
             raise InvalidInput(f"A {self.steps[0].kind} step follows a {self.steps[0].after} step; it cannot come "
                                f"first.")
+        for earlier in self.steps[:-1]:
+            if earlier.last:
+                raise InvalidInput(f"{earlier.describe().capitalize()} is the last step of a recipe: nothing may "
+                                   f"follow it.")
         for index, earlier in enumerate(self.steps):
             for later in self.steps[index + 1:]:
                 if earlier.kind in later.refuses_after:

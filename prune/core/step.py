@@ -74,6 +74,7 @@ class Step:
     refuses_after: ClassVar[dict[str, str]] = {}  # an earlier step's kind → why this step cannot follow it
     after: ClassVar[str | None] = None  # the kind of step this one must follow directly (the patch: a cut)
     reads_earlier: ClassVar[bool] = False  # ``apply`` also receives ``earlier`` (an :class:`Earlier`)
+    last: ClassVar[bool] = False  # no step may follow it (quantization)
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
         raise NotImplementedError

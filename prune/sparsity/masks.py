@@ -33,6 +33,7 @@ from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.layer_files import Rebuild
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
+from prune.core.storage import dense
 from prune.core.sequential import layer_calls, matrices, rows_of, run_layer
 from prune.sparsity.sparsegpt import count, lowest, sparsegpt
 
@@ -134,7 +135,7 @@ def zero_fraction(model: nn.Module) -> float:
     zeros = total = 0
     for layer in decoder_layers(model):
         for module in matrices(layer).values():
-            weight = weight_of(module)  # an offloaded model's read from its files, one matrix at a time
+            weight = dense(weight_of(module))  # read from its files if offloaded, one matrix at a time; dequantized
             zeros += weight.numel() - int(torch.count_nonzero(weight))  # no bool/int64 copy
             total += weight.numel()
     return zeros / total if total else 0.0

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
 import transformers
 
 import prune
@@ -271,3 +272,21 @@ def test_the_patch_follows_the_cut_and_a_distilled_heal_follows_the_patch(tiny_f
     assert recipe == Recipe.block(4, 1, 3).then(Patch.of("lstsq", calibration)).then(
         Heal.of("last_layers", 2, text=text, teacher="forward_kl"))
     assert "by forward KL (KD) to the original (τ 1)" in out
+
+
+def test_quantization_comes_last_after_the_cut_and_is_evaluated(tiny_folder, tmp_path, capsys, data_dir):
+    from prune.quantize.step import Quantize
+
+    code, out, err = _run(capsys, "--personalized", "--start_block", 1, "--end_block", 2, "--quantize", "int8",
+                          "--ppl_seq_len", 128, "--ppl_windows", 2, "--model", tiny_folder, "--task", "arc_easy",
+                          "--limit", 2, "--output_folder", tmp_path, "--data_dir", data_dir,
+                          "--export_dir", tmp_path / "out", "--gguf", "Q8_0")
+    assert code == 0, err
+    (found,) = tmp_path.glob("results_personalized_*.json")
+    recipe = Recipe.from_json(json.loads(found.read_text())["config"]["recipe"])
+    assert recipe == Recipe.block(4, 1, 3).then(Quantize.of(8))
+    assert "| arc_easy acc_norm | % |" in out
+    gguf = AutoModelForCausalLM.from_pretrained(tmp_path / "out", gguf_file="out.Q8_0.gguf", dtype=torch.float32)
+    assert gguf.config.num_hidden_layers == 2  # the cut's two layers, written from the int8 weights
+    code, _, err = _run(capsys, "--full", "--model", tiny_folder, "--gguf", "F16")
+    assert code == 2 and "--gguf goes with --export_dir." in err

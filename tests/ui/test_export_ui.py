@@ -59,7 +59,7 @@ def test_either_slot_exports_as_one_zip_that_loads_and_no_message_names_a_server
     cuts, box = exporting(page, backend, tmp_path, shared), page.cut.export
     for slot, name in (("A", "cut-a"), ("B", "sparse-b")):
         shown = cuts.export(session, name, slot)
-        archive, message = shown[box.files], shown[box.status]
+        (archive,), message = shown[box.files], shown[box.status]
         assert isinstance(archive, str) and Path(archive).name == f"{name}.zip"
         folder = unzipped(archive, tmp_path / f"unzipped-{slot}-{shared}")
         assert folder.name == name and WEIGHTS_AND_TOKENIZER <= {p.name for p in folder.iterdir()}
@@ -75,7 +75,7 @@ def test_either_slot_exports_as_one_zip_that_loads_and_no_message_names_a_server
     assert "mergekit" in cuts.export(session, "cut-a", "A")[box.status]  # a depth cut: the tools' configs too
     default = cuts.export(session, "", None)  # the edited slot, under the default name
     name = default_export_name("tiny-llama", session.cut("B"))
-    assert Path(default[box.files]).name == f"{name}.zip" and default[box.status].startswith(f"Saved **B** as `{name}")
+    assert Path(default[box.files][0]).name == f"{name}.zip" and default[box.status].startswith(f"Saved **B** as `{name}")
 
 
 def test_an_empty_slot_or_an_unknown_one_is_a_message(served, page, tmp_path):
@@ -90,7 +90,7 @@ def test_an_empty_slot_or_an_unknown_one_is_a_message(served, page, tmp_path):
 def test_a_removed_export_takes_its_zip_along(served, page, tmp_path):
     backend, session = served
     cuts = exporting(page, backend, tmp_path, False)
-    archive = Path(cuts.export(session, "gone", "A")[page.cut.export.files])
+    archive = Path(cuts.export(session, "gone", "A")[page.cut.export.files][0])
     folder = archive.with_suffix("")
     size = exports.export_bytes(folder)
     assert size == folder_bytes(folder) + archive.stat().st_size > 2 * archive.stat().st_size - 4096
@@ -104,3 +104,20 @@ def test_the_export_slot_follows_the_edited_slot(page):
     wired = {fn.api_name: fn for fn in page.demo.fns.values()}["export_follows"]
     assert [b._id for b in wired.inputs] == [page.cut.slot._id] and [b._id for b in wired.outputs] == [
         page.cut.export.slot._id]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_gguf_type_adds_the_model_as_one_gguf_offered_beside_the_zip(served, page, tmp_path, shared):
+    backend, session = served
+    cuts, box = exporting(page, backend, tmp_path, shared), page.cut.export
+    shown = cuts.export(session, "cut-gguf", "A", "Q8_0")
+    archive, single = shown[box.files]
+    assert Path(single).name == "cut-gguf.Q8_0.gguf" and Path(single).parent == Path(archive).with_suffix("")
+    assert "`cut-gguf.Q8_0.gguf` (the model as one GGUF file" in shown[box.status]
+    assert "/" not in folder_free(shown[box.status])
+    back = AutoModelForCausalLM.from_pretrained(Path(single).parent, gguf_file=Path(single).name, dtype=torch.float32)
+    ids = torch.arange(12).unsqueeze(0)
+    expected = backend.model(session.spec, session.cut("A"))(ids).logits
+    assert (back(ids).logits - expected).abs().max() < 0.05 * expected.abs().max()
+    with pytest.raises(gr.Error, match="GGUF type 'Q3_K' is not one LayerCut writes"):
+        cuts.export(session, "x", "A", "Q3_K")

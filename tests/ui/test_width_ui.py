@@ -46,9 +46,11 @@ def run(generator) -> list[tuple]:
 def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls(page):
     choices = catalog.method_choices()
     names = [name for _label, name in choices]
-    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
+    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight",
+                     "int8", "int4"]
     groups = [label.split(" · ")[0] for label, _name in choices]
-    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] + ["Low-rank"] * 2
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] + ["Low-rank"] * 2 + \
+        ["Quantization"] * 2
 
     picks, header, steps = handlers_on(page, Backend(data_dir="", device="cpu")).pick, page.header, page.header.steps
     shown = picks.method_info("sparsegpt")
@@ -65,6 +67,9 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
     assert "eigenvectors" in shown[header.method_about] and shown[header.build_btn]["visible"] is True
     assert shown[steps.level]["label"] == "Parameters kept (%)"
     assert shown[steps.pattern]["visible"] is False and shown[steps.versus_btn]["visible"] is False
+    shown = picks.method_info("int4")  # no level: the slider hides; Build, and the tick that stacks it on the cut
+    assert "GGUF's Q4_0" in shown[header.method_about] and shown[header.build_btn]["visible"] is True
+    assert shown[steps.level] == gr.update(visible=False) and shown[steps.row]["visible"] is True
     shown = picks.method_info("angular")
     assert shown[header.analyze_btn]["visible"] is True and shown[header.build_btn]["visible"] is False
     assert shown[steps.row]["visible"] is False

@@ -17,6 +17,7 @@ from ui import inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.range_control import parse_range
 from ui.session import SLOTS, Session
+from ui.slot_text import NO_GGUF
 
 
 class CutHandlers:
@@ -135,10 +136,11 @@ class CutHandlers:
         return gr.update(value=slot) if slot in SLOTS else gr.update()
 
     @user_errors
-    def export(self, session: Session, folder: str, slot: str | None = None, request: gr.Request = None,
-               progress=gr.Progress()):
+    def export(self, session: Session, folder: str, slot: str | None = None, gguf: str | None = NO_GGUF,
+               request: gr.Request = None, progress=gr.Progress()):
         """Save a slot's model (default: the edited one) as a Hugging Face checkpoint with a model card, offered as
-        one zip. No message names a folder of the server: the zip is named by its name only."""
+        one zip; with a GGUF type, the model as one .gguf too, in the zip and beside it. No message names a folder
+        of the server: files are named by their names only."""
         from evaluation.exports import texts as export_texts, folder as exports, scale_out
 
         need_model(session)
@@ -152,16 +154,19 @@ class CutHandlers:
                                          or export_texts.default_export_name(session.info.name, recipe))
         scores = [m for m in session.results if m.model in ("original", slot)]
         backend, downloads, shared = self.context.backend, self.context.downloads, self.context.policy.shared
+        gguf = None if gguf in (None, "", NO_GGUF) else gguf
         path = backend.export(session.spec, recipe, downloads.folder(owner(request)) / name, scores=scores,
-                              progress=reporter(progress), owner=owner(request))
+                              progress=reporter(progress), owner=owner(request), gguf=gguf)
         archive = exports.zipped(path)
         downloads.tidy(keep=path)
         size = archive.stat().st_size
-        message = slot_text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists())
+        single = next(path.glob("*.gguf"), None)
+        message = slot_text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists(),
+                                         (path / export_texts.LLAMA_FILE).exists(), single and single.name)
         message += "\n\n" + (path / scale_out.FILE).read_text()  # names the folder as unzipped, never the server's
         box = self.export_box
         if downloads.offered(size):
-            return {box.status: message, box.files: str(archive)}
+            return {box.status: message, box.files: [str(archive)] + ([str(single)] if single else [])}
         if shared:  # nobody could ever fetch it
             exports.remove_export(path)
             raise InvalidInput(f"This export takes {size / 2**30:.2f} GiB: more than this server offers for "

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from evaluation.exports.gguf_out import GGUF_TYPES
+
 from prune.depth.selection import SELECTIONS
 
 from ui import text
@@ -19,6 +21,7 @@ from ui.page.share import ShareBox
 from ui.plot_view import PlotView
 from ui.range_control import LayerRange
 from ui.session import SLOTS
+from ui.slot_text import NO_GGUF
 
 HEATMAP_HEIGHT = 320  # with the header, the range and the tab strip: one 1280×720 screen
 
@@ -27,9 +30,10 @@ HEATMAP_HEIGHT = 320  # with the header, the range and the tab strip: one 1280×
 class Export:
     slot: gr.Radio  # which model: follows the edited slot
     folder: gr.Textbox
+    gguf: gr.Dropdown  # a GGUF type, to add the model as one .gguf (llama.cpp, Ollama); "none"
     button: gr.Button
     status: gr.Markdown
-    files: gr.File  # one zip
+    files: gr.File  # the zip, and the .gguf beside it when one was written
 
 
 @dataclass
@@ -106,8 +110,10 @@ def _side_column() -> dict:
     with gr.Accordion("Export A or B (a Hugging Face checkpoint, one .zip)", open=False):
         export = Export(slot=gr.Radio(list(SLOTS), value=SLOTS[0], label="Which model", elem_id="export-slot"),
                         folder=gr.Textbox(label="Name (empty: <model>-minus-<n>-layers)"),
+                        gguf=gr.Dropdown([NO_GGUF, *GGUF_TYPES], value=NO_GGUF, elem_id="export-gguf",
+                                         label="Also as GGUF (llama.cpp, Ollama): its type"),
                         button=gr.Button("Export as one .zip", elem_id="export-btn"), status=gr.Markdown(),
-                        files=gr.File(label="Download", elem_id="export-file"))
+                        files=gr.File(label="Download", elem_id="export-file", file_count="multiple"))
     return dict(block_size=block_size, selection=selection, remove=remove, best_btn=best_btn, resamples=resamples,
                 stability_btn=stability_btn, stability_md=stability_md, named=named, bars=bars, greedy=greedy,
                 rank_map=rank_map, export=export)
@@ -131,7 +137,7 @@ def wire(page, handlers) -> dict:
     # The stability shown was for the N of its moment: a new N clears it rather than let it pass for this one's.
     tab.block_size.input(cuts.stability_pending, [tab.block_size], [tab.stability_md], api_name="stability_pending",
                          **LIGHT)
-    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder, tab.export.slot],
+    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder, tab.export.slot, tab.export.gguf],
                             [tab.export.status, tab.export.files], api_name="export",
                             show_progress_on=[tab.export.status], **DEVICE)
     tab.slot.change(cuts.export_follows, [tab.slot], [tab.export.slot], api_name="export_follows", **LIGHT)

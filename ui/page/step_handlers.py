@@ -36,8 +36,8 @@ class StepHandlers:
         need_model(session)
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.context.policy,
                                          self.context.default_calibration, bos)
-        item = catalog.step_for(method, inputs.real_number(level, "The level", minimum=0, maximum=100), pattern,
-                                calibration)
+        level = inputs.real_number(level, "The level", minimum=0, maximum=100) if catalog.has_level(method) else None
+        item = catalog.step_for(method, level, pattern, calibration)
         before = session.cut()
         if stack and before is not None:
             recipe = before.then(item)

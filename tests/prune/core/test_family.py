@@ -15,24 +15,26 @@ from prune.core.errors import InvalidInput
 from prune.core.family import FAMILIES, choices, step_families
 from prune.core.recipe import Recipe
 from prune.core.step import STEPS, Step
+from prune.quantize.step import Quantize
 from evaluation import cli
 
 from conftest import REPO
 
 
 def test_every_family_declares_its_step_paper_and_link_once():
-    assert list(FAMILIES) == ["depth", "patch", "drop", "sparsity", "width", "lowrank", "healing"]
+    assert list(FAMILIES) == ["depth", "patch", "drop", "sparsity", "width", "lowrank", "healing", "quantize"]
     assert {f.step.kind for f in FAMILIES.values()} == set(STEPS) == {"cut", "patch", "drop", "sparsify", "width",
-                                                                       "lowrank", "heal"}
+                                                                       "lowrank", "heal", "quantize"}
     for family in FAMILIES.values():
         assert issubclass(family.step, Step) and family.paper and family.link.startswith("https://")
 
 
 def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     found = choices()
-    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight"]
+    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight", "int8",
+                           "int4"]
     for name, (family, choice) in found.items():
-        made = family.build(name, choice.level.default, "unstructured", Calibration())
+        made = family.build(name, choice.level.default if choice.level else None, "unstructured", Calibration())
         assert type(made) is family.step
         assert Recipe.from_json(Recipe((made,)).to_json()).steps == (made,)  # JSON and equality from the protocol
     assert found["wanda"][0].build("wanda", 50, "unstructured", Calibration()).sparsity == 0.5
@@ -47,11 +49,13 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     flags = {action.option_strings[0] for action in parser._actions if action.option_strings}
     assert {o.flag for f in FAMILIES.values() for o in f.options} <= flags
     args = parser.parse_args(["--full", "--heal", "lora", "--sparsify", "wanda", "--sparsity", "0.3",
-                              "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8", "--patch", "lstsq"])
+                              "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8", "--patch", "lstsq",
+                              "--quantize", "int4", "--quant_group", "64"])
     made = cli.extra_steps(args, Calibration())
-    assert [s.kind for s in made] == ["patch", "width", "lowrank", "sparsify", "heal"]  # the patch right after the cut
+    assert [s.kind for s in made] == ["patch", "width", "lowrank", "sparsify", "heal", "quantize"]  # the patch right
+    assert made[-1] == Quantize.of(4, 64)  # after the cut, quantization last
     assert (made[0].calibration.n_samples, made[0].calibration.seq_len) == (64, 256)  # its own size, the source's text
-    assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing"]
+    assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing", "quantize"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
     kd = parser.parse_args(["--full", "--heal", "lora", "--heal_teacher", "reverse_kl", "--kd_ratio", "0.5"])
     assert cli.extra_steps(kd, Calibration())[0].option.items() >= {"teacher": "reverse_kl", "kd_ratio": 0.5,
@@ -67,8 +71,9 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     (["--full", "--heal", "lora", "--kd_ratio", "0.5"],
      "--kd_ratio and --kd_temperature go with --heal_teacher forward_kl|reverse_kl."),
     (["--sweep", "2", "--width", "0.8"],
-     "--patch, --sparsify, --width, --decompose and --heal add a step to a compared model"),
+     "--patch, --sparsify, --width, --decompose, --heal and --quantize add a step to a compared model"),
     (["--full", "--patch", "lstsq"], "--patch repairs a depth cut: not with --full or --drop."),
+    (["--full", "--quant_group", "64"], "--quant_group goes with --quantize int4."),
 ])
 def test_options_that_go_with_a_familys_flag_are_refused_without_it(argv, message):
     with pytest.raises(InvalidInput) as err:
@@ -129,7 +134,7 @@ from evaluation import cli
 from evaluation.exports import texts
 from prune.core.recipe import Recipe
 assert ("Scale · Scale the weights", "scale") in catalog.method_choices()
-assert catalog.level_slider("scale") == dict(label="Factor (%)", minimum=1, maximum=200, value=100)
+assert catalog.level_slider("scale") == dict(label="Factor (%)", minimum=1, maximum=200, value=100, visible=True)
 made = catalog.step_for("scale", 50, "unstructured", Calibration())
 assert made == Scale(0.5) and Recipe.from_json(Recipe((made,)).to_json()).steps == (made,)
 args = cli.build_parser().parse_args(["--full", "--width", "0.9", "--scale", "2"])

@@ -1,0 +1,102 @@
+"""Prune, then quantize: the default model dense, 50 % Wanda and cut [15, 21), each without, with int8 and with int4
+weights (torchao, weight-only), side by side.
+
+    .venv/bin/python benchmarks/quantization.py [--ppl_windows 64] [--hellaswag 200] [--repeats 5]
+
+Rows: WikiText-2 test perplexity (the first windows of 128 tokens), hellaswag acc_norm on the first N questions,
+the weights' real bytes (a quantized weight's int8 values and scales; the embeddings and head are not quantized),
+the bytes a variant owns beside the original, and decode latency per token at batch 1 (32 new tokens after a
+128-token prompt; the nine models take turns run by run, so the machine's load falls on all alike; the median of
+``--repeats`` runs). Everything goes through the Backend the app uses, in a fresh cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from repair_rows import print_table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
+    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed decode runs per model")
+    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
+    args = parser.parse_args()
+    in_fresh_cache(lambda: run(args))
+
+
+def variants(num_layers: int, calibration) -> dict:
+    from prune.core.recipe import Recipe
+    from prune.quantize.step import Quantize
+    from prune.sparsity.step import Sparsify
+
+    bases = {"dense": Recipe(), "wanda50": Recipe((Sparsify.of("wanda", 0.5, calibration=calibration),)),
+             "cut": Recipe.block(num_layers, 15, 21)}
+    found = {}
+    for name, recipe in bases.items():
+        found[name] = recipe
+        for bits in (8, 4):
+            found[f"{name}+int{bits}"] = recipe.then(Quantize.of(bits)) if recipe.steps else \
+                Recipe((Quantize.of(bits),))
+    return found
+
+
+def run(args) -> None:
+    import torch
+
+    from evaluation.measure.measurement import ORIGINAL
+    from evaluation.measure.memory import weight_bytes
+    from evaluation.measure.speed import measure_speed
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from evaluation.serving.variants import own_bytes
+    from prune.core.calibration import Calibration
+
+    backend = Backend(data_dir=args.data_dir)
+    spec = ModelSpec()
+    info = backend.load(spec)
+    data = str(backend.data_dir) if backend.data_dir else None
+    chosen = variants(info.num_layers, Calibration(source="wikitext2", path=data))
+    print(f"{info.name}: {info.num_layers} layers; threads {torch.get_num_threads()}", flush=True)
+    models, built = {}, {}
+    for name, recipe in chosen.items():
+        started = time.perf_counter()
+        models[name] = backend.model(spec, recipe)
+        built[name] = time.perf_counter() - started
+        print(f"{name} ({built[name]:.1f} s): {recipe.describe()}", flush=True)
+    base = models["dense"]
+    rows = {"weight MiB (real bytes)": {k: f"{weight_bytes(m) / 2**20:.1f}" for k, m in models.items()},
+            "owned beside the original, MiB": {k: f"{own_bytes(m, base) / 2**20:.1f}" for k, m in models.items()}}
+
+    compared = {k: v for k, v in chosen.items() if k != "dense"}
+    pairs = [dict(list(compared.items())[i: i + 2]) for i in range(0, len(compared), 2)]
+    ppl = {}
+    for pair in pairs:
+        ppl.update({m.model: m.value for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
+                                                                 max_windows=args.ppl_windows)})
+    ppl["dense"] = ppl.pop(ORIGINAL)
+    rows[f"WikiText-2 test ppl ({args.ppl_windows} × 128)"] = {k: f"{v:.2f}" for k, v in ppl.items()}
+    if args.hellaswag:
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+        acc = {}
+        for pair in pairs:
+            acc.update({m.model: m for m in backend.benchmarks(spec, pair, request, batch_size=16)
+                        if m.name == "hellaswag acc_norm"})
+        acc["dense"] = acc.pop(ORIGINAL)
+        rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
+
+    speed = measure_speed(models, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=args.repeats)
+    decode = {m.model: m for m in speed if m.name.startswith("decode latency")}
+    rows["decode ms/token (batch 1, median)"] = {k: f"{m.value:.1f}" for k, m in decode.items()}
+    rows["decode speed against dense"] = {k: f"{decode['dense'].value / m.value:.2f}×" for k, m in decode.items()}
+    rows["build time (s)"] = {k: f"{s:.1f}" for k, s in built.items()}
+    print_table(rows, list(chosen))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The quantization family: weight-only int8 and int4 through torchao, after any other step."""

@@ -1,0 +1,118 @@
+"""The quantization family's recipe step: weight-only int8 or int4 through torchao, last in a recipe.
+
+Registered under the kind ``quantize`` when ``prune`` is imported. It may follow any other step (or stand alone:
+"int4 alone") and nothing may follow it (:attr:`Quantize.last`): healing, sparsifying or cutting quantized weights
+is not what these steps do. It removes no layer, so a quantized depth cut keeps its mergekit and llama.cpp hand-offs
+(they build the unquantized cut, and say so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from torch import nn
+
+from prune.core.calibration import Calibration
+from prune.core.errors import InvalidInput
+from prune.core.family import Choice, Family, Option, register_family
+from prune.core.sizes import Size
+from prune.core.step import Estimate, Progress, Step, step
+from prune.quantize.weights import DEFAULT_GROUP, GROUPS, QUANTIZED_FIELD, check, quantize, quantized_bytes
+
+NAMES = {"int8": 8, "int4": 4}
+
+
+@step("quantize")
+@dataclass(frozen=True, eq=False)
+class Quantize(Step):
+    """Store the decoder layers' linear weights in ``bits`` bits (see :mod:`prune.quantize.weights`)."""
+
+    kind: ClassVar[str]
+    last: ClassVar[bool] = True
+    card_tag: ClassVar[str] = "quantized"
+    bits: int  # 8 or 4
+    group: int | None = None  # int4: inputs per scale; int8: None (one scale per row)
+
+    @classmethod
+    def of(cls, bits: int = 8, group: int | None = None) -> Quantize:
+        return cls(*check(bits, group))
+
+    @classmethod
+    def from_record(cls, data: dict) -> Quantize:
+        return cls.of(data.get("bits"), data.get("group"))
+
+    def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        return quantize(model, self.bits, self.group)
+
+    def estimate(self, found: Estimate, after: Size) -> Estimate:
+        """Every layer matrix quantized, by arithmetic: it replaces the copies an earlier step made of those
+        matrices (one kept dense, its width not whole groups, stays an earlier step's copy if there were copies)."""
+        copied = found.owned > 0
+        owned = sum(quantized_bytes(m, self.bits, self.group, found.element, copied)
+                    for layer in after.matrices for m in layer)
+        return replace(found, owned=owned, built=False)
+
+    def base_layers(self, kept: list[int]) -> list[int]:
+        """It removes no layer."""
+        return kept
+
+    def handoff_note(self) -> str:
+        return ("the weights were quantized by torchao; the mergekit and llama.cpp commands build the unquantized "
+                "model (llama-quantize quantizes in its own formats)")
+
+    def card_line(self, model: nn.Module, factored: bool = False) -> str:
+        found = getattr(model.config, QUANTIZED_FIELD, None) or {}
+        dense = found.get("dense", 0)
+        kept = f"; {dense} projection(s) kept dense (input width not a multiple of the group)" if dense else ""
+        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. Saved in "
+                f"torchao's format: transformers with torchao installed reloads it (`TorchAoConfig` in config.json).")
+
+    def describe(self) -> str:
+        """'int4 weight-only quantization (torchao, symmetric, groups of 32 inputs)'."""
+        scale = "one scale per row" if self.group is None else f"groups of {self.group} inputs"
+        return f"int{self.bits} weight-only quantization (torchao, symmetric, {scale})"
+
+    def short(self) -> str:
+        """A column title: 'int8' or 'int4 g32'."""
+        return f"int{self.bits}" if self.group is None else f"int{self.bits} g{self.group}"
+
+
+def build(name: str, level: float, pattern: str, calibration: Calibration) -> Quantize:
+    """The picker's step (it has no level)."""
+    return Quantize.of(NAMES[name])
+
+
+def from_args(args, calibration: Calibration, data_dir=None) -> Quantize | None:
+    if args.quantize is None:
+        return None
+    return Quantize.of(NAMES[args.quantize], args.quant_group if args.quantize == "int4" else None)
+
+
+def check_args(args) -> None:
+    if args.quant_group is not None and args.quantize != "int4":
+        raise InvalidInput("--quant_group goes with --quantize int4.")
+
+
+FAMILY = register_family(Family(
+    name="quantize", label="Quantization", step=Quantize,
+    paper="torchao (PyTorch's quantization library): weight-only int8 and int4", link="https://github.com/pytorch/ao",
+    about="Stores every decoder matrix in int8 (a scale per row) or int4 (a scale per group of inputs), weight-only; "
+          "last in a recipe, after any other step.",
+    choices=(Choice("int8", "int8 weights (torchao, weight-only)",
+                    "one int8 per weight and a scale per row: a quarter of float32's bytes; the matrix products "
+                    "dequantize the weights. Last in a recipe: tick 'Start from this slot's cut' to quantize the "
+                    "slot's model.",
+                    None),
+             Choice("int4", f"int4 weights (torchao, weight-only, groups of {DEFAULT_GROUP})",
+                    f"16 levels per weight, a scale per {DEFAULT_GROUP} inputs (as GGUF's Q4_0). On a CPU torchao "
+                    "stores each 4-bit value in a byte: no memory saved against int8 (the memory table shows the real "
+                    "bytes); a GGUF Q4_0 export stores 4.5 bits per weight.", None)),
+    build=build,
+    options=(Option("--quantize", dict(choices=tuple(NAMES), default=None,
+                                       help="last: store every decoder matrix in int8 (a scale per row) or int4 (a "
+                                            "scale per group), weight-only, through torchao")),
+             Option("--quant_group", dict(type=int, choices=GROUPS, default=None,
+                                          help=f"with --quantize int4: inputs per scale (default {DEFAULT_GROUP})"))),
+    from_args=from_args, check_args=check_args, stage=9,
+))

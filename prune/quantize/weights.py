@@ -1,0 +1,112 @@
+"""Weight-only quantization of a model's decoder layers through torchao (PyTorch's own quantization library).
+
+Why torchao: it is PyTorch's own, a single wheel that needs only torch, and transformers saves and reloads its
+quantized weights (``TorchAoConfig``; an export reloads with the same logits). llm-compressor, the other kept library,
+pins transformers ≤ 5.17 and does not install beside our stack (``../shared/NOTES.md``).
+
+* **int8**: ``Int8WeightOnlyConfig``: one int8 per weight, one symmetric scale per output row.
+* **int4**: ``IntxWeightOnlyConfig(int4, PerGroup(g))``: 16 levels, one symmetric scale per group of ``g`` inputs
+  (32 by default, GGUF's Q4_0 group). On a CPU, torchao 0.18 has no packed int4 layout (its ``Int4WeightOnlyConfig``
+  layouts need CUDA with bfloat16, or the ``mslk`` kernels), so each 4-bit value is **stored in a byte**: int4 here
+  saves no memory against int8, and the memory table shows those real bytes. A GGUF Q4_0 export stores 4.5 bits per
+  weight.
+
+Every ``nn.Linear`` of the decoder layers is quantized (a low-rank step's two factors too); embeddings, norms and the
+LM head stay as they are (torchao's and transformers' default leaves the tied embedding alone). A projection whose
+input width is not a multiple of the group stays dense and is counted. Activations stay in the model's dtype: the
+matrix products dequantize the weights (weight-only). The original is never altered: the variant's layers are clones
+(``prune.core.surgery.clone_layers``) whose linear modules get new, quantized parameters.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import nn
+
+from prune.core.architectures import decoder_layers
+from prune.core.errors import InvalidInput, quoted
+from prune.core.factored import Matrix, pays
+from prune.core.surgery import clone_layers
+
+QUANTIZED_FIELD = "layercut_quantized"  # config: what was quantized, for the card and a reloaded export
+BITS = (8, 4)
+GROUPS = (32, 64, 128, 256)
+DEFAULT_GROUP = 32
+# torchao's import logs that its CUDA-only extensions and Triton are absent on a CPU machine: not our user's concern
+for _name in ("torchao", "torchao.kernel.intmm", "torch.utils._pytree"):
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
+
+def torchao_config(bits: int, group: int | None):
+    """The torchao config of ``bits``-bit weights (int4: in groups of ``group`` inputs)."""
+    from torchao.quantization import Int8WeightOnlyConfig, IntxWeightOnlyConfig, MappingType
+    from torchao.quantization.granularity import PerGroup
+
+    if bits == 8:
+        return Int8WeightOnlyConfig()
+    return IntxWeightOnlyConfig(weight_dtype=torch.int4, granularity=PerGroup(group),
+                                mapping_type=MappingType.SYMMETRIC)
+
+
+def quantizable(module: nn.Module, group: int | None) -> bool:
+    """Whether torchao quantizes ``module``: an ``nn.Linear`` whose input width fits whole groups."""
+    return isinstance(module, nn.Linear) and (group is None or module.in_features % group == 0)
+
+
+def quantize(model: nn.Module, bits: int, group: int | None) -> nn.Module:
+    """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit; ``model`` is untouched."""
+    from torchao.quantization import quantize_
+    from transformers import TorchAoConfig
+    from transformers.quantizers.auto import AutoHfQuantizer
+
+    if getattr(model, "hf_quantizer", None) is not None:
+        raise InvalidInput("This model is already quantized: quantize the unquantized model, once.")
+    variant = clone_layers(model)
+    linears = [m for layer in decoder_layers(variant) for m in layer.modules() if isinstance(m, nn.Linear)]
+    chosen = {id(m) for m in linears if quantizable(m, group)}
+    if not chosen:
+        raise InvalidInput(f"No projection of this model can be quantized to int{bits}: torchao quantizes "
+                           f"nn.Linear maps{'' if group is None else f' whose input width is a multiple of {group}'}.")
+    config = torchao_config(bits, group)
+    quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
+    quantization = TorchAoConfig(config)
+    variant.config.quantization_config = quantization
+    variant.hf_quantizer = AutoHfQuantizer.from_config(quantization)  # what save_pretrained flattens the weights by
+    setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": len(chosen),
+                                              "dense": len(linears) - len(chosen)})
+    return variant
+
+
+def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, copied: bool) -> int:
+    """What one layer matrix owns once quantized: int8 values, a scale (the model's dtype) and an int8 zero point per
+    row (int8) or per group (int4). One kept dense (input width not a multiple of the group) owns what it did:
+    its bytes if an earlier step ``copied`` the matrices, else nothing (it is the original's)."""
+    factored = matrix.rank is not None and pays(matrix.outputs, matrix.inputs, matrix.rank)
+    maps = ([(matrix.rank, matrix.inputs), (matrix.outputs, matrix.rank)] if factored  # a low-rank step's factors
+            else [(matrix.outputs, matrix.inputs)])
+    total = 0
+    for outputs, inputs in maps:
+        if group is not None and inputs % group:
+            total += outputs * inputs * element if copied else 0
+        else:
+            scales = outputs * (1 if group is None else inputs // group)
+            total += outputs * inputs + scales * (element + 1)
+    return total + (matrix.outputs * element if matrix.bias else 0)
+
+
+def check(bits, group) -> tuple[int, int | None]:
+    """``bits`` (8 or 4) and int4's group (one of :data:`GROUPS`; None for int8, which scales each row)."""
+    if isinstance(bits, bool) or bits not in BITS:
+        raise InvalidInput(f"Quantization is to 8 or 4 bits, not {quoted(bits)}.")
+    if bits == 8:
+        if group is not None:
+            raise InvalidInput("int8 weights have one scale per row: give no group size.")
+        return 8, None
+    group = DEFAULT_GROUP if group is None else group
+    if isinstance(group, bool) or group not in GROUPS:
+        raise InvalidInput(f"The int4 group size is one of {', '.join(map(str, GROUPS))}, not {quoted(group)}.")
+    return 4, group
+
+

@@ -1,0 +1,139 @@
+"""Weight-only quantization (torchao): the stored values against the rule computed by hand, the original untouched,
+the bytes counted before building equal to those owned after, an export that plain transformers reloads with the
+same logits, a parked variant that computes the same, and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+import prune  # noqa: F401  (registers the steps)
+from evaluation.measure.memory import checkpoint_bytes, folder_bytes, save_checkpoint, weight_bytes
+from evaluation.serving.variants import estimated_bytes, own_bytes
+from prune.core import parking
+from prune.core.architectures import decoder_layers
+from prune.core.errors import InvalidInput
+from prune.core.recipe import Recipe
+from prune.core.storage import dense, is_quantized, nbytes
+from prune.lowrank.step import Decompose
+from prune.quantize.step import Quantize
+from prune.quantize.weights import QUANTIZED_FIELD
+from prune.sparsity.step import Sparsify
+
+from conftest import tiny_model
+
+PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250, 11, 64]])
+
+
+def logits(model, ids=PROMPT):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def by_hand(weight: torch.Tensor, bits: int, group: int | None) -> torch.Tensor:
+    """Symmetric quantization computed here: scale = max |w| / (2^(bits-1) - 0.5) per row or group, q = round(w / scale)
+    clamped to the signed range (torchao multiplies by the scale's reciprocal), dequantized."""
+    rows = weight.reshape(weight.shape[0], -1, group or weight.shape[1])
+    scale = rows.abs().amax(-1, keepdim=True) / (2 ** (bits - 1) - 0.5)
+    levels = (rows * (1.0 / scale)).round().clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+    return (levels * scale).reshape(weight.shape)
+
+
+@pytest.mark.parametrize("bits, group", [(8, None), (4, 32)])
+def test_every_layer_matrix_holds_the_rule_computed_by_hand_and_the_original_is_untouched(bits, group):
+    model = tiny_model("llama", 3)
+    before = {name: (p.detach().clone(), p.data_ptr()) for name, p in model.named_parameters()}
+    variant = Quantize.of(bits, group).apply(model)
+    original_layers, quantized_layers = decoder_layers(model), decoder_layers(variant)
+    for original, quantized in zip(original_layers, quantized_layers):
+        for (name, module), (_, mine) in zip(original.named_modules(), quantized.named_modules()):
+            if isinstance(module, nn.Linear):
+                assert is_quantized(mine.weight) and not is_quantized(module.weight), name
+                torch.testing.assert_close(dense(mine.weight), by_hand(module.weight.detach(), bits, group),
+                                           rtol=0, atol=1e-7)
+    assert not is_quantized(variant.lm_head.weight)  # the head and embeddings stay as they are
+    for name, p in model.named_parameters():
+        assert torch.equal(p, before[name][0]) and p.data_ptr() == before[name][1], name
+    assert getattr(model.config, QUANTIZED_FIELD, None) is None and getattr(model, "hf_quantizer", None) is None
+    assert getattr(variant.config, QUANTIZED_FIELD) == {"bits": bits, "group": group, "quantized": 21, "dense": 0}
+
+
+def test_int8_values_take_one_byte_and_int4_values_one_byte_each_too_on_this_build():
+    """The real bytes: int8 values and a float32 scale and int8 zero point per row (int8) or per group (int4)."""
+    weight = tiny_model("llama", 1).model.layers[0].mlp.down_proj.weight  # 32 × 64
+    for bits, group, scales in [(8, None, 32), (4, 32, 64)]:
+        made = decoder_layers(Quantize.of(bits, group).apply(tiny_model("llama", 1)))[0].mlp.down_proj.weight
+        assert nbytes(made) == 32 * 64 + scales * (4 + 1)
+    assert nbytes(weight) == 32 * 64 * 4
+
+
+@pytest.mark.parametrize("steps", [
+    (Quantize.of(8),),
+    (Quantize.of(4),),
+    (Quantize.of(4, 64),),  # projections with 32 inputs stay dense, counted as such
+    (prune.DepthCut.of(4, [1, 2]), Quantize.of(4)),
+    (Sparsify.of("magnitude", 0.5), Quantize.of(8)),
+    (Decompose.of("weight", ranks=16), Quantize.of(4)),  # first factors quantized, second ones (16 inputs) dense
+], ids=["int8", "int4", "int4-g64", "cut-int4", "sparse-int8", "lowrank-int4"])
+def test_the_bytes_counted_before_building_are_the_bytes_the_variant_owns(steps):
+    model = tiny_model("llama", 4)
+    recipe = Recipe(steps)
+    assert estimated_bytes(model, recipe) == own_bytes(recipe.apply(model), model)
+
+
+def test_a_group_wider_than_a_projections_inputs_keeps_it_dense_and_says_so():
+    variant = Quantize.of(4, 64).apply(tiny_model("llama", 2))
+    layer = decoder_layers(variant)[0]
+    assert is_quantized(layer.mlp.down_proj.weight)  # 64 inputs: one group
+    assert not is_quantized(layer.mlp.up_proj.weight) and not is_quantized(layer.self_attn.q_proj.weight)  # 32 inputs
+    found = getattr(variant.config, QUANTIZED_FIELD)
+    assert (found["quantized"], found["dense"]) == (2, 12)
+    assert "12 projection(s) kept dense" in Quantize.of(4, 64).card_line(variant)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma2"])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_a_saved_quantized_folder_reloads_in_plain_transformers_with_the_same_logits(arch, bits, tmp_path,
+                                                                                    tiny_tokenizer):
+    variant = Recipe((prune.DepthCut.of(4, [2]), Quantize.of(bits))).apply(tiny_model(arch, 4))
+    save_checkpoint(variant, None, tmp_path)
+    assert folder_bytes(tmp_path) == checkpoint_bytes(variant)  # the size computed without writing
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
+    assert is_quantized(reloaded.model.layers[0].mlp.down_proj.weight)
+    assert torch.equal(logits(reloaded), logits(variant))
+    tiny_tokenizer.save_pretrained(tmp_path)
+    loaded, _ = prune.load_model(str(tmp_path), device="cpu")
+    assert torch.equal(logits(loaded), logits(variant))
+
+
+def test_a_quantized_variant_parked_in_a_file_computes_the_same_and_counts_its_real_bytes():
+    model = tiny_model("llama", 2)
+    variant = Quantize.of(8).apply(model)
+    expected = logits(variant)
+    buffers = sum(b.numel() * b.element_size() for b in variant.buffers())
+    assert parking.weight_bytes(variant) - buffers == weight_bytes(variant) < weight_bytes(model)
+    stored = parking.park(variant, torch.device("cpu"))
+    try:
+        assert torch.equal(logits(variant), expected)
+    finally:
+        parking.bring(variant, torch.device("cpu"), stored)
+    assert torch.equal(logits(model), logits(tiny_model("llama", 2)))
+
+
+def test_quantization_is_last_and_checks_its_values():
+    with pytest.raises(InvalidInput, match="last step of a recipe"):
+        Recipe((Quantize.of(8), Sparsify.of("magnitude", 0.5)))
+    with pytest.raises(InvalidInput, match="8 or 4 bits"):
+        Quantize.of(3)
+    with pytest.raises(InvalidInput, match="no group size"):
+        Quantize.of(8, 32)
+    with pytest.raises(InvalidInput, match="group size is one of"):
+        Quantize.of(4, 48)
+    with pytest.raises(InvalidInput, match="already quantized"):
+        Quantize.of(8).apply(Quantize.of(4).apply(tiny_model("llama", 1)))
+    with pytest.raises(InvalidInput, match="nn.Linear"):  # GPT-2's projections are Conv1D
+        Quantize.of(8).apply(tiny_model("gpt2", 1))
+    made = Recipe((prune.DepthCut.of(4, [1]), Quantize.of(4, 64)))
+    assert Recipe.from_json(made.to_json()) == made and made.steps[1].short() == "int4 g64"
