@@ -96,15 +96,18 @@ def search_label(session) -> str:
 NO_GGUF = "none"  # the export's GGUF type when no .gguf is written
 
 
-def export_saved(slot: str, archive: str, size: int, mergekit: bool, llama: bool, gguf: str | None = None) -> str:
-    """After an export: which slot, the zip's name (never where it lies on the server), what it holds."""
+def export_saved(slot: str, archive: str, size: int, mergekit: bool, llama: bool, gguf: str | None = None,
+                 llama_refused: str | None = None) -> str:
+    """After an export: which slot, the zip's name (never where it lies on the server), what it holds, and why it
+    holds no llama.cpp argument for a cut llama.cpp would run wrong."""
     extras = "".join(part for part, held in ((", a mergekit config", mergekit),
                                              (", the llama.cpp `--prune-layers` argument", llama),
                                              (f", `{gguf}` (the model as one GGUF file, also offered alone)", gguf))
                      if held)
     extras += ", and SCALE_OUT.md: how to evaluate it on many GPUs"
+    refused = f" No llama.cpp `--prune-layers` argument: {llama_refused}" if llama_refused else ""
     return (f"Saved **{slot}** as `{archive}` ({size / 2**30:.2f} GiB): a Hugging Face checkpoint folder with a "
-            f"model card{extras}. Unzip it, and `AutoModelForCausalLM.from_pretrained` loads the folder.")
+            f"model card{extras}. Unzip it, and `AutoModelForCausalLM.from_pretrained` loads the folder.{refused}")
 
 
 EXPORT_TOO_LARGE = ("It is too large to offer for download here: it stays in the *exports* folder of LayerCut's "

@@ -101,13 +101,15 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
                                                 gguf=gguf_name))
         if gguf_name is not None:
             write_gguf(model, tokenizer, staging / gguf_name, gguf, tokenizer_gguf=tokenizer_gguf)
+        refused = llama_refusal(model) if removed is not None else None  # llama.cpp would run this cut wrong
         if removed is not None:
             write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, model_dtype(model)))
-            if llama_refusal(model) is None:
+            if refused is None:
                 write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))
         write_atomic(staging / MARKER, json.dumps({
             "base_model": base_name, "origin": origin, "recipe": recipe.to_json(), "description": recipe.describe(),
             "removed_layers": list(removed) if removed is not None else None, "dropped_blocks": dropped(model),
+            "llama_cpp_refused": refused,
             "layercut_version": prune.__version__, "created": datetime.now(timezone.utc).isoformat()}, indent=1))
         _swap_in(staging, target)
     except BaseException:

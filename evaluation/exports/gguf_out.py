@@ -29,9 +29,11 @@ loader derive the pattern from the index: :func:`pattern_break` refuses a cut th
 (Mistral too) and qwen2 read no sliding window: every layer runs full attention.
 
 On purpose unlike the converter: ``rope.freq_base``, ``key_length``, ``value_length`` written for every architecture;
-Gemma 3's embedding rows past the tokenizer kept (as ``[PAD<id>]``), not cut; types below Q8_0 quantize every matrix,
-embeddings too (``llama-quantize --pure``; the converter stops at Q8_0). As the converter: vectors and norms stay
-F32; a matrix whose rows do not split into the type's blocks falls back to F16.
+Gemma 3's embedding rows past the tokenizer kept (as ``[PAD<id>]``), not cut; types below Q8_0 are written directly
+(the converter stops at Q8_0), every matrix in the type except the output layer (``output.weight``, or the tied
+``token_embd.weight``), which is Q8_0: ``llama-quantize`` (``llama_tensor_get_type``) keeps it at Q6_K, which the
+``gguf`` package cannot write. As the converter: vectors and norms stay F32; a matrix whose rows do not split into
+the type's blocks falls back to F16.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Factored
 
 GGUF_TYPES = ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")  # those gguf.quants quantizes in numpy
+BELOW_Q8_0 = ("Q5_1", "Q5_0", "Q4_1", "Q4_0")  # their output layer is written in OUTPUT_TYPE
+OUTPUT_TYPE = gguf.GGMLQuantizationType.Q8_0
 PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
 _YARN = (("add_rope_scaling_orig_ctx_len", "original_max_position_embeddings"), ("add_rope_scaling_yarn_ext_factor",
@@ -207,8 +211,9 @@ def write_gguf(model, tokenizer, path, file_type: str = "F16", *, tokenizer_gguf
         _add_metadata(writer, model, family, file_type)
         add_tokenizer(writer, tokenizer, model.config, tokenizer_gguf)
         qtype = gguf.GGMLQuantizationType[file_type]
+        output = output_tensor(model)
         for name, data in _tensors(model, family):
-            _add_tensor(writer, name, data, qtype)
+            _add_tensor(writer, name, data, OUTPUT_TYPE if name == output and file_type in BELOW_Q8_0 else qtype)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -282,6 +287,11 @@ def _tensors(model, family: Family):
         yield names.get_name(name, try_suffixes=(".weight", ".bias")), data
     if _rope(model.config)[0].get("rope_type") == "llama3":
         yield gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", llama3_rope_factors(model.config)
+
+
+def output_tensor(model) -> str:
+    """The GGUF name of the model's output layer: its own, or the token embeddings it is tied to."""
+    return "token_embd.weight" if _tied(model) else "output.weight"
 
 
 def _add_tensor(writer: gguf.GGUFWriter, name: str, data: torch.Tensor, qtype) -> None:

@@ -41,7 +41,7 @@ class ModelSpec:
     A Hub model is keyed by the token that opened it (``access``, a keyed digest, never the token),
     so a gated model one visitor opened is never handed to a visitor without that token; the token
     itself is no part of the identity and never shown. The embedded model and local folders need no
-    token, so every visitor shares them.
+    token (nor local .gguf files), so every visitor shares them.
     """
 
     name: str = prune.DEFAULT_MODEL
@@ -52,8 +52,8 @@ class ModelSpec:
     access: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
-        folder = local_path(self.name)
-        needs_token = self.token and not is_default(self.name) and not (folder and folder.is_dir())
+        local = local_path(self.name)  # a folder or a .gguf file on this machine: no token opens it
+        needs_token = self.token and not is_default(self.name) and local is None
         digest = hmac.new(_ACCESS_KEY, self.token.encode(), hashlib.sha256).hexdigest()[:32] if needs_token else None
         object.__setattr__(self, "access", digest)
 

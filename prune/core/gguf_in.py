@@ -81,10 +81,15 @@ def gguf_config(found: GgufFile, hub: dict):
 
 def converted_folder(found: GgufFile, hub: dict) -> str:
     """The GGUF dequantized to float32 in a safetensors folder, converted on the first call and cached."""
-    folder = cache_root() / "models" / f"gguf-{digest(found.key)}"
+    folder = folder_for(found)
     if not (folder / "config.json").exists():
         convert(found.where, found.file, folder, hub if found.hub else None)
     return str(folder)
+
+
+def folder_for(found: GgufFile) -> Path:
+    """Where the GGUF's converted folder is (or will be) in the cache."""
+    return cache_root() / "models" / f"gguf-{digest(found.key)}"
 
 
 def convert(where: str, file: str, folder: Path, hub: dict | None = None, name: str | None = None) -> None:

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 import torch
+import transformers
 from transformers import AutoModelForCausalLM
 
 from evaluation.exports import folder as exports
@@ -24,7 +25,7 @@ from ui.downloads import Downloads
 from ui.inputs import Policy
 from ui.session import Session
 
-from conftest import folder_free, handlers_on, tiny_model
+from conftest import folder_free, handlers_on, tiny_gemma, tiny_model
 
 LAYERS = 6
 WEIGHTS_AND_TOKENIZER = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
@@ -121,3 +122,15 @@ def test_a_gguf_type_adds_the_model_as_one_gguf_offered_beside_the_zip(served, p
     assert (back(ids).logits - expected).abs().max() < 0.05 * expected.abs().max()
     with pytest.raises(gr.Error, match="GGUF type 'Q3_K' is not one LayerCut writes"):
         cuts.export(session, "x", "A", "Q3_K")
+
+
+def test_a_cut_llama_cpp_would_run_wrong_says_why_it_has_no_prune_layers_argument(page, tmp_path, tiny_tokenizer):
+    backend = Backend(data_dir="", device="cpu")
+    spec = backend.adopt(tiny_gemma(transformers.Gemma3TextConfig, 13), tiny_tokenizer, name="tiny-gemma3")
+    session = Session().for_model(spec, backend.load(spec)).with_block(2, 5, "by hand")
+    shown = exporting(page, backend, tmp_path, False).export(session, "gemma-cut", "A")
+    message = shown[page.cut.export.status]
+    assert "No llama.cpp `--prune-layers` argument: llama.cpp derives Gemma 3's attention from the layer index" in \
+        message and "the llama.cpp `--prune-layers` argument," not in message
+    with pytest.raises(gr.Error, match="No GGUF for this model: llama.cpp derives Gemma 3's attention"):
+        exporting(page, backend, tmp_path, False).export(session, "gemma-gguf", "A", "F16")

@@ -3,6 +3,7 @@ best block's stability, the numbers beside the range, and the export."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import gradio as gr
@@ -161,8 +162,9 @@ class CutHandlers:
         downloads.tidy(keep=path)
         size = archive.stat().st_size
         single = next(path.glob("*.gguf"), None)
+        refused = json.loads((path / exports.MARKER).read_text()).get("llama_cpp_refused")
         message = slot_text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists(),
-                                         (path / export_texts.LLAMA_FILE).exists(), single and single.name)
+                                         (path / export_texts.LLAMA_FILE).exists(), single and single.name, refused)
         message += "\n\n" + (path / scale_out.FILE).read_text()  # names the folder as unzipped, never the server's
         box = self.export_box
         if downloads.offered(size):

@@ -14,7 +14,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import prune
 from conftest import REPO, TINY_CONFIGS, tiny_gemma, tiny_model, tiny_qwen2, with_random_norms
-from evaluation.exports.gguf_out import GGUF_TYPES, gguf_refusal, llama3_rope_factors, pattern_break, write_gguf
+from evaluation.exports.gguf_out import (BELOW_Q8_0, GGUF_TYPES, OUTPUT_TYPE, gguf_refusal, llama3_rope_factors,
+                                         pattern_break, write_gguf)
 from evaluation.exports.gguf_tokenizer import PRE_TOKENIZERS
 from prune.core.errors import InvalidInput
 from prune.core.factored import Factored
@@ -67,13 +68,16 @@ def _through(array, qtype):
 
 
 def rounded(model, file_type: str):
-    """A copy of ``model`` with every matrix rounded through ``file_type``; vectors (norms, biases) stay F32."""
+    """A copy of ``model`` with every matrix rounded through ``file_type`` (the output layer through Q8_0 below it);
+    vectors (norms, biases) stay F32."""
     twin = copy.deepcopy(model)
     qtype = gguf.GGMLQuantizationType[file_type]
+    output = twin.get_output_embeddings().weight
     with torch.no_grad():
         for param in twin.parameters():
             if param.dim() == 2:
-                param.copy_(torch.from_numpy(_through(param.numpy(), qtype)))
+                kind = OUTPUT_TYPE if param is output and file_type in BELOW_Q8_0 else qtype
+                param.copy_(torch.from_numpy(_through(param.numpy(), kind)))
     return twin
 
 
@@ -102,7 +106,8 @@ def test_a_quantized_file_holds_every_matrix_in_its_type_and_vectors_in_f32(buil
     kinds = {name: t.tensor_type.name for name, t in _tensors(path).items()}
     matrices = {name for name, t in _tensors(path).items() if len(t.shape) == 2}
     assert len(matrices) == 1 + 7 * 13 and "output.weight" not in matrices  # token_embd (tied), seven per layer
-    assert {kinds[name] for name in matrices} == {file_type}
+    assert {kinds[name] for name in matrices - {"token_embd.weight"}} == {file_type}
+    assert kinds["token_embd.weight"] == ("Q8_0" if file_type in BELOW_Q8_0 else file_type)  # the output layer
     assert {kinds[name] for name in kinds if name not in matrices} == {"F32"}
     assert _fields(path)["general.file_type"] == gguf.LlamaFileType[f"MOSTLY_{file_type}"]
 
