@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,7 +117,7 @@ def test_load_analyze_cut_generate_benchmark(client):
         client.predict([], 3, 0, api_name="/benchmarks")
 
     for slot in ("B", "A"):  # the edited slot by default, and either on request: one zip each
-        message, archive = client.predict("", slot, api_name="/export")
+        message, (archive,) = client.predict("", slot, api_name="/export")
         assert message.startswith(f"Saved **{slot}** as `") and "from_pretrained" in message
         assert "/" not in folder_free(message)  # no folder of the server
         with zipfile.ZipFile(archive["path"]) as found:
@@ -125,6 +126,8 @@ def test_load_analyze_cut_generate_benchmark(client):
         assert {"config.json", "model.safetensors", "tokenizer.json", "layercut.json"} <= names
         removed = marker["removed_layers"]  # B: [20, 26) by hand; A: the best block of 4
         assert removed == list(range(20, 26)) if slot == "B" else len(removed) == 4 and removed != list(range(20, 26))
+    message, (archive, single) = client.predict("cut-gguf", "A", "Q8_0", api_name="/export")
+    assert Path(single["path"]).name == "cut-gguf.Q8_0.gguf" and "`cut-gguf.Q8_0.gguf`" in message
     with pytest.raises(AppError, match="letters, digits"):
         client.predict("my cut!", api_name="/export")
 

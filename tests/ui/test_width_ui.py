@@ -1,5 +1,6 @@
-"""Width methods in the app: the picker's groups, Build into a slot (cost told before, owned after),
-width against depth at one size, the zeros and 2:4 notes, and bad input as one line."""
+"""Step methods in the app (width, sparsity, low rank, quantization): the picker's groups, Build into a slot (cost
+told before, owned after), width against depth at one size, the zeros and 2:4 notes, quantization last with its real
+bytes, and bad input as one line."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 import prune
 from evaluation.measure import sparse_kernels
+from evaluation.measure.memory import weight_bytes
 from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
 from evaluation.serving.variants import estimated_bytes, own_bytes
@@ -18,6 +20,8 @@ from prune.core.calibration import Calibration
 from prune.lowrank.step import Decompose
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe
+from prune.core.storage import is_quantized
+from prune.quantize.step import Quantize
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 from prune.width.shrink import matching_depth_layers
@@ -273,3 +277,32 @@ def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor, page)
     original, decomposed = (float(str(v).replace(",", "")) for v in macs[next(k for k in macs if "multiply-adds" in k)])
     weights = lambda size: sum(m.params for layer in size.matrices for m in layer)  # noqa: E731
     assert original - decomposed == weights(session.info.size) - weights(after)  # one MAC per weight, per token
+
+
+def test_build_quantizes_the_edited_slots_cut_and_the_memory_tab_shows_the_real_bytes(visitor, page):
+    handlers, session = visitor
+    session = replace(session.with_block(1, 3, "by hand"), editing="B").with_block(1, 3, "by hand")
+    first, last = list(handlers.steps.build(session, "int8", None, "unstructured", True, *CAL_INPUTS))
+    assert "will own" in first[page.header.analysis_md]
+    recipe = last[page.view.session].cut("B")
+    assert recipe.steps == (DepthCut.block(LAYERS, 1, 3), Quantize.of(8))
+    backend = handlers.context.backend
+    quantized, cut = backend.model(session.spec, recipe), backend.model(session.spec, session.cut("A"))
+    assert is_quantized(quantized.model.layers[0].mlp.down_proj.weight)
+    assert weight_bytes(quantized) < weight_bytes(cut)
+    table = handlers.speed.memory(last[page.view.session])[page.speed.memory_table]
+    rows = table["value"].set_index("Metric")
+    kept = rows.filter(like="% of original").astype(float)  # the columns: A the cut, B the cut in int8
+    assert kept.loc["parameters"].tolist() == [kept.loc["parameters"].iloc[0]] * 2  # int8 keeps every parameter
+    assert kept.loc["weight memory"].iloc[1] < kept.loc["weight memory"].iloc[0] / 1.5  # its bytes: int8 and scales
+    assert kept.loc["checkpoint size on disk"].iloc[1] < kept.loc["checkpoint size on disk"].iloc[0]
+
+
+def test_nothing_follows_quantization_and_int4_alone_is_built_from_the_original(visitor, page):
+    handlers, session = visitor
+    *_, last = list(handlers.steps.build(session, "int4", None, "unstructured", False, *CAL_INPUTS))
+    session = last[page.view.session]
+    assert session.cut("A").steps == (Quantize.of(4),)
+    with pytest.raises(gr.Error, match="last step of a recipe") as err:
+        list(handlers.steps.build(session, "wanda", 50, "unstructured", True, *CAL_INPUTS))
+    assert "\n" not in str(err.value)

@@ -92,7 +92,7 @@ class Header:
         with gr.Row(equal_height=True, elem_id="pickers"):
             pickers = dict(
                 model=gr.Dropdown(context.model_choices(), value=context.default_model.name, allow_custom_value=True,
-                                  scale=3, label="Model (or type a hub id, folder or .gguf)", elem_id="model"),
+                                  scale=3, label="Model (hub id / folder / .gguf)", elem_id="model"),
                 method=gr.Dropdown(catalog.method_choices(), value=first.name, scale=5, elem_id="method",
                                    label="Method (depth: score the blocks, then cut one)"),
                 load_btn=gr.Button("Load model", scale=1, min_width=130),
