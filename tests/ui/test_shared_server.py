@@ -39,8 +39,8 @@ def test_two_visitors_exports_of_one_name_are_private_to_each(server):
     first, second = visitor(url), visitor(url)
     first.predict([20, 26], api_name="/set_cut")
     second.predict([3, 5], api_name="/set_cut")
-    said_a, zip_a = first.predict("team-cut", api_name="/export")
-    said_b, zip_b = second.predict("team-cut", api_name="/export")
+    said_a, (zip_a,) = first.predict("team-cut", api_name="/export")
+    said_b, (zip_b,) = second.predict("team-cut", api_name="/export")
     assert "as `team-cut.zip`" in said_a and "as `team-cut.zip`" in said_b and "/" not in folder_free(said_a)
     folder_a, folder_b = (f["path"].split(f"/{SHARED_FOLDER}/")[1].split("/")[0] for f in (zip_a, zip_b))
     assert folder_a != folder_b and len(folder_a) == len(folder_b) == 32
@@ -49,6 +49,9 @@ def test_two_visitors_exports_of_one_name_are_private_to_each(server):
     card_a, card_b = (json.loads(zipfile.ZipFile(io.BytesIO(got.content)).read("team-cut/layercut.json"))
                       for got in (got_a, got_b))
     assert card_a["removed_layers"] == list(range(20, 26)) and card_b["removed_layers"] == [3, 4]
+    said, (_zip, single) = second.predict("team-gguf", "A", "Q8_0", api_name="/export")  # the GGUF, served alone
+    got = httpx.get(url.rstrip("/") + single["url"].split(url.rstrip("/"))[-1])
+    assert got.status_code == 200 and got.content[:4] == b"GGUF" and "/" not in folder_free(said)
     # The predictable place a personal machine would use is never served, even when a file lies there.
     plain = cache_root() / "exports" / "team-cut" / "layercut.json"
     plain.parent.mkdir(parents=True, exist_ok=True)
