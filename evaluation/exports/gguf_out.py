@@ -105,6 +105,9 @@ def gguf_refusal(model) -> str | None:
     if family is None or type(model).__name__ != family.hf_class:
         return ("GGUF export supports Llama, Mistral, Qwen2, Gemma, Gemma 2 and Gemma 3 models; "
                 f"this is {type(model).__name__}.")
+    if any(p.device.type == "meta" for p in model.parameters()):
+        return ("This model is read from disk layer by layer (over the memory budget): a GGUF is written from weights "
+                "in memory. Export the folder and convert it with llama.cpp's convert_hf_to_gguf.py.")
     for check in (_block_refusal, _layout_refusal):
         line = check(model, family)
         if line:

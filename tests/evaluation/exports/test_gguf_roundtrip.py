@@ -15,8 +15,9 @@ from evaluation.exports import folder as exports
 from evaluation.exports.gguf_out import write_gguf
 from evaluation.exports.texts import LLAMA_FILE
 from prune.core import gguf_in
-from prune.core.errors import InvalidInput, ModelNotFound, UnsupportedArchitecture
+from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, UnsupportedArchitecture
 from prune.core.recipe import Recipe
+from prune.quantize.step import Quantize
 from ui import inputs
 
 from conftest import tiny_gemma, tiny_model, tiny_qwen2
@@ -111,3 +112,13 @@ def test_a_shared_server_takes_a_hub_gguf_by_name_but_no_gguf_path_of_its_disk(t
     for name in (str(tmp_path / "x.gguf"), "../x.gguf", "a/b/../c.gguf"):
         with pytest.raises(ModelNotFound, match="is not a model this server can load"):
             inputs.model_spec(name, None, False, None, policy)
+
+
+def test_a_model_read_from_disk_layer_by_layer_gets_no_gguf_and_no_quantization_in_one_line(tiny_folder,
+                                                                                             tiny_tokenizer):
+    streamed, _ = prune.load_model(str(tiny_folder), device="cpu", budget="1KiB")
+    with pytest.raises(InvalidInput, match="read from disk layer by layer") as err:
+        exports.check_gguf(streamed, tiny_tokenizer, "F16", "x")
+    with pytest.raises(LayerCutError) as refused:
+        Recipe((Quantize.of(8),)).apply(streamed)
+    assert "\n" not in str(err.value) and "\n" not in str(refused.value)
