@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from prune.core.storage import is_quantized
 from prune.core.architectures import decoder_layers
 from prune.core.devices import input_device
 from prune.core.offload import is_offloaded
 from prune.core.recipe import Recipe
+from prune.core.storage import is_quantized
 from prune.core.surgery import clone_layers
 
 _DTYPES = (torch.float16, torch.bfloat16)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -45,14 +45,16 @@ def user_error(err: BaseException, doing: str) -> LayerCutError | None:
 
 
 @contextmanager
-def as_user_errors(doing: str) -> Iterator[None]:
-    """Re-raise recognised failures as their one-line error, without the chained traceback (logged at debug level)."""
+def as_user_errors(doing: str,
+                   recognise: Callable[[Exception], LayerCutError | None] | None = None) -> Iterator[None]:
+    """Re-raise recognised failures as their one-line error, without the chained traceback (logged at debug level);
+    ``recognise``: the caller's own failures (a GGUF transformers cannot read), tried before the shared ones."""
     try:
         yield
     except LayerCutError:
         raise
     except Exception as err:  # MemoryError and torch.OutOfMemoryError are Exceptions; Ctrl-C passes through
-        converted = user_error(err, doing)
+        converted = (recognise(err) if recognise else None) or user_error(err, doing)
         if converted is None:
             raise
         log.debug("%s: %s", type(converted).__name__, doing, exc_info=err)

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from prune.core.errors import ModelNotFound, UnsupportedArchitecture, quoted
+from prune.core.errors import LayerCutError, ModelNotFound, UnsupportedArchitecture, quoted
+from prune.core.failures import as_user_errors
 from prune.core.paths import cache_root, digest, local_path
 
 log = logging.getLogger(__name__)
@@ -145,28 +146,25 @@ def _hub_path(repo: str, file: str, hub: dict) -> str:
                            local_files_only=bool(hub.get("local_files_only")))
 
 
-class _readable:
-    """Turns transformers' errors on a GGUF into one line: an architecture it cannot read, a file it cannot find."""
+def _readable(found: GgufFile):
+    """The shared one-line failures (:func:`prune.core.failures.as_user_errors`), and before them transformers' errors
+    on a GGUF: an architecture it cannot read, a file it cannot find or read."""
+    named = quoted(found.file, limit=255)
 
-    def __init__(self, found: GgufFile):
-        self.found = found
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, err, trace):
-        if err is None or not isinstance(err, (ValueError, OSError, KeyError)):
-            return False
+    def recognise(err: Exception) -> LayerCutError | None:
+        if not isinstance(err, (ValueError, OSError, KeyError)):
+            return None
         from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-        named = quoted(self.found.file, limit=255)
         wrong = re.search(r"architecture (\S+) is not supported", str(err))
         if wrong:
-            raise UnsupportedArchitecture(
+            return UnsupportedArchitecture(
                 f"transformers cannot read GGUF files of the {wrong[1]} architecture ({named}); it reads "
-                f"{', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}.") from None
+                f"{', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}.")
         if isinstance(err, OSError):
-            raise ModelNotFound(f"The GGUF {named} was not found{' on the Hugging Face Hub' if self.found.hub else ''}"
-                                f" or cannot be read.") from None
+            return ModelNotFound(f"The GGUF {named} was not found{' on the Hugging Face Hub' if found.hub else ''}"
+                                 f" or cannot be read.")
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise ModelNotFound(f"The GGUF {named} cannot be read by transformers: {first}") from None
+        return ModelNotFound(f"The GGUF {named} cannot be read by transformers: {first}")
+
+    return as_user_errors(f"the reading of {named}", recognise)

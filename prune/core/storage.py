@@ -14,7 +14,7 @@ from torch import nn
 
 def parts(tensor: torch.Tensor) -> list[torch.Tensor]:
     """The plain tensors holding ``tensor``'s data: itself, or a tensor subclass's inner tensors (recursively)."""
-    if not hasattr(tensor, "__tensor_flatten__"):
+    if not is_quantized(tensor):
         return [tensor]
     names, _ = tensor.__tensor_flatten__()
     return [plain for name in names if (inner := getattr(tensor, name)) is not None for plain in parts(inner)]
