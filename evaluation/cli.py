@@ -13,6 +13,10 @@ Modes (one of):
   --sweep K                                     every block of K layers measured, beside each method's ranking
   --sparsity_sweep [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt]
                                                 the first --task and WikiText-2 perplexity at each sparsity level
+  --frontier [METHOD] [--axis params|mib|ms] [--sizes 90,80,70] [--target params=0.8|mib=400|ms=20]
+                                                every family's best candidate at each size (depth cuts by METHOD,
+                                                default block_influence), measured on WikiText-2 and the first
+                                                --task; with --target, the best model under it (--export_dir saves it)
   --rank_search feature|weight [--search_on wikitext2|TASK] [--tolerance T] [--search_limit N] [--search_layers N]
                                                 surgical rank search of the last N layers' projections, then the
                                                 searched model compared like a cut
@@ -48,6 +52,7 @@ Examples::
     python -m evaluation.cli --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
     python -m evaluation.cli --personalized --start_block 15 --end_block 20 --explain
     python -m evaluation.cli --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
+    python -m evaluation.cli --frontier --task hellaswag --limit 200 --target params=0.8
     python -m evaluation.cli --rank_search feature --search_layers 4 --task arc_easy --limit 200
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
     layercut-benchmark --recipe ./cut --task hellaswag      # the same cut again, from the export's recipe
@@ -87,6 +92,7 @@ from evaluation import recipe_file
 from evaluation.quality import lm_eval_adapter
 from evaluation.exports import scale_out, zigzag_csv as zigzag_output
 from evaluation.exports.gguf_out import GGUF_TYPES
+from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, check_plan, check_sizes, check_target
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
@@ -115,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
     mode.add_argument("--sparsity_sweep", action="store_true",
                       help="the first --task and WikiText-2 perplexity at each of --levels, for each of --methods")
+    mode.add_argument("--frontier", nargs="?", const=DEFAULT_METHOD, default=None, metavar="METHOD",
+                      help="every family's best candidate at each of --sizes, measured (depth cuts by METHOD, default "
+                           f"{DEFAULT_METHOD}); with --target, the best model under it")
     mode.add_argument("--rank_search", choices=SPACES, default=None,
                       help="search each projection's rank (Chavan et al. 2024), then compare the searched model")
     mode.add_argument("--recipe", metavar="FILE", default=None,
@@ -145,11 +154,20 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"with --sparsity_sweep: comma-separated fractions (default {output.joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
                         help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
+    parser.add_argument("--axis", default=None, choices=list(AXES),
+                        help="with --frontier: sizes as fractions of the parameters (not zero), the weight memory or "
+                             "the measured decode latency (default params)")
+    parser.add_argument("--sizes", default=None,
+                        help=f"with --frontier: comma-separated fractions or percents (default "
+                             f"{output.joined(DEFAULT_SIZES)})")
+    parser.add_argument("--target", default=None, metavar="AXIS=VALUE",
+                        help="with --frontier: the best model under params=0.8 (a fraction), mib=400 or ms=20 (per "
+                             "token); its axis is the frontier's")
     parser.add_argument("--ppl_seq_len", type=int, default=PERPLEXITY.seq_len,
-                        help="with --sparsity_sweep or --heal: tokens per WikiText-2 perplexity window (default "
+                        help="with --sparsity_sweep, --frontier or --heal: tokens per WikiText-2 perplexity window (default "
                              f"{PERPLEXITY.seq_len})")
     parser.add_argument("--ppl_windows", type=int, default=PERPLEXITY.windows,
-                        help="with --sparsity_sweep or --heal: WikiText-2 perplexity windows (default "
+                        help="with --sparsity_sweep, --frontier or --heal: WikiText-2 perplexity windows (default "
                              f"{PERPLEXITY.windows})")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
@@ -211,10 +229,14 @@ def check_mode(args) -> None:
     for family in FAMILIES.values():
         if family.check_args is not None:
             family.check_args(args)
-    if adding and (args.sweep is not None or args.sparsity_sweep):
+    if adding and (args.sweep is not None or args.sparsity_sweep or args.frontier is not None):
         flags = [f.flag for f in FAMILIES.values() if f.flag]
         raise InvalidInput(f"{', '.join(flags[:-1])} and {flags[-1]} add a step to a compared model: not with "
-                           "--sweep or --sparsity_sweep.")
+                           "--sweep, --sparsity_sweep or --frontier.")
+    if args.frontier is not None:
+        check_frontier(args)
+    elif args.axis or args.sizes or args.target:
+        raise InvalidInput("--axis, --sizes and --target go with --frontier.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
     search_options = (args.search_on != WIKITEXT or args.tolerance != RANK_SEARCH.tolerance or args.search_limit != RANK_SEARCH.limit
@@ -235,6 +257,21 @@ def check_mode(args) -> None:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
         raise InvalidInput("--batch_size must be at least 1.")
+
+
+def check_frontier(args) -> None:
+    """--frontier's options, checked before anything loads (``args.target`` becomes a Target)."""
+    if args.frontier not in METHODS:
+        raise InvalidInput(f"Unknown method {quoted(args.frontier)} for --frontier. Known methods: {', '.join(METHODS)}.")
+    if args.target is not None:
+        args.target = check_target(args.target)
+        if args.axis not in (None, args.target.axis):
+            raise InvalidInput(f"--target {args.target.axis}=… measures by {args.target.axis}: leave out --axis.")
+    check_plan(args.axis or "params", DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes), args.frontier)
+    if args.export_dir and args.target is None:
+        raise InvalidInput("--frontier saves a model with --target (the best under it) and --export_dir.")
+    if args.explain:
+        raise InvalidInput("--explain compares chosen cuts: not with --frontier.")
 
 
 def _personalized_layers(start: int, end_inclusive: int, num_layers: int) -> list[int]:
@@ -333,6 +370,8 @@ def run(args, progress=None) -> Path | None:
     steps = extra_steps(args, output.calibration_of(args, backend), backend.data_dir)  # checked before the model loads
     if args.sparsity_sweep:
         return output.sparsity_sweep_report(args, backend, spec, request, out_dir, progress)
+    if args.frontier is not None:
+        return output.frontier_report(args, backend, spec, request, out_dir, progress)
     info = backend.load(spec, progress=progress)
     if args.sweep is not None:
         return output.sweep_report(args, backend, spec, request, out_dir, progress)

@@ -21,6 +21,8 @@ from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_markdown
 from evaluation.serving.models import ModelSpec
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
+from evaluation.frontier import plan as frontier_plan, result as frontier_text
+from evaluation.frontier.result import format_table as frontier_table
 
 
 def results_json(entries: dict[str, dict], config: dict) -> dict:
@@ -111,6 +113,34 @@ def sparsity_sweep_report(args, backend: Backend, spec: ModelSpec, request, out_
     write_json(out_dir / f"sparsity_sweep_{request.names[0]}.json", {
         "sparsity_sweep": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__})
     print(format_table(result))
+    print(f"Results in {out_dir}", file=sys.stderr)
+    return out_dir
+
+
+def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
+    """--frontier: the table and ``frontier_<axis>.json``; with --target the best model under it (saved with
+    --export_dir)."""
+    sizes = frontier_plan.DEFAULT_SIZES if args.sizes is None else frontier_plan.check_sizes(args.sizes)
+    result = backend.frontier(spec, request, axis=args.axis or "params", sizes=sizes, target=args.target,
+                              method=args.frontier, calibration=calibration_of(args, backend),
+                              ppl_seq_len=args.ppl_seq_len, ppl_windows=args.ppl_windows,
+                              batch_size=args.batch_size, use_cache=not args.no_cache, progress=progress)
+    data = {"frontier": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__}
+    print(frontier_table(result))
+    if args.target is not None:
+        chosen = result.best_under(args.target)
+        data["target"] = {"axis": args.target.axis, "value": args.target.value,
+                          "best": None if chosen is None else chosen.to_json()}
+        print(f"\n{frontier_text.target_line(result, args.target, chosen)}")
+        if chosen is not None:
+            print(json.dumps(chosen.recipe.to_json()))
+    write_json(out_dir / f"frontier_{result.axis}.json", data)
+    if args.target is not None and chosen is not None and args.export_dir:
+        if chosen.recipe.is_original:
+            raise InvalidInput("The original itself is the best under this target: there is nothing to save.")
+        saved = backend.export(spec, chosen.recipe, Path(args.export_dir).expanduser().resolve(), gguf=args.gguf,
+                               progress=progress)
+        progress(1.0, f"Saved the best model under {args.target.words()} to {saved}")
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
 

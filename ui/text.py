@@ -426,3 +426,24 @@ def heal_done(record: dict, source: str, target: str, replaced=None) -> str:
 def heal_perplexity(found, windows: int, seq_len: int) -> str:
     values = " · ".join(f"{m.model} **{m.value:.2f}**" for m in found)
     return f"WikiText-2 *test* perplexity (never trained on; {windows} windows of {seq_len} tokens): {values}."
+
+FRONTIER_HELP = (
+    "*What should I cut?* For each size, the mildest candidate of every family that reaches it: the analysis's depth "
+    "cut as its paper picks the layers and as the best block (each also with the linear patch, the cheapest repair), "
+    "attention and MLP drops, width (Wanda-sp), low-rank (feature space), Wanda sparsity and 2:4, int8 and int4. "
+    "Each is measured on WikiText-2 test perplexity, the task, its weights' MiB and its decode ms/token (batch 1, "
+    "timed in turns with the original); a family's point at a size is its best measured one at or under it. "
+    "Parameters count the weights that are not zero; sparsity stores its zeros, so it saves no memory, and "
+    "quantization keeps every parameter. Latency sizes are planned as the same fraction of the parameters. "
+    "Every point is cached: a rerun is instant and a stopped run resumes. The target puts the frontier's best "
+    "model under it (lowest perplexity) into slot A, ready to compare or export."
+)
+
+
+def frontier_progress(result) -> str:
+    """While the frontier runs: points measured and to go; then its front."""
+    done = len(result.points)
+    if not result.complete:
+        return f"Measuring… {done} of {done + result.pending} models so far (the original first)."
+    front = ", ".join(p.label for p in result.front())
+    return f"Measured {done} models beside the original. On the Pareto front: {front}."

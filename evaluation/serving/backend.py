@@ -45,6 +45,7 @@ from evaluation.serving.store import ResultStore
 from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own_bytes
 from evaluation.settings import BATCH_SIZE
 from evaluation.serving.explaining import Explaining
+from evaluation.serving.frontiers import Frontiers
 from evaluation.serving.sweeping import Sweeping
 from evaluation.serving.training import Training
 
@@ -56,7 +57,7 @@ MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
 
 
-class Backend(Sweeping, Explaining, Training):
+class Backend(Sweeping, Frontiers, Explaining, Training):
     """Shared base models, cached variants, and measurements of any comparison; see the module docstring.
 
     ``data_dir``: the benchmark data folder; None → ``LAYERCUT_DATA_DIR`` or ../shared/benchdata,

@@ -1,5 +1,5 @@
 """LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search,
-healing and sharing), "Generate", "Speed & memory" and "Benchmarks". Each part lays out its components in a
+healing and sharing), "Generate", "Speed & memory" and "Benchmarks" (with the frontier). Each part lays out its components in a
 dataclass, its handlers return updates keyed by those components, and it wires its own events; here they are put
 together, with what spans the page: after each change of the cut its numbers, the buttons' slots, the estimates
 and the results' notes; Stop; the memory line; a closed page.
@@ -15,12 +15,13 @@ from evaluation.serving.models import ModelSpec
 
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, estimates, generate, header, heal, search, share, speed, stale
+from ui.page import benchmarks, cut_tab, estimates, frontier, generate, header, heal, search, share, speed, stale
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
 from ui.page.estimates import EstimateHandlers
+from ui.page.frontier import FrontierHandlers
 from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
 from ui.page.header import Header
@@ -39,12 +40,12 @@ MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to
 FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "best", "startup": "startup",
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
-                  "heal": "heal", "patch": "patch", "open_comparison": "open"}
+                  "heal": "heal", "patch": "patch", "open_comparison": "open", "frontier_best": "frontier"}
 BUILDS = ("build", "width_vs_depth", "patch")  # their status line says what they built
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal", "patch", "open_comparison")
+        "logit_lens", "heal", "patch", "open_comparison", "frontier")
 
 
 @dataclass
@@ -60,6 +61,7 @@ class PageHandlers:
     generate: GenerateHandlers
     speed: SpeedHandlers
     benchmarks: BenchmarkHandlers
+    frontier: FrontierHandlers
     share: ShareHandlers
     estimates: EstimateHandlers
 
@@ -69,7 +71,8 @@ class PageHandlers:
         pick = PickHandlers(context, page)
         return cls(context, pick, StepHandlers(context, page), CutHandlers(context, page),
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), ShareHandlers(context, page, pick),
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), FrontierHandlers(context, page),
+                   ShareHandlers(context, page, pick),
                    EstimateHandlers(context, page))
 
 
@@ -134,7 +137,7 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
 def _wire(page: Page, handlers: PageHandlers) -> None:
     """Each part's events, then what spans the page."""
     events = {}
-    for part in (header, cut_tab, generate, speed, benchmarks, search, heal, share):
+    for part in (header, cut_tab, generate, speed, benchmarks, frontier, search, heal, share):
         events.update(part.wire(page, handlers))
     # Every change of the edited slot's model is followed by its numbers against the original (a newer one
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.

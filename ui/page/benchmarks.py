@@ -1,6 +1,6 @@
 """The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 perplexity (one results table), the
-cut sweep (every block of K layers measured as it goes, beside the analysis's method; the others ranked on request)
-and the sparsity sweep. The defaults are small, so that they finish quickly on a CPU (``benchmarks/default_jobs.py``
+cut sweep (every block of K layers measured as it goes, beside the analysis's method; the others ranked on request),
+the sparsity sweep and the frontier (``ui.page.frontier``). The defaults are small, so that they finish quickly on a CPU (``benchmarks/default_jobs.py``
 times them); each button shows an estimate beside it (``ui.page.estimates``)."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ui import inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
+from ui.page.frontier import FrontierBox
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
 from ui.tables import agreement_rows, comparison_table
@@ -84,6 +85,7 @@ class BenchmarksTab:
     results: Results
     sweep: Sweep
     sparsity: SparsitySweep
+    frontier: FrontierBox
     bench_estimate: gr.Markdown
     ppl_estimate: gr.Markdown
 
@@ -114,8 +116,9 @@ class BenchmarksTab:
                                        elem_id="bench-plot"))
             sweep = _sweep(limit_words)
             sparsity = _sparsity_sweep(limit_words)
+            frontier = FrontierBox.layout(limit_words)
         return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_len, ppl_windows, ppl_btn, results, sweep,
-                   sparsity, bench_estimate, ppl_estimate)
+                   sparsity, frontier, bench_estimate, ppl_estimate)
 
 
 def _sweep(limit_words: str) -> Sweep:

@@ -1,0 +1,265 @@
+"""What a frontier measures: the axis, the sizes, the candidates of every family at each size, and a target.
+
+A frontier compares families at the same size. For each size (a fraction of the original: 90 / 80 / 70 %
+by default) it plans the mildest candidate of each family that reaches it by arithmetic on the
+parameter count, without building anything:
+
+- a depth cut of the analysis's method, as its paper selects the layers and as the best contiguous block,
+  each also with the cheapest repair, the linear patch (ReplaceMe, least squares: no training);
+- He et al.'s attention drop and MLP drop (the fewest lowest-scored blocks of one kind);
+- width pruning (Wanda-sp), a low-rank decomposition (feature space);
+- Wanda sparsity, unstructured at the level that reaches the size, and 2:4 (one fixed size);
+- int8 and int4 weights (one fixed size each: they keep every parameter and shrink the bytes).
+
+Parameters count the weights that are not zero, so sparsity reaches a parameter size; its zeros are stored,
+so it does not reach a memory size. What a family cannot reach is said, not hidden. Measured values then
+decide (:mod:`evaluation.frontier.result`): a family's point at a size is its best measured point at or
+under it, so a point is never over the size it stands for, on any axis, latency included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from torch import nn
+
+from prune.core.architectures import architecture_of, decoder_layers, get_path
+from prune.core.calibration import Calibration
+from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
+from prune.core.recipe import Recipe
+from prune.core.sizes import parameter_count, size_of
+from prune.core.surgery import largest_cut
+from prune.depth.methods import METHODS, get_method
+from prune.depth.result import ImportanceResult
+from prune.depth.selection import chosen_recipe
+from prune.drop.sublayers import ATTENTION, MLP
+from prune.lowrank.step import Decompose
+from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, Patch
+from prune.quantize.step import Quantize
+from prune.sparsity.masks import MAX_SPARSITY
+from prune.sparsity.step import Sparsify
+from prune.width.step import WidthPrune
+
+from evaluation.settings import PERPLEXITY
+
+AXES = {"params": "parameters (not zero)", "mib": "weight memory (MiB)", "ms": "decode latency (ms/token)"}
+DEFAULT_SIZES = (0.9, 0.8, 0.7)
+DEFAULT_METHOD = "block_influence"  # its paper (ShortGPT) picks layers anywhere, so "paper" and "block" differ
+STORED_ZEROS = "sparsity stores its zeros densely: the weights take as many bytes"
+DROP_METHOD = "sublayer"  # He et al.'s attention and MLP scores
+# the candidates' families, in the table's order
+FAMILIES = ("depth, paper", "depth, paper + patch", "depth, block", "depth, block + patch", "attention drop",
+            "MLP drop", "width", "low-rank", "sparsity", "2:4", "int8", "int4")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One model to measure: the families it stands for (one recipe may be two: an angular-distance paper cut is
+    its best block), the size it was planned for (None: a fixed size) and its recipe."""
+
+    families: tuple[str, ...]
+    size: float | None
+    recipe: Recipe
+
+
+@dataclass(frozen=True)
+class FrontierPlan:
+    """What one frontier measures, checked once where the request enters (:func:`check_plan`)."""
+
+    axis: str  # a key of AXES
+    sizes: tuple[float, ...]  # fractions of the original on that axis, largest first
+    method: str  # the depth analysis's method
+    calibration: Calibration | None  # for Wanda, width, low-rank (None: the built-in text)
+    ppl_seq_len: int = PERPLEXITY.seq_len
+    ppl_windows: int = PERPLEXITY.windows
+
+
+def check_plan(axis: str = "params", sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
+               calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
+               ppl_windows: int = PERPLEXITY.windows) -> FrontierPlan:
+    """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once)."""
+    if axis not in AXES:
+        raise InvalidInput(f"Measure the frontier by {', '.join(AXES)}, not {quoted(axis)}.")
+    if method not in METHODS:
+        raise InvalidInput(f"Unknown depth method {quoted(method)}. Known methods: {', '.join(METHODS)}.")
+    values = check_sizes(sizes)
+    for value, what in ((ppl_seq_len, "The perplexity window length"), (ppl_windows, "The perplexity windows")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidInput(f"{what} must be a whole number ≥ 1, not {quoted(value)}.")
+    return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows)
+
+
+def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:
+    """Fractions of the original above 0 and below 1, given as 0.8 or 80 (%); largest first, each once."""
+    if isinstance(sizes, str):
+        parts = [p for p in sizes.replace("%", " ").replace(",", " ").split() if p]
+        try:
+            sizes = [float(p) for p in parts]
+        except ValueError:
+            raise InvalidInput(f"Sizes are numbers such as 90, 80, 70 (%), not {quoted(' '.join(parts))}.") from None
+    values = [float(v) / 100 if isinstance(v, (int, float)) and 1 < v < 100 else v for v in sizes]
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1]
+    if bad or not values:
+        what = f"not {quoted(bad[0])}" if bad else "none were given"
+        raise InvalidInput(f"Sizes are fractions of the original above 0 and below 1 (0.8 or 80: 80 %); {what}.")
+    return tuple(sorted({round(float(v), 6) for v in values}, reverse=True))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The best model under ``value`` on ``axis``: a fraction of the parameters, MiB, or ms per token."""
+
+    axis: str
+    value: float
+
+    def words(self) -> str:
+        if self.axis == "params":
+            return f"{100 * self.value:g} % of the parameters"
+        return f"{self.value:g} MiB of weights" if self.axis == "mib" else f"{self.value:g} ms per token"
+
+
+def check_target(text: str) -> Target:
+    """``params=0.8`` (or 80), ``mib=400`` or ``ms=20``: checked once where it enters."""
+    axis, _, value = (text or "").strip().partition("=")
+    axis = axis.strip().lower()
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if axis not in AXES or not math.isfinite(number) or number <= 0:
+        raise InvalidInput(f"A target is params=0.8, mib=400 or ms=20 (a positive number), not {quoted(text)}.")
+    if axis == "params":
+        number = check_sizes([number])[0] if number != 1 else 1.0
+    return Target(axis, number)
+
+
+def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
+               blocks: ImportanceResult) -> tuple[list[Candidate], dict[tuple[str, float], str]]:
+    """Every candidate ``plan`` measures on ``model`` (each recipe once), and why a family reaches no size.
+
+    ``depth`` is the analysis of ``plan.method``; ``blocks`` the sub-layer analysis (attention and MLP
+    scores). A memory or latency size is planned at the same fraction of the parameters.
+    """
+    found: dict[str, Candidate] = {}
+    why: dict[tuple[str, float], str] = {}
+    total = parameter_count(model)
+
+    def add(family: str, size: float | None, recipe: Recipe) -> None:
+        known = found.get(recipe.key)
+        families = (known.families if known else ()) + ((family,) if known is None or family not in known.families
+                                                         else ())
+        found[recipe.key] = Candidate(families, known.size if known else size, recipe)
+
+    for size in plan.sizes:
+        for family, made in _planned(model, plan, depth, blocks, size * total, total):
+            if isinstance(made, str):
+                why[(family, size)] = made
+            else:
+                add(family, size, made)
+    for family, made in _fixed(plan):
+        if isinstance(made, str):
+            why.update({(family, size): made for size in plan.sizes})
+        else:
+            add(family, None, made)
+    return list(found.values()), why
+
+
+def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, blocks: ImportanceResult, limit: float,
+             total: int):
+    """(family, recipe or why not) of every family planned for ``limit`` parameters."""
+    base = size_of(model)
+    label = get_method(plan.method).label
+    for selection in ("paper", "block"):
+        cut = _fewest(lambda n: chosen_recipe(depth, n, selection, origin=f"frontier: {label}"),
+                      lambda r: r.size(base).total, limit, largest_cut(len(base.layers)))
+        yield f"depth, {selection}", cut
+        if not isinstance(cut, str) and 0 in cut.depth_cut.layers:
+            patched = "the linear patch folds into the layer before the cut, and this cut starts at layer 0"
+        else:
+            patched = cut if isinstance(cut, str) else cut.then(Patch.of("lstsq", _patch_calibration(plan.calibration)))
+        yield f"depth, {selection} + patch", patched
+    held = _block_params(model)
+    for kind, family in ((ATTENTION, "attention drop"), (MLP, "MLP drop")):
+        if kind not in held:
+            yield family, f"this architecture has no single {kind} module to drop"
+            continue
+        yield family, _fewest(lambda n: Recipe.drop(depth.num_layers, **{kind: blocks.best_sublayers(kind, n)},
+                                                    origin=f"frontier: {n} lowest-scored {kind} blocks"),
+                              lambda r: total - sum(held[kind][i] for i in getattr(r.steps[0], kind)),
+                              limit, len(base.layers))
+    fraction = limit / total
+    for family, make in (("width", lambda f: WidthPrune.of(f, plan.calibration)),
+                         ("low-rank", lambda f: Decompose.of("feature", f, calibration=plan.calibration))):
+        yield family, _ratio_reaching(family, make, base, fraction)
+    level = _sparsity_reaching(base, total - limit)
+    if plan.axis == "mib":
+        yield "sparsity", STORED_ZEROS
+    elif level is not None:
+        yield "sparsity", Recipe((Sparsify.of("wanda", level, calibration=plan.calibration),),
+                                 origin=f"frontier: Wanda {100 * level:g} %")
+    else:
+        yield "sparsity", f"zeroing every decoder matrix cannot reach {100 * fraction:g} % of the parameters"
+
+
+def _sparsity_reaching(base, zeros: float) -> float | None:
+    """The lowest level, in tenths of a percent, at which Wanda zeroes at least ``zeros`` weights: each row of each
+    matrix loses ⌊inputs · level⌋ (None: not even at the highest level)."""
+    shapes = [(m.outputs, m.inputs) for layer in base.matrices for m in layer]
+    zeroable = sum(rows * columns for rows, columns in shapes)
+    for tenths in range(max(1, math.floor(1000 * zeros / zeroable)), round(1000 * MAX_SPARSITY) + 1):
+        if sum(rows * int(columns * tenths / 1000 + 1e-9) for rows, columns in shapes) >= zeros:
+            return tenths / 1000
+    return None
+
+
+def _fixed(plan: FrontierPlan):
+    """The candidates of one size each, or why they reach no size on this axis: 2:4 (its zeros are stored) and
+    int8, int4 (they keep every parameter)."""
+    yield "2:4", STORED_ZEROS if plan.axis == "mib" else \
+        Recipe((Sparsify.of("wanda", pattern="2:4", calibration=plan.calibration),), origin="frontier: Wanda 2:4")
+    for bits in (8, 4):
+        yield f"int{bits}", ("quantization keeps every parameter (it shrinks the bytes: measure by mib)"
+                             if plan.axis == "params" else Recipe((Quantize.of(bits),), origin=f"frontier: int{bits}"))
+
+
+def _ratio_reaching(family: str, make, base, fraction: float) -> Recipe | str:
+    """The recipe of ``make(ratio)`` for the largest ratio, from ``fraction`` down in steps of 0.1 %, whose count
+    is at most ``fraction`` of ``base`` (channels and ranks are whole, so a plan may overshoot by a few)."""
+    for tries in range(20):
+        try:
+            recipe = Recipe((make(round(fraction - tries / 1000, 6)),), origin=f"frontier: {family}")
+            if recipe.size(base).total <= fraction * base.total:
+                return recipe
+        except LayerCutError as err:
+            return f"{family}: {err}"
+    return f"{family} cannot reach {100 * fraction:g} % of this model's parameters"
+
+
+def _patch_calibration(calibration: Calibration | None) -> Calibration | None:
+    """The patch's own windows (64 × 256 tokens) of the frontier's calibration text."""
+    return None if calibration is None else replace(calibration, **PATCH_CALIBRATION)
+
+
+def _fewest(make, count, limit: float, most: int) -> Recipe | str:
+    """The recipe ``make(n)`` of the smallest n (1 … ``most``) whose ``count`` is at most ``limit``, or why none."""
+    for n in range(1, most + 1):
+        try:
+            recipe = make(n)
+        except InvalidCut as err:
+            return " ".join(str(err).split())
+        if count(recipe) <= limit:
+            return recipe
+    return f"removing {most} of them does not reach this size"
+
+
+def _block_params(model: nn.Module) -> dict[str, list[int]]:
+    """Parameters of each layer's attention and MLP module (a kind left out where it is no single module)."""
+    names = architecture_of(model).sublayers
+    found = {}
+    for kind, path in ((ATTENTION, names.attention), (MLP, names.mlp)):
+        if path is not None:
+            found[kind] = [sum(p.numel() for p in get_path(layer, path).parameters())
+                           for layer in decoder_layers(model)]
+    return found

@@ -1,0 +1,129 @@
+"""Measuring a frontier's candidates, each cached on its own (a stopped run resumes, a rerun is instant).
+
+A point is built from its recipe on the original (which is never altered), then measured: its parameters
+that are not zero and its weights' bytes (counted on the built model), WikiText-2 test perplexity
+(:mod:`evaluation.quality.perplexity`, the first windows, no BOS), the task's primary metric through the
+sweeps' lm-eval door (:mod:`evaluation.sweeps.cuts`: tasks loaded once, the fast scorer), and the decode
+latency at batch 1 (:func:`evaluation.measure.speed.measure_speed`: a 128-token prompt, 32 new tokens, the
+median of 3 runs), timed in turns with the original so that the machine's load falls on both alike.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+from prune.core.errors import LayerCutError
+from prune.core.paths import digest
+from prune.core.recipe import Recipe
+from prune.core.sizes import parameter_count
+
+from evaluation.frontier.plan import Candidate, FrontierPlan
+from evaluation.frontier.result import FrontierResult, Point
+from evaluation.measure import memory, speed
+from evaluation.quality import lm_eval_adapter, perplexity
+from evaluation.quality.fast_lm import make_fast
+from evaluation.serving.jobs import Cancelled, Job, cancellable
+from evaluation.serving.store import ResultStore
+from evaluation.sweeps.cuts import evaluate_loaded, from_json_number, primary_metric, task_metrics, to_json_number
+from evaluation.settings import BATCH_SIZE
+
+SPEED = {"batch_sizes": (1,), "prompt_len": 128, "new_tokens": (32,), "repeats": 3}
+_BUILD_SHARE = 0.4  # of a point's progress bar
+
+
+def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: FrontierPlan,
+                  found: list[Candidate], why: dict, *, wikitext_rows: list[str], batch_size: int = BATCH_SIZE,
+                  store: ResultStore | None = None, identify: Callable[[Recipe], dict] | None = None,
+                  job: Job | None = None) -> Iterator[FrontierResult]:
+    """The frontier after the original and after each candidate of ``found``; the last is complete.
+
+    With ``store`` each point is read from, or written to, the results cache under ``identify(recipe)`` (the
+    backend's model fingerprint and recipe key) and every setting that changes its numbers; ``job`` reports
+    one span per point and cancels between layers of a build and between forwards of a measurement.
+    """
+    perplexity.check_seq_lens(model, (plan.ppl_seq_len,))
+    job = job or Job("the frontier", None, threading.Event())
+    task = request.names[0]
+    settings = {"kind": "frontier_point", "task": task, "limit": request.limit, "num_fewshot": request.num_fewshot,
+                "data": request.data, "batch_size": batch_size, "scorer": "fast", "ppl_seq_len": plan.ppl_seq_len,
+                "ppl_windows": plan.ppl_windows, "text": digest("\n".join(wikitext_rows)),
+                "speed": {k: list(v) if isinstance(v, tuple) else v for k, v in SPEED.items()}}
+    inputs: dict = {}  # the loaded task and the WikiText-2 ids, made at the first point not cached
+
+    def measured(candidate: Candidate, step: Job) -> dict:
+        if not inputs:
+            step.update(0.0, f"Loading {task} and WikiText-2…")
+            inputs.update(loaded=lm_eval_adapter.load_tasks(request),
+                          ids=perplexity.token_ids(tokenizer, wikitext_rows))
+        return measure_point(model, tokenizer, candidate.recipe, task, request.limit, inputs, plan, batch_size, step)
+
+    todo = [Candidate((), None, Recipe()), *found]
+    why = dict(why)
+    points: list[Point] = []
+    metric = None
+    for index, candidate in enumerate(todo):
+        step = job.sub(index / len(todo), (index + 1) / len(todo))
+        key = {**settings, **identify(candidate.recipe)} if store is not None and identify is not None else None
+        entry = store.get(key) if key is not None else None
+        if entry is None:
+            try:
+                entry = measured(candidate, step)
+            except Cancelled:
+                raise
+            except LayerCutError as err:  # this candidate cannot be built here: said in its cells, the rest go on
+                if not candidate.families:
+                    raise
+                entry = {"failed": " ".join(str(err).split())}
+            if key is not None:
+                store.put(key, entry)
+        if "failed" in entry:
+            why.update({(family, size): entry["failed"] for family in candidate.families
+                        for size in ((candidate.size,) if candidate.size is not None else plan.sizes)})
+        else:
+            metric = metric or primary_metric(entry["metrics"])
+            points.append(point_of(candidate, entry, metric))
+        step.update(1.0, f"{candidate.families and ' / '.join(candidate.families) or 'original'}: "
+                         + (entry.get("failed") or f"perplexity {from_json_number(entry['perplexity']):.4g}"))
+        if index == len(todo) - 1:
+            job.update(1.0, "Frontier done.")
+        yield FrontierResult(plan.axis, plan.sizes, plan.method, task, metric, request.limit, plan.ppl_seq_len,
+                             plan.ppl_windows, points[0], tuple(points[1:]), dict(why), len(todo) - index - 1)
+
+
+def point_of(candidate: Candidate, entry: dict, metric: str) -> Point:
+    """The point a cached (or fresh) entry records for ``candidate``."""
+    number = {k: from_json_number(entry[k]) for k in ("ms", "dense_ms", "ideal_speedup", "perplexity")}
+    return Point(candidate.families, candidate.size, candidate.recipe, entry["params"], entry["weight_bytes"],
+                 **number, task=from_json_number(entry["metrics"].get(metric)), build_s=entry["build_s"],
+                 measure_s=entry["measure_s"])
+
+
+def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,
+                  batch_size: int, step: Job) -> dict:
+    """Build ``recipe``'s model (reporting per layer), then count, score and time it (see the module docstring)."""
+    name = recipe.short()
+    began = time.perf_counter()
+    build = step.sub(0.0, _BUILD_SHARE)
+    derived = recipe.apply(model, tokenizer, lambda f, message: build.update(f, f"{name}: {message}"))
+    built = time.perf_counter()
+    with cancellable(derived, step):
+        zeros = memory.zero_weights(derived)[0] if recipe.sparsity is not None else 0
+        step.update(_BUILD_SHARE, f"{name}: {task}…")
+        metrics, _ = task_metrics(evaluate_loaded(make_fast(derived, tokenizer, batch_size), inputs["loaded"], limit),
+                                  task)
+        step.update(0.7, f"{name}: WikiText-2 perplexity…")
+        ppl = perplexity.measure_perplexity(derived, tokenizer, inputs["ids"], label=name,
+                                            seq_lens=(plan.ppl_seq_len,), bos=(False,),
+                                            max_windows=plan.ppl_windows)[0].value
+        step.update(0.85, f"{name}: decode latency…")
+        timed = {"original": model} if derived is model else {"original": model, name: derived}
+        found = speed.measure_speed(timed, **SPEED, job=step.sub(0.85, 1.0))
+    decode = {m.model: m.value for m in found if m.name.startswith("decode")}
+    context = SPEED["prompt_len"] + SPEED["new_tokens"][0] // 2
+    return {"metrics": {k: to_json_number(v) for k, v in metrics.items()}, "perplexity": to_json_number(ppl),
+            "params": parameter_count(derived) - zeros, "weight_bytes": memory.weight_bytes(derived),
+            "ms": decode[name if derived is not model else "original"], "dense_ms": decode["original"],
+            "ideal_speedup": speed.ideal_speedup(model, derived, context),
+            "build_s": built - began, "measure_s": time.perf_counter() - built}

@@ -1,0 +1,72 @@
+"""The frontier's figures: perplexity against size with the Pareto front, and against measured decode latency with
+the FLOPs-proportional ideal beside each point (see :mod:`evaluation.frontier`)."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from evaluation.frontier.plan import AXES, FAMILIES
+from evaluation.frontier.result import FrontierResult, Point
+from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
+from ui.plots import FONT, styled
+
+# a colour and a marker per family: depth cuts share a hue, a repair is its hollow twin
+_LOOKS = dict(zip(FAMILIES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-open"), (OKABE_ITO[1], "square"),
+                             (OKABE_ITO[1], "square-open"), (OKABE_ITO[7], "triangle-up"), (OKABE_ITO[7], "triangle-down"),
+                             (OKABE_ITO[3], "diamond"), (OKABE_ITO[2], "cross"), (OKABE_ITO[5], "x"),
+                             (OKABE_ITO[5], "star-triangle-up"), (BLACK, "hexagon"), (GREY, "hexagon-open")]))
+
+
+def _x(result: FrontierResult, point: Point) -> float:
+    """The point on the figure's x axis: % of the parameters, MiB or ms per token."""
+    value = point.value(result.axis)
+    return 100 * value / result.dense.params if result.axis == "params" else value
+
+
+def _axis_title(axis: str) -> str:
+    return "% of the parameters (not zero)" if axis == "params" else AXES[axis]
+
+
+def frontier_figure(result: FrontierResult) -> go.Figure:
+    """Two panels: perplexity (log) against size on the frontier's axis, the front a line; and against measured
+    decode ms/token, each point's ideal (hollow, grey) joined to it."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=[f"against {AXES[result.axis]}", "against measured decode latency "
+                                        "(hollow: the FLOPs-proportional ideal)"])
+    front = result.front()
+    fig.add_trace(go.Scatter(x=[_x(result, p) for p in front], y=[p.perplexity for p in front], mode="lines",
+                             line=dict(color=GREY, width=2, shape="hv"), name="Pareto front",
+                             hoverinfo="skip"), row=1, col=1)
+    for family in result.families():
+        points = [p for p in result.points if family in p.families]
+        if not points:
+            continue
+        color, symbol = _LOOKS[family]
+        hover = [f"{family}: {p.recipe.short()}<br>perplexity {p.perplexity:.4g}, {result.task} "
+                 f"{100 * p.task:.1f}<br>{100 * p.params / result.dense.params:.1f} % params, "
+                 f"{p.weight_bytes / 2**20:.0f} MiB, {p.ms:.1f} ms/token" for p in points]
+        marker = dict(color=color, symbol=symbol, size=11, line=dict(width=2, color=color))
+        for col, xs in ((1, [_x(result, p) for p in points]), (2, [p.ms for p in points])):
+            fig.add_trace(go.Scatter(x=xs, y=[p.perplexity for p in points], mode="markers", marker=marker,
+                                     name=family, legendgroup=family, showlegend=col == 1, text=hover,
+                                     hovertemplate="%{text}<extra></extra>"), row=1, col=col)
+        for p in points:
+            fig.add_trace(go.Scatter(x=[p.ideal_ms, p.ms], y=[p.perplexity] * 2, mode="lines+markers",
+                                     marker=dict(symbol=["circle-open", "circle"], size=[9, 0], color=GREY),
+                                     line=dict(color=GREY, width=1, dash="dot"), showlegend=False,
+                                     legendgroup=family, hoverinfo="skip"), row=1, col=2)
+    dense = result.dense
+    for col, x in ((1, _x(result, dense)), (2, dense.ms)):
+        fig.add_trace(go.Scatter(x=[x], y=[dense.perplexity], mode="markers", name="original", legendgroup="original",
+                                 showlegend=col == 1, marker=dict(symbol="star", size=16,
+                                                                  color=MODEL_COLORS["original"]),
+                                 hovertemplate=f"original: perplexity {dense.perplexity:.4g}<extra></extra>"),
+                      row=1, col=col)
+    fig.update_xaxes(title=_axis_title(result.axis), row=1, col=1)
+    fig.update_xaxes(title="decode ms/token (batch 1)", row=1, col=2)
+    fig.update_yaxes(type="log", title="WikiText-2 perplexity (log)", row=1, col=1)
+    fig.update_yaxes(type="log", row=1, col=2)
+    fig.update_annotations(font=FONT)
+    title = "Quality against size, every family" + ("" if result.complete else f" ({result.pending} to go)")
+    return styled(fig, title=dict(text=title), margin=dict(t=100))

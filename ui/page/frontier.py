@@ -1,0 +1,130 @@
+"""The frontier in the Benchmarks tab: every family at each size, measured as it goes, plotted against size and
+against measured latency; and the best model under a target put into slot A with one click (see
+:mod:`evaluation.frontier`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import gradio as gr
+
+from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, check_sizes, check_target
+from evaluation.frontier.result import format_table, target_line
+from evaluation.quality import lm_eval_adapter
+from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from prune.core.errors import InvalidInput
+from prune.depth.methods import METHODS
+from evaluation.settings import PERPLEXITY
+
+from ui import frontier_plots, inputs, plots, text
+from ui.handlers import Context, need_model, owner, reporter, user_errors
+from ui.number_input import NumberInput
+from ui.page.events import DEVICE, LIGHT, by_name, gpu
+from ui.plot_view import PlotView
+from ui.session import SLOTS, Session
+
+AXIS_CHOICES = [("parameters", "params"), ("weight MiB", "mib"), ("decode ms/token", "ms")]
+INTO = SLOTS[0]  # the slot the best model goes into
+
+
+@dataclass
+class FrontierBox:
+    axis: gr.Radio
+    sizes: gr.Textbox
+    task: gr.Dropdown
+    limit: NumberInput
+    windows: NumberInput
+    button: gr.Button
+    summary: gr.Markdown
+    plot: PlotView
+    table: gr.Markdown
+    target: gr.Textbox
+    best_btn: gr.Button
+    best_md: gr.Markdown
+    shown: gr.State  # (model spec, FrontierResult) of the frontier on show, written by its own job only
+
+    @classmethod
+    def layout(cls, limit_words: str) -> FrontierBox:
+        with gr.Accordion("Frontier: what should I cut? Every family at each size, and the best under a target",
+                          open=False, elem_id="frontier-box"):
+            gr.Markdown(text.FRONTIER_HELP)
+            with gr.Row(equal_height=True):
+                settings = dict(
+                    axis=gr.Radio(AXIS_CHOICES, value="params", label="Size by", elem_id="frontier-axis"),
+                    sizes=gr.Textbox(", ".join(f"{100 * s:g}" for s in DEFAULT_SIZES), label="Sizes (% of the original)",
+                                     elem_id="frontier-sizes"),
+                    task=gr.Dropdown(list(SUPPORTED_TASKS), value="hellaswag", label="Task", elem_id="frontier-task"),
+                    limit=NumberInput(20, label=f"Questions ({limit_words})", minimum=0, elem_id="frontier-limit"),
+                    windows=NumberInput(2, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1,
+                                        elem_id="frontier-windows"),
+                    button=gr.Button("Run frontier", variant="primary", elem_id="frontier-btn"))
+            summary = gr.Markdown(elem_id="frontier-summary")
+            plot = PlotView(plots.empty_figure("Run the frontier to see every family against size"), height=460,
+                            elem_id="frontier-plot")
+            table = gr.Markdown(elem_id="frontier-table")
+            with gr.Row(equal_height=True):
+                target = gr.Textbox("params=0.8", label="Target: params=0.8, mib=400 or ms=20", scale=2,
+                                    elem_id="frontier-target")
+                best_btn = gr.Button(f"Put the best under it into {INTO}", elem_id="frontier-best-btn", scale=1)
+            best_md = gr.Markdown(elem_id="frontier-best")
+        return cls(**settings, summary=summary, plot=plot, table=table, target=target, best_btn=best_btn,
+                   best_md=best_md, shown=gr.State(None))
+
+
+class FrontierHandlers:
+    """The frontier's run, and the best point put into slot A."""
+
+    def __init__(self, context: Context, page):
+        self.context = context
+        self.box, self.view = page.benchmarks.frontier, page.view
+
+    @user_errors
+    def run(self, session: Session, axis: str, sizes: str, task: str, limit, windows, request: gr.Request = None,
+            progress=gr.Progress()):
+        """Every family's candidate at each size, the table and the figure redrawn as each point arrives (each
+        cached); depth cuts by the analysis on show (else Block Influence)."""
+        need_model(session)
+        if axis not in AXES:
+            raise InvalidInput(f"Size the frontier by {', '.join(AXES)}, not {axis!r}.")
+        backend = self.context.backend
+        task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
+                                                     data_dir=backend.data_dir)
+        method = session.result.method if session.result is not None and session.result.method in METHODS \
+            else DEFAULT_METHOD
+        box = self.box
+        for result in backend.frontiering(
+                session.spec, task_request, axis=axis, sizes=check_sizes(sizes or ""), method=method,
+                calibration=session.calibration or self.context.default_calibration,
+                ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+                progress=reporter(progress), owner=owner(request)):
+            yield {box.plot: frontier_plots.frontier_figure(result), box.table: format_table(result),
+                   box.summary: text.frontier_progress(result), box.shown: (session.spec, result)}
+
+    @user_errors
+    def best(self, session: Session, shown, target: str):
+        """The frontier's best point under ``target`` (on any axis: every point's size, memory and latency were
+        measured) into slot A, which the page then edits."""
+        need_model(session)
+        goal = check_target(target)
+        if shown is None or shown[0] != session.spec:
+            raise InvalidInput("Run the frontier on this model first: the best under a target is one of its points.")
+        result = shown[1]
+        chosen = result.best_under(goal)
+        if chosen is None or chosen.recipe.is_original:
+            return {self.box.best_md: target_line(result, goal, chosen)
+                    + ("" if chosen is None else " Nothing to put into a slot.")}
+        recipe = replace(chosen.recipe, origin=f"frontier: the best under {goal.words()}")
+        session = replace(session.with_cut(recipe, INTO), editing=INTO)
+        return {self.box.best_md: f"{target_line(result, goal, chosen)} Now in {INTO}: compare or export it.",
+                **self.view.show(session)}
+
+
+def wire(page, handlers) -> dict:
+    box = page.benchmarks.frontier
+    run = box.button.click(gpu(handlers.frontier.run), [page.session, box.axis, box.sizes, box.task, box.limit,
+                                                        box.windows],
+                           [box.plot, box.table, box.summary, box.shown], api_name="frontier",
+                           show_progress_on=[box.summary], **DEVICE)
+    best = box.best_btn.click(handlers.frontier.best, [page.session, box.shown, box.target],
+                              [box.best_md, *page.view.outputs()], api_name="frontier_best", **LIGHT)
+    return by_name(run, best)
