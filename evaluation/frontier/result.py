@@ -88,12 +88,17 @@ class FrontierResult:
         """The largest value on the axis a point at ``size`` may have."""
         return size * self.dense.value(self.axis)
 
+    def fraction(self, point: Point, axis: str | None = None) -> float:
+        """``point`` on the axis as a fraction of the original."""
+        axis = axis or self.axis
+        return point.value(axis) / self.dense.value(axis)
+
     def everything(self) -> list[Point]:
         return [self.dense, *self.points]
 
     def cell(self, family: str, size: float) -> Point | str | None:
         """``family``'s point at ``size``, why it has none, or None (not measured yet)."""
-        fitting = [p for p in self.points if family in p.families and p.value(self.axis) <= self.bound(size)]
+        fitting = [p for p in self.points if family in p.families and self.fraction(p) <= size]
         if fitting:
             return best(fitting)
         if (family, size) in self.why:
@@ -123,8 +128,10 @@ class FrontierResult:
 
     def best_under(self, target: Target) -> Point | None:
         """The best point (the original included) at or under ``target``, on the target's axis; None if none is."""
-        limit = target.value * self.dense.params if target.axis == "params" else target.value
-        fitting = [p for p in self.everything() if p.value(target.axis) <= limit]
+        if target.axis == "params":  # a fraction, compared as one
+            fitting = [p for p in self.everything() if self.fraction(p, "params") <= target.value]
+        else:
+            fitting = [p for p in self.everything() if p.value(target.axis) <= target.value]
         return best(fitting) if fitting else None
 
     def format_value(self, value: float, axis: str | None = None) -> str:

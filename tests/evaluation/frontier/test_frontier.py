@@ -1,0 +1,286 @@
+"""The frontier on a tiny 8-layer Llama: candidates planned by arithmetic checked by hand, every point rebuilt from its
+JSON and measured again by an independent route, cells and targets never over their bound, the front by brute force,
+a cached rerun with no model work, a stopped run resumed."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import prune
+from conftest import tiny_model
+from evaluation.frontier import plan as planning, run as frontier_run
+from evaluation.frontier.plan import FAMILIES, Target, check_plan, check_sizes, check_target
+from evaluation.frontier.result import MIB, FrontierResult, format_table
+from evaluation.quality import lm_eval_adapter, perplexity
+from evaluation.serving.backend import Backend
+from evaluation.serving.jobs import Cancelled
+from prune.core.errors import InvalidInput
+from prune.core.recipe import Recipe
+from prune.core.sizes import parameter_count
+
+LAYERS, LAYER_PARAMS, TOTAL = 8, 9280, 94752  # the tiny Llama: hidden 32, MLP 64, 4 heads over 2 KV groups
+ATTENTION_PARAMS, MLP_PARAMS = 2 * 32 * 32 + 2 * 16 * 32, 3 * 64 * 32
+SMALL = dict(ppl_seq_len=32, ppl_windows=2, batch_size=4)
+SIZES = (0.9, 0.7)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return Backend(device="cpu")
+
+
+@pytest.fixture(scope="module")
+def spec(backend, tiny_tokenizer):
+    return backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama-frontier")
+
+
+@pytest.fixture(scope="module")
+def request_(backend):
+    return lm_eval_adapter.check_request(["arc_easy"], limit=4, data_dir=backend.data_dir)
+
+
+@pytest.fixture(scope="module")
+def result(backend, spec, request_) -> FrontierResult:
+    return backend.frontier(spec, request_, sizes=SIZES, **SMALL)
+
+
+def _planned(backend, spec, axis="params", sizes=(0.9, 0.8, 0.7), method="block_influence"):
+    plan = check_plan(axis, sizes, method, backend.default_calibration)
+    depth = backend.analyze(spec, method, calibration=plan.calibration)
+    blocks = backend.analyze(spec, "sublayer", calibration=plan.calibration)
+    found, why = planning.candidates(backend.pool.peek(spec).model, plan, depth, blocks)
+    return {(family, c.size): c for c in found for family in c.families}, why, depth, blocks
+
+
+def test_the_tiny_model_has_the_sizes_these_tests_count_by_hand(backend, spec):
+    model = backend.pool.peek(spec).model
+    assert parameter_count(model) == TOTAL
+    assert all(sum(p.numel() for p in layer.parameters()) == LAYER_PARAMS for layer in model.model.layers)
+    assert sum(p.numel() for p in model.model.layers[0].self_attn.parameters()) == ATTENTION_PARAMS
+    assert sum(p.numel() for p in model.model.layers[0].mlp.parameters()) == MLP_PARAMS
+
+
+def test_each_family_is_planned_as_its_mildest_step_that_reaches_each_size(backend, spec):
+    found, why, depth, blocks = _planned(backend, spec)
+    for size in (0.9, 0.8, 0.7):
+        removed = TOTAL * (1 - size)
+        layers = math.ceil(removed / LAYER_PARAMS)  # whole layers, counted by hand
+        paper, block = found[("depth, paper", size)].recipe, found[("depth, block", size)].recipe
+        assert list(paper.depth_cut.layers) == depth.best_layers(layers)  # ShortGPT: the least important anywhere
+        start, end = depth.best_block(layers)
+        assert list(block.depth_cut.layers) == list(range(start, end))
+        mlp = found[("MLP drop", size)].recipe.sublayer_drop.mlp
+        assert list(mlp) == blocks.best_sublayers("mlp", math.ceil(removed / MLP_PARAMS))
+        for family in ("width", "low-rank"):
+            count = found[(family, size)].recipe.size(prune.core.sizes.size_of(backend.pool.peek(spec).model)).total
+            assert size * TOTAL - 0.02 * TOTAL < count <= size * TOTAL
+    assert list(found[("attention drop", 0.9)].recipe.sublayer_drop.attention) == \
+        blocks.best_sublayers("attention", math.ceil(0.1 * TOTAL / ATTENTION_PARAMS))
+    assert "all 8 layers" in why[("attention drop", 0.7)]  # 10 attention blocks would be needed: never all of them
+    assert "keeps every parameter" in why[("int8", 0.8)] and ("int4", 0.8) in why
+    assert ("2:4", None) in found and found[("2:4", None)].recipe.sparsity.pattern == "2:4"
+
+
+def test_the_sparsity_level_is_the_lowest_that_zeroes_enough_when_built(backend, spec):
+    found, *_ = _planned(backend, spec, sizes=(0.8,))
+    model, tokenizer = backend.pool.peek(spec).model, backend.pool.peek(spec).tokenizer
+    step = found[("sparsity", 0.8)].recipe.sparsity
+
+    def non_zero(level):
+        built = prune.sparsify(model, tokenizer, "wanda", level, calibration=step.calibration)
+        return sum(int(torch.count_nonzero(p)) for p in built.parameters())
+
+    assert non_zero(step.sparsity) <= 0.8 * TOTAL < non_zero(round(step.sparsity - 0.001, 3))
+
+
+def test_by_memory_sparsity_is_refused_and_quantization_planned_and_one_recipe_is_one_candidate(backend, spec):
+    found, why, *_ = _planned(backend, spec, axis="mib", method="angular")
+    assert "stores its zeros" in why[("sparsity", 0.9)] and "stores its zeros" in why[("2:4", 0.8)]
+    assert found[("int8", None)].recipe.steps[0].bits == 8 and found[("int4", None)].recipe.steps[0].bits == 4
+    # angular distance's paper picks a block: the same cut stands for both depth families, measured once
+    assert found[("depth, paper", 0.9)] is found[("depth, block", 0.9)]
+    assert found[("depth, paper", 0.9)].families == ("depth, paper", "depth, block")
+
+
+def test_a_patch_follows_each_cut_that_keeps_layer_0(backend, spec):
+    found, why, *_ = _planned(backend, spec)
+    for size in (0.9, 0.8, 0.7):
+        for selection in ("paper", "block"):
+            cut = found[(f"depth, {selection}", size)].recipe
+            if 0 in cut.depth_cut.layers:
+                assert "layer 0" in why[(f"depth, {selection} + patch", size)]
+            else:
+                patched = found[(f"depth, {selection} + patch", size)].recipe
+                assert patched.steps[0] == cut.steps[0] and patched.steps[1].kind == "patch"
+
+
+@pytest.mark.parametrize("sizes, expected", [("90, 80,70", (0.9, 0.8, 0.7)), ([0.5, 80, 0.5], (0.8, 0.5))])
+def test_sizes_are_checked_once(sizes, expected):
+    assert check_sizes(sizes) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "abc", [-0.1], [0], [100]])
+def test_bad_sizes_are_one_line(bad):
+    with pytest.raises(InvalidInput, match="fractions of the original|numbers such as"):
+        check_sizes(bad)
+
+
+def test_targets_are_checked_once():
+    assert check_target("params=0.8") == Target("params", 0.8) and check_target("params=80") == Target("params", 0.8)
+    assert check_target(" MiB = 400 ") == Target("mib", 400.0) and check_target("ms=20").value == 20.0
+    for bad in ("size=3", "mib=-1", "ms", "params=abc", "params=150", "params=0"):
+        with pytest.raises(InvalidInput):
+            check_target(bad)
+
+
+def test_every_point_rebuilt_from_its_json_gives_the_same_numbers(backend, spec, request_, result):
+    base = backend.pool.peek(spec)
+    ids = perplexity.token_ids(base.tokenizer, perplexity.wikitext2_rows(backend.data_dir))
+    assert result.complete and len(result.points) >= 8
+    for point in result.points:
+        recipe = Recipe.from_json(json.loads(json.dumps(point.recipe.to_json())))
+        model = recipe.apply(base.model, base.tokenizer)
+        ppl = perplexity.measure_perplexity(model, base.tokenizer, ids, label="again", seq_lens=(32,), bos=(False,),
+                                            max_windows=2)[0].value
+        non_zero = sum(int(torch.count_nonzero(p)) for p in model.parameters())
+        assert ppl == pytest.approx(point.perplexity, rel=1e-6), point.label
+        if recipe.sparsity is not None:  # counted here by an independent route: the non-zero entries
+            assert point.params == non_zero
+        else:
+            assert point.params == parameter_count(model)
+
+
+def test_a_family_at_a_size_is_its_best_point_at_or_under_it(result):
+    for size in result.sizes:
+        for family in result.families():
+            found = result.cell(family, size)
+            fitting = [p for p in result.points if family in p.families and p.params <= size * TOTAL]
+            if fitting:
+                assert found.params <= size * TOTAL
+                assert found.perplexity == min(p.perplexity for p in fitting)
+            else:
+                assert isinstance(found, str) and found  # said, not hidden
+
+
+def test_the_front_is_every_point_no_other_beats_on_both(result):
+    everything = result.everything()
+    dominated = {p.recipe.key for p in everything for q in everything
+                 if q is not p and q.params <= p.params and q.perplexity < p.perplexity}
+    front = {p.recipe.key for p in result.front()}
+    assert front == {p.recipe.key for p in everything} - dominated
+
+
+@pytest.mark.parametrize("axis", ["params", "mib", "ms"])
+def test_the_best_under_a_target_is_never_over_it(result, axis):
+    values = sorted({p.value(axis) for p in result.everything()})
+    dense = result.dense.value(axis)
+    bounds = [v * f for v in values for f in (0.999, 1.0, 1.001)]
+    for bound in bounds:
+        target = Target(axis, bound / dense if axis == "params" else bound)
+        chosen = result.best_under(target)
+        fitting = [p for p in result.everything() if p.value(axis) <= bound * (1 + 1e-12)]
+        if not fitting:
+            assert chosen is None
+            continue
+        assert chosen.value(axis) <= bound * (1 + 1e-12) and chosen.value(axis) / dense <= target.value / (
+            1 if axis == "params" else dense)
+        assert chosen.perplexity == min(p.perplexity for p in fitting)
+
+
+def test_the_result_round_trips_through_json_and_prints_a_table(result):
+    again = FrontierResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result
+    table = format_table(result)
+    assert "| 100 % | original | original | 100.0 % |" in table
+    for family in result.families():
+        assert f"| {family}" in table or f", {family}:" in table
+    assert all(family in FAMILIES for family in result.families())
+    assert result.dense.weight_bytes / MIB == pytest.approx(TOTAL * 4 / MIB)
+
+
+def test_a_cached_rerun_does_no_model_work(backend, spec, request_, result, monkeypatch):
+    calls = []
+    handle = backend.pool.peek(spec).model.register_forward_pre_hook(lambda *_: calls.append("forward"))
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("model work in a cached rerun")
+
+    monkeypatch.setattr(Recipe, "apply", refuse)
+    monkeypatch.setattr(Backend, "analyze", refuse)
+    try:
+        again = backend.frontier(spec, request_, sizes=SIZES, **SMALL)
+    finally:
+        handle.remove()
+    assert again == result and calls == []
+
+
+def test_a_stopped_frontier_resumes_from_the_points_it_finished(backend, spec, request_, monkeypatch, tmp_path):
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    measured = []
+    real = frontier_run.measure_point
+
+    def counted(model, tokenizer, recipe, *args):
+        measured.append(recipe.short())
+        return real(model, tokenizer, recipe, *args)
+
+    monkeypatch.setattr(frontier_run, "measure_point", counted)
+
+    def stop_at_width(fraction, message):
+        if message.startswith("width"):
+            backend.cancel("visitor-1")
+
+    with pytest.raises(Cancelled):
+        backend.frontier(spec, request_, sizes=(0.9,), progress=stop_at_width, owner="visitor-1", **SMALL)
+    assert measured[-1].startswith("width") and not backend.jobs.busy()
+    before = len(measured)
+    resumed = backend.frontier(spec, request_, sizes=(0.9,), **SMALL)
+    assert measured[before] == measured[before - 1]  # the stopped point first; none it finished measured again
+    assert not set(measured[:before - 1]) & set(measured[before:]) and resumed.complete
+
+
+def test_a_target_joins_the_sizes_and_sets_the_axis(backend, spec, request_):
+    found = backend.frontier(spec, request_, sizes=(0.9,), target=Target("mib", 0.3), **SMALL)
+    expected = round(0.3 * MIB / (TOTAL * 4), 3)
+    assert found.axis == "mib" and found.sizes == (0.9, expected)
+    chosen = found.best_under(Target("mib", 0.3))
+    assert chosen is not None and chosen.weight_bytes <= 0.3 * MIB
+
+
+def _cli(capsys, *args):
+    from evaluation import cli
+
+    code = cli.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_target(tiny_folder, tmp_path, capsys):
+    from evaluation import recipe_file
+
+    code, out, err = _cli(capsys, "--frontier", "--sizes", "90", "--target", "params=0.9", "--model", tiny_folder,
+                          "--task", "arc_easy", "--limit", 2, "--ppl_seq_len", 32, "--ppl_windows", 2,
+                          "--output_folder", tmp_path, "--export_dir", tmp_path / "best")
+    assert code == 0, err
+    data = json.loads((tmp_path / "frontier_params.json").read_text())
+    result = FrontierResult.from_json(data["frontier"])
+    chosen = result.best_under(Target("params", 0.9))
+    assert data["target"]["best"] == chosen.to_json() and chosen.params <= 0.9 * result.dense.params
+    assert "| 100 % | original | original | 100.0 % |" in out and "Best under 90 % of the parameters:" in out
+    assert json.dumps(chosen.recipe.to_json()) in out  # the recipe, to give to --recipe or to Python
+    assert recipe_file.read(str(tmp_path / "best")).recipe == chosen.recipe  # saved like any export
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--frontier", "--target", "size=3"], "A target is params=0.8"),
+    (["--frontier", "nosuch"], "Unknown method 'nosuch' for --frontier"),
+    (["--full", "--sizes", "90"], "go with --frontier"),
+    (["--frontier", "--axis", "ms", "--target", "mib=400"], "leave out --axis"),
+    (["--frontier", "--export_dir", "x"], "with --target"),
+])
+def test_the_command_line_refuses_bad_frontier_options_in_one_line(capsys, args, words):
+    code, out, err = _cli(capsys, *args)
+    assert code == 2 and words in err and len(err.strip().splitlines()) == 1
