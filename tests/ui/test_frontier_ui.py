@@ -1,0 +1,79 @@
+"""The frontier in the app: run as it goes, then the best under a target put into slot A with one click; bad input
+and a frontier of another model refused in one line."""
+
+from __future__ import annotations
+
+import gradio as gr
+import pytest
+
+from evaluation.frontier.plan import Target
+from evaluation.serving.backend import Backend
+from ui.session import Session
+
+from conftest import handlers_on, tiny_model, update_of
+
+
+@pytest.fixture(scope="module")
+def served(tiny_tokenizer):
+    """A real backend serving a tiny 8-layer Llama with room for the frontier's 512-token windows."""
+    backend = Backend(device="cpu")
+    model = tiny_model("llama", 8)
+    model.config.max_position_embeddings = 1024
+    spec = backend.adopt(model, tiny_tokenizer, name="tiny-llama-frontier-ui")
+    return backend, spec, Session().for_model(spec, backend.load(spec))
+
+
+@pytest.fixture(scope="module")
+def ran(page, served):
+    """Every output the frontier's run yielded."""
+    backend, _spec, session = served
+    return list(handlers_on(page, backend).frontier.run(session, "params", "90, 80", "arc_easy", 2, 1))
+
+
+def test_the_frontier_redraws_as_each_point_arrives_and_keeps_what_it_measured(page, served, ran):
+    _backend, spec, _session = served
+    box = page.benchmarks.frontier
+    assert len(ran) > 5 and all(box.plot in out and box.table in out for out in ran)
+    first, last = ran[0][box.summary], ran[-1][box.summary]
+    assert first.startswith("Measuring… 0 of") and last.startswith("Measured ") and "Pareto front" in last
+    shown_spec, result = ran[-1][box.shown]
+    assert shown_spec == spec and result.complete and result.sizes == (0.9, 0.8)
+    assert "| 100 % | original | original | 100.0 % |" in ran[-1][box.table]
+
+
+def test_the_best_under_a_target_goes_into_slot_a_and_the_page_edits_it(page, served, ran):
+    backend, _spec, session = served
+    box = page.benchmarks.frontier
+    shown = ran[-1][box.shown]
+    out = handlers_on(page, backend).frontier.best(session.with_cut(None, "A"), shown, "params=0.85")
+    chosen = shown[1].best_under(Target("params", 0.85))
+    after = update_of(out, page.view.session)
+    assert chosen.params <= 0.85 * shown[1].dense.params and not chosen.recipe.is_original
+    assert after.cut("A") == chosen.recipe and after.editing == "A" and after.cut("B") is None
+    assert "the best under 85 % of the parameters" in after.cut("A").origin
+    assert out[box.best_md].startswith("Best under 85 % of the parameters:") and "Now in A" in out[box.best_md]
+
+
+def test_a_target_nothing_reaches_says_so_and_changes_no_slot(page, served, ran):
+    backend, _spec, session = served
+    out = handlers_on(page, backend).frontier.best(session, ran[-1][page.benchmarks.frontier.shown], "mib=0.001")
+    assert out[page.benchmarks.frontier.best_md].startswith("No measured model is under 0.001 MiB")
+    assert page.view.session not in out
+
+
+@pytest.mark.parametrize("target, shown, words", [
+    ("size=3", "ran", "A target is params=0.8"),
+    ("params=0.8", None, "Run the frontier on this model first"),
+    ("params=0.8", "other", "Run the frontier on this model first"),
+])
+def test_bad_targets_and_missing_or_foreign_frontiers_are_one_line(page, served, ran, tiny_tokenizer, target, shown,
+                                                                   words):
+    backend, _spec, session = served
+    state = ran[-1][page.benchmarks.frontier.shown]
+    if shown == "other":  # a frontier of another visitor's model
+        other = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="another-model")
+        state = (other, state[1])
+    elif shown is None:
+        state = None
+    with pytest.raises(gr.Error, match=words):
+        handlers_on(page, backend).frontier.best(session, state, target)
