@@ -487,3 +487,25 @@ def test_one_click_patches_the_cut_into_the_other_slot(page):
     page.evaluate("window.scrollTo(0, 0)")  # the status line, the banner naming B's patch, the button
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-patch.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 390})
+
+
+def test_the_frontier_plots_every_family_and_puts_the_best_under_a_target_into_a(page):
+    tab(page, "Benchmarks")
+    page.get_by_text("Frontier: what should I cut?").click()
+    page.fill("#frontier-sizes textarea", "90")
+    page.fill("#frontier-limit input", "2")
+    page.fill("#frontier-windows input", "1")
+    page.click("#frontier-btn")
+    summary = settled_text(page, "#frontier-summary", "Pareto front", timeout=900_000)
+    assert summary.startswith("Measured ")
+    table = page.inner_text("#frontier-table")
+    for family in ("original", "depth, paper", "MLP drop", "width", "low-rank", "sparsity", "2:4"):
+        assert family in table
+    page.wait_for_selector("#frontier-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.fill("#frontier-target textarea", "params=0.9")
+    page.click("#frontier-best-btn")
+    best = settled_text(page, "#frontier-best", "Now in A")
+    assert best.startswith("Best under 90 % of the parameters:")
+    wait_banner(page, "frontier")
+    page.wait_for_timeout(500)
+    page.locator("#frontier-plot").screenshot(path=str(ASSETS / "screenshot-frontier.png"))

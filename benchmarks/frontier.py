@@ -1,0 +1,74 @@
+"""The default model's frontier: every family at 90 / 80 / 70 % of the parameters, its table and its figure.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/frontier.py                     # measure (each point cached)
+    PYTHONPATH=. .venv/bin/python benchmarks/frontier.py --from results/frontier_params.json --png assets/frontier.png
+
+Measures as ``python -m evaluation.cli --frontier --task hellaswag --limit 200`` does (WikiText-2 test perplexity
+over 16 × 512 tokens, hellaswag's first 200, decode at batch 1 timed in turns with the original), or reads what that
+command wrote; prints the table, the seconds the points took to build and to measure, and draws the figure into a
+PNG through Debian's Chromium (plotly's own JavaScript, offline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import prune
+from evaluation.frontier.plan import DEFAULT_SIZES
+from evaluation.frontier.result import FrontierResult, format_table
+from evaluation.quality import lm_eval_adapter
+from evaluation.serving.backend import Backend
+from evaluation.serving.models import ModelSpec
+from ui.frontier_plots import frontier_figure
+
+
+def measured(args) -> FrontierResult:
+    if args.source:
+        return FrontierResult.from_json(json.loads(Path(args.source).read_text())["frontier"])
+    backend = Backend()
+    request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.data_dir)
+    return backend.frontier(ModelSpec(prune.DEFAULT_MODEL), request, axis=args.axis, sizes=DEFAULT_SIZES,
+                            progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True))
+
+
+def draw(result: FrontierResult, png: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    figure = frontier_figure(result).update_layout(width=1400, height=560)
+    with tempfile.TemporaryDirectory() as folder:
+        html = Path(folder) / "frontier.html"
+        figure.write_html(html, include_plotlyjs=True, full_html=True)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1420, "height": 580})
+            page.goto(html.as_uri())
+            page.wait_for_selector(".scatterlayer")
+            page.locator(".plot-container").screenshot(path=str(png))
+            browser.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from", dest="source", default=None, help="a frontier_<axis>.json the CLI wrote")
+    parser.add_argument("--axis", default="params")
+    parser.add_argument("--task", default="hellaswag")
+    parser.add_argument("--limit", type=int, default=200)
+    parser.add_argument("--png", default=None, help="draw the figure into this PNG")
+    args = parser.parse_args()
+    result = measured(args)
+    print(format_table(result))
+    build = sum(p.build_s for p in result.everything())
+    measure = sum(p.measure_s for p in result.everything())
+    print(f"\n{len(result.points)} points beside the original: building {build:.0f} s, measuring {measure:.0f} s "
+          f"(analyses and loading not included).")
+    if args.png:
+        draw(result, Path(args.png))
+        print(f"Figure: {args.png}")
+
+
+if __name__ == "__main__":
+    main()
