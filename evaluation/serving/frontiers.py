@@ -70,7 +70,7 @@ class Frontiers:
         elif target.axis == "mib":
             fraction = target.value * MIB / memory.weight_bytes(self._base(spec).model)
         else:  # the decode rate timed when the model loaded
-            fraction = target.value / (1000 * self.rates(spec).decode_s)
+            fraction = target.value / (1000 * self.rates(spec).decode_s_per_token)
         return (round(fraction, 3),) if 0.05 <= fraction < 1 else ()
 
     def _frontier_candidates(self, spec: ModelSpec, plan: FrontierPlan, store: ResultStore,

@@ -77,3 +77,12 @@ def test_bad_targets_and_missing_or_foreign_frontiers_are_one_line(page, served,
         state = None
     with pytest.raises(gr.Error, match=words):
         handlers_on(page, backend).frontier.best(session, state, target)
+
+
+def test_more_than_five_sizes_or_an_unknown_axis_are_refused_before_any_work(page, served):
+    backend, _spec, session = served
+    handlers = handlers_on(page, backend).frontier
+    with pytest.raises(gr.Error, match="at most 5 sizes"):
+        list(handlers.run(session, "params", "95, 90, 85, 80, 75, 70", "arc_easy", 2, 1))
+    with pytest.raises(gr.Error, match="Size the frontier by params, mib, ms"):
+        list(handlers.run(session, "flops", "90", "arc_easy", 2, 1))

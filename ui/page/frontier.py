@@ -25,6 +25,7 @@ from ui.session import SLOTS, Session
 
 AXIS_CHOICES = [("parameters", "params"), ("weight MiB", "mib"), ("decode ms/token", "ms")]
 INTO = SLOTS[0]  # the slot the best model goes into
+MAX_SIZES = 5  # sizes per run from the page (the command line takes any number)
 
 
 @dataclass
@@ -91,9 +92,12 @@ class FrontierHandlers:
                                                      data_dir=backend.data_dir)
         method = session.result.method if session.result is not None and session.result.method in METHODS \
             else DEFAULT_METHOD
+        chosen = check_sizes(sizes or "")
+        if len(chosen) > MAX_SIZES:
+            raise InvalidInput(f"Give at most {MAX_SIZES} sizes at once: each adds a dozen models to build and measure.")
         box = self.box
         for result in backend.frontiering(
-                session.spec, task_request, axis=axis, sizes=check_sizes(sizes or ""), method=method,
+                session.spec, task_request, axis=axis, sizes=chosen, method=method,
                 calibration=session.calibration or self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
                 progress=reporter(progress), owner=owner(request)):

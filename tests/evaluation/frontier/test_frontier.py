@@ -284,3 +284,13 @@ def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_t
 def test_the_command_line_refuses_bad_frontier_options_in_one_line(capsys, args, words):
     code, out, err = _cli(capsys, *args)
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_latency_target_is_planned_from_the_rate_timed_at_load(backend, spec, request_):
+    backend.load(spec)  # times the decode rate once
+    rate_ms = 1000 * backend.rates(spec).decode_s_per_token
+    found = backend.frontier(spec, request_, sizes=(0.9,), target=Target("ms", 0.5 * rate_ms), **SMALL)
+    assert found.axis == "ms" and found.sizes == (0.9, 0.5)
+    assert {"int8", "int4", "2:4"} <= {f for p in found.points for f in p.families}  # every family has a latency
+    chosen = found.best_under(Target("ms", 0.5 * rate_ms))
+    assert chosen is None or chosen.ms <= 0.5 * rate_ms
