@@ -2,11 +2,18 @@
 
     PYTHONPATH=. .venv/bin/python benchmarks/frontier.py                     # measure (each point cached)
     PYTHONPATH=. .venv/bin/python benchmarks/frontier.py --from results/frontier_params.json --png assets/frontier.png
+    PYTHONPATH=. .venv/bin/python benchmarks/frontier.py --from results/frontier_params.json \
+        --also results/frontier_mib.json --retime --png assets/frontier.png
 
 Measures as ``python -m evaluation.cli --frontier --task hellaswag --limit 200`` does (WikiText-2 test perplexity
 over 16 × 512 tokens, hellaswag's first 200, decode at batch 1 timed in turns with the original), or reads what that
 command wrote; prints the table, the seconds the points took to build and to measure, and draws the figure into a
 PNG through Debian's Chromium (plotly's own JavaScript, offline).
+
+``--retime`` times every point again, all in one run and taking turns run by run (5 runs each), so that the
+machine's load falls on every model alike: the frontier times each point in turns with the original only, when it
+is measured, and a busy machine moves those times between points. ``--also`` adds the points of another axis's
+run (int8 and int4 from ``--axis mib``) to the figure and the re-timing.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import argparse
 import json
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import prune
@@ -23,6 +31,8 @@ from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
+from evaluation.frontier.run import SPEED
+from evaluation.measure import speed
 from ui.frontier_plots import frontier_figure
 
 
@@ -33,6 +43,26 @@ def measured(args) -> FrontierResult:
     request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.data_dir)
     return backend.frontier(ModelSpec(prune.DEFAULT_MODEL), request, axis=args.axis, sizes=DEFAULT_SIZES,
                             progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True))
+
+
+def retimed(result: FrontierResult) -> FrontierResult:
+    """Every point's decode latency measured again in one run, the models taking turns (see the module docstring)."""
+    model, tokenizer = prune.load_model()
+    models = {"original": model}
+    for point in result.points:
+        print(f"building {point.recipe.short()}…", file=sys.stderr, flush=True)
+        models[point.recipe.key] = point.recipe.apply(model, tokenizer)
+    found = speed.measure_speed(models, batch_sizes=(1,), prompt_len=SPEED["prompt_len"], new_tokens=SPEED["new_tokens"],
+                                repeats=5, job=None)
+    ms = {m.model: m.value for m in found if m.name.startswith("decode")}
+    points = tuple(replace(p, ms=ms[p.recipe.key], dense_ms=ms["original"]) for p in result.points)
+    return replace(result, dense=replace(result.dense, ms=ms["original"], dense_ms=ms["original"]), points=points)
+
+
+def merged(result: FrontierResult, other: FrontierResult) -> FrontierResult:
+    """``result`` with ``other``'s points that it lacks (on ``result``'s axis: int8 and int4 keep every parameter)."""
+    known = {p.recipe.key for p in result.points}
+    return replace(result, points=result.points + tuple(p for p in other.points if p.recipe.key not in known))
 
 
 def draw(result: FrontierResult, png: Path) -> None:
@@ -58,8 +88,14 @@ def main() -> None:
     parser.add_argument("--task", default="hellaswag")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--png", default=None, help="draw the figure into this PNG")
+    parser.add_argument("--also", default=None, help="another frontier_<axis>.json whose extra points join")
+    parser.add_argument("--retime", action="store_true", help="time every point again, all taking turns")
     args = parser.parse_args()
     result = measured(args)
+    if args.also:
+        result = merged(result, FrontierResult.from_json(json.loads(Path(args.also).read_text())["frontier"]))
+    if args.retime:
+        result = retimed(result)
     print(format_table(result))
     build = sum(p.build_s for p in result.everything())
     measure = sum(p.measure_s for p in result.everything())
