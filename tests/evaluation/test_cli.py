@@ -115,7 +115,7 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--full", "--sparsify", "lottery", "--sparsity", 0.5], "Unknown sparsity method 'lottery'"),
     (["--full", "--sparsify", "magnitude", "--pattern", "3:3"], "Unknown sparsity pattern '3:3'"),
     (["--full", "--width", 1.5], "The parameter ratio is the fraction"),
-    (["--sweep", 2, "--sparsify", "magnitude", "--sparsity", 0.5], "not with --sweep or --sparsity_sweep"),
+    (["--sweep", 2, "--sparsify", "magnitude", "--sparsity", 0.5], "not with --sweep, --sparsity_sweep or --frontier"),
     (["--full", "--levels", "0,0.5"], "--levels and --methods go with --sparsity_sweep"),
     (["--sparsity_sweep", "--levels", "0,half"], "--levels takes fractions separated by commas"),
     (["--sparsity_sweep", "--levels", "0,1.5"], "Sparsity levels are fractions from 0 to 0.99"),

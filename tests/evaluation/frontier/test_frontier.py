@@ -280,6 +280,7 @@ def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_t
     (["--full", "--sizes", "90"], "go with --frontier"),
     (["--frontier", "--axis", "ms", "--target", "mib=400"], "leave out --axis"),
     (["--frontier", "--export_dir", "x"], "with --target"),
+    (["--frontier", "--width", "0.8"], "not with --sweep, --sparsity_sweep or --frontier"),
 ])
 def test_the_command_line_refuses_bad_frontier_options_in_one_line(capsys, args, words):
     code, out, err = _cli(capsys, *args)
