@@ -1,8 +1,10 @@
 """Width against depth at the same size on the default model: perplexity, decode speed, hellaswag, time to prune.
 
-    .venv/bin/python benchmarks/width.py [--ratio 0.8] [--ppl_windows 64] [--hellaswag 200]
+    .venv/bin/python benchmarks/width.py [--ratio 0.8] [--ppl_windows 64] [--ppl_len 128] [--hellaswag 200]
+                                         [--criteria wanda-sp,llm-pruner]
 
-The width side is ``prune.shrink_width`` at ``--ratio`` of the parameters; the depth side removes
+The width side is ``prune.shrink_width`` at ``--ratio`` of the parameters, once per criterion (Wanda-sp, and
+LLM-Pruner's Taylor criterion); the depth side removes
 ``prune.width.shrink.matching_depth_layers`` whole layers, the best contiguous block of angular distance,
 both on the default calibration (WikiText-2 validation). Everything is measured through the
 Backend the app uses, the three models side by side in one run: WikiText-2 test perplexity on
@@ -21,7 +23,10 @@ from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ratio", type=float, default=0.8, help="fraction of the parameters kept")
-    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens (0: skip)")
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows (0: skip)")
+    parser.add_argument("--ppl_len", type=int, default=128, help="tokens per perplexity window")
+    parser.add_argument("--criteria", type=lambda text: tuple(text.split(",")), default=("wanda-sp", "llm-pruner"),
+                        help="comma list of width criteria, each a column")
     parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
     parser.add_argument("--repeats", type=int, default=5, help="decode runs per model")
     parser.add_argument("--batch_sizes", type=lambda text: tuple(int(b) for b in text.split(",")), default=(1, 8),
@@ -53,27 +58,30 @@ def run(args) -> None:
     depth = Recipe.block(info.num_layers, start, end, origin="angular distance, best block")
     backend.model(spec, depth)
     depth_s = time.perf_counter() - started
-    width = Recipe((WidthPrune.of(args.ratio, cal),))
-    started = time.perf_counter()
-    narrow = backend.model(spec, width)
-    width_s = time.perf_counter() - started
-    variants = {"depth": depth, "width": width}
-    labels = {ORIGINAL: "original", "depth": f"depth {depth.short()}", "width": width.short()}
     print(f"{info.name}: {info.num_layers} layers, {info.num_params:,} parameters; calibration {cal.source}, "
           f"{cal.n_samples} × {cal.seq_len} tokens; threads {__import__('torch').get_num_threads()}")
-    print(f"width: {narrow.config.num_attention_heads} heads ({narrow.config.num_key_value_heads} KV), "
-          f"MLP {narrow.config.intermediate_size} of {base.config.intermediate_size} channels per layer")
+    variants, width_s = {"depth": depth}, {}
+    for criterion in args.criteria:
+        width = Recipe((WidthPrune.of(args.ratio, cal, criterion),))
+        started = time.perf_counter()
+        narrow = backend.model(spec, width)
+        width_s[criterion] = time.perf_counter() - started
+        variants[criterion] = width
+        print(f"width by {criterion}: {narrow.config.num_attention_heads} heads ({narrow.config.num_key_value_heads} KV), "
+              f"MLP {narrow.config.intermediate_size} of {base.config.intermediate_size} channels per layer")
+    labels = {ORIGINAL: "original", "depth": f"depth {depth.short()}",
+              **{c: variants[c].short() for c in args.criteria}}
 
     rows: dict[str, dict[str, str]] = {}
     params = {ORIGINAL: info.num_params, **{k: info.num_params - info.removed_params(r) for k, r in variants.items()}}
     rows["parameters"] = {k: f"{v / 1e6:.1f} M ({100 * v / info.num_params:.1f} %)" for k, v in params.items()}
     rows["time to prune (s)"] = {ORIGINAL: "—", "depth": f"{depth_s:.1f} (angular scores)",
-                                 "width": f"{width_s:.1f} (Wanda-sp + rebuild)"}
+                                 **{c: f"{t:.1f} (scores + rebuild)" for c, t in width_s.items()}}
 
     if args.ppl_windows:
-        ppl = backend.perplexity(spec, variants, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows)
+        ppl = backend.perplexity(spec, variants, seq_lens=(args.ppl_len,), bos=(False,), max_windows=args.ppl_windows)
         windows = ppl[0].details["windows"]
-        rows[f"WikiText-2 ppl ({windows} × 128 tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
+        rows[f"WikiText-2 ppl ({windows} × {args.ppl_len} tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
 
     speed = backend.speed(spec, variants, batch_sizes=args.batch_sizes, prompt_len=128, new_tokens=(32,),
                           repeats=args.repeats)
@@ -92,9 +100,9 @@ def run(args) -> None:
         found = backend.benchmarks(spec, variants, request, batch_size=16)
         acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
         rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
-        print(f"hellaswag: {time.perf_counter() - started:.0f} s for the three models")
+        print(f"hellaswag: {time.perf_counter() - started:.0f} s for the {len(variants) + 1} models")
 
-    columns = [ORIGINAL, "depth", "width"]
+    columns = [ORIGINAL, "depth", *args.criteria]
     print()
     print("| | " + " | ".join(labels[c] for c in columns) + " |")
     print("|---|" + "---|" * len(columns))

@@ -1,6 +1,6 @@
 """Width pruning: remove MLP channels and attention heads so that the matrices really shrink.
 
-Importance: **Wanda-sp**, the structured Wanda of FLAP's code (An et al. 2024, arXiv 2312.11983,
+Importance, by default: **Wanda-sp**, the structured Wanda of FLAP's code (An et al. 2024, arXiv 2312.11983,
 ``CASIA-IVA-Lab/FLAP`` ``prune_wanda_sp``; Wanda: Sun et al. 2023, arXiv 2306.11695). For the
 matrix that writes a structure's output into the residual stream (``o_proj``, ``down_proj`` and
 their kin), each input column j scores ``mean_i |W_ij| · ‖X_j‖₂`` — X_j that column's input over
@@ -10,7 +10,8 @@ Where LayerCut differs from that code: under grouped-query attention a unit is a
 (a KV head and every query head sharing it; FLAP's code knows only one KV head per query head),
 so the config stays expressible; every layer is scored in one forward pass of the unpruned
 model (FLAP re-reads each layer's inputs from the layers already pruned before it); the default
-calibration is LayerCut's (FLAP: 128 windows of 128 tokens of C4).
+calibration is LayerCut's (FLAP: 128 windows of 128 tokens of C4). The other criterion, LLM-Pruner's
+weight × gradient on the coupled groups, is :mod:`prune.width.taylor`; both feed the same plan and rebuild.
 
 How much goes: ``param_ratio`` is the fraction of *all* the model's parameters kept, embeddings
 and LM head included, which are never pruned (nor are norms); so the decoder layers give up more
@@ -38,18 +39,21 @@ from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
-from transformers.pytorch_utils import Conv1D
 
 from prune.core.architectures import Width, decoder_layers, get_path, width_of
 from prune.core.calibration import Calibration, token_windows
-from prune.core.errors import InvalidInput, UnsupportedArchitecture
+from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
 from prune.core.hidden import StopForward, run_until_stopped
 from prune.core.sequential import rows_of
 from prune.core.sizes import LayerShape, Size, check_ratio, layer_shape, size_of, writer
 from prune.core.devices import input_device
 from prune.core.layer_files import Rebuild
+from prune.width.layout import Scores, axis_index, unit_sizes, weight_dim
+from prune.width.taylor import IMPORTANCE as TAYLOR, taylor_scores
 
 IMPORTANCE = "Wanda-sp"
+WANDA_SP, LLM_PRUNER = "wanda-sp", "llm-pruner"
+CRITERIA = {WANDA_SP: IMPORTANCE, LLM_PRUNER: TAYLOR}  # what ranks the structures, by name
 DESCRIPTION = ("Width pruning: removes MLP channels and attention heads (whole KV groups) in every layer by "
                "Wanda-sp importance (Σ |W|·‖X‖ over the structure's columns of o_proj / down_proj, as FLAP's "
                "code computes it), down to a parameter count; the matrices really shrink.")
@@ -131,14 +135,6 @@ def matching_depth_layers(size: Size, param_ratio: float) -> int:
 # ---------------------------------------------------------------- importance (Wanda-sp)
 
 
-@dataclass(frozen=True)
-class Scores:
-    """One decoder layer's Wanda-sp scores: per KV group (None where heads are kept) and per MLP channel."""
-
-    groups: torch.Tensor | None
-    channels: torch.Tensor
-
-
 def importance(model: nn.Module, tokenizer, calibration: Calibration | None = None, *,
                batch_size: int = 8, progress: Progress | None = None) -> list[Scores]:
     """Wanda-sp scores of every layer's KV groups and channels, from one forward pass over the calibration.
@@ -203,25 +199,33 @@ def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batc
 
 
 def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration: Calibration | None = None,
-                 progress: Progress | None = None, batch_size: int = 8) -> nn.Module:
+                 progress: Progress | None = None, batch_size: int = 8, criterion: str = WANDA_SP) -> nn.Module:
     """A copy of ``model`` keeping about ``param_ratio`` of its parameters, its heads and channels fewer; ``model`` is untouched.
 
-    ``calibration`` (None: the built-in text) feeds the Wanda-sp importance; nothing is read when
-    nothing is removed. ``progress(fraction, message)`` is called after each calibration batch and
-    each rebuilt layer (raising there cancels; the original is never touched).
+    ``calibration`` (None: the built-in text) feeds the importance, ``criterion`` (:data:`CRITERIA`): Wanda-sp's
+    weight × activation, or LLM-Pruner's weight × gradient (:mod:`prune.width.taylor`); nothing is read when
+    nothing is removed. ``progress(fraction, message)`` is called after each calibration batch (or the backward
+    pass) and each rebuilt layer (raising there cancels; the original is never touched).
     """
+    if criterion not in CRITERIA:
+        raise InvalidInput(f"Width pruning has no criterion {quoted(criterion)}: choose one of {', '.join(CRITERIA)}.")
     size = size_of(model)
     size = replace(size, shape=layer_shape(model))  # the clear error for an architecture without widths
     found = plan(size, param_ratio)
     shape, width = size.shape, width_of(model)
     report = progress or (lambda _fraction, _message: None)
-    squares = None
+    squares = scores = None
     if found.groups or found.channels:
         if tokenizer is None:
             raise InvalidInput("Width pruning reads calibration activations: it needs the model's tokenizer.")
-        windows = token_windows(tokenizer, calibration or Calibration())
-        squares = _input_squares(model, width, windows.to(input_device(model)), batch_size,
-                                 lambda fraction, message: report(0.9 * fraction, message))
+        if criterion == WANDA_SP:
+            windows = token_windows(tokenizer, calibration or Calibration())
+            squares = _input_squares(model, width, windows.to(input_device(model)), batch_size,
+                                     lambda fraction, message: report(0.9 * fraction, message))
+        else:
+            report(0.0, f"{CRITERIA[criterion]}: one backward pass over the calibration")
+            scores = taylor_scores(model, tokenizer, width, shape, calibration)
+            report(0.9, f"{CRITERIA[criterion]}: scored")
     element = next(model.parameters()).element_size()
     rebuild = Rebuild(model, owned_params(size, resized(size, found)) * element)  # a clone, or files layer by layer
     config = rebuild.config
@@ -232,8 +236,12 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
         config.head_dim = shape.head_dim
     count = len(decoder_layers(model))
     for index, layer in rebuild.layers():
-        score = layer_scores(layer, squares[index], width, shape) if squares else \
-            Scores(None, torch.zeros(shape.channels))
+        if scores:
+            score = scores[index]
+        elif squares:
+            score = layer_scores(layer, squares[index], width, shape)
+        else:
+            score = Scores(None, torch.zeros(shape.channels))
         kept = {"c": _kept(score.channels, shape.channels - found.channels)}
         if width.heads:
             kept["q"] = kept["kv"] = _kept(score.groups if found.groups else torch.zeros(shape.groups),
@@ -265,15 +273,14 @@ def owned_params(before: Size, after: Size) -> int:
 def _rebuilt(layer: nn.Module, config, index: int, entries, shape: LayerShape, kept: dict) -> nn.Module:
     """A fresh decoder layer of ``config`` holding ``layer``'s kept rows and columns of ``entries`` (its own) and
     every other tensor (shared)."""
-    sizes = {"q": shape.heads_per_group * shape.head_dim, "kv": shape.head_dim, "c": 1}
-    units = {"q": shape.groups, "kv": shape.groups, "c": shape.channels}
+    sizes, units = unit_sizes(shape)
     sliced: dict[str, torch.Tensor] = {}
     for path, spec in entries:
         axis, *segments = spec.split()
         module = get_path(layer, path)
-        idx = _axis_index([sizes[s] for s in segments], [units[s] for s in segments], [kept[s] for s in segments])
+        idx = axis_index([sizes[s] for s in segments], [units[s] for s in segments], [kept[s] for s in segments])
         idx = idx.to(module.weight.device)
-        dim = _weight_dim(module, axis)
+        dim = weight_dim(module, axis)
         sliced[f"{path}.weight"] = module.weight.detach().index_select(dim, idx)
         if axis == "out" and getattr(module, "bias", None) is not None:
             sliced[f"{path}.bias"] = module.bias.detach().index_select(0, idx)
@@ -293,21 +300,3 @@ def _rebuilt(layer: nn.Module, config, index: int, entries, shape: LayerShape, k
     if left:
         raise UnsupportedArchitecture(f"Width pruning could not fill {', '.join(left)} of the rebuilt layer.")
     return fresh
-
-
-# ---------------------------------------------------------------- layouts
-
-
-def _weight_dim(module: nn.Module, axis: str) -> int:
-    dim = 0 if axis == "out" or module.weight.dim() == 1 else 1
-    return 1 - dim if isinstance(module, Conv1D) else dim
-
-
-def _axis_index(sizes: list[int], units: list[int], kept: list[torch.Tensor]) -> torch.Tensor:
-    """Indices along an axis made of segments (a block of ``size`` per unit each), keeping the ``kept`` units in order."""
-    parts, offset = [], 0
-    for size, count, keep in zip(sizes, units, kept):
-        parts.append((offset + keep[:, None] * size + torch.arange(size)[None, :]).flatten())
-        offset += count * size
-    return torch.cat(parts)
-

@@ -115,6 +115,7 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--full", "--sparsify", "lottery", "--sparsity", 0.5], "Unknown sparsity method 'lottery'"),
     (["--full", "--sparsify", "magnitude", "--pattern", "3:3"], "Unknown sparsity pattern '3:3'"),
     (["--full", "--width", 1.5], "The parameter ratio is the fraction"),
+    (["--full", "--width_criterion", "llm-pruner"], "--width_criterion goes with --width RATIO"),
     (["--sweep", 2, "--sparsify", "magnitude", "--sparsity", 0.5], "not with --sweep, --sparsity_sweep or --frontier"),
     (["--full", "--levels", "0,0.5"], "--levels and --methods go with --sparsity_sweep"),
     (["--sparsity_sweep", "--levels", "0,half"], "--levels takes fractions separated by commas"),
@@ -183,6 +184,17 @@ def test_width_and_sparsify_follow_the_cut_in_that_order(tiny_folder, tmp_path, 
     assert Recipe.from_json(config["recipe"]) == Recipe.block(4, 1, 2).then(WidthPrune.of(0.9, calibration)).then(
         Sparsify.of("wanda", 0.3, calibration=calibration))
     assert config["removed_layers"] == [1] and config["params_removed_pct"] > 0
+
+
+def test_width_by_llm_pruners_criterion_is_recorded_and_rebuilt_from_its_json(tiny_folder, tmp_path, capsys,
+                                                                                data_dir):
+    code, out, err = _run(capsys, "--full", "--width", 0.9, "--width_criterion", "llm-pruner", "--model", tiny_folder,
+                          "--task", "arc_easy", "--limit", 2, "--output_folder", tmp_path, "--data_dir", data_dir)
+    assert code == 0, err
+    (found,) = tmp_path.glob("results_*width*.json")
+    recipe = Recipe.from_json(json.loads(found.read_text())["config"]["recipe"])
+    assert recipe == Recipe((WidthPrune.of(0.9, default_calibration(data_dir), "llm-pruner"),))
+    assert recipe != Recipe((WidthPrune.of(0.9, default_calibration(data_dir)),))
 
 
 def test_decompose_compares_the_original_with_its_low_rank_version(tiny_folder, tmp_path, capsys, data_dir):

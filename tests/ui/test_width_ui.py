@@ -50,10 +50,10 @@ def run(generator) -> list[tuple]:
 def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls(page):
     choices = catalog.method_choices()
     names = [name for _label, name in choices]
-    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight",
-                     "int8", "int4"]
+    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "lowrank-feature",
+                     "lowrank-weight", "int8", "int4"]
     groups = [label.split(" · ")[0] for label, _name in choices]
-    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] + ["Low-rank"] * 2 + \
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] * 2 + ["Low-rank"] * 2 + \
         ["Quantization"] * 2
 
     picks, header, steps = handlers_on(page, Backend(data_dir="", device="cpu")).pick, page.header, page.header.steps
@@ -67,6 +67,9 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
     level = shown[steps.level]
     assert level["label"] == "Parameters kept (%)" and level["value"] == 80
     assert shown[steps.pattern]["visible"] is False and shown[steps.versus_btn]["visible"] is True
+    shown = picks.method_info("width-llm-pruner")  # the second width criterion: the same controls
+    assert "LLM-Pruner" in shown[header.method_about] and "first and last" in shown[header.method_about]
+    assert shown[steps.level]["value"] == 80 and shown[steps.versus_btn]["visible"] is True
     shown = picks.method_info("lowrank-feature")
     assert "eigenvectors" in shown[header.method_about] and shown[header.build_btn]["visible"] is True
     assert shown[steps.level]["label"] == "Parameters kept (%)"
@@ -152,6 +155,14 @@ def test_width_against_depth_fills_both_slots_with_the_same_size(visitor, page):
     assert abs(sizes["A"] - sizes["B"]) <= layer  # same size, to within one layer
     built = backend.model(session.spec, width)
     assert sum(p.numel() for p in built.parameters()) == sizes["B"]  # the arithmetic the banner shows is exact
+    assert width.steps[0].criterion == "wanda-sp"
+    *_, last = run(handlers.steps.width_vs_depth(session, 80, "block", *CAL_INPUTS, "auto", "width-llm-pruner"))
+    after = last[page.view.session]
+    assert after.cut("A") == depth and after.cut("B").steps[0] == WidthPrune.of(0.8, after.cut("B").steps[0].calibration,
+                                                                                 "llm-pruner")
+    taylor = backend.model(session.spec, after.cut("B"))
+    assert sum(p.numel() for p in taylor.parameters()) == sizes["B"]  # the same plan, other structures
+    assert any(not torch.equal(a, b) for a, b in zip(taylor.parameters(), built.parameters()))
 
 
 def test_bad_width_input_is_one_line_and_keeps_the_session(visitor, page):

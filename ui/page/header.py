@@ -161,7 +161,8 @@ def wire(page, handlers) -> dict:
     build = header.build_btn.click(gpu(steps.build), [page.session, header.method, step.level, step.pattern,
                                                       step.stack, *cal.inputs()],
                                    build_outputs, api_name="build", show_progress_on=[view.banner], **DEVICE)
-    versus = step.versus_btn.click(gpu(steps.width_vs_depth), [page.session, step.level, cut.selection, *cal.inputs()],
+    versus = step.versus_btn.click(gpu(steps.width_vs_depth), [page.session, step.level, cut.selection, *cal.inputs(),
+                                                                   header.method],
                                    build_outputs, api_name="width_vs_depth", show_progress_on=[view.banner], **DEVICE)
     analyze = header.analyze_btn.click(gpu(picks.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
                                        show_progress_on=[view.heatmap], **DEVICE)

@@ -12,7 +12,7 @@ from prune.core.errors import ModelNotFound
 from prune.depth.methods import options_for_cut
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
 from prune.core.surgery import largest_cut
-from prune.width.step import NAME as WIDTH_PRUNING
+from prune.width.step import WIDTH_METHODS
 
 from ui import catalog, inputs, text
 from ui.handlers import Context, default_block_size, need_model, owner, reporter, user_errors
@@ -100,7 +100,7 @@ class PickHandlers:
                  header.analyze_btn: gr.update(visible=not step), header.build_btn: gr.update(visible=step),
                  steps.row: gr.update(visible=step),
                  steps.pattern: gr.update(visible=step and catalog.choice(method).patterns),
-                 steps.versus_btn: gr.update(visible=method == WIDTH_PRUNING)}
+                 steps.versus_btn: gr.update(visible=method in WIDTH_METHODS)}
         if step:
             shown[steps.level] = gr.update(**catalog.level_slider(method))
         return shown

@@ -12,7 +12,7 @@ from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from prune.depth.selection import check_selection, chosen_recipe
 from prune.width.shrink import matching_depth_layers
-from prune.width.step import WidthPrune
+from prune.width.step import NAME as WIDTH_PRUNING, WidthPrune, criterion_for
 
 from ui import catalog, inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
@@ -48,8 +48,10 @@ class StepHandlers:
 
     @user_errors
     def width_vs_depth(self, session: Session, level, selection: str, source: str, detail: str, upload, samples,
-                       seq_len, bos: str = "auto", request: gr.Request = None, progress=gr.Progress()):
-        """A: the analysis's depth cut of about the size ``level`` % keeps; B: width pruning to ``level`` %."""
+                       seq_len, bos: str = "auto", method: str = WIDTH_PRUNING, request: gr.Request = None,
+                       progress=gr.Progress()):
+        """A: the analysis's depth cut of about the size ``level`` % keeps; B: width pruning to ``level`` % by the
+        picked width ``method`` (Wanda-sp or LLM-Pruner's criterion)."""
         info = need_model(session)
         if session.result is None:
             raise InvalidInput("Analyze with a depth method first: cut A is the layers that analysis picks.")
@@ -58,7 +60,8 @@ class StepHandlers:
                                          self.context.default_calibration, bos)
         depth = chosen_recipe(session.result, matching_depth_layers(info.size, ratio), check_selection(selection),
                               f"{session.origin}: as many parameters as width pruning removes")
-        width = Recipe((WidthPrune.of(ratio, calibration),), origin="width against depth at the same size")
+        width = Recipe((WidthPrune.of(ratio, calibration, criterion_for(method)),),
+                       origin="width against depth at the same size")
         session = replace(session.with_cut(depth, SLOTS[0]).with_cut(width, SLOTS[1]), editing=SLOTS[0])
         yield from self._building(session, dict(zip(SLOTS, (depth, width))), request, progress)
 
