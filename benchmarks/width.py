@@ -78,26 +78,33 @@ def run(args) -> None:
     rows["time to prune (s)"] = {ORIGINAL: "—", "depth": f"{depth_s:.1f} (angular scores)",
                                  **{c: f"{t:.1f} (scores + rebuild)" for c, t in width_s.items()}}
 
+    # the backend compares at most two models with the original: the rest in further runs beside it
+    pairs = [dict(list(variants.items())[i:i + 2]) for i in range(0, len(variants), 2)]
     if args.ppl_windows:
-        ppl = backend.perplexity(spec, variants, seq_lens=(args.ppl_len,), bos=(False,), max_windows=args.ppl_windows)
+        ppl = [m for pair in pairs for m in backend.perplexity(spec, pair, seq_lens=(args.ppl_len,), bos=(False,),
+                                                               max_windows=args.ppl_windows)]
         windows = ppl[0].details["windows"]
         rows[f"WikiText-2 ppl ({windows} × {args.ppl_len} tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
 
-    speed = backend.speed(spec, variants, batch_sizes=args.batch_sizes, prompt_len=128, new_tokens=(32,),
-                          repeats=args.repeats)
     for batch in args.batch_sizes:
-        decode = {m.model: m for m in speed if m.name.startswith(f"decode latency per token (batch {batch},")}
-        rate = {k: batch * 1000 / m.value for k, m in decode.items()}  # tokens/s from the median ms per step
-        rows[f"decode tokens/s (batch {batch}; ms/step IQR)"] = {
-            k: f"{v:.1f} (×{v / rate[ORIGINAL]:.2f}; ±{decode[k].spread:.0f})" for k, v in rate.items()}
-    rows["ideal speedup: FLOPs / parameters"] = {
-        k: "×1 / ×1" if k == ORIGINAL else f"×{m.details['ideal_speedup']:.2f} / ×{info.num_params / params[k]:.2f}"
-        for k, m in decode.items()}
+        row, ideal = {}, {}
+        for pair in pairs:  # each pair against the original timed in the same run, taking turns
+            speed = backend.speed(spec, pair, batch_sizes=(batch,), prompt_len=128, new_tokens=(32,),
+                                  repeats=args.repeats)
+            decode = {m.model: m for m in speed if m.name.startswith(f"decode latency per token (batch {batch},")}
+            rate = {k: batch * 1000 / m.value for k, m in decode.items()}  # tokens/s from the median ms per step
+            row.update({k: f"{v:.1f} (×{v / rate[ORIGINAL]:.2f}; ±{decode[k].spread:.0f})" for k, v in rate.items()
+                        if k not in row})
+            ideal.update({k: "×1 / ×1" if k == ORIGINAL else
+                          f"×{m.details['ideal_speedup']:.2f} / ×{info.num_params / params[k]:.2f}"
+                          for k, m in decode.items()})
+        rows[f"decode tokens/s (batch {batch}; ms/step IQR)"] = row
+    rows["ideal speedup: FLOPs / parameters"] = ideal
 
     if args.hellaswag:
         request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
         started = time.perf_counter()
-        found = backend.benchmarks(spec, variants, request, batch_size=16)
+        found = [m for pair in pairs for m in backend.benchmarks(spec, pair, request, batch_size=16)]
         acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
         rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
         print(f"hellaswag: {time.perf_counter() - started:.0f} s for the {len(variants) + 1} models")
