@@ -67,8 +67,9 @@ def run(args) -> None:
         narrow = backend.model(spec, width)
         width_s[criterion] = time.perf_counter() - started
         variants[criterion] = width
-        print(f"width by {criterion}: {narrow.config.num_attention_heads} heads ({narrow.config.num_key_value_heads} KV), "
-              f"MLP {narrow.config.intermediate_size} of {base.config.intermediate_size} channels per layer")
+        config = narrow.config
+        print(f"width by {criterion}: {config.num_attention_heads} heads ({config.num_key_value_heads} KV), "
+              f"MLP {config.intermediate_size} of {base.config.intermediate_size} channels per layer")
     labels = {ORIGINAL: "original", "depth": f"depth {depth.short()}",
               **{c: variants[c].short() for c in args.criteria}}
 

@@ -132,6 +132,13 @@ def matching_depth_layers(size: Size, param_ratio: float) -> int:
     return max(1, min(len(size.layers) - 1, round(wanted)))
 
 
+def check_criterion(criterion: str) -> str:
+    """``criterion`` if it names one of :data:`CRITERIA`, else a one-line refusal."""
+    if criterion not in CRITERIA:
+        raise InvalidInput(f"Width pruning has no criterion {quoted(criterion)}: choose one of {', '.join(CRITERIA)}.")
+    return criterion
+
+
 # ---------------------------------------------------------------- importance (Wanda-sp)
 
 
@@ -207,8 +214,7 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
     nothing is removed. ``progress(fraction, message)`` is called after each calibration batch (or the backward
     pass) and each rebuilt layer (raising there cancels; the original is never touched).
     """
-    if criterion not in CRITERIA:
-        raise InvalidInput(f"Width pruning has no criterion {quoted(criterion)}: choose one of {', '.join(CRITERIA)}.")
+    criterion = check_criterion(criterion)
     size = size_of(model)
     size = replace(size, shape=layer_shape(model))  # the clear error for an architecture without widths
     found = plan(size, param_ratio)

@@ -9,14 +9,14 @@ from torch import nn
 
 from prune.core.architectures import width_of
 from prune.core.calibration import Calibration
-from prune.core.errors import InvalidInput, quoted
+from prune.core.errors import InvalidInput
 from prune.core.family import Choice, Family, Level, Option, register_family
 from prune.core.sizes import Size, check_ratio, parameter_count
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
 from prune.width import taylor
-from prune.width.shrink import (CRITERIA, DESCRIPTION, LLM_PRUNER, WANDA_SP, owned_params, plan, resized,
-                                shrink_width)
+from prune.width.shrink import (CRITERIA, DESCRIPTION, LLM_PRUNER, WANDA_SP, check_criterion, owned_params, plan,
+                                resized, shrink_width)
 
 
 @step("width")
@@ -44,11 +44,8 @@ class WidthPrune(Step):
     @classmethod
     def of(cls, param_ratio: float, calibration: Calibration | None = None, criterion: str = WANDA_SP) -> WidthPrune:
         """A checked step; the importance calibrates on ``calibration`` (None: the built-in text)."""
-        if criterion not in CRITERIA:
-            raise InvalidInput(f"Width pruning has no criterion {quoted(criterion)}: "
-                               f"choose one of {', '.join(CRITERIA)}.")
         calibration = calibration or Calibration()
-        return cls(check_ratio(param_ratio), calibration, text_digest(calibration), criterion)
+        return cls(check_ratio(param_ratio), calibration, text_digest(calibration), check_criterion(criterion))
 
     @classmethod
     def from_record(cls, data: dict) -> WidthPrune:
@@ -91,7 +88,8 @@ class WidthPrune(Step):
 
     def short(self) -> str:
         """A column title: 'width 80%', or 'width 80% LLM-Pruner'."""
-        return f"width {100 * self.param_ratio:g}%" + ("" if self.criterion == WANDA_SP else f" {CRITERIA[self.criterion]}")
+        named = "" if self.criterion == WANDA_SP else f" {CRITERIA[self.criterion]}"
+        return f"width {100 * self.param_ratio:g}%{named}"
 
 
 def width_words(model: nn.Module) -> str:
@@ -126,6 +124,7 @@ def from_args(args, calibration: Calibration, data_dir=None) -> WidthPrune | Non
 def check_args(args) -> None:
     if args.width is None and args.width_criterion != WANDA_SP:
         raise InvalidInput("--width_criterion goes with --width RATIO.")
+
 
 FAMILY = register_family(Family(
     name="width", label="Width", step=WidthPrune,
