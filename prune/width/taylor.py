@@ -34,11 +34,9 @@ from prune.core.sizes import LayerShape
 from prune.width.layout import Scores, unit_sizes, weight_dim
 
 IMPORTANCE = "LLM-Pruner"
-DESCRIPTION = ("Width pruning by LLM-Pruner's criterion: removes MLP channels and attention heads (whole KV "
-               "groups) in every layer by element-wise first-order Taylor importance, Σ |W · ∂L/∂W| over each "
-               "group's rows and columns (gate/up/down; q/k/v/o), from one backward pass, as the authors' code; "
-               "every layer loses the same share (a standard config), where their code skips the first and last "
-               "layers.")
+DESCRIPTION = ("LLM-Pruner's criterion, as the authors' code: Σ |W · ∂L/∂W| over each KV group's and MLP channel's rows "
+               "and columns (q/k/v/o; gate/up/down), one backward pass. Every layer loses the same share (a "
+               "standard config), where their code skips the first and last layers.")
 
 
 def taylor_scores(model: nn.Module, tokenizer, width: Width, shape: LayerShape,

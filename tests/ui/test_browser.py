@@ -405,6 +405,19 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     page.locator("#rank-map").screenshot(path=str(ASSETS / "screenshot-ranks.png"))
 
 
+def test_width_against_depth_by_llm_pruners_criterion(page):
+    """The second width criterion: picked by name, its description says where it differs from the authors' code,
+    and the one-click pair builds B by weight × gradient."""
+    pick_method(page, "Width pruning — LLM-Pruner")
+    page.wait_for_selector("#versus-btn", state="visible", timeout=10_000)
+    assert "skips the first and last" in page.inner_text("#method-about")
+    page.click("#versus-btn")
+    status = wait_built(page, "width 80% LLM-Pruner")
+    assert "B (width 80% LLM-Pruner) owns" in status
+    text = banner(page)
+    assert "ranked by weight × gradient (LLM-Pruner)" in text and "(20.0 %) removed" in text
+
+
 def test_sparsity_sweep_plots_each_method_against_the_level(page):
     tab(page, "Benchmarks")
     page.get_by_text("Sparsity sweep: every sparsity method at each level").click()
