@@ -1,6 +1,7 @@
 """LLM-Pruner's criterion (Ma et al. 2023, arXiv 2305.11627; ``horseee/LLM-Pruner``): element-wise first-order
 Taylor importance of coupled structures, as the authors' code computes it with ``--pruner_type taylor --taylor
-param_first``.
+param_first`` (the paper's first-order element-wise importance; their script's default, ``param_mix``, adds a
+second-order term from per-example squared gradients, which this does not compute).
 
 A weight's element scores |W ⊙ ∂L/∂W| for the mean next-token loss of one batch of calibration windows (their
 ``TaylorImportance``: ``salience = weight * grad``, then ``salience.abs()`` summed along the other axis), over
