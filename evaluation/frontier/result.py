@@ -161,9 +161,14 @@ def best(points: list[Point]) -> Point:
     return min(points, key=lambda p: (p.perplexity, -p.task))
 
 
+def in_percent(result: FrontierResult) -> bool:
+    """Whether the task's metric shows in percent (accuracies), in the table and the target's line alike."""
+    return result.metric in ("acc", "acc_norm")
+
+
 def format_table(result: FrontierResult) -> str:
     """A Markdown table: each family's point at each size, the front marked ★; then why a family has none."""
-    unit = "%" if result.metric in ("acc", "acc_norm") else ""
+    unit = "%" if in_percent(result) else ""
     scale = 100 if unit else 1
     front = {p.recipe.key for p in result.front()}
     head = (f"Frontier by {AXES[result.axis]}: WikiText-2 test perplexity ({result.ppl_windows} × "
@@ -196,6 +201,7 @@ def target_line(result: FrontierResult, target: Target, chosen: Point | None) ->
         smallest = min(result.everything(), key=lambda p: p.value(target.axis))
         return (f"No measured model is under {target.words()}: the smallest is {smallest.label}, at "
                 f"{result.format_value(smallest.value(target.axis), target.axis)}.")
+    score = f"{100 * chosen.task:.1f} %" if in_percent(result) else f"{chosen.task:.4f}"
     return (f"Best under {target.words()}: {chosen.label} ({chosen.recipe.describe()}), at "
             f"{result.format_value(chosen.value(target.axis), target.axis)}, perplexity {chosen.perplexity:.2f}, "
-            f"{result.task} {result.metric} {chosen.task:.4f}.")
+            f"{result.task} {result.metric} {score}.")
