@@ -31,8 +31,8 @@ def test_every_family_declares_its_step_paper_and_link_once():
 
 def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     found = choices()
-    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "lowrank-feature", "lowrank-weight", "int8",
-                           "int4"]
+    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "lowrank-feature",
+                           "lowrank-weight", "int8", "int4"]
     for name, (family, choice) in found.items():
         made = family.build(name, choice.level.default if choice.level else None, "unstructured", Calibration())
         assert type(made) is family.step
@@ -40,6 +40,7 @@ def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     assert found["wanda"][0].build("wanda", 50, "unstructured", Calibration()).sparsity == 0.5
     assert found["sparsegpt"][0].build("sparsegpt", 10, "2:4", Calibration()).sparsity == 0.5  # N:M implies its own
     assert found["lowrank-weight"][0].build("lowrank-weight", 70, "", Calibration()).param_ratio == 0.7
+    assert found["width-llm-pruner"][0].build("width-llm-pruner", 80, "", Calibration()).criterion == "llm-pruner"
     with pytest.raises(InvalidInput, match="pattern"):
         found["magnitude"][0].build("magnitude", 50, "3:3", Calibration())
 
