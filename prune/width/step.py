@@ -9,7 +9,7 @@ from torch import nn
 
 from prune.core.architectures import width_of
 from prune.core.calibration import Calibration
-from prune.core.errors import InvalidInput
+from prune.core.errors import InvalidInput, quoted
 from prune.core.family import Choice, Family, Level, Option, register_family
 from prune.core.sizes import Size, check_ratio, parameter_count
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
@@ -109,7 +109,9 @@ WIDTH_METHODS = (NAME, TAYLOR_NAME)
 
 
 def criterion_for(name: str) -> str:
-    """The criterion a picker name stands for."""
+    """The criterion a width method's picker name stands for; any other name is refused in one line."""
+    if name not in WIDTH_METHODS:
+        raise InvalidInput(f"{quoted(name)} is not a width method; choose one of {', '.join(WIDTH_METHODS)}.")
     return LLM_PRUNER if name == TAYLOR_NAME else WANDA_SP
 
 

@@ -176,6 +176,8 @@ def test_bad_width_input_is_one_line_and_keeps_the_session(visitor, page):
         assert "\n" not in str(err.value)
     with pytest.raises(gr.Error, match="Analyze with a depth method first"):
         run(handlers.steps.width_vs_depth(session, 80, "paper", *CAL_INPUTS))
+    with pytest.raises(gr.Error, match="'angular' is not a width method"):
+        run(handlers.steps.width_vs_depth(session, 80, "paper", *CAL_INPUTS, "auto", "angular"))
     status = handlers.pick.analyze(session, "wanda", "", *CAL_INPUTS, 2)[page.header.analysis_md]
     assert "press *Build*" in status  # a load followed by its analysis, with a width method picked
 

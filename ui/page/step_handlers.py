@@ -52,6 +52,7 @@ class StepHandlers:
                        progress=gr.Progress()):
         """A: the analysis's depth cut of about the size ``level`` % keeps; B: width pruning to ``level`` % by the
         picked width ``method`` (Wanda-sp or LLM-Pruner's criterion)."""
+        criterion = criterion_for(method)
         info = need_model(session)
         if session.result is None:
             raise InvalidInput("Analyze with a depth method first: cut A is the layers that analysis picks.")
@@ -60,7 +61,7 @@ class StepHandlers:
                                          self.context.default_calibration, bos)
         depth = chosen_recipe(session.result, matching_depth_layers(info.size, ratio), check_selection(selection),
                               f"{session.origin}: as many parameters as width pruning removes")
-        width = Recipe((WidthPrune.of(ratio, calibration, criterion_for(method)),),
+        width = Recipe((WidthPrune.of(ratio, calibration, criterion),),
                        origin="width against depth at the same size")
         session = replace(session.with_cut(depth, SLOTS[0]).with_cut(width, SLOTS[1]), editing=SLOTS[0])
         yield from self._building(session, dict(zip(SLOTS, (depth, width))), request, progress)
