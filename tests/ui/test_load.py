@@ -44,7 +44,10 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys):
     def visit(i: int) -> None:
         start, size = i % 24, 1 + i % 5  # 20 different cuts of 1…5 layers
         try:
-            client = Client(url, verbose=False, download_files=False)
+            # A browser waits for the server's answer; gradio_client's own httpx calls (the config,
+            # joining the queue) time out after 5 s, which 20 sessions on 2 busy cores can exceed.
+            client = Client(url, verbose=False, download_files=False,
+                            httpx_kwargs={"timeout": CALL_TIMEOUT_S})
             client.submit("angular", api_name="/startup").result(timeout=CALL_TIMEOUT_S)
             _range, banner, *_ = client.predict([start, start + size], api_name="/set_cut")
             generated = client.submit("What is the capital of France?", 8, 0, 1, 0,
