@@ -96,7 +96,6 @@ from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, check_
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
-from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.search_splits import WIKITEXT, format_search
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS
 from evaluation import cli_output as output
@@ -109,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="layercut-benchmark", description="Benchmark a model and a depth-pruned version of it with lm-eval.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Tasks: {', '.join(SUPPORTED_TASKS)}.\nMethods: {', '.join(METHODS)}.",
+        epilog=f"Tasks: {', '.join(lm_eval_adapter.TASKS)} (cbt_style_*: CBT-style, not CBT).\nMethods: {', '.join(METHODS)}.",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="evaluate the unpruned model")

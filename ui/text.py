@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 import math
 
+from evaluation.quality.cloze import CLOZE_TASKS
+from evaluation.quality.lm_eval_adapter import TASKS
 from prune import DEFAULT_MODEL
 
 NAME = "LayerCut"
@@ -17,6 +19,11 @@ INTRO = (
     "**Width** methods (sparsity, width pruning) are picked the same way and **built** into A or B. "
     "Your comparison is yours alone: other visitors of this page do not see or change it."
 )
+
+def task_choices() -> list[tuple[str, str]]:
+    """(label, name) of every benchmark task; a cloze task's label says where its questions come from."""
+    return [(f"{name} ({CLOZE_TASKS[name].label})" if name in CLOZE_TASKS else name, name) for name in TASKS]
+
 
 _WORDS = "zero one two three four five six seven eight nine ten eleven twelve".split()
 

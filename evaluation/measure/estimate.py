@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from prune.core.errors import InvalidInput
+
 
 @dataclass(frozen=True)
 class Rates:
@@ -44,7 +46,10 @@ TASKS = {
     "truthfulqa_mc2": Task(270, 1, 817),
     "lambada_openai": Task(85, 1, 5153),
     "wikitext": Task(6674, 1, 62),
-}
+    "cbt_style_ne": Task(571, 1, 36),
+    "cbt_style_cn": Task(751, 1, 431),
+    "cbt_style_p": Task(737, 1, 758),
+}  # the hub's CBT (cbt_*) has no row: task_tokens.py runs offline
 BACKWARD_COST = 2  # a backward pass costs about two forward passes (training steps: 1 + this)
 CHARS_PER_TOKEN = 4  # an English prompt's characters per token, near enough for a prefill's share of a generation
 
@@ -63,6 +68,8 @@ def decode_s(rates: Rates, steps: float, batch: int = 1, compute: float = 1.0) -
 def task_tokens(task: str, limit: int | None, num_fewshot: int = 0) -> float:
     """Tokens one model runs for ``task`` at a question ``limit`` (None: all); each few-shot example adds a
     question's length."""
+    if task not in TASKS:
+        raise InvalidInput(f"No size is known for {task}: its time cannot be estimated.")
     size = TASKS[task]
     documents = size.documents if limit is None else min(size.documents, limit * size.per_limit)
     return documents * size.tokens * (1 + num_fewshot)

@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -263,10 +264,18 @@ def head_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+class Answer(NamedTuple):
+    """What scoring one (context, continuation) pair gives."""
+
+    logprob: float  # the continuation's log-likelihood: lm-eval's loglikelihood
+    greedy: bool  # every continuation token is the argmax: lm-eval's is_greedy
+    mean_prob: float  # the mean over its tokens of their softmax probability: the cloze rule (see cloze.py)
+
+
 @torch.no_grad()
 def score_batch(model: nn.Module, batch: PackedBatch, hidden: torch.Tensor,
-                softmax_dtype: torch.dtype | None = None) -> list[tuple[float, bool]]:
-    """(log-likelihood, is_greedy) of every pair of the batch, from the head's input [B, T, D]."""
+                softmax_dtype: torch.dtype | None = None) -> list[Answer]:
+    """The :class:`Answer` of every pair of the batch, from the head's input [B, T, D]."""
     flat = hidden.reshape(-1, hidden.shape[-1])
     positions = batch.positions.to(flat.device)
     owner, targets = batch.select.to(flat.device), batch.targets.to(flat.device)
@@ -281,7 +290,9 @@ def score_batch(model: nn.Module, batch: PackedBatch, hidden: torch.Tensor,
         logprob[mine] = logp[rows, tgt].to(logprob.dtype)
         greedy[mine] = logp.argmax(dim=-1)[rows] == tgt
     logprob, greedy = logprob.cpu(), greedy.cpu()
-    return [(float(logprob[a:b].sum()), bool(greedy[a:b].all())) for a, b in batch.spans]
+    prob = logprob.double().exp()
+    return [Answer(float(logprob[a:b].sum()), bool(greedy[a:b].all()), float(prob[a:b].mean()))
+            for a, b in batch.spans]
 
 
 class FastLM(HFLM):
@@ -307,18 +318,29 @@ class FastLM(HFLM):
         window = getattr(self.model.config, "sliding_window", None)
         return pairs, where, plan_batches(pairs, self.batch_tokens, pad_id=pad, pack_limit=window)
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+    def _answers(self, requests, quiet: bool = False) -> list[Answer]:
+        """The :class:`Answer` of each lm-eval token request ``(key, context, continuation)``."""
         pairs, where, batches = self.plan(requests)
-        answers: list[tuple[float, bool] | None] = [None] * len(pairs)
-        for batch in tqdm(batches, disable=disable_tqdm or len(batches) < 2, desc="Scoring (fast)"):
+        answers: list[Answer | None] = [None] * len(pairs)
+        for batch in tqdm(batches, disable=quiet or len(batches) < 2, desc="Scoring (fast)"):
             hidden = self.runner(batch)
             for i, answer in zip(batch.pairs, score_batch(self.model, batch, hidden, self.softmax_dtype)):
                 answers[i] = answer
-        results = [answers[i] for i in where]
+        return [answers[i] for i in where]
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+        results = [(answer.logprob, answer.greedy) for answer in self._answers(requests, disable_tqdm)]
         for (request_str, _, _), answer in zip(requests, results):
             if request_str is not None:
                 self.cache_hook.add_partial("loglikelihood", request_str, answer)
         return results
+
+    def cloze(self, requests) -> list[float]:
+        """The cloze score of each ``(left, candidate, right)`` request (:mod:`evaluation.quality.cloze`):
+        the mean softmax probability of the candidate's tokens after the left text (a causal model
+        never sees the right). Tokenized as lm-eval tokenizes a loglikelihood request."""
+        tokens = [(None, *self._encode_pair(left, candidate)) for left, candidate, _right in (r.args for r in requests)]
+        return [answer.mean_prob for answer in self._answers(tokens)]
 
 
 def make_fast(model: nn.Module, tokenizer, batch_size: int = 16) -> FastLM:

@@ -18,11 +18,13 @@ from pathlib import Path
 
 from prune.core.errors import InvalidInput, quoted
 
-from evaluation.quality import offline_tasks
+from evaluation.quality import cloze, offline_tasks
 from evaluation.serving.jobs import Job
 from evaluation.measure.measurement import Measurement
 
 GROUP = "benchmarks"
+# Every task a request may name: lm-eval's standard ones, then the cloze tasks (evaluation.quality.cloze).
+TASKS: tuple[str, ...] = (*offline_tasks.SUPPORTED_TASKS, *cloze.CLOZE_TASKS)
 # Tasks whose few-shot pool is the hub's split when run offline (see offline_tasks).
 FEWSHOT_FAITHFUL_OFFLINE = ("arc_easy", "arc_challenge", "mmlu")
 # Metrics reported in percent (their stderr too); everything else keeps lm-eval's unit.
@@ -67,17 +69,17 @@ class TaskRequest:
     limit: int | None
     num_fewshot: int
     data_dir: Path | None
-    data: str  # what identifies the task data in cache keys: the local data's fingerprint, or "hub"
+    data: str  # identifies the task data in cache keys: the local data's fingerprint or "hub", + each cloze task's
 
 
 def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | None = None,
                   data_dir: Path | None = None) -> TaskRequest:
     """Validate a benchmark request before any model work (and convert local data once)."""
     names = [tasks] if isinstance(tasks, str) else [t.strip() for t in tasks if t and t.strip()]
-    unknown = [n for n in names if n not in offline_tasks.SUPPORTED_TASKS]
+    unknown = [n for n in names if n not in TASKS]
     if unknown or not names:
         what = f"Unknown task(s) {', '.join(map(quoted, unknown[:3]))}" if unknown else "No task given"
-        raise InvalidInput(f"{what}; supported: {', '.join(offline_tasks.SUPPORTED_TASKS)}.")
+        raise InvalidInput(f"{what}; supported: {', '.join(TASKS)}.")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidInput(f"The limit must be a whole number of examples ≥ 1 (or none for all), "
                            f"not {quoted(limit)}.")
@@ -91,16 +93,29 @@ def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | No
                 f"{', '.join(unfaithful)} lacks the split lm-eval draws its examples from. Use 0 few-shot for "
                 "those tasks, or run them online (no data folder)."
             )
+    own = [n for n in names if n in cloze.CLOZE_TASKS]
+    if own and num_fewshot:
+        raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are asked without few-shot examples; use 0 few-shot.")
+    standard = [n for n in names if n not in own]
     data = "hub"
-    if data_dir is not None:  # fails on missing data
-        data = offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), names).name
+    if data_dir is not None and standard:  # fails on missing data
+        data = offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), standard).name
+    # the questions' fingerprint: fails now, in one line, when the hub's CBT cannot be reached
+    data = "+".join([data] * bool(standard) + [cloze.fingerprint(name) for name in own])
     return TaskRequest(tuple(names), limit, num_fewshot, data_dir, data)
 
 
 def load_tasks(request: TaskRequest, seed: int = 0) -> dict:
     """lm-eval's loaded task dict, with simple_evaluate's few-shot settings and seed applied."""
-    manager, local = offline_tasks.task_manager(list(request.names), data_dir=request.data_dir)
-    loaded = manager.load(local)
+    own = [cloze.load(n) for n in request.names if n in cloze.CLOZE_TASKS]
+    standard = [n for n in request.names if n not in cloze.CLOZE_TASKS]
+    if standard:
+        manager, local = offline_tasks.task_manager(standard, data_dir=request.data_dir)
+    else:
+        from lm_eval.tasks import TaskManager
+
+        manager, local = TaskManager(include_defaults=False), []
+    loaded = manager.load([*local, *own])
     for task_obj in loaded["tasks"].values():
         if request.num_fewshot and task_obj.get_config("num_fewshot") != 0:
             task_obj.set_config(key="num_fewshot", value=request.num_fewshot)
@@ -138,6 +153,10 @@ def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, sc
 
     ``lm`` is a ready scorer for ``model`` (e.g. one half of ``reuse.make_fast_pair``).
     """
+    own = [n for n in request.names if n in cloze.CLOZE_TASKS]
+    if own and (not hasattr(lm, cloze.REQUEST) if lm else scorer != DEFAULT_SCORER):
+        raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are scored by the {DEFAULT_SCORER} scorer only; "
+                           f"the {quoted(scorer)} scorer has no cloze scoring.")
     lm = lm or get_scorer(scorer)(model, tokenizer, batch_size)
     with _observed(lm, model, job, batch_size):
         out = run(lm, load_tasks(request, seed), limit=request.limit, seed=seed, bootstrap_iters=bootstrap_iters)
@@ -234,7 +253,7 @@ def _observed(lm, model, job: Job | None, batch_size: int):
         return wrapper
 
     originals = {}
-    for name in ("loglikelihood", "loglikelihood_rolling", "generate_until"):
+    for name in ("loglikelihood", "loglikelihood_rolling", "generate_until", cloze.REQUEST):
         if hasattr(lm, name):
             originals[name] = getattr(lm, name)
             setattr(lm, name, counting(originals[name]))

@@ -22,11 +22,11 @@ from prune.core.architectures import decoder_layers
 from prune.core.hidden import StopForward, inject_hidden, run_until_stopped
 from prune.core.surgery import check_block, cut, remove_layers
 
-from evaluation.quality.fast_lm import FastLM, PackedBatch, head_input, score_batch
+from evaluation.quality.fast_lm import Answer, FastLM, PackedBatch, head_input, score_batch
 
 DEFAULT_BUDGET_BYTES = 512 * 2**20
 Cut = tuple[int, int]  # [start, end), end exclusive
-Answers = list[tuple[float, bool]]  # per pair of a batch, in batch.pairs order
+Answers = list[Answer]  # per pair of a batch, in batch.pairs order
 
 
 class HiddenStore:

@@ -23,7 +23,7 @@ from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.result import ImportanceResult
 
 from evaluation.measure.measurement import proportion_stderr
-from evaluation.quality.fast_lm import FastLM, Pair, distinct_pairs
+from evaluation.quality.fast_lm import Answer, FastLM, Pair, distinct_pairs
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.offline_tasks import standard_name
 from evaluation.quality.reuse import DEFAULT_BUDGET_BYTES, Cut, scoring_cuts
@@ -145,13 +145,13 @@ class _SweepLM(FastLM):
         super().__init__(model, tokenizer, batch_size)
         self.requests: list = []
         self.recording = True
-        self.answers: dict[Cut | None, dict[Pair, tuple[float, bool]]] = {}
+        self.answers: dict[Cut | None, dict[Pair, Answer]] = {}
         self.replay: Cut | None = None
 
-    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+    def _answers(self, requests, quiet: bool = False) -> list[Answer]:
         if self.recording:
             self.requests += list(requests)
-            return [(0.0, False)] * len(requests)
+            return [Answer(0.0, False, 0.0)] * len(requests)
         pairs, where = distinct_pairs(requests, self.max_length)
         table = self.answers[self.replay]
         return [table[pairs[i]] for i in where]

@@ -261,6 +261,20 @@ def test_benchmark_with_a_small_limit_fills_the_table(page):
     page.screenshot(path=str(ASSETS / "screenshot-benchmarks.png"), full_page=True)
 
 
+def test_a_cloze_task_says_it_is_not_cbt_and_fills_its_row(page):
+    tab(page, "Benchmarks")
+    tasks = page.inner_text("#tasks")
+    assert "cbt_style_cn (CBT-style, not CBT)" in tasks and "cbt_cn (CBT, from the hub)" in tasks
+    page.get_by_label("arc_easy", exact=True).uncheck()
+    page.get_by_label("cbt_style_cn (CBT-style, not CBT)").check()
+    page.fill("#limit input", "2")
+    page.click("#bench-btn")
+    table = settled_text(page, "#bench-table", "cbt_style_cn acc", timeout=300_000)
+    assert "Original" in table
+    page.get_by_label("cbt_style_cn (CBT-style, not CBT)").uncheck()
+    page.get_by_label("arc_easy", exact=True).check()
+
+
 def test_cut_sweep_plots_every_cut_beside_the_methods(page):
     tab(page, "Benchmarks")
     page.get_by_text("Cut sweep: measure every block of K layers").click()

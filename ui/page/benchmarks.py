@@ -11,7 +11,6 @@ import gradio as gr
 
 import prune
 from evaluation.quality import lm_eval_adapter
-from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from evaluation.sweeps.sparsity import format_table
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
@@ -95,7 +94,7 @@ class BenchmarksTab:
         with gr.Tab("Benchmarks", id="benchmarks"):
             gr.Markdown(text.BENCH_HELP)
             with gr.Row(equal_height=True):
-                tasks = gr.CheckboxGroup(list(SUPPORTED_TASKS), value=["arc_easy"], label="Tasks", scale=3,
+                tasks = gr.CheckboxGroup(text.task_choices(), value=["arc_easy"], label="Tasks", scale=3,
                                          elem_id="tasks")
                 with gr.Column(scale=1, min_width=180):
                     limit = NumberInput(20, label=f"Questions per task ({limit_words})", minimum=0, elem_id="limit")
@@ -125,7 +124,7 @@ def _sweep(limit_words: str) -> Sweep:
     with gr.Accordion("Cut sweep: measure every block of K layers", open=False):
         gr.Markdown(text.SWEEP_HELP)
         with gr.Row(equal_height=True):
-            settings = dict(task=gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task"),
+            settings = dict(task=gr.Dropdown(text.task_choices(), value="arc_easy", label="Task"),
                             block_size=NumberInput(6, label="Block size K", minimum=1, elem_id="sweep-k"),
                             limit=NumberInput(10, label=f"Questions ({limit_words})", minimum=0, elem_id="sweep-limit"),
                             others=gr.Checkbox(False, label="Also rank the other methods (slower)",
@@ -147,7 +146,7 @@ def _sparsity_sweep(limit_words: str) -> SparsitySweep:
         gr.Markdown(text.SPARSITY_SWEEP_HELP)
         with gr.Row(equal_height=True):
             settings = dict(
-                task=gr.Dropdown(list(SUPPORTED_TASKS), value="arc_easy", label="Task"),
+                task=gr.Dropdown(text.task_choices(), value="arc_easy", label="Task"),
                 levels=gr.Textbox("0, 50, 90", label="Sparsity levels (%)", elem_id="sparse-levels"),
                 methods=gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"], label="Methods",
                                          elem_id="sparse-methods"),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from evaluation.measure import estimate
-from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from evaluation.quality.lm_eval_adapter import TASKS
 from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
 from evaluation.settings import PERPLEXITY
 from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
@@ -94,7 +94,7 @@ class Seconds:
 
     @quiet
     def benchmarks(self, session, rates, tasks, limit, num_fewshot):
-        tasks = [t for t in tasks or () if t in SUPPORTED_TASKS]
+        tasks = [t for t in tasks or () if t in TASKS]
         if not tasks:
             return None
         return estimate.benchmarks(rates, columns(session), tasks=tasks, limit=self._limit(limit, "Questions per task"),

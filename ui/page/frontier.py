@@ -11,7 +11,6 @@ import gradio as gr
 from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, check_sizes, check_target
 from evaluation.frontier.result import format_table, target_line
 from evaluation.quality import lm_eval_adapter
-from evaluation.quality.offline_tasks import SUPPORTED_TASKS
 from prune.core.errors import InvalidInput
 from prune.depth.methods import METHODS
 from evaluation.settings import PERPLEXITY
@@ -54,7 +53,7 @@ class FrontierBox:
                     axis=gr.Radio(AXIS_CHOICES, value="params", label="Size by", elem_id="frontier-axis"),
                     sizes=gr.Textbox(", ".join(f"{100 * s:g}" for s in DEFAULT_SIZES), label="Sizes (% of the original)",
                                      elem_id="frontier-sizes"),
-                    task=gr.Dropdown(list(SUPPORTED_TASKS), value="hellaswag", label="Task", elem_id="frontier-task"),
+                    task=gr.Dropdown(text.task_choices(), value="hellaswag", label="Task", elem_id="frontier-task"),
                     limit=NumberInput(20, label=f"Questions ({limit_words})", minimum=0, elem_id="frontier-limit"),
                     windows=NumberInput(2, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1,
                                         elem_id="frontier-windows"),

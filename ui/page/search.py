@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.quality.offline_tasks import SUPPORTED_TASKS
+from evaluation.quality.lm_eval_adapter import TASKS
 from evaluation.serving.training import RankSearchDone
 from evaluation.sweeps.search_splits import WIKITEXT, metric_name, tolerance_for
 from prune.core.errors import InvalidInput, quoted
@@ -44,7 +44,7 @@ class SearchBox:
             with gr.Row(equal_height=True):
                 settings = dict(
                     space=gr.Radio(list(SPACES), value=SPACES[0], label="Space", elem_id="search-space"),
-                    criterion=gr.Dropdown([WIKITEXT, *SUPPORTED_TASKS], value=WIKITEXT, label="Score",
+                    criterion=gr.Dropdown([WIKITEXT, *text.task_choices()], value=WIKITEXT, label="Score",
                                           elem_id="search-on"),
                     tolerance=NumberInput(RANK_SEARCH.tolerance, label="Tolerance (points, or % per projection)", minimum=0,
                                           elem_id="search-tolerance"),
@@ -75,7 +75,7 @@ class SearchHandlers:
         searched model goes into the edited slot."""
         info = need_model(session)
         space = check_space(space)
-        if criterion != WIKITEXT and criterion not in SUPPORTED_TASKS:
+        if criterion != WIKITEXT and criterion not in TASKS:
             raise InvalidInput(f"Search on {WIKITEXT} or a benchmark task, not {quoted(criterion)}.")
         tolerance = inputs.real_number(tolerance, "The tolerance", minimum=0, maximum=100)
         count = inputs.whole_number(last_layers, "The layers searched", minimum=1, maximum=info.num_layers)
