@@ -85,18 +85,18 @@ def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | No
                            f"not {quoted(limit)}.")
     if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
         raise InvalidInput(f"The number of few-shot examples must be a whole number ≥ 0, not {quoted(num_fewshot)}.")
+    own = [n for n in names if n in cloze.CLOZE_TASKS]
+    if own and num_fewshot:
+        raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are asked without few-shot examples; use 0 few-shot.")
+    standard = [n for n in names if n not in own]
     if num_fewshot > 0 and data_dir is not None:
-        unfaithful = [n for n in names if n not in FEWSHOT_FAITHFUL_OFFLINE]
+        unfaithful = [n for n in standard if n not in FEWSHOT_FAITHFUL_OFFLINE]
         if unfaithful:
             raise InvalidInput(
                 f"Few-shot offline is only faithful for {', '.join(FEWSHOT_FAITHFUL_OFFLINE)}: the local data of "
                 f"{', '.join(unfaithful)} lacks the split lm-eval draws its examples from. Use 0 few-shot for "
                 "those tasks, or run them online (no data folder)."
             )
-    own = [n for n in names if n in cloze.CLOZE_TASKS]
-    if own and num_fewshot:
-        raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are asked without few-shot examples; use 0 few-shot.")
-    standard = [n for n in names if n not in own]
     data = "hub"
     if data_dir is not None and standard:  # fails on missing data
         data = offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), standard).name

@@ -105,8 +105,9 @@ def test_the_cut_sweep_scores_a_cloze_task_as_the_cut_model_does(tiny_tokenizer,
 
 
 def test_cloze_tasks_are_refused_with_few_shot_or_lm_evals_own_scorer(model, tiny_tokenizer):
-    with pytest.raises(InvalidInput, match="without few-shot examples"):
-        lm_eval_adapter.check_request([TASK], num_fewshot=2)
+    for data_dir in (None, "any folder"):  # the same reason offline, before the offline few-shot rule
+        with pytest.raises(InvalidInput, match="without few-shot examples"):
+            lm_eval_adapter.check_request([TASK], num_fewshot=2, data_dir=data_dir)
     request = lm_eval_adapter.check_request([TASK], limit=1)
     with pytest.raises(InvalidInput, match="scored by the fast scorer only; the 'hflm' scorer") as err:
         lm_eval_adapter.evaluate(model, tiny_tokenizer, request, scorer="hflm")
