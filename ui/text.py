@@ -89,7 +89,11 @@ SPEED_HELP = (
 BENCH_HELP = (
     "lm-evaluation-harness tasks run offline from local data. *Questions* takes the first N: the default 20 is "
     "quick but **noisy** (a score moves by about ±10 points by chance), so the *Noise* column says which "
-    "differences chance alone could make. Results are cached: a repeated run shows at once."
+    "differences chance alone could make. Results are cached: a repeated run shows at once.\n\n"
+    "The `cbt_*` tasks are cloze questions scored by the sparsity study's rule: each of 10 candidates goes into the "
+    "blank, its score is the mean probability of its tokens, the best is the answer (chance: 10 %). Unlike that "
+    "study's code, the candidate sits in the blank and each token is read where the model predicts it. "
+    "The `cbt_style_*` questions are built from the book LayerCut ships, in CBT's format: **CBT-style, not CBT**."
 )
 
 

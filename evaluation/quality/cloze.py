@@ -9,6 +9,12 @@ evaluator hands each request kind to the scorer's method of that name, and Layer
 (:class:`evaluation.quality.fast_lm.FastLM` and those built on it) answer it. A causal model reads the
 left text and the candidate. The lm-eval task is :class:`evaluation.quality.cloze_task.ClozeTask`.
 
+Differences from the study's own code (its ``main.py``), on purpose: the candidate goes into the blank (the
+study appends it after the question, ``XXXXX`` left in); each token's probability is read from the
+distribution that predicts it (the study reads the softmax at the token's own position, which in a causal
+model predicts the next token); each candidate's own tokens are read (the study reuses the first candidate's
+token range for all ten); the 20 sentences are always read.
+
 Tasks (:data:`CLOZE_TASKS`): CBT itself from the hub (``cam-cst/cbt``, test split, four word kinds)
 when a network is there, and CBT-style questions built offline from the shipped book
 (:mod:`evaluation.quality.cbt_style`), which are not CBT and are named so.
