@@ -9,19 +9,18 @@ rule. CBT chose words by a part-of-speech tagger; LayerCut ships none, so the ki
 defined by what can be read off the text alone:
 
 - **P** (prepositions): lowercase words on a closed list (:data:`PREPOSITIONS`), whatever their use;
-- **NE** (names): words written with a capital and at least one lowercase letter, never the first
-  word of a sentence in at least :data:`MIN_NAME_USES` places, and never written in lowercase in the book
-  (Alice, Hatter, Gryphon…);
-- **CN** (common nouns): lowercase words that follow *the*, *a* or *an* and are directly followed by
-  punctuation at least :data:`MIN_NOUN_USES` times, at least as often as by another word ("the
-  table." counts, "the little door" does not make *little* a noun);
+- **NE** (names): words written with a capital (and not all in capitals) inside a sentence, not as its first
+  word, at least :data:`MIN_NAME_USES` times and more often than in lowercase (Alice, Hatter, Rabbit…);
+- **CN** (common nouns): lowercase words that follow one of :data:`DETERMINERS` and are then followed by
+  punctuation or one of :data:`NOUN_FOLLOWERS` at least :data:`MIN_NOUN_USES` times, and at least as often as
+  by other words ("the table." counts; "the little door" makes *little* no noun);
 - CBT's fourth kind, verbs, needs a tagger and is not built.
 
 A question: every sentence, within one chapter, that has 20 sentences before it in that chapter is a
 query, those 20 its context. Its answer is the *last* word of the kind in the query that also occurs
 in the context; the other 9 options are drawn (``random.Random`` seeded by kind, chapter and sentence)
-from the context's other distinct words of that kind. A query with no such word, or fewer than 9
-others, gives no question. Options are listed alphabetically.
+from the other distinct words of that kind in the context and the query. A query with no such word, or
+fewer than 9 others, gives no question. Options are listed alphabetically.
 """
 
 from __future__ import annotations
@@ -146,4 +145,3 @@ def _question(context: list[str], query: str, kind: str, kinds: Kinds, rng: rand
 def build(kind: str, path: Path = BOOK) -> list[dict]:
     """All questions of one kind from a book file (by default the shipped one)."""
     return list(questions(chapters(path.read_text(encoding="utf-8")), kind))
-

@@ -2,9 +2,10 @@
 
 The model is scored in memory (no temporary checkpoint) by an lm-eval ``LM`` built by a
 scorer from :data:`SCORERS`; tasks come from :func:`evaluation.quality.offline_tasks.task_manager`
-(local files when a data folder is configured, the hub otherwise), and results are mapped
-back to the standard task names. Everything else is ``lm_eval.simple_evaluate`` with its
-own defaults, so a run here gives what lm-eval gives on the same examples.
+(local files when a data folder is configured, the hub otherwise), the cloze tasks from
+:mod:`evaluation.quality.cloze`, and results are mapped back to the standard task names.
+Everything else is ``lm_eval.simple_evaluate`` with its own defaults, so a run here gives
+what lm-eval gives on the same examples.
 """
 
 from __future__ import annotations
@@ -154,7 +155,8 @@ def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, sc
     ``lm`` is a ready scorer for ``model`` (e.g. one half of ``reuse.make_fast_pair``).
     """
     own = [n for n in request.names if n in cloze.CLOZE_TASKS]
-    if own and (not hasattr(lm, cloze.REQUEST) if lm else scorer != DEFAULT_SCORER):
+    answers_cloze = hasattr(lm, cloze.REQUEST) if lm is not None else scorer == DEFAULT_SCORER
+    if own and not answers_cloze:
         raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are scored by the {DEFAULT_SCORER} scorer only; "
                            f"the {quoted(scorer)} scorer has no cloze scoring.")
     lm = lm or get_scorer(scorer)(model, tokenizer, batch_size)
