@@ -19,7 +19,6 @@ class ClozeTask(Task):
 
     def __init__(self, name: str, docs: list[dict]):  # noqa: D107 (Task.__init__'s state, questions given)
         # Not Task.__init__: it downloads, and in lm-eval 0.4.13 wraps a config dict as TaskConfig's first field.
-        self._docs = docs
         self.dataset = {"test": docs}
         self._training_docs = self._fewshot_docs = self._instances = None
         self._config = TaskConfig(task=name, task_alias=name, num_fewshot=0, output_type=REQUEST)
@@ -36,7 +35,7 @@ class ClozeTask(Task):
         return True
 
     def test_docs(self) -> list[dict]:
-        return self._docs
+        return self.dataset["test"]
 
     def doc_to_text(self, doc: dict) -> str:
         return parts(doc, "")[0]

@@ -66,11 +66,17 @@ def get_scorer(name: str) -> Callable:
 class TaskRequest:
     """Benchmark tasks checked once, where the request enters; everything below trusts it."""
 
-    names: tuple[str, ...]  # standard task names
+    names: tuple[str, ...]  # task names: lm-eval's standard ones and cloze tasks (TASKS)
     limit: int | None
     num_fewshot: int
     data_dir: Path | None
     data: str  # identifies the task data in cache keys: the local data's fingerprint or "hub", + each cloze task's
+
+
+def _by_kind(names: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(lm-eval's standard tasks, the cloze tasks) among ``names``, each in the given order."""
+    names = list(names)
+    return [n for n in names if n not in cloze.CLOZE_TASKS], [n for n in names if n in cloze.CLOZE_TASKS]
 
 
 def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | None = None,
@@ -86,10 +92,9 @@ def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | No
                            f"not {quoted(limit)}.")
     if isinstance(num_fewshot, bool) or not isinstance(num_fewshot, int) or num_fewshot < 0:
         raise InvalidInput(f"The number of few-shot examples must be a whole number ≥ 0, not {quoted(num_fewshot)}.")
-    own = [n for n in names if n in cloze.CLOZE_TASKS]
+    standard, own = _by_kind(names)
     if own and num_fewshot:
         raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are asked without few-shot examples; use 0 few-shot.")
-    standard = [n for n in names if n not in own]
     if num_fewshot > 0 and data_dir is not None:
         unfaithful = [n for n in standard if n not in FEWSHOT_FAITHFUL_OFFLINE]
         if unfaithful:
@@ -98,25 +103,24 @@ def check_request(tasks: Iterable[str], *, num_fewshot: int = 0, limit: int | No
                 f"{', '.join(unfaithful)} lacks the split lm-eval draws its examples from. Use 0 few-shot for "
                 "those tasks, or run them online (no data folder)."
             )
-    data = "hub"
-    if data_dir is not None and standard:  # fails on missing data
-        data = offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), standard).name
-    # the questions' fingerprint: fails now, in one line, when the hub's CBT cannot be reached
-    data = "+".join([data] * bool(standard) + [cloze.fingerprint(name) for name in own])
-    return TaskRequest(tuple(names), limit, num_fewshot, data_dir, data)
+    keys = []
+    if standard:  # the local data's fingerprint (fails on missing data), or the hub
+        keys.append(offline_tasks.prepare_tasks(data_dir, offline_tasks.default_cache_dir(), standard).name
+                    if data_dir is not None else "hub")
+    keys += [cloze.fingerprint(name) for name in own]  # fails now, in one line, when the hub's CBT is unreachable
+    return TaskRequest(tuple(names), limit, num_fewshot, data_dir, "+".join(keys))
 
 
 def load_tasks(request: TaskRequest, seed: int = 0) -> dict:
     """lm-eval's loaded task dict, with simple_evaluate's few-shot settings and seed applied."""
-    own = [cloze.load(n) for n in request.names if n in cloze.CLOZE_TASKS]
-    standard = [n for n in request.names if n not in cloze.CLOZE_TASKS]
+    standard, own = _by_kind(request.names)
     if standard:
         manager, local = offline_tasks.task_manager(standard, data_dir=request.data_dir)
     else:
         from lm_eval.tasks import TaskManager
 
         manager, local = TaskManager(include_defaults=False), []
-    loaded = manager.load([*local, *own])
+    loaded = manager.load([*local, *map(cloze.load, own)])
     for task_obj in loaded["tasks"].values():
         if request.num_fewshot and task_obj.get_config("num_fewshot") != 0:
             task_obj.set_config(key="num_fewshot", value=request.num_fewshot)
@@ -154,7 +158,7 @@ def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, sc
 
     ``lm`` is a ready scorer for ``model`` (e.g. one half of ``reuse.make_fast_pair``).
     """
-    own = [n for n in request.names if n in cloze.CLOZE_TASKS]
+    _standard, own = _by_kind(request.names)
     answers_cloze = hasattr(lm, cloze.REQUEST) if lm is not None else scorer == DEFAULT_SCORER
     if own and not answers_cloze:
         raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are scored by the {DEFAULT_SCORER} scorer only; "

@@ -36,18 +36,22 @@ def best_by_hand(model, lm: FastLM, question) -> str:
     return question["options"][scores.index(max(scores))]
 
 
+def forget_questions() -> None:
+    """Drop the questions (and fingerprints) this process has built or loaded."""
+    cloze.questions.cache_clear()
+    cloze.fingerprint.cache_clear()
+
+
 @pytest.fixture
 def known_answers(monkeypatch):
     """Make ``cbt_style_cn`` ask the given questions (its cached questions forgotten before and after)."""
 
     def ask(rows):
         monkeypatch.setitem(cloze.CLOZE_TASKS, TASK, cloze.ClozeSource("test", lambda: rows))
-        cloze.questions.cache_clear()
-        cloze.fingerprint.cache_clear()
+        forget_questions()
 
     yield ask
-    cloze.questions.cache_clear()
-    cloze.fingerprint.cache_clear()
+    forget_questions()
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +120,7 @@ def test_cloze_tasks_are_refused_with_few_shot_or_lm_evals_own_scorer(model, tin
 
 def test_cbt_from_the_hub_fails_at_once_in_one_line_without_a_network(monkeypatch):
     monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: False)
-    cloze.questions.cache_clear()
-    cloze.fingerprint.cache_clear()
+    forget_questions()
     with pytest.raises(InvalidInput, match=r"CBT \(CN\) is on the Hugging Face hub, which cannot be reached") as err:
         lm_eval_adapter.check_request(["cbt_cn"])
     assert "cbt_style_cn" in str(err.value) and "\n" not in str(err.value)
@@ -134,8 +137,7 @@ def test_cbt_from_the_hub_is_asked_in_its_own_fields(monkeypatch, model, tiny_to
 
     monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: True)
     monkeypatch.setattr("datasets.load_dataset", load_dataset)
-    cloze.questions.cache_clear()
-    cloze.fingerprint.cache_clear()
+    forget_questions()
     try:
         request = lm_eval_adapter.check_request(["cbt_v"])
         entry = lm_eval_adapter.evaluate(model, tiny_tokenizer, request, batch_size=4)["cbt_v"]
@@ -143,8 +145,7 @@ def test_cbt_from_the_hub_is_asked_in_its_own_fields(monkeypatch, model, tiny_to
         assert asked == [("cam-cst/cbt", "V", "test")]
         assert entry["results"]["acc,none"] == float(best_by_hand(model, lm, rows[0]) == "cat")
     finally:
-        cloze.questions.cache_clear()
-        cloze.fingerprint.cache_clear()
+        forget_questions()
 
 
 def test_a_hub_error_is_one_line_without_a_path(monkeypatch):
@@ -153,7 +154,7 @@ def test_a_hub_error_is_one_line_without_a_path(monkeypatch):
 
     monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: True)
     monkeypatch.setattr("datasets.load_dataset", refuse)
-    cloze.questions.cache_clear()
+    forget_questions()
     with pytest.raises(InvalidInput) as err:
         cloze.questions("cbt_p")
     assert "/secret" not in str(err.value) and "FileNotFoundError" in str(err.value)
