@@ -6,7 +6,8 @@ Steps (each timed, with the peak GPU memory it reached): bf16 load of a random m
 (hidden 4096, 32 layers, MLP 11008, 32 heads; the embedded model's tokenizer and vocabulary), angular-distance
 and Taylor+ analyses, a cut of the angular method's best 8-layer block, a Wanda 2:4 variant built beside it,
 generation of the three side by side, speed and memory per column (the 2:4 variant timed with PyTorch's
-semi-structured kernels where the GPU has them), a 100-question ARC-Easy benchmark of the three, width pruning to
+semi-structured kernels where the GPU has them), a benchmark of the three on 100 ARC-Easy
+questions and 100 CBT-style cloze questions, width pruning to
 80 % by Wanda-sp and by LLM-Pruner's criterion (its backward pass), then the cut in int8 and the original in int4
 (torchao) timed and measured beside the original. ``--small``
 runs the same on a tiny model (a check that the script works, on any device). On one H100 (PyTorch 2.11) the
@@ -101,11 +102,12 @@ def run(args, rows: list) -> None:
     for m in memory:
         if m.name.startswith("peak memory"):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.0f} {m.unit}"))
-    request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.data_dir)
+    request = lm_eval_adapter.check_request(["arc_easy", "cbt_style_cn"], limit=args.questions,
+                                            data_dir=backend.data_dir)
     scores = step("benchmark", lambda: (backend.benchmarks(spec, compared, request, use_cache=False),
-                                        f"ARC-Easy, {args.questions} questions"))
+                                        f"ARC-Easy and CBT-style CN (cloze), {args.questions} questions each"))
     for m in scores:
-        if m.name == "arc_easy acc":
+        if m.name in ("arc_easy acc", "cbt_style_cn acc"):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))
     kept = 0.9 if args.small else 0.8  # the tiny model's embeddings alone are 80 % of it
     widths = {"A": Recipe((WidthPrune.of(kept),)), "B": Recipe((WidthPrune.of(kept, criterion="llm-pruner"),))}
