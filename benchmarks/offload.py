@@ -7,8 +7,9 @@ Writes a randomly initialised Llama of that shape to ``--folder`` (once; ~4.1 GB
 runs the same work in two fresh processes, one loading it whole and one with ``LAYERCUT_MEMORY_BUDGET`` set to
 ``--budget``: load, angular-distance analysis on ``--windows`` WikiText-2 windows (the built-in text when the
 data folder is absent), and a depth cut's logits on one window. Each process reports its peak resident memory
-(the kernel's VmHWM, memory-mapped file pages included), its weights in memory, and the time of each step. The
-table prints both side by side, with whether the scores and the cut's logits are equal.
+(the kernel's VmHWM, memory-mapped file pages included), its peak anonymous memory (RssAnon, read every 2 ms:
+without the mapped pages), its weights in memory, and the time of each step. The table prints both side by side,
+with whether the scores and the cut's logits are equal.
 """
 
 from __future__ import annotations
@@ -30,6 +31,30 @@ def peak_resident_bytes() -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+
+
+class AnonymousPeak:
+    """The largest anonymous resident memory (RssAnon) seen by a thread reading /proc/self/status every 2 ms: the
+    memory the process holds for itself, without the file pages (shared libraries, the mapped checkpoint) that the
+    kernel may keep or drop as it likes. A peak shorter than 2 ms can be missed."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.bytes, self._done = 0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.002):
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("RssAnon:"):
+                    self.bytes = max(self.bytes, int(line.split()[1]) * 1024)
+
+    def stop(self) -> int:
+        self._done.set()
+        self._thread.join()
+        return self.bytes
 
 
 def write_model(folder: Path, args) -> int:
@@ -59,7 +84,7 @@ def _child(folder: str, dtype: str, windows: int, seq_len: int, out: str) -> Non
     from prune.core.offload import is_offloaded, resident_bytes
     from prune.core.recipe import Recipe
 
-    times = {}
+    times, anonymous = {}, AnonymousPeak()
     started = time.perf_counter()
     model, tokenizer = prune.load_model(folder, device="cpu", dtype=dtype)
     times["load"] = time.perf_counter() - started
@@ -75,6 +100,7 @@ def _child(folder: str, dtype: str, windows: int, seq_len: int, out: str) -> Non
     times["cut's logits (1 window)"] = time.perf_counter() - started
     Path(out).write_text(json.dumps({
         "offloaded": is_offloaded(model), "resident": resident_bytes(model), "peak": peak_resident_bytes(),
+        "anonymous peak": anonymous.stop(),
         "times": times, "scores": [float(s) for s in result.layer_scores], "cut": [start, end],
         "logits": logits[0, -1, :64].tolist()}))
 
@@ -126,14 +152,16 @@ def print_table(runs: dict, weights: int) -> None:
     print("| | " + " | ".join(runs) + " |\n|---|" + "---|" * len(runs))
     row("read from disk layer by layer", lambda r: "yes" if r["offloaded"] else "no")
     row("weights in memory (GiB)", lambda r: f"{r['resident'] / _GIB:.2f}")
-    row("peak resident (GiB)", lambda r: f"{r['peak'] / _GIB:.2f}")
+    row("peak resident (GiB, VmHWM)", lambda r: f"{r['peak'] / _GIB:.2f}")
+    row("peak anonymous (GiB, RssAnon)", lambda r: f"{r['anonymous peak'] / _GIB:.2f}")
     for step in next(iter(runs.values()))["times"]:
         row(f"{step} (s)", lambda r, step=step: f"{r['times'][step]:.1f}")
     first, second = runs.values()
     print(f"\nangular scores equal: {first['scores'] == second['scores']}; cut {first['cut']} vs {second['cut']}; "
           f"cut's logits equal: {first['logits'] == second['logits']}")
-    saved = first["peak"] - second["peak"]
-    print(f"peak saved: {saved / _GIB:.2f} GiB = {saved / weights:.2f} × the weights ({weights / _GIB:.2f} GiB)")
+    for name, key in (("peak saved", "peak"), ("anonymous peak saved", "anonymous peak")):
+        saved = first[key] - second[key]
+        print(f"{name}: {saved / _GIB:.2f} GiB = {saved / weights:.2f} × the weights ({weights / _GIB:.2f} GiB)")
 
 
 if __name__ == "__main__":

@@ -277,10 +277,12 @@ def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_fold
 
 
 @pytest.mark.slow
-def test_peak_resident_memory_stays_half_the_weights_below_the_in_memory_run(tmp_path):
+def test_peak_resident_memory_stays_a_quarter_of_the_weights_below_the_in_memory_run(tmp_path):
     """benchmarks/offload.py's two fresh processes on a ~390 MiB model (its layers most of it, as in real models): the
-    kernel's high-water mark of each. (On a ~250 MiB model a loaded machine once cost the streamed run 60 MiB more
-    than usual, 0.48 × the weights saved against 0.72 ×: the larger model keeps such noise a smaller share.)"""
+    kernel's high-water mark of each. The weights of both runs are mapped file pages (their anonymous peaks are
+    equal), which the kernel keeps or drops as its load goes, so the saving moves from run to run: 0.81-0.96 × the
+    weights here, 0.46 × on a busy CI machine. A quarter of the weights leaves room for that and still fails a
+    streamed run that holds its layers."""
     from conftest import REPO
 
     small = ["--hidden", "256", "--layers", "12", "--intermediate", "8192", "--windows", "2", "--seq-len", "64"]
@@ -291,7 +293,8 @@ def test_peak_resident_memory_stays_half_the_weights_below_the_in_memory_run(tmp
     weights = (tmp_path / "model.safetensors").stat().st_size
     assert [r["offloaded"] for r in runs] == [False, True]
     assert runs[0]["scores"] == runs[1]["scores"] and runs[0]["logits"] == runs[1]["logits"]
-    assert runs[0]["peak"] - runs[1]["peak"] >= weights / 2, done.stdout
+    assert runs[0]["peak"] - runs[1]["peak"] >= weights / 4, done.stdout
+    assert runs[1]["resident"] < weights / 100 < runs[0]["resident"]
 
 
 def test_perplexity_layer_by_layer_equals_the_in_memory_one(tiny_folder, data_dir, tmp_path, monkeypatch):
