@@ -14,6 +14,7 @@ from contextlib import nullcontext
 
 import torch
 
+from prune.core.architectures import check_causal
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned, with_cache
@@ -140,6 +141,8 @@ def stream_side_by_side(models: dict[str, torch.nn.Module], tokenizer, prompt: s
     do not, the models take turns, one whole answer each, and the others' states say ``waiting``.
     """
     settings = check_settings(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    for model in models.values():
+        check_causal(model, "Generation")
     prompt_ids = encode_prompt(tokenizer, prompt)
     streams = {label: TokenStream(model, tokenizer, prompt_ids, **settings) for label, model in models.items()}
     together = None

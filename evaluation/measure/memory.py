@@ -33,6 +33,7 @@ from pathlib import Path
 import psutil
 import torch
 
+from prune.core.architectures import CAUSAL, kind_of
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned
@@ -134,7 +135,10 @@ class _RssSampler:
 
 @torch.no_grad()
 def _generate(model, input_ids: torch.Tensor, new_tokens: int):
-    """Greedy generation; returns the KV cache it built."""
+    """Greedy generation; returns the KV cache it built (an encoder, which generates nothing: one pass, no cache)."""
+    if kind_of(model) != CAUSAL:
+        model(input_ids=input_ids)
+        return None
     pad = getattr(model.generation_config, "pad_token_id", None) or getattr(model.generation_config, "eos_token_id", 0)
     return cache_returned(model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
                                          max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
@@ -302,6 +306,15 @@ def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: in
     zeros, total = zero_weights(model)
     sparse = {"zero_weights": zeros, "zero_fraction": zeros / total, "zero_fraction_of_layer_matrices":
               zero_fraction(model), "note": dense_zeros_note(model)}  # counted, so the tab can say what zeros cost
+    if kind_of(model) != CAUSAL:  # an encoder: one pass over the prompt, no decoding, no KV cache
+        return [
+            Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP),
+            Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP,
+                        details=sparse),
+            Measurement(f"peak memory of one pass ({input_ids.shape[-1]} tokens)", peak / _MIB, "MiB", False,
+                        model=label, group=GROUP, details=how),
+            Measurement("checkpoint size on disk", disk / _MIB, "MiB", False, model=label, group=GROUP),
+        ]
     return [
         Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP),
         Measurement(f"multiply-adds per token (decoding at {MACS_CONTEXT} tokens of context)",

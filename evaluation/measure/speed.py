@@ -21,7 +21,7 @@ import torch
 
 from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import CAUSAL, decoder_layers, kind_of
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
@@ -145,8 +145,16 @@ class GpuUtilization:
 
 @torch.no_grad()
 def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
-    """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens."""
+    """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens; for an encoder, which generates
+    nothing, one pass over ``input_ids`` and ``new_tokens - 1`` one-token passes (no cache)."""
     device = input_ids.device
+    if kind_of(model) != CAUSAL:
+        with _Timer(device) as prefill:
+            model(input_ids=input_ids)
+        with _Timer(device) as passes:
+            for _ in range(new_tokens - 1):
+                model(input_ids=input_ids[:, :1])
+        return prefill.ms, passes.ms
     with _Timer(device) as prefill:
         out = model(input_ids=input_ids, use_cache=True, **last_logits_only(model))  # the prefill skips unused logits
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
@@ -226,6 +234,8 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                 results.append(Measurement(f"GPU utilization (batch {batch})", float(np.mean(samples)), "%", None,
                                            float(np.std(samples)), "std", label, GROUP,
                                            details={"batch": batch, "samples": len(samples)}))
+    if kind_of(first) != CAUSAL:  # an encoder generates nothing: its passes over the prompt only
+        results = [m for m in results if not m.name.startswith(("decode", "throughput"))]
     return _ordered(results)
 
 

@@ -32,6 +32,7 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 from tqdm import tqdm
 
+from prune.core.architectures import MASKED, kind_of
 from prune.core.devices import input_device
 from prune.core.hidden import StopForward, run_until_stopped
 
@@ -343,6 +344,12 @@ class FastLM(HFLM):
         return [answer.mean_prob for answer in self._answers(tokens)]
 
 
-def make_fast(model: nn.Module, tokenizer, batch_size: int = 16) -> FastLM:
-    """The scorer registry's constructor (``SCORERS["fast"]``)."""
-    return FastLM(model, tokenizer, batch_size=batch_size if isinstance(batch_size, int) else 16)
+def make_fast(model: nn.Module, tokenizer, batch_size: int = 16):
+    """The scorer registry's constructor (``SCORERS["fast"]``): a :class:`FastLM`, or for an encoder the masked
+    LM's cloze scorer (:class:`evaluation.quality.masked_lm.MaskedLM`)."""
+    batch_size = batch_size if isinstance(batch_size, int) else 16
+    if kind_of(model) == MASKED:
+        from evaluation.quality.masked_lm import MaskedLM
+
+        return MaskedLM(model, tokenizer, batch_size)
+    return FastLM(model, tokenizer, batch_size=batch_size)

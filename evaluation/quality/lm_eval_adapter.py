@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from prune.core.architectures import CAUSAL, kind_of
 from prune.core.errors import InvalidInput, quoted
 
 from evaluation.quality import cloze, offline_tasks
@@ -158,7 +159,11 @@ def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, sc
 
     ``lm`` is a ready scorer for ``model`` (e.g. one half of ``reuse.make_fast_pair``).
     """
-    _standard, own = _by_kind(request.names)
+    standard, own = _by_kind(request.names)
+    if standard and kind_of(model) != CAUSAL:
+        raise InvalidInput(f"{', '.join(standard)} {'is' if len(standard) == 1 else 'are'} scored by log-likelihood, "
+                           f"which a masked LM (an encoder) does not define: ask it cloze tasks "
+                           f"({', '.join(cloze.CLOZE_TASKS)}).")
     answers_cloze = hasattr(lm, cloze.REQUEST) if lm is not None else scorer == DEFAULT_SCORER
     if own and not answers_cloze:
         raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are scored by the {DEFAULT_SCORER} scorer only; "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from prune.core.architectures import check_causal
 from prune.core.chunked_loss import summed_nll
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
@@ -68,7 +69,8 @@ def window_nll(model, batch: torch.Tensor) -> tuple[float, int]:
 
 
 def check_seq_lens(model, seq_lens) -> None:
-    """Every window must fit the model's positions."""
+    """A causal model (an encoder has no perplexity), and every window must fit the model's positions."""
+    check_causal(model, "Perplexity")
     limit = getattr(model.config, "max_position_embeddings", None)
     too_long = [s for s in seq_lens if limit and s > limit]
     if too_long or not seq_lens or min(seq_lens) < 2:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from prune.core.devices import input_device
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import CAUSAL, decoder_layers, kind_of
 from prune.core.hidden import StopForward, inject_hidden, run_until_stopped
 from prune.core.surgery import check_block, cut, remove_layers
 
@@ -156,7 +156,7 @@ def make_fast_pair(model: nn.Module, tokenizer, start: int, end: int, batch_size
 
 def paired_scorers(model: nn.Module, tokenizer, sides, missing: dict[str, tuple], scorer: str, batch_size: int) -> dict:
     """Scorers for the original (``sides[0]``) and the first side that is one contiguous cut, sharing the prefix."""
-    if scorer != "fast" or not missing[sides[0].label]:
+    if scorer != "fast" or not missing[sides[0].label] or kind_of(model) != CAUSAL:  # an encoder: MaskedLM, no reuse
         return {}
     for side in sides[1:]:
         cut = side.recipe.depth_cut

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from torch import nn
 
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import check_causal, decoder_layers
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.result import ImportanceResult
 
@@ -198,6 +198,7 @@ def sweeping(model: nn.Module, tokenizer, task: str, block_sizes: Iterable[int],
              progress: Progress | None = None) -> Iterator[dict[int, SweepResult]]:
     """Every block size's :class:`SweepResult` so far: after the original is scored (no cuts yet), then after
     each cut (the original's run shared by all). The last is complete."""
+    check_causal(model, "The cut sweep (it replays a causal model's hidden states)")
     began = time.perf_counter()
     count = len(decoder_layers(model))
     sizes = sorted({int(k) for k in block_sizes})

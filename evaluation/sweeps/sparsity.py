@@ -18,6 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
+from prune.core.architectures import CAUSAL, kind_of
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.core.paths import digest
@@ -171,7 +172,9 @@ def levels_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
     recipe key) plus every setting that changes the numbers. ``job`` reports one span per point
     and cancels between layers of a build and between forwards of a measurement.
     """
-    perplexity.check_seq_lens(model, (plan.ppl_seq_len,))
+    with_perplexity = kind_of(model) == CAUSAL  # a masked LM defines none: its points hold NaN
+    if with_perplexity:
+        perplexity.check_seq_lens(model, (plan.ppl_seq_len,))
     job = job or Job("the sparsity sweep", None, threading.Event())
     task = request.names[0]
     settings = {"kind": "sparsity_point", "task": task, "limit": request.limit, "num_fewshot": request.num_fewshot,
@@ -183,7 +186,7 @@ def levels_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
         if not inputs:
             step.update(0.0, f"Loading {task} and WikiText-2…")
             inputs.update(loaded=lm_eval_adapter.load_tasks(request),
-                          ids=perplexity.token_ids(tokenizer, wikitext_rows))
+                          ids=perplexity.token_ids(tokenizer, wikitext_rows) if with_perplexity else None)
         return _measure(model, tokenizer, recipe, name, task, request.limit, inputs, plan, batch_size, step)
 
     found: dict[str, dict] = {}
@@ -214,10 +217,12 @@ def _measure(model, tokenizer, recipe: Recipe, name: str, task: str, limit: int 
     with cancellable(derived, step):
         metrics, better = task_metrics(evaluate_loaded(make_fast(derived, tokenizer, batch_size), inputs["loaded"],
                                                        limit), task)
-        step.update(0.9, f"{name}: WikiText-2 perplexity…")
-        ppl = perplexity.measure_perplexity(derived, tokenizer, inputs["ids"], label=name,
-                                            seq_lens=(plan.ppl_seq_len,), bos=(False,),
-                                            max_windows=plan.ppl_windows)[0].value
+        ppl = math.nan
+        if inputs["ids"] is not None:
+            step.update(0.9, f"{name}: WikiText-2 perplexity…")
+            ppl = perplexity.measure_perplexity(derived, tokenizer, inputs["ids"], label=name,
+                                                seq_lens=(plan.ppl_seq_len,), bos=(False,),
+                                                max_windows=plan.ppl_windows)[0].value
     done = time.perf_counter()
     return {"metrics": {k: to_json_number(v) for k, v in metrics.items()}, "higher_is_better": better,
             "perplexity": to_json_number(ppl), "prune_s": pruned - began, "measure_s": done - pruned}
@@ -225,7 +230,8 @@ def _measure(model, tokenizer, recipe: Recipe, name: str, task: str, limit: int 
 
 def _summary(point: dict) -> str:
     metric = primary_metric(point["metrics"])
-    return f"{metric} {from_json_number(point['metrics'][metric]):.4g}, perplexity {from_json_number(point['perplexity']):.4g}"
+    ppl = from_json_number(point["perplexity"])
+    return f"{metric} {from_json_number(point['metrics'][metric]):.4g}" + (f", perplexity {ppl:.4g}" if math.isfinite(ppl) else "")
 
 
 def _result(found: dict[str, dict], plan: SweepPlan, task: str, limit: int | None) -> SparsitySweepResult:
@@ -252,16 +258,20 @@ def _result(found: dict[str, dict], plan: SweepPlan, task: str, limit: int | Non
 
 
 def format_table(result: SparsitySweepResult) -> str:
-    """A Markdown table, method × level: "task metric / perplexity", and each method's time."""
+    """A Markdown table, method × level: "task metric / perplexity" (the metric alone for a masked LM, which has no
+    perplexity), and each method's time."""
     unit = " %" if result.scale == 100 else ""
-    head = (f"{result.task} {result.metric}{unit} (first {result.limit or 'all'} documents) / WikiText-2 test "
-            f"perplexity ({result.ppl_windows} × {result.ppl_seq_len} tokens, no BOS); dense: "
-            f"{result.scale * result.dense_accuracy:.2f}{unit} / {result.dense_perplexity:.2f}")
+    with_ppl = math.isfinite(result.dense_perplexity)
+    ppl = (f" / WikiText-2 test perplexity ({result.ppl_windows} × {result.ppl_seq_len} tokens, no BOS)" if with_ppl
+           else " (a masked LM: no perplexity)")
+    head = (f"{result.task} {result.metric}{unit} (first {result.limit or 'all'} documents){ppl}; dense: "
+            f"{result.scale * result.dense_accuracy:.2f}{unit}" + (f" / {result.dense_perplexity:.2f}" if with_ppl else ""))
     lines = [head, "", "| method | " + " | ".join(f"{100 * level:g} %" for level in result.levels)
              + " | time (s): prune + measure |",
              "|---|" + "---:|" * (len(result.levels) + 1)]
     for method in result.methods:
-        cells = [f"{result.scale * a:.2f} / {p:.4g}" if math.isfinite(p) else "…"
+        cells = [("…" if not math.isfinite(a) else f"{result.scale * a:.2f} / {p:.4g}" if with_ppl and math.isfinite(p)
+                  else "…" if with_ppl else f"{result.scale * a:.2f}")
                  for a, p in zip(result.accuracy[method], result.perplexity[method])]
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {result.seconds(method):.0f} |")
     return "\n".join(lines)

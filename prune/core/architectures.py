@@ -1,6 +1,8 @@
-"""One table: where each architecture keeps its decoder layers, final norm, attention, MLP and prunable widths.
+"""One table: where each architecture keeps its layers, final norm, attention, MLP and prunable widths.
 
-Adding an architecture is one row here; nothing else in LayerCut branches on model type.
+Adding an architecture is one row here; nothing else in LayerCut branches on model type. Most rows are decoder-only
+causal LMs; encoder rows (BERT, RoBERTa, ELECTRA) are masked LMs, whose layers LayerCut reads, sparsifies and scores
+on cloze tasks (:data:`MASKED`), and which generate nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from torch import nn
 
 from prune.core.errors import UnsupportedArchitecture, quoted
 
+CAUSAL, MASKED = "causal", "masked"  # what a model's head predicts: the next token, or the tokens at [MASK] positions
 ATTENTION, MLP = "attention", "mlp"  # the two blocks of a decoder layer (what a sub-layer drop removes)
 KINDS = (ATTENTION, MLP)
 
@@ -55,15 +58,23 @@ _LLAMA_WIDTH = Width(channels=_GATED_MLP, heads=_QKVO)
 
 @dataclass(frozen=True)
 class Architecture:
-    """Attribute paths from the top-level *ForCausalLM module."""
+    """Attribute paths from the top-level *ForCausalLM (or *ForMaskedLM) module."""
 
-    layers: str  # the nn.ModuleList of decoder layers
-    final_norm: str  # applied to the last residual state before the LM head
+    layers: str  # the nn.ModuleList of decoder (or encoder) layers
+    final_norm: str | None  # applied to the last residual state before the LM head; None: none (post-norm encoders)
     # In each decoder layer: the norm of the residual stream entering the feed-forward block
     # (Llama's post_attention_layernorm, whose output the zigzag authors read); None: no such norm.
     ffn_norm: str | None = "post_attention_layernorm"
     sublayers: SubLayers = SubLayers()
     width: Width | None = _LLAMA_WIDTH  # None: no width pruning (see width_of)
+    kind: str = CAUSAL  # CAUSAL or MASKED: which Auto class loads it, what it can be asked
+
+
+def _encoder(prefix: str) -> Architecture:
+    """A BERT-style post-norm encoder under ``prefix``: each layer's attention, then intermediate and output denses,
+    each followed by its own LayerNorm; no final norm."""
+    return Architecture(layers=f"{prefix}.encoder.layer", final_norm=None, ffn_norm=None,
+                        sublayers=SubLayers(attention="attention", mlp=None), width=None, kind=MASKED)
 
 
 _DECODER = Architecture(layers="model.layers", final_norm="model.norm")
@@ -99,6 +110,9 @@ ARCHITECTURES: dict[str, Architecture] = {
     "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm",
                         ffn_norm="final_layer_norm", sublayers=SubLayers(mlp=None, mlp_out="fc2"),
                         width=Width(channels=(("fc1", "out c"), ("fc2", "in c")), channel_field="ffn_dim")),
+    "bert": _encoder("bert"),
+    "roberta": _encoder("roberta"),
+    "electra": _encoder("electra"),
 }
 
 # Config fields that hold one entry per layer besides the generic "list as long as the
@@ -113,8 +127,7 @@ def architecture_of(model_or_config) -> Architecture:
     if model_type not in ARCHITECTURES:
         supported = ", ".join(sorted(ARCHITECTURES))
         raise UnsupportedArchitecture(
-            f"LayerCut cannot cut layers of model type {quoted(model_type)}. Supported decoder-only "
-            f"architectures: {supported}."
+            f"LayerCut cannot cut layers of model type {quoted(model_type)}. Supported architectures: {supported}."
         )
     return ARCHITECTURES[model_type]
 
@@ -153,8 +166,25 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def final_norm(model: nn.Module) -> nn.Module:
-    """The norm between the last layer and the LM head."""
-    return get_path(model, architecture_of(model).final_norm)
+    """The norm between the last layer and the LM head; what reads it refuses an encoder, which has none."""
+    path = architecture_of(model).final_norm
+    if path is None:
+        check_causal(model, "This step")
+    return get_path(model, path)
+
+
+def kind_of(model_or_config) -> str:
+    """CAUSAL or MASKED."""
+    return architecture_of(model_or_config).kind
+
+
+def check_causal(model_or_config, what: str) -> None:
+    """A one-line refusal of ``what`` (e.g. "Generation") for a masked LM."""
+    if kind_of(model_or_config) != CAUSAL:
+        config = getattr(model_or_config, "config", model_or_config)
+        raise UnsupportedArchitecture(f"{what} needs a causal (decoder-only) language model; "
+                                      f"{quoted(config.model_type)} is an encoder (a masked LM), which fills blanks: "
+                                      "ask it cloze tasks (cbt_style_cn, …) and sparsify it.")
 
 
 def num_layers(model: nn.Module) -> int:

@@ -31,7 +31,7 @@ from prune.core import offload
 from prune.core.architectures import architecture_of, decoder_layers
 from prune.core.budget import configured_budget
 from prune.core.devices import free_on, input_device
-from prune.core.loading import MEMORY_HEADROOM
+from prune.core.loading import MEMORY_HEADROOM, auto_class
 from prune.core.paths import cache_root
 from prune.core.surgery import clone_layers
 
@@ -141,10 +141,9 @@ class _LayerFiles:
         in GPU memory on the CPU, to compute there."""
         from accelerate import dispatch_model, init_empty_weights
         from accelerate.utils import find_tied_parameters
-        from transformers import AutoModelForCausalLM
 
         with init_empty_weights():
-            variant = AutoModelForCausalLM.from_config(config, dtype=self.model.dtype)
+            variant = auto_class(config).from_config(config, dtype=self.model.dtype)
         variant.tie_weights()  # neither from_config nor tie_weights ties inside init_empty_weights (transformers 5.24)
         variant = self.reshape(variant) if self.reshape is not None else variant
         index = {name: {"safetensors_file": str(self.folder / file), "weight_name": name}

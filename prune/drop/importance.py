@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from prune.core.devices import input_device
-from prune.core.architectures import architecture_of, decoder_layers, get_path, residual_scale
+from prune.core.architectures import architecture_of, check_causal, decoder_layers, get_path, residual_scale
 from prune.depth.result import ImportanceResult
 from prune.drop.sublayers import ATTENTION, MLP
 from prune.depth.methods import register
@@ -93,6 +93,7 @@ def reading_blocks(model: nn.Module, sink: Sink):
     The additions are read from the modules the architecture table names (a block, or the post-norm after
     it) and scaled by the residual multiplier where there is one, so that h_in + attention + MLP = h_out.
     """
+    check_causal(model, "Reading what attention and MLP blocks add to the residual stream")  # post-norm encoders
     sub = architecture_of(model).sublayers
     scale = residual_scale(model)
     seen: dict[tuple[int, str], torch.Tensor] = {}

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
-from prune.core.architectures import ATTENTION, KINDS, MLP, architecture_of, decoder_layers
+from prune.core.architectures import ATTENTION, KINDS, MLP, architecture_of, check_causal, decoder_layers
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.kv import cache_passed
 from prune.core.surgery import layer_view
@@ -144,6 +144,7 @@ def drop(model: nn.Module, attention: Iterable[int] = (), mlp: Iterable[int] = (
 
     Every weight the view keeps is shared with ``model``, which is never altered.
     """
+    check_causal(model, "Dropping attention or MLP blocks")
     count = len(decoder_layers(model))
     already = dropped(model)
     wanted = check_drop(count, attention, mlp, already)

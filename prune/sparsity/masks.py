@@ -97,6 +97,10 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
             report((index + 1) / count_layers, f"Magnitude pruning: layer {index + 1} of {count_layers}")
         return rebuild.model()
     windows = token_windows(tokenizer, calibration or Calibration())
+    positions = getattr(model.config, "max_position_embeddings", None)  # learned positions (an encoder's) end there
+    if positions and windows.shape[1] > positions:
+        raise InvalidInput(f"Calibration windows of {windows.shape[1]} tokens exceed this model's {positions} "
+                           "positions: choose a shorter calibration length.")
     hidden, calls = layer_calls(rebuild.source, windows.to(rebuild.device), batch_size)
     report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
     for index, layer in rebuild.layers():

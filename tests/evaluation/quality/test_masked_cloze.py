@@ -1,0 +1,122 @@
+"""Encoders (masked LMs: ELECTRA, BERT, RoBERTa) on cloze tasks by the seed's rule, and their sparsity sweep by the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from lm_eval.api.instance import Instance
+
+import prune
+from conftest import build_tiny_tokenizer
+from evaluation import cli as benchmark
+from evaluation.quality import cloze
+from evaluation.quality.fast_lm import make_fast
+from evaluation.quality.masked_lm import MaskedLM
+from prune.core.errors import InvalidInput
+from prune.sparsity.masks import zero_fraction
+from test_cloze import TASK, known_answers  # noqa: F401 (the fixture)
+
+LEVELS = [0.0, 0.1, 0.5, 0.9, 0.99]
+_COMMON = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
+ENCODERS = {  # the seed's encoder first
+    "electra": lambda v, pad: transformers.ElectraConfig(vocab_size=v, embedding_size=16, max_position_embeddings=256,
+                                                         pad_token_id=pad, **_COMMON),
+    "bert": lambda v, pad: transformers.BertConfig(vocab_size=v, max_position_embeddings=256, pad_token_id=pad, **_COMMON),
+    "roberta": lambda v, pad: transformers.RobertaConfig(vocab_size=v, max_position_embeddings=258, pad_token_id=pad,
+                                                         **_COMMON),
+}
+
+
+@pytest.fixture(scope="module")
+def masked_tokenizer():
+    """The tiny BPE tokenizer with a mask token."""
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.add_special_tokens({"mask_token": "[MASK]"})
+    return tokenizer
+
+
+def tiny_encoder(arch: str, tokenizer, seed: int = 0):
+    torch.manual_seed(seed)
+    config = ENCODERS[arch](len(tokenizer), tokenizer.pad_token_id)
+    return transformers.AutoModelForMaskedLM.from_config(config, dtype=torch.float32).eval()
+
+
+def score_by_hand(model, tokenizer, left: str, candidate: str, right: str) -> float:
+    """The rule on one plain forward pass of the whole model (its full head): the three parts tokenized apart and
+    joined (the left's trailing space goes with the candidate, as byte-level BPE splits words), the candidate's tokens
+    masked, the end kept when too long (the first token stays)."""
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in (left.rstrip(" "), " " + candidate, right)]
+    whole, start = ids[0] + ids[1] + ids[2], len(ids[0])
+    where = list(range(start, start + len(ids[1])))
+    limit = model.config.max_position_embeddings - 2
+    if len(whole) > limit:
+        cut = len(whole) - limit
+        whole, where = whole[:1] + whole[1 + cut:], [i - cut for i in where]
+    masked = list(whole)
+    for i in where:
+        masked[i] = tokenizer.mask_token_id
+    with torch.no_grad():
+        probs = model(torch.tensor([masked])).logits[0].softmax(-1)
+    return float(probs[torch.tensor(where), torch.tensor([whole[i] for i in where])].mean())
+
+
+def best_by_hand(model, tokenizer, question) -> str:
+    scores = [score_by_hand(model, tokenizer, *cloze.parts(question, option)) for option in question["options"]]
+    return question["options"][scores.index(max(scores))]
+
+
+@pytest.mark.parametrize("arch", list(ENCODERS))
+def test_a_masked_lm_scores_each_candidate_masked_in_the_blank(arch, masked_tokenizer):
+    model = tiny_encoder(arch, masked_tokenizer)
+    lm = make_fast(model, masked_tokenizer, batch_size=3)
+    assert isinstance(lm, MaskedLM)
+    question = cloze.questions(TASK)[0]
+    requests = [Instance("cloze", question, cloze.parts(question, option), i) for i, option in enumerate(question["options"])]
+    scores = lm.cloze(requests)  # batched, padded, the head at the masked positions only
+    by_hand = [score_by_hand(model, masked_tokenizer, *r.args) for r in requests]
+    assert scores == pytest.approx(by_hand, rel=1e-4, abs=1e-9)
+    assert len(set(scores)) > 1 and all(0 < s < 1 for s in scores)
+
+
+@pytest.mark.parametrize("arch", list(ENCODERS))
+def test_the_sparsity_sweep_of_an_encoder_starts_from_the_rule_by_hand(arch, masked_tokenizer, known_answers, tmp_path,
+                                                                      capsys, data_dir):
+    folder = tmp_path / f"tiny-{arch}"
+    tiny_encoder(arch, masked_tokenizer).save_pretrained(folder)
+    masked_tokenizer.save_pretrained(folder)
+    model, tokenizer = prune.load_model(str(folder), device="cpu")
+    assert type(model).__name__.endswith("ForMaskedLM")
+    rows = [dict(q) for q in cloze.questions(TASK)[:4]]
+    for i, row in enumerate(rows):  # the dense model's own pick right in three questions of four
+        best = best_by_hand(model, tokenizer, row)
+        row["answer"] = best if i < 3 else next(o for o in row["options"] if o != best)
+    known_answers(rows)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+
+    code = benchmark.main([str(a) for a in (
+        "--sparsity_sweep", "--levels", ",".join(map(str, LEVELS)), "--methods", "magnitude,wanda", "--task", TASK,
+        "--model", folder, "--batch_size", 4, "--data_dir", data_dir, "--no_cache", "--output_folder", tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    data = json.loads((tmp_path / "out" / f"sparsity_sweep_{TASK}.json").read_text())["sparsity_sweep"]
+    assert data["levels"] == LEVELS and data["methods"] == ["magnitude", "wanda"] and data["metric"] == "acc"
+    assert data["dense_accuracy"] == 0.75  # the rule applied by hand, on one plain forward pass per option
+    half = prune.sparsify(model, tokenizer, "magnitude", 0.5)
+    expected = sum(best_by_hand(half, tokenizer, row) == row["answer"] for row in rows) / len(rows)
+    assert data["accuracy"]["magnitude"][2] == expected
+    assert all(len(data["accuracy"][m]) == len(LEVELS) for m in data["methods"])
+    assert data["dense_perplexity"] is None or data["dense_perplexity"] != data["dense_perplexity"]  # none: a masked LM
+    assert "(a masked LM: no perplexity); dense: 75.00 %" in out and "| magnitude | 75.00 | " in out
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())  # the original untouched
+    assert zero_fraction(half) == pytest.approx(0.5, abs=0.01)
+
+
+def test_an_encoder_refuses_a_log_likelihood_task_in_one_line(masked_tokenizer):
+    lm = make_fast(tiny_encoder("bert", masked_tokenizer), masked_tokenizer)
+    with pytest.raises(InvalidInput, match="masked LM\\) answers cloze tasks only"):
+        lm.loglikelihood([])
+    with pytest.raises(InvalidInput, match="^Perplexity needs a causal language model"):
+        lm.loglikelihood_rolling([])
