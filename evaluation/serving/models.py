@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 import prune
-from prune.core.architectures import architecture_of, decoder_layers, get_path
+from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, get_path, kind_of
 from prune.core.devices import available_memory_bytes, input_device, parse_dtype
 from prune.core.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
 from prune.core.offload import cpu_held_bytes, resident_bytes
@@ -75,6 +75,7 @@ class ModelInfo:
     cpu_held_bytes: int = 0  # of the weights not resident, those kept in CPU memory beside a GPU (the rest: in files)
     # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
     block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
+    kind: str = CAUSAL  # or MASKED: an encoder, which fills blanks and generates nothing
 
     @property
     def layer_params(self) -> tuple[int, ...]:
@@ -123,7 +124,7 @@ def describe(model, name: str) -> ModelInfo:
                      device=str(input_device(model)), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
                      weight_bytes=memory.weight_bytes(model), resident_bytes=resident_bytes(model), size=size_of(model),
                      cpu_held_bytes=cpu_held_bytes(model),
-                     block_params=_block_params(model))
+                     block_params=_block_params(model), kind=kind_of(model))
 
 
 def _block_params(model) -> dict[str, tuple[int, ...]]:

@@ -138,10 +138,9 @@ def width_of(model_or_config) -> Width:
     found = architecture_of(config).width
     if found is None:
         supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
-        raise UnsupportedArchitecture(
-            f"LayerCut cannot prune the width of model type {quoted(config.model_type)} (a mixture of experts has "
-            f"one MLP per expert). Width pruning supports: {supported}."
-        )
+        why = "an encoder's width is not pruned yet" if kind_of(config) == MASKED else "a mixture of experts has one MLP per expert"
+        raise UnsupportedArchitecture(f"LayerCut cannot prune the width of model type {quoted(config.model_type)} "
+                                      f"({why}). Width pruning supports: {supported}.")
     return found
 
 

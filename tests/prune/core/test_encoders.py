@@ -17,10 +17,12 @@ from evaluation.measure.generation import stream_side_by_side
 from evaluation.measure.memory import measure_memory
 from evaluation.measure.speed import measure_speed
 from evaluation.quality.perplexity import check_seq_lens
-from prune.core.architectures import MASKED, kind_of
+from evaluation.serving.models import describe
+from prune.core.architectures import MASKED, kind_of, width_of
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, UnsupportedArchitecture
 from prune.sparsity.masks import zero_fraction
+from ui.text import model_markdown
 
 _COMMON = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64,
                max_position_embeddings=64)
@@ -50,6 +52,8 @@ def test_an_encoder_loads_from_its_folder_as_a_masked_lm(arch, tokenizer, tmp_pa
     model, _ = prune.load_model(str(tmp_path), device="cpu")
     assert isinstance(model, transformers.AutoModelForMaskedLM._model_mapping[type(model.config)])
     assert kind_of(model) == MASKED
+    line = model_markdown(describe(model, "tiny"))
+    assert "4 layers" in line and "an encoder (masked LM): it answers cloze tasks" in line
 
 
 @pytest.mark.parametrize("arch", list(CONFIGS))
@@ -101,3 +105,5 @@ def test_what_needs_a_causal_lm_refuses_an_encoder_in_one_line(tokenizer):
                 lambda: prune.score(model, tokenizer, "taylor", use_cache=False)):
         with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' is an encoder \\(a masked LM\\)[^\n]*$"):
             run()
+    with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' \\(an encoder's width is not pruned yet\\)"):
+        width_of(model)
