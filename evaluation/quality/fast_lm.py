@@ -238,6 +238,12 @@ def _pack(pairs: Sequence[Pair], rows, width: int, pad_id: int) -> PackedBatch:
 
 def head_input(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     """The LM head's input [B, T, D] for a batch; the head itself is skipped (scoring applies it)."""
+    return output_embeddings_input(model, **batch.model_inputs(model.dtype, input_device(model)))
+
+
+def output_embeddings_input(model: nn.Module, **inputs) -> torch.Tensor:
+    """What ``model(**inputs)`` hands its output embeddings (the vocabulary projection) [B, T, D]; the pass stops
+    there."""
     captured = {}
 
     def grab(_module, args):
@@ -247,7 +253,7 @@ def head_input(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     handle = model.get_output_embeddings().register_forward_pre_hook(grab)
     try:
         with torch.no_grad():
-            run_until_stopped(model, **batch.model_inputs(model.dtype, input_device(model)))
+            run_until_stopped(model, **inputs)
     finally:
         handle.remove()
     return captured["hidden"]

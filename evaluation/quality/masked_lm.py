@@ -3,10 +3,9 @@
 The sparsity study's rule for an encoder (:mod:`evaluation.quality.cloze`): the text with the candidate in the
 blank, each of the candidate's tokens replaced by the mask token, in one pass; the score is the mean over those
 tokens of the softmax probability the model gives the candidate's token at its position. All of a candidate's
-tokens are masked at once (the space before it included where the tokenizer gives that a token), so a word of several
-tokens is scored without seeing its own other pieces. A text
-longer than the model's positions keeps its end, where the blank is: the first tokens of the context go (the
-first special token stays). The study's own code loaded ELECTRA as a causal LM (``ElectraForCausalLM``) and read
+tokens are masked at once (the space before it included where the tokenizer gives that a token), so a word of
+several tokens is scored without seeing its own other pieces. A text longer than the model's positions keeps its
+end, where the blank is: the first tokens of the context go (the first special token stays). The study's own code loaded ELECTRA as a causal LM (``ElectraForCausalLM``) and read
 it as one; LayerCut reads an encoder as the masked LM it was trained as, and says so in the README.
 
 A masked LM defines no log-likelihood of a continuation and generates nothing: the other request kinds refuse
@@ -21,7 +20,8 @@ from torch import nn
 
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
-from prune.core.hidden import StopForward, run_until_stopped
+
+from evaluation.quality.fast_lm import output_embeddings_input
 
 _ONLY_CLOZE = ("{what} needs a causal language model; an encoder (a masked LM) answers cloze tasks only "
                "(cbt_style_cn, cbt_style_ne, cbt_style_p, and CBT from the hub).")
@@ -84,7 +84,8 @@ class MaskedLM(LM):
         for row, (ids, _, _) in enumerate(items):
             input_ids[row, :len(ids)] = torch.tensor(ids)
             attention[row, :len(ids)] = 1
-        hidden = _head_input(self.model, input_ids.to(device), attention.to(device))  # [B, T, D]
+        hidden = output_embeddings_input(self.model, input_ids=input_ids.to(device),
+                                         attention_mask=attention.to(device))  # [B, T, D], after the head's transform
         rows = [row for row, (_, where, _) in enumerate(items) for _ in where]
         columns = [i for _, where, _ in items for i in where]
         logits = self.model.get_output_embeddings()(hidden[rows, columns])  # [masked tokens, vocab]
@@ -105,19 +106,3 @@ class MaskedLM(LM):
     def generate_until(self, requests, disable_tqdm: bool = False):
         raise InvalidInput(_ONLY_CLOZE.format(what="A generation task"))
 
-
-def _head_input(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """The input of the model's output embeddings [B, T, D] (after its head's transform); the vocabulary
-    projection itself is skipped."""
-    captured = {}
-
-    def grab(_module, args):
-        captured["hidden"] = args[0]
-        raise StopForward
-
-    handle = model.get_output_embeddings().register_forward_pre_hook(grab)
-    try:
-        run_until_stopped(model, input_ids=input_ids, attention_mask=attention_mask)
-    finally:
-        handle.remove()
-    return captured["hidden"]

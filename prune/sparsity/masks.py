@@ -29,7 +29,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from prune.core.offload import weight_of
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import CAUSAL, decoder_layers, kind_of
 from prune.core.calibration import Calibration, token_windows
 from prune.core.layer_files import Rebuild
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
@@ -97,8 +97,8 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
             report((index + 1) / count_layers, f"Magnitude pruning: layer {index + 1} of {count_layers}")
         return rebuild.model()
     windows = token_windows(tokenizer, calibration or Calibration())
-    positions = getattr(model.config, "max_position_embeddings", None)  # learned positions (an encoder's) end there
-    if positions and windows.shape[1] > positions:
+    positions = getattr(model.config, "max_position_embeddings", None)  # an encoder's learned positions end there
+    if kind_of(model) != CAUSAL and positions and windows.shape[1] > positions:
         raise InvalidInput(f"Calibration windows of {windows.shape[1]} tokens exceed this model's {positions} "
                            "positions: choose a shorter calibration length.")
     hidden, calls = layer_calls(rebuild.source, windows.to(rebuild.device), batch_size)
