@@ -17,6 +17,17 @@ from test_cloze import TASK, best_by_hand, known_answers  # noqa: F401 (the fixt
 LEVELS = [0.0, 0.1, 0.5, 0.9, 0.99]
 
 
+def sweep_by_cli(folder, data_dir, tmp_path, capsys, *extra) -> tuple[dict, str]:
+    """``--sparsity_sweep`` of the cloze task at LEVELS by magnitude and Wanda: (the JSON's sweep, the printed table)."""
+    code = benchmark.main([str(a) for a in (
+        "--sparsity_sweep", "--levels", ",".join(map(str, LEVELS)), "--methods", "magnitude,wanda", "--task", TASK,
+        "--model", folder, "--batch_size", 4, "--data_dir", data_dir, "--no_cache", "--output_folder", tmp_path / "out",
+        *extra)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads((tmp_path / "out" / f"sparsity_sweep_{TASK}.json").read_text())["sparsity_sweep"], out
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])  # GPT-2: the seed's decoder
 def test_the_sparsity_sweep_of_a_cloze_task_starts_from_the_rule_by_hand(arch, tiny_tokenizer, known_answers, tmp_path,
                                                                          capsys, data_dir):
@@ -32,13 +43,7 @@ def test_the_sparsity_sweep_of_a_cloze_task_starts_from_the_rule_by_hand(arch, t
         row["answer"] = best if i < 3 else next(o for o in row["options"] if o != best)
     known_answers(rows)
 
-    code = benchmark.main([str(a) for a in (
-        "--sparsity_sweep", "--levels", ",".join(map(str, LEVELS)), "--methods", "magnitude,wanda",
-        "--task", TASK, "--model", folder, "--ppl_seq_len", 32, "--ppl_windows", 2, "--batch_size", 4,
-        "--data_dir", data_dir, "--no_cache", "--output_folder", tmp_path / "out")])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    data = json.loads((tmp_path / "out" / f"sparsity_sweep_{TASK}.json").read_text())["sparsity_sweep"]
+    data, out = sweep_by_cli(folder, data_dir, tmp_path, capsys, "--ppl_seq_len", 32, "--ppl_windows", 2)
     assert data["levels"] == LEVELS and data["methods"] == ["magnitude", "wanda"] and data["metric"] == "acc"
     assert data["dense_accuracy"] == 0.75  # the rule applied by hand, on one plain forward pass per option
     half = prune.sparsify(model, tokenizer, "magnitude", 0.5)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import transformers
@@ -11,15 +9,14 @@ from lm_eval.api.instance import Instance
 
 import prune
 from conftest import build_tiny_tokenizer
-from evaluation import cli as benchmark
 from evaluation.quality import cloze
 from evaluation.quality.fast_lm import make_fast
 from evaluation.quality.masked_lm import MaskedLM
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import zero_fraction
 from test_cloze import TASK, known_answers  # noqa: F401 (the fixture)
+from test_cloze_sweep_cli import LEVELS, sweep_by_cli
 
-LEVELS = [0.0, 0.1, 0.5, 0.9, 0.99]
 _COMMON = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
 ENCODERS = {  # the seed's encoder first
     "electra": lambda v, pad: transformers.ElectraConfig(vocab_size=v, embedding_size=16, max_position_embeddings=256,
@@ -96,12 +93,7 @@ def test_the_sparsity_sweep_of_an_encoder_starts_from_the_rule_by_hand(arch, mas
     known_answers(rows)
     before = {name: p.clone() for name, p in model.named_parameters()}
 
-    code = benchmark.main([str(a) for a in (
-        "--sparsity_sweep", "--levels", ",".join(map(str, LEVELS)), "--methods", "magnitude,wanda", "--task", TASK,
-        "--model", folder, "--batch_size", 4, "--data_dir", data_dir, "--no_cache", "--output_folder", tmp_path / "out")])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    data = json.loads((tmp_path / "out" / f"sparsity_sweep_{TASK}.json").read_text())["sparsity_sweep"]
+    data, out = sweep_by_cli(folder, data_dir, tmp_path, capsys)
     assert data["levels"] == LEVELS and data["methods"] == ["magnitude", "wanda"] and data["metric"] == "acc"
     assert data["dense_accuracy"] == 0.75  # the rule applied by hand, on one plain forward pass per option
     half = prune.sparsify(model, tokenizer, "magnitude", 0.5)
