@@ -8,7 +8,7 @@ import math
 from evaluation.quality.cloze import CLOZE_TASKS
 from evaluation.quality.lm_eval_adapter import TASKS
 from prune import DEFAULT_MODEL
-from prune.core.architectures import CAUSAL
+from prune.core.architectures import CAUSAL, MASKED, SEQ2SEQ
 
 NAME = "LayerCut"
 TITLE = f"{NAME} — cut whole blocks of layers out of an LLM"
@@ -121,8 +121,10 @@ def model_markdown(info, step_s: float | None = None) -> str:
         sources = f"{cpu:.2f} GiB from CPU memory" + (f" and {files:.2f} GiB from its files" if files >= 0.005 else "")
         streamed = (f" · moved to {info.device} layer by layer ({held:.2f} of {total:.2f} GiB there; each pass brings "
                     f"the other {sources}{cost})")
-    encoder = (" · an encoder (masked LM): it answers cloze tasks and can be sparsified and cut; it generates "
-               "nothing and has no perplexity") if info.kind != CAUSAL else ""
+    encoder = {CAUSAL: "", MASKED: " · an encoder (masked LM): it answers cloze tasks and can be sparsified and cut; it "
+                                   "generates nothing here and has no perplexity",
+               SEQ2SEQ: " · an encoder-decoder: it answers cloze tasks and its two stacks (the encoder's layers "
+                        "counted) can be sparsified; it generates nothing here and has no perplexity"}[info.kind]
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}{encoder}")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prune.core.architectures import ARCHITECTURES, CAUSAL
 from prune.core.recipe import Recipe
 
 FILE = "SCALE_OUT.md"
@@ -52,6 +53,12 @@ def tensor_parallel_sizes(config: dict) -> tuple[int, ...]:
 def scale_out(folder: str, config: dict, recipe: Recipe, *, factored: bool = False, tasks: str = TASKS) -> ScaleOut:
     """The commands that evaluate the export at ``folder`` (as the reader will have it) on many GPUs, and why an
     engine would refuse it or run it slower than its parameter count says."""
+    row = ARCHITECTURES.get(config.get("model_type"))
+    if row is not None and row.kind != CAUSAL:  # an encoder (-decoder): the engines' tasks read a causal LM
+        return ScaleOut((f"layercut-benchmark --model {folder} --full --task cbt_style_cn,cbt_style_ne,cbt_style_p"
+                         "   # cloze tasks, one device",),
+                        ("lm-evaluation-harness's multiple-choice tasks and vLLM read a causal LM; an encoder or an "
+                         "encoder-decoder is scored on LayerCut's cloze tasks, on one device.",))
     sizes = tensor_parallel_sizes(config)
     largest = max(sizes)
     commands = (

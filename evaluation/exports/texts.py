@@ -25,7 +25,7 @@ import prune
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput
 from prune.core.family import FAMILIES
-from prune.core.loading import _DEFAULT_GGUF, DEFAULT_MODEL
+from prune.core.loading import _DEFAULT_GGUF, DEFAULT_MODEL, auto_class
 from prune.lowrank.decomposition import ranks_of
 from prune.core.recipe import Recipe
 from prune.core.surgery import index_runs
@@ -204,8 +204,9 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines += ["## How to load", "", "```python", "import prune", "",
                   f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
     else:
-        lines += ["## How to load", "", "```python", "from transformers import AutoModelForCausalLM, AutoTokenizer",
-                  "", f'model = AutoModelForCausalLM.from_pretrained("./{name}")',
+        auto = auto_class(model.config).__name__  # AutoModelForCausalLM, or an encoder's (-decoder's) own
+        lines += ["## How to load", "", "```python", f"from transformers import {auto}, AutoTokenizer",
+                  "", f'model = {auto}.from_pretrained("./{name}")',
                   f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
     if drops is not None:
         lines += ["With LayerCut the dropped blocks are dropped again on load (faster, smaller KV cache):", "",

@@ -44,7 +44,7 @@ from prune.drop.sublayers import attention_layers, savable
 from prune.sparsity.masks import zero_fraction
 
 from evaluation.measure.measurement import Measurement
-from evaluation.measure.speed import per_token_flops
+from evaluation.measure.speed import one_pass, per_token_flops
 
 GROUP = "memory"
 MACS_CONTEXT = 128
@@ -137,7 +137,7 @@ class _RssSampler:
 def _generate(model, input_ids: torch.Tensor, new_tokens: int):
     """Greedy generation; returns the KV cache it built (an encoder, which generates nothing: one pass, no cache)."""
     if kind_of(model) != CAUSAL:
-        model(input_ids=input_ids)
+        one_pass(model, input_ids)
         return None
     pad = getattr(model.generation_config, "pad_token_id", None) or getattr(model.generation_config, "eos_token_id", 0)
     return cache_returned(model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
@@ -306,7 +306,7 @@ def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: in
     zeros, total = zero_weights(model)
     sparse = {"zero_weights": zeros, "zero_fraction": zeros / total, "zero_fraction_of_layer_matrices":
               zero_fraction(model), "note": dense_zeros_note(model)}  # counted, so the tab can say what zeros cost
-    if kind_of(model) != CAUSAL:  # an encoder: one pass over the prompt, no decoding, no KV cache
+    if kind_of(model) != CAUSAL:  # an encoder (-decoder): one pass over the prompt, no decoding, no KV cache
         return [
             Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP),
             Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP,

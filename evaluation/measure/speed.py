@@ -21,7 +21,7 @@ import torch
 
 from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
-from prune.core.architectures import CAUSAL, decoder_layers, kind_of
+from prune.core.architectures import CAUSAL, SEQ2SEQ, decoder_layers, kind_of
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
@@ -144,16 +144,22 @@ class GpuUtilization:
 
 
 @torch.no_grad()
+def one_pass(model, input_ids: torch.Tensor):
+    """One forward pass over ``input_ids`` (an encoder-decoder's decoder reads one token)."""
+    extra = {"decoder_input_ids": input_ids[:, :1]} if kind_of(model) == SEQ2SEQ else {}
+    return model(input_ids=input_ids, **extra)
+
+
 def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
     """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens; for an encoder, which generates
-    nothing, one pass over ``input_ids`` and ``new_tokens - 1`` one-token passes (no cache)."""
+    nothing here, one pass over ``input_ids`` and ``new_tokens - 1`` one-token passes (no cache)."""
     device = input_ids.device
     if kind_of(model) != CAUSAL:
         with _Timer(device) as prefill:
-            model(input_ids=input_ids)
+            one_pass(model, input_ids)
         with _Timer(device) as passes:
             for _ in range(new_tokens - 1):
-                model(input_ids=input_ids[:, :1])
+                one_pass(model, input_ids[:, :1])
         return prefill.ms, passes.ms
     with _Timer(device) as prefill:
         out = model(input_ids=input_ids, use_cache=True, **last_logits_only(model))  # the prefill skips unused logits
@@ -245,11 +251,13 @@ def probe_rates(model) -> Rates:
     then PROBE_RUNS times, the fastest of each (a busy machine's moments vary many-fold; a job of many passes
     sees their middle, so estimates lean long). What ``evaluation.measure.estimate`` divides a job's work by."""
     device = input_device(model)
-    ids = (torch.arange(PROBE_TOKENS, device=device) % model.config.vocab_size)[None]  # [1, T]
+    positions = getattr(model.config, "max_position_embeddings", None) or PROBE_TOKENS + PROBE_STEPS
+    tokens = max(1, min(PROBE_TOKENS, positions - PROBE_STEPS - 2))  # a small model's learned positions end early
+    ids = (torch.arange(tokens, device=device) % model.config.vocab_size)[None]  # [1, T]
     _run_once(model, ids, PROBE_STEPS + 1)
     runs = [_run_once(model, ids, PROBE_STEPS + 1) for _ in range(PROBE_RUNS)]
     prefill_ms, decode_ms = (min(times) for times in zip(*runs))
-    return Rates(PROBE_TOKENS / max(prefill_ms / 1000, 1e-9), decode_ms / 1000 / PROBE_STEPS)
+    return Rates(tokens / max(prefill_ms / 1000, 1e-9), decode_ms / 1000 / PROBE_STEPS)
 
 
 def _report(job: Job | None, fraction: float, message: str) -> None:

@@ -32,7 +32,7 @@ from lm_eval.models.huggingface import HFLM
 from torch import nn
 from tqdm import tqdm
 
-from prune.core.architectures import MASKED, kind_of
+from prune.core.architectures import MASKED, SEQ2SEQ, kind_of
 from prune.core.devices import input_device
 from prune.core.hidden import StopForward, run_until_stopped
 
@@ -351,11 +351,16 @@ class FastLM(HFLM):
 
 
 def make_fast(model: nn.Module, tokenizer, batch_size: int = 16):
-    """The scorer registry's constructor (``SCORERS["fast"]``): a :class:`FastLM`, or for an encoder the masked
-    LM's cloze scorer (:class:`evaluation.quality.masked_lm.MaskedLM`)."""
+    """The scorer registry's constructor (``SCORERS["fast"]``): a :class:`FastLM`; for an encoder the masked LM's
+    cloze scorer (:class:`evaluation.quality.masked_lm.MaskedLM`), for an encoder-decoder the sentinel one
+    (:class:`evaluation.quality.sentinel_lm.SentinelLM`)."""
     batch_size = batch_size if isinstance(batch_size, int) else 16
     if kind_of(model) == MASKED:
         from evaluation.quality.masked_lm import MaskedLM
 
         return MaskedLM(model, tokenizer, batch_size)
+    if kind_of(model) == SEQ2SEQ:
+        from evaluation.quality.sentinel_lm import SentinelLM
+
+        return SentinelLM(model, tokenizer, batch_size)
     return FastLM(model, tokenizer, batch_size=batch_size)

@@ -23,18 +23,35 @@ from prune.core.errors import InvalidInput
 
 from evaluation.quality.fast_lm import output_embeddings_input
 
-_ONLY_CLOZE = ("{what} needs a causal language model; an encoder (a masked LM) answers cloze tasks only "
+_ONLY_CLOZE = ("{what} needs a causal language model; an encoder or an encoder-decoder answers cloze tasks only "
                "(cbt_style_cn, cbt_style_ne, cbt_style_p, and CBT from the hub).")
 
 
-class MaskedLM(LM):
-    """lm-eval's scorer interface for a masked LM: ``cloze`` answered, the other kinds refused."""
+class ClozeOnly(LM):
+    """lm-eval's scorer interface for a model that fills blanks: ``cloze`` answered (by a subclass), the other
+    request kinds refused in one line."""
 
     def __init__(self, model: nn.Module, tokenizer, batch_size: int = 16):
         super().__init__()
+        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        raise InvalidInput(_ONLY_CLOZE.format(what="A multiple-choice task scored by log-likelihood"))
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
+        raise InvalidInput(_ONLY_CLOZE.format(what="Perplexity"))
+
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        raise InvalidInput(_ONLY_CLOZE.format(what="A generation task"))
+
+
+class MaskedLM(ClozeOnly):
+    """A masked LM's cloze scores: the candidate's tokens masked in the blank."""
+
+    def __init__(self, model: nn.Module, tokenizer, batch_size: int = 16):
         if tokenizer.mask_token_id is None:
             raise InvalidInput("This encoder's tokenizer has no mask token: it cannot fill a blank.")
-        self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
+        super().__init__(model, tokenizer, batch_size)
 
     @property
     def max_length(self) -> int:
@@ -96,13 +113,4 @@ class MaskedLM(LM):
             out.append(float(probs[at: at + len(where)].mean()))
             at += len(where)
         return out
-
-    def loglikelihood(self, requests, disable_tqdm: bool = False):
-        raise InvalidInput(_ONLY_CLOZE.format(what="A multiple-choice task scored by log-likelihood"))
-
-    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False):
-        raise InvalidInput(_ONLY_CLOZE.format(what="Perplexity"))
-
-    def generate_until(self, requests, disable_tqdm: bool = False):
-        raise InvalidInput(_ONLY_CLOZE.format(what="A generation task"))
 

@@ -172,7 +172,7 @@ def levels_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
     recipe key) plus every setting that changes the numbers. ``job`` reports one span per point
     and cancels between layers of a build and between forwards of a measurement.
     """
-    with_perplexity = kind_of(model) == CAUSAL  # a masked LM defines none: its points hold NaN
+    with_perplexity = kind_of(model) == CAUSAL  # an encoder (-decoder) has none: its points hold NaN
     if with_perplexity:
         perplexity.check_seq_lens(model, (plan.ppl_seq_len,))
     job = job or Job("the sparsity sweep", None, threading.Event())
@@ -258,12 +258,12 @@ def _result(found: dict[str, dict], plan: SweepPlan, task: str, limit: int | Non
 
 
 def format_table(result: SparsitySweepResult) -> str:
-    """A Markdown table, method × level: "task metric / perplexity" (the metric alone for a masked LM, which has no
-    perplexity), and each method's time."""
+    """A Markdown table, method × level: "task metric / perplexity" (the metric alone for an encoder or an
+    encoder-decoder, which have no perplexity), and each method's time."""
     unit = " %" if result.scale == 100 else ""
     with_ppl = math.isfinite(result.dense_perplexity)
     ppl = (f" / WikiText-2 test perplexity ({result.ppl_windows} × {result.ppl_seq_len} tokens, no BOS)" if with_ppl
-           else " (a masked LM: no perplexity)")
+           else " (no perplexity: not a causal LM)")
     head = (f"{result.task} {result.metric}{unit} (first {result.limit or 'all'} documents){ppl}; dense: "
             f"{result.scale * result.dense_accuracy:.2f}{unit}" + (f" / {result.dense_perplexity:.2f}" if with_ppl else ""))
     lines = [head, "", "| method | " + " | ".join(f"{100 * level:g} %" for level in result.levels)

@@ -1,8 +1,9 @@
 """One table: where each architecture keeps its layers, final norm, attention, MLP and prunable widths.
 
 Adding an architecture is one row here; nothing else in LayerCut branches on model type. Most rows are decoder-only
-causal LMs; encoder rows (BERT, RoBERTa, ELECTRA) are masked LMs, whose layers LayerCut reads, sparsifies and scores
-on cloze tasks (:data:`MASKED`), and which generate nothing.
+causal LMs; encoder rows (BERT, RoBERTa, ELECTRA) are masked LMs, whose layers LayerCut reads, cuts, sparsifies and
+scores on cloze tasks (:data:`MASKED`); T5 is an encoder-decoder (:data:`SEQ2SEQ`) with two stacks of layers, both
+sparsified, scored on cloze tasks through its sentinels. Neither generates here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from torch import nn
 
 from prune.core.errors import UnsupportedArchitecture, quoted
 
-CAUSAL, MASKED = "causal", "masked"  # what a model's head predicts: the next token, or the tokens at [MASK] positions
+# What a model's head predicts: the next token, the tokens at [MASK] positions, or a target sequence from an encoded input
+CAUSAL, MASKED, SEQ2SEQ = "causal", "masked", "seq2seq"
+_KIND_WORDS = {MASKED: "an encoder (a masked LM)", SEQ2SEQ: "an encoder-decoder"}
 ATTENTION, MLP = "attention", "mlp"  # the two blocks of a decoder layer (what a sub-layer drop removes)
 KINDS = (ATTENTION, MLP)
 
@@ -67,7 +70,8 @@ class Architecture:
     ffn_norm: str | None = "post_attention_layernorm"
     sublayers: SubLayers = SubLayers()
     width: Width | None = _LLAMA_WIDTH  # None: no width pruning (see width_of)
-    kind: str = CAUSAL  # CAUSAL or MASKED: which Auto class loads it, what it can be asked
+    kind: str = CAUSAL  # CAUSAL, MASKED or SEQ2SEQ: which Auto class loads it, what it can be asked
+    stacks: tuple[str, ...] = ()  # every nn.ModuleList of layers, when more than ``layers`` (T5: encoder, decoder)
 
 
 def _encoder(prefix: str) -> Architecture:
@@ -113,6 +117,10 @@ ARCHITECTURES: dict[str, Architecture] = {
     "bert": _encoder("bert"),
     "roberta": _encoder("roberta"),
     "electra": _encoder("electra"),
+    # two pre-norm stacks; each block's layer.0 is self-attention, the decoder's layer.1 cross-attention, the last the MLP
+    "t5": Architecture(layers="encoder.block", final_norm="encoder.final_layer_norm", ffn_norm=None,
+                       sublayers=SubLayers(attention="layer.0", mlp=None), width=None, kind=SEQ2SEQ,
+                       stacks=("encoder.block", "decoder.block")),
 }
 
 # Config fields that hold one entry per layer besides the generic "list as long as the
@@ -138,7 +146,8 @@ def width_of(model_or_config) -> Width:
     found = architecture_of(config).width
     if found is None:
         supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
-        why = "an encoder's width is not pruned yet" if kind_of(config) == MASKED else "a mixture of experts has one MLP per expert"
+        why = ("a mixture of experts has one MLP per expert" if kind_of(config) == CAUSAL
+               else f"the width of {_KIND_WORDS[kind_of(config)]} is not pruned yet")
         raise UnsupportedArchitecture(f"LayerCut cannot prune the width of model type {quoted(config.model_type)} "
                                       f"({why}). Width pruning supports: {supported}.")
     return found
@@ -178,12 +187,27 @@ def kind_of(model_or_config) -> str:
 
 
 def check_causal(model_or_config, what: str) -> None:
-    """A one-line refusal of ``what`` (e.g. "Generation") for a masked LM."""
-    if kind_of(model_or_config) != CAUSAL:
+    """A one-line refusal of ``what`` (e.g. "Generation") for an encoder or an encoder-decoder."""
+    kind = kind_of(model_or_config)
+    if kind != CAUSAL:
         config = getattr(model_or_config, "config", model_or_config)
         raise UnsupportedArchitecture(f"{what} needs a causal (decoder-only) language model; "
-                                      f"{quoted(config.model_type)} is an encoder (a masked LM), which fills blanks: "
+                                      f"{quoted(config.model_type)} is {_KIND_WORDS[kind]}, which fills blanks: "
                                       "ask it cloze tasks (cbt_style_cn, …) and sparsify it.")
+
+
+def check_one_stack(model_or_config, what: str) -> None:
+    """A one-line refusal of ``what`` (an analysis, a cut) for a model of two stacks of layers (T5)."""
+    config = getattr(model_or_config, "config", model_or_config)
+    if architecture_of(config).stacks:
+        raise UnsupportedArchitecture(f"{what} of {quoted(config.model_type)}, an encoder-decoder, is not built yet: "
+                                      "its two stacks are sparsified together and scored on cloze tasks.")
+
+
+def layer_stacks(model: nn.Module) -> list[nn.ModuleList]:
+    """Every list of layers the model has, in the order its forward runs them (T5: encoder, then decoder)."""
+    arch = architecture_of(model)
+    return [get_path(model, path) for path in arch.stacks or (arch.layers,)]
 
 
 def num_layers(model: nn.Module) -> int:

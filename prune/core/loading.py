@@ -1,4 +1,4 @@
-"""Load any Hugging Face causal LM (or a BERT-style masked LM), or the embedded default that works with no network."""
+"""Load any Hugging Face causal LM (or a BERT-style masked LM, or T5), or the embedded default that works with no network."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import socket
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from prune.core import offload
-from prune.core.architectures import CAUSAL, architecture_of, kind_of
+from prune.core.architectures import CAUSAL, MASKED, architecture_of, kind_of
 from prune.core.budget import memory_budget
 from prune.core.devices import available_memory_bytes, default_device, parse_dtype
 from prune.core.errors import BrokenModel, ModelNotFound, ModelTooLarge, quoted
@@ -33,8 +33,10 @@ MEMORY_HEADROOM = 1.2  # activations, tokenizer, Python: a model must fit with t
 
 
 def auto_class(config):
-    """The transformers Auto class that builds a model of ``config``: causal LM, or masked LM for an encoder."""
-    return AutoModelForCausalLM if kind_of(config) == CAUSAL else AutoModelForMaskedLM
+    """The transformers Auto class that builds a model of ``config``: causal LM, masked LM (an encoder) or
+    sequence-to-sequence LM (an encoder-decoder)."""
+    kind = kind_of(config)
+    return AutoModelForCausalLM if kind == CAUSAL else AutoModelForMaskedLM if kind == MASKED else AutoModelForSeq2SeqLM
 
 
 def is_default(name_or_path: str | None) -> bool:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import SEQ2SEQ, decoder_layers, kind_of
 from prune.core.hidden import StopForward, _hidden_arg, _hidden_out, run_until_stopped
 
 
@@ -33,13 +33,16 @@ def other_arguments(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 @torch.no_grad()
-def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
+def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, layers: nn.ModuleList | None = None):
     """Per batch: the first layer's input [B, T, D], and every layer's other (args, kwargs).
 
     Masks and position embeddings depend only on the tokens, and can differ between layers
     (sliding-window layers), so each layer's own are kept and reused on the changed inputs.
+    ``layers``: another stack than the decoder layers (T5's decoder, whose calls hold the encoder's output as it is
+    now); an encoder-decoder's decoder reads the window shifted right, as its training targets are.
     """
-    layers = decoder_layers(model)
+    layers = decoder_layers(model) if layers is None else layers
+    seq2seq = kind_of(model) == SEQ2SEQ
     hidden: list[torch.Tensor] = []
     calls: list[list[tuple]] = []
 
@@ -56,7 +59,8 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int):
     try:
         for batch in input_ids.split(batch_size):
             calls.append([])
-            run_until_stopped(model, input_ids=batch, use_cache=False)
+            targets = {"decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=batch)} if seq2seq else {}
+            run_until_stopped(model, input_ids=batch, use_cache=False, **targets)
     finally:
         for handle in handles:
             handle.remove()

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from prune.core.architectures import PER_LAYER_INDEX_FIELDS, architecture_of, decoder_layers
+from prune.core.architectures import PER_LAYER_INDEX_FIELDS, architecture_of, check_one_stack, decoder_layers
 from prune.core.errors import InvalidCut, quoted
 
 
@@ -68,6 +68,7 @@ def cut(model: nn.Module, start: int, end: int) -> nn.Module:
 
 def remove_layers(model: nn.Module, layers: Iterable[int]) -> nn.Module:
     """Remove any set of layers; kept layers share their parameters with ``model``."""
+    check_one_stack(model, "A depth cut")
     count = len(decoder_layers(model))
     removed = check_layers(count, layers)
     kept = [i for i in range(count) if i not in removed]

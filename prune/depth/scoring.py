@@ -8,6 +8,7 @@ import time
 import torch
 
 from prune import __version__
+from prune.core.architectures import check_one_stack
 from prune.core.calibration import Calibration
 from prune.core.offload import named_weights
 from prune.depth.methods import check_options, get_method
@@ -36,6 +37,7 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
     options = check_options(spec, options)
     if context is not None:
         model, tokenizer, calibration = context.model, context.tokenizer, context.calibration
+    check_one_stack(model, "Layer importance")
     calibration = calibration or Calibration()
     key = digest({"model": model_fingerprint(model), "method": method, "options": options,
                   "calibration": calibration.key(), "version": __version__})

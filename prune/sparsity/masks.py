@@ -21,6 +21,7 @@ pruned matrices, stored densely: zeros save no memory and no time with dense ker
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable
 
@@ -28,13 +29,16 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from prune.core import offload
+from prune.core.devices import input_device
 from prune.core.offload import weight_of
-from prune.core.architectures import CAUSAL, decoder_layers, kind_of
+from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, kind_of, layer_stacks
 from prune.core.calibration import Calibration, token_windows
 from prune.core.layer_files import Rebuild
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
 from prune.core.storage import dense
 from prune.core.sequential import layer_calls, matrices, rows_of, run_layer
+from prune.core.surgery import private_copy
 from prune.sparsity.sparsegpt import count, lowest, sparsegpt
 
 METHODS = ("magnitude", "wanda", "sparsegpt")
@@ -76,7 +80,8 @@ def parse_pattern(pattern: str) -> tuple[int, int] | None:
 def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *, pattern: str = "unstructured",
              calibration: Calibration | None = None, progress: Progress | None = None,
              batch_size: int = 8) -> nn.Module:
-    """A copy of ``model`` whose decoder layers' linear weights are ``sparsity`` zero; ``model`` is untouched.
+    """A copy of ``model`` whose layers' linear weights are ``sparsity`` zero (every stack of an encoder-decoder's);
+    ``model`` is untouched.
 
     ``calibration`` (None: the built-in text) feeds Wanda and SparseGPT; magnitude reads no data.
     ``progress(fraction, message)`` is called after each layer (raising there cancels).
@@ -86,38 +91,79 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
     _check_shapes(model, nm)
     if method != "magnitude" and tokenizer is None:
         raise InvalidInput(f"{method} reads calibration activations: it needs the model's tokenizer.")
+    windows = None if method == "magnitude" else _windows(model, tokenizer, calibration)
+    report = progress or (lambda _fraction, _message: None)
+    if architecture_of(model).stacks:
+        return _sparsify_stacks(model, method, sparsity, nm, windows, report, batch_size)
     rebuild = Rebuild(model, sparse_copy_bytes(model))  # a clone's layers, or one at a time into files
     count_layers = len(decoder_layers(model))
-    report = progress or (lambda _fraction, _message: None)
-    if method == "magnitude":
-        for index, layer in rebuild.layers():
-            for module in matrices(layer).values():
-                _set_rows(module, _zeroed(rows_of(module), _magnitude_mask(rows_of(module), sparsity, nm)))
-            rebuild.done(index, layer)
-            report((index + 1) / count_layers, f"Magnitude pruning: layer {index + 1} of {count_layers}")
-        return rebuild.model()
+    if windows is not None:
+        hidden, calls = layer_calls(rebuild.source, windows.to(rebuild.device), batch_size)
+        report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
+    for index, layer in rebuild.layers():
+        if windows is None:
+            _prune_layer(layer, method, sparsity, nm)
+        else:
+            _prune_layer(layer, method, sparsity, nm, hidden, [c[index] for c in calls])
+            hidden = run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
+        rebuild.done(index, layer)
+        report((index + 1) / count_layers, _layer_done(method, index + 1, count_layers))
+    return rebuild.model()
+
+
+def _sparsify_stacks(model: nn.Module, method: str, sparsity: float, nm, windows: torch.Tensor | None, report,
+                     batch_size: int) -> nn.Module:
+    """An encoder-decoder's stacks (T5), in memory: the encoder's layers first, then the decoder's, whose calibration
+    inputs are read afresh through the pruned encoder (its output is what the decoder's cross-attention reads)."""
+    if offload.is_offloaded(model):
+        raise InvalidInput("An encoder-decoder read from disk layer by layer cannot be sparsified yet: raise the "
+                           "memory budget so that it loads whole.")
+    variant = private_copy(model)  # every module object its own, the parameters shared until replaced
+    variant.config = copy.deepcopy(model.config)
+    stacks = layer_stacks(variant)
+    total, done = sum(len(stack) for stack in stacks), 0
+    for stack in stacks:
+        if windows is not None:
+            hidden, calls = layer_calls(variant, windows.to(input_device(model)), batch_size, layers=stack)
+        for index, layer in enumerate(stack):
+            if windows is None:
+                _prune_layer(layer, method, sparsity, nm)
+            else:
+                _prune_layer(layer, method, sparsity, nm, hidden, [c[index] for c in calls])
+                hidden = run_layer(layer, hidden, [c[index] for c in calls])
+            done += 1
+            report(done / total, _layer_done(method, done, total))
+    return variant
+
+
+def _layer_done(method: str, done: int, total: int) -> str:
+    return f"Magnitude pruning: layer {done} of {total}" if method == "magnitude" else f"{method}: layer {done} of {total} pruned"
+
+
+def _windows(model: nn.Module, tokenizer, calibration: Calibration | None) -> torch.Tensor:
+    """The calibration windows [N, T]; longer than an encoder's learned positions refuses in one line."""
     windows = token_windows(tokenizer, calibration or Calibration())
     positions = getattr(model.config, "max_position_embeddings", None)  # an encoder's learned positions end there
     if kind_of(model) != CAUSAL and positions and windows.shape[1] > positions:
         raise InvalidInput(f"Calibration windows of {windows.shape[1]} tokens exceed this model's {positions} "
                            "positions: choose a shorter calibration length.")
-    hidden, calls = layer_calls(rebuild.source, windows.to(rebuild.device), batch_size)
-    report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
-    for index, layer in rebuild.layers():
-        found = _statistics(layer, hidden, [c[index] for c in calls], method)
-        for name, module in matrices(layer).items():
-            rows = rows_of(module)
-            if method == "wanda":  # a matrix no calibration token reached falls back to |W| per row
-                squares = found.get(name, torch.ones(rows.shape[1], device=rows.device))
-                _set_rows(module, _zeroed(rows, _wanda_mask(rows, squares, sparsity, nm)))
-            else:
-                hessian = found.get(name, torch.eye(rows.shape[1], device=rows.device))
-                _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
-        del found
-        hidden = run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
-        rebuild.done(index, layer)
-        report((index + 1) / count_layers, f"{method}: layer {index + 1} of {count_layers} pruned")
-    return rebuild.model()
+    return windows
+
+
+def _prune_layer(layer: nn.Module, method: str, sparsity: float, nm, hidden=None, calls=None) -> None:
+    """Zero ``sparsity`` of each matrix of one layer (its own modules), by ``method``; Wanda and SparseGPT read the
+    layer's inputs ``hidden`` with its other arguments ``calls`` (one per batch)."""
+    found = {} if method == "magnitude" else _statistics(layer, hidden, calls, method)
+    for name, module in matrices(layer).items():
+        rows = rows_of(module)
+        if method == "magnitude":
+            _set_rows(module, _zeroed(rows, _magnitude_mask(rows, sparsity, nm)))
+        elif method == "wanda":  # a matrix no calibration token reached falls back to |W| per row
+            squares = found.get(name, torch.ones(rows.shape[1], device=rows.device))
+            _set_rows(module, _zeroed(rows, _wanda_mask(rows, squares, sparsity, nm)))
+        else:
+            hessian = found.get(name, torch.eye(rows.shape[1], device=rows.device))
+            _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
 
 
 # ---------------------------------------------------------------- the matrices
@@ -130,14 +176,19 @@ def _set_rows(module: nn.Module, rows: torch.Tensor) -> None:
     module.weight = nn.Parameter(value.to(old.dtype).contiguous(), requires_grad=old.requires_grad)
 
 
+def all_layers(model: nn.Module) -> list[nn.Module]:
+    """The layers of every stack (an encoder-decoder has two)."""
+    return [layer for stack in layer_stacks(model) for layer in stack]
+
+
 def _zeroed(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return rows.masked_fill(mask, 0)
 
 
 def zero_fraction(model: nn.Module) -> float:
-    """The fraction of the decoder layers' linear weights that are exactly zero, counted."""
+    """The fraction of the layers' linear weights that are exactly zero, counted."""
     zeros = total = 0
-    for layer in decoder_layers(model):
+    for layer in all_layers(model):
         for module in matrices(layer).values():
             weight = dense(weight_of(module))  # read from its files if offloaded, one matrix at a time; dequantized
             zeros += weight.numel() - int(torch.count_nonzero(weight))  # no bool/int64 copy
@@ -148,13 +199,13 @@ def zero_fraction(model: nn.Module) -> float:
 def sparse_copy_bytes(model: nn.Module) -> int:
     """Bytes of the matrices :func:`sparsify` copies: what a sparse variant owns, zeros stored densely."""
     return sum(m.weight.numel() * m.weight.element_size()
-               for layer in decoder_layers(model) for m in matrices(layer).values())
+               for layer in all_layers(model) for m in matrices(layer).values())
 
 
 def _check_shapes(model: nn.Module, nm: tuple[int, int] | None) -> None:
     if nm is None:
         return
-    odd = sorted({f"{name} ({rows_of(m).shape[1]} inputs)" for layer in decoder_layers(model)
+    odd = sorted({f"{name} ({rows_of(m).shape[1]} inputs)" for layer in all_layers(model)
                   for name, m in matrices(layer).items() if rows_of(m).shape[1] % nm[1]})
     if odd:
         raise InvalidInput(f"{nm[0]}:{nm[1]} sparsity needs input sizes divisible by {nm[1]}: {', '.join(odd)}.")

@@ -1,4 +1,5 @@
-"""Encoders (masked LMs: ELECTRA, BERT, RoBERTa) on cloze tasks by the seed's rule, and their sparsity sweep by the CLI."""
+"""Encoders (masked LMs: ELECTRA, BERT, RoBERTa) and an encoder-decoder (T5) on cloze tasks by the seed's rule, and
+their sparsity sweep by the CLI."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from conftest import build_tiny_tokenizer
 from evaluation.quality import cloze
 from evaluation.quality.fast_lm import make_fast
 from evaluation.quality.masked_lm import MaskedLM
+from evaluation.quality.sentinel_lm import SentinelLM
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import zero_fraction
 from test_cloze import TASK, known_answers  # noqa: F401 (the fixture)
@@ -29,14 +31,19 @@ ENCODERS = {  # the seed's encoder first
 
 @pytest.fixture(scope="module")
 def masked_tokenizer():
-    """The tiny BPE tokenizer with a mask token."""
+    """The tiny BPE tokenizer with a mask token and T5's first two sentinels."""
     tokenizer = build_tiny_tokenizer()
-    tokenizer.add_special_tokens({"mask_token": "[MASK]"})
+    tokenizer.add_special_tokens({"mask_token": "[MASK]", "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
     return tokenizer
 
 
 def tiny_encoder(arch: str, tokenizer, seed: int = 0):
     torch.manual_seed(seed)
+    if arch == "t5":
+        config = transformers.T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=3,
+                                       num_decoder_layers=2, num_heads=4, decoder_start_token_id=tokenizer.pad_token_id,
+                                       pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        return transformers.AutoModelForSeq2SeqLM.from_config(config, dtype=torch.float32).eval()
     config = ENCODERS[arch](len(tokenizer), tokenizer.pad_token_id)
     return transformers.AutoModelForMaskedLM.from_config(config, dtype=torch.float32).eval()
 
@@ -60,32 +67,49 @@ def score_by_hand(model, tokenizer, left: str, candidate: str, right: str) -> fl
     return float(probs[torch.tensor(where), torch.tensor([whole[i] for i in where])].mean())
 
 
+def sentinel_score_by_hand(model, tokenizer, left: str, candidate: str, right: str) -> float:
+    """T5's rule on one plain pass with ``labels`` (transformers shifts them): the blank as <extra_id_0> in the input
+    (its last 512 tokens), the target <extra_id_0> candidate <extra_id_1>, the candidate's tokens' mean probability."""
+    source = tokenizer(left + "<extra_id_0>" + right)["input_ids"][-512:]
+    words = tokenizer(candidate, add_special_tokens=False)["input_ids"]
+    sentinels = tokenizer.convert_tokens_to_ids(["<extra_id_0>", "<extra_id_1>"])
+    target = [sentinels[0], *words, sentinels[1]]
+    with torch.no_grad():
+        probs = model(input_ids=torch.tensor([source]), labels=torch.tensor([target])).logits[0].softmax(-1)
+    return float(probs[torch.arange(1, 1 + len(words)), torch.tensor(words)].mean())
+
+
+def by_hand(model, tokenizer, *request) -> float:
+    rule = sentinel_score_by_hand if model.config.model_type == "t5" else score_by_hand
+    return rule(model, tokenizer, *request)
+
+
 def best_by_hand(model, tokenizer, question) -> str:
-    scores = [score_by_hand(model, tokenizer, *cloze.parts(question, option)) for option in question["options"]]
+    scores = [by_hand(model, tokenizer, *cloze.parts(question, option)) for option in question["options"]]
     return question["options"][scores.index(max(scores))]
 
 
-@pytest.mark.parametrize("arch", list(ENCODERS))
-def test_a_masked_lm_scores_each_candidate_masked_in_the_blank(arch, masked_tokenizer):
+@pytest.mark.parametrize("arch", [*ENCODERS, "t5"])
+def test_an_encoder_scores_each_candidate_in_the_blank_by_the_rule(arch, masked_tokenizer):
     model = tiny_encoder(arch, masked_tokenizer)
     lm = make_fast(model, masked_tokenizer, batch_size=3)
-    assert isinstance(lm, MaskedLM)
+    assert isinstance(lm, SentinelLM if arch == "t5" else MaskedLM)
     question = cloze.questions(TASK)[0]
     requests = [Instance("cloze", question, cloze.parts(question, option), i) for i, option in enumerate(question["options"])]
     scores = lm.cloze(requests)  # batched, padded, the head at the masked positions only
-    by_hand = [score_by_hand(model, masked_tokenizer, *r.args) for r in requests]
-    assert scores == pytest.approx(by_hand, rel=1e-4, abs=1e-9)
+    expected = [by_hand(model, masked_tokenizer, *r.args) for r in requests]
+    assert scores == pytest.approx(expected, rel=1e-4, abs=1e-9)
     assert len(set(scores)) > 1 and all(0 < s < 1 for s in scores)
 
 
-@pytest.mark.parametrize("arch", list(ENCODERS))
+@pytest.mark.parametrize("arch", [*ENCODERS, "t5"])
 def test_the_sparsity_sweep_of_an_encoder_starts_from_the_rule_by_hand(arch, masked_tokenizer, known_answers, tmp_path,
                                                                       capsys, data_dir):
     folder = tmp_path / f"tiny-{arch}"
     tiny_encoder(arch, masked_tokenizer).save_pretrained(folder)
     masked_tokenizer.save_pretrained(folder)
     model, tokenizer = prune.load_model(str(folder), device="cpu")
-    assert type(model).__name__.endswith("ForMaskedLM")
+    assert type(model).__name__.endswith("ForConditionalGeneration" if arch == "t5" else "ForMaskedLM")
     rows = [dict(q) for q in cloze.questions(TASK)[:4]]
     for i, row in enumerate(rows):  # the dense model's own pick right in three questions of four
         best = best_by_hand(model, tokenizer, row)
@@ -101,14 +125,14 @@ def test_the_sparsity_sweep_of_an_encoder_starts_from_the_rule_by_hand(arch, mas
     assert data["accuracy"]["magnitude"][2] == expected
     assert all(len(data["accuracy"][m]) == len(LEVELS) for m in data["methods"])
     assert data["dense_perplexity"] is None or data["dense_perplexity"] != data["dense_perplexity"]  # none: a masked LM
-    assert "(a masked LM: no perplexity); dense: 75.00 %" in out and "| magnitude | 75.00 | " in out
+    assert "(no perplexity: not a causal LM); dense: 75.00 %" in out and "| magnitude | 75.00 | " in out
     assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())  # the original untouched
     assert zero_fraction(half) == pytest.approx(0.5, abs=0.01)
 
 
 def test_an_encoder_refuses_a_log_likelihood_task_in_one_line(masked_tokenizer):
     lm = make_fast(tiny_encoder("bert", masked_tokenizer), masked_tokenizer)
-    with pytest.raises(InvalidInput, match="masked LM\\) answers cloze tasks only"):
+    with pytest.raises(InvalidInput, match="an encoder or an encoder-decoder answers cloze tasks only"):
         lm.loglikelihood([])
     with pytest.raises(InvalidInput, match="^Perplexity needs a causal language model"):
         lm.loglikelihood_rolling([])

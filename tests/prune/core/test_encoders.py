@@ -1,5 +1,5 @@
-"""Encoders (BERT, RoBERTa, ELECTRA) load as masked LMs; depth cuts and sparsity work on them; what needs a causal
-LM refuses in one line."""
+"""Encoders (BERT, RoBERTa, ELECTRA) load as masked LMs, T5 as an encoder-decoder; depth cuts (encoders) and sparsity
+work on them; what needs a causal LM refuses in one line."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from evaluation.measure.memory import measure_memory
 from evaluation.measure.speed import measure_speed
 from evaluation.quality.perplexity import check_seq_lens
 from evaluation.serving.models import describe
-from prune.core.architectures import MASKED, kind_of, width_of
-from prune.core.calibration import Calibration
+from prune.core.architectures import MASKED, SEQ2SEQ, kind_of, layer_stacks, width_of
+from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, UnsupportedArchitecture
+from prune.core.sequential import matrices
 from prune.sparsity.masks import zero_fraction
 from ui.text import model_markdown
 
@@ -36,7 +37,7 @@ CONFIGS = {
 @pytest.fixture(scope="module")
 def tokenizer():
     found = build_tiny_tokenizer()
-    found.add_special_tokens({"mask_token": "[MASK]"})
+    found.add_special_tokens({"mask_token": "[MASK]", "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
     return found
 
 
@@ -105,5 +106,86 @@ def test_what_needs_a_causal_lm_refuses_an_encoder_in_one_line(tokenizer):
                 lambda: prune.score(model, tokenizer, "taylor", use_cache=False)):
         with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' is an encoder \\(a masked LM\\)[^\n]*$"):
             run()
-    with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' \\(an encoder's width is not pruned yet\\)"):
+    with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' \\(the width of an encoder \\(a masked LM\\) is not"):
         width_of(model)
+
+
+def tiny_t5(tokenizer):
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=3,
+                                   num_decoder_layers=2, num_heads=4, decoder_start_token_id=0, pad_token_id=0)
+    return transformers.AutoModelForSeq2SeqLM.from_config(config).eval()
+
+
+def test_t5_loads_as_an_encoder_decoder_and_says_so(tokenizer, tmp_path):
+    tiny_t5(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model, _ = prune.load_model(str(tmp_path), device="cpu")
+    assert type(model).__name__ == "T5ForConditionalGeneration" and kind_of(model) == SEQ2SEQ
+    assert [len(stack) for stack in layer_stacks(model)] == [3, 2]
+    assert "an encoder-decoder: it answers cloze tasks and its two stacks" in model_markdown(describe(model, "t5"))
+
+
+def test_wanda_prunes_t5s_decoder_on_the_pruned_encoders_output(tokenizer):
+    """The decoder's first block, by an independent route: its matrices' inputs read by hooks on a plain forward of the
+    original decoder behind the already-pruned encoder, each row's lowest |W|·‖X‖ half zeroed by hand."""
+    model, cal = tiny_t5(tokenizer), Calibration(n_samples=4, seq_len=32)
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    sparse = prune.sparsify(model, tokenizer, "wanda", 0.5, calibration=cal)
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+    for stack in layer_stacks(sparse):
+        for layer in stack:
+            for module in matrices(layer).values():
+                assert (module.weight == 0).float().mean() == 0.5  # every matrix of both stacks, half of each row
+    mixed = copy.deepcopy(model)
+    mixed.encoder = sparse.encoder  # the pruned encoder before the original decoder
+    windows = token_windows(tokenizer, cal)
+    squares = {}
+    block = mixed.decoder.block[0]
+
+    def keep(name):
+        def hook(_module, args, _out):
+            x = args[0].reshape(-1, args[0].shape[-1])
+            squares[name] = squares.get(name, 0) + (x * x).sum(0)
+        return hook
+
+    handles = [m.register_forward_hook(keep(n)) for n, m in matrices(block).items()]
+    with torch.no_grad():
+        mixed(input_ids=windows, decoder_input_ids=mixed.prepare_decoder_input_ids_from_labels(labels=windows))
+    for handle in handles:
+        handle.remove()
+    pruned = matrices(sparse.decoder.block[0])
+    for name, module in matrices(model.decoder.block[0]).items():
+        score = module.weight.abs() * squares[name].sqrt()[None, :]
+        highest_zeroed = score.sort(dim=1).values[:, score.shape[1] // 2 - 1]  # each row's half lowest go
+        assert torch.equal(pruned[name].weight, module.weight * (score > highest_zeroed[:, None])), name
+
+
+def test_what_t5_cannot_do_yet_refuses_in_one_line(tokenizer):
+    model = tiny_t5(tokenizer)
+    for run, words in ((lambda: prune.cut(model, 0, 1), "^A depth cut of 't5', an encoder-decoder, is not built yet"),
+                       (lambda: prune.score(model, tokenizer, "angular", use_cache=False),
+                        "^Layer importance of 't5', an encoder-decoder, is not built yet"),
+                       (lambda: check_seq_lens(model, (16,)), "^Perplexity needs a causal .* 't5' is an encoder-decoder"),
+                       (lambda: next(stream_side_by_side({"original": model}, tokenizer, "Hello", max_new_tokens=2)),
+                        "^Generation needs a causal .* 't5' is an encoder-decoder")):
+        with pytest.raises(UnsupportedArchitecture, match=words):
+            run()
+
+
+@pytest.mark.parametrize("arch", ["electra", "t5"])
+def test_a_sparse_encoder_exports_as_a_folder_that_loads_back_with_its_zeros(arch, tokenizer, tmp_path, data_dir):
+    from evaluation import cli
+
+    folder, export = tmp_path / "model", tmp_path / "export"
+    (tiny_t5(tokenizer) if arch == "t5" else encoder(arch, tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    code = cli.main([str(a) for a in ("--model", folder, "--full", "--task", "cbt_style_cn", "--limit", 2, "--sparsify",
+                                      "magnitude", "--sparsity", 0.5, "--export_dir", export, "--data_dir", data_dir,
+                                      "--output_folder", tmp_path / "out")])
+    assert code == 0
+    reloaded, _ = prune.load_model(str(export), device="cpu")
+    assert zero_fraction(reloaded) == pytest.approx(0.5, abs=0.01)
+    auto = "AutoModelForSeq2SeqLM" if arch == "t5" else "AutoModelForMaskedLM"
+    assert f"model = {auto}.from_pretrained(" in (export / "README.md").read_text()
+    assert "cloze tasks, one device" in (export / "SCALE_OUT.md").read_text()

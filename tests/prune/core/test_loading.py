@@ -71,9 +71,8 @@ def test_a_folder_without_a_model_is_refused():
 
 
 def test_unsupported_architecture_fails_before_loading_weights(tmp_path):
-    transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                            intermediate_size=64).save_pretrained(tmp_path)
-    with pytest.raises(UnsupportedArchitecture, match="'bert'"):
+    transformers.BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4).save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedArchitecture, match="'bloom'"):
         prune.load_model(str(tmp_path))
 
 
