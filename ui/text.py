@@ -129,6 +129,14 @@ def model_markdown(info, step_s: float | None = None) -> str:
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}{encoder}")
 
 
+def not_generating(info) -> str:
+    """The Generate tab's words for a model that generates nothing here."""
+    what = "an encoder (a masked LM)" if info.kind == MASKED else "an encoder-decoder"
+    return (f"**{info.name} is {what}: it generates nothing here.** It fills blanks: ask it the cloze tasks "
+            "(cbt_style_cn, cbt_style_ne, cbt_style_p) on the **Benchmarks** tab, and compare it sparsified "
+            "(the sparsity methods in the method picker, and the sparsity sweep).")
+
+
 def server_memory_markdown(found, turns: str = "") -> str:
     """The server's resident memory beside what the variant cache holds (``evaluation.serving.allocator.ServerMemory``),
     and, once models have taken turns on the device, which are on it and what the last swap cost (``turns``)."""

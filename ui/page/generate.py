@@ -65,41 +65,47 @@ class GenerateTab:
     lens_btn: gr.Button
     lens_original: PlotView
     lens_cut: PlotView
+    kind_note: gr.Markdown  # for a model that generates nothing here (an encoder), said instead of the tab's controls
+    body: gr.Column  # the tab's controls and answers, hidden for such a model
 
     @classmethod
     def layout(cls) -> GenerateTab:
         with gr.Tab("Generate", id="generate"):
-            with gr.Row(equal_height=True):
-                prompt = gr.Textbox(text.EXAMPLE_PROMPTS[0], label="Prompt", lines=2, scale=4, elem_id="prompt")
-                with gr.Column(scale=1, min_width=160):
-                    gen_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
-                    gen_stop = gr.Button("Stop", variant="stop", size="sm")
-                    estimate = gr.Markdown(elem_id="generate-estimate")
-            gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
-            with gr.Accordion("Sampling", open=False):
-                with gr.Row():
-                    sampling = dict(max_new=SliderInput(8, 512, value=32, step=8, label="Max new tokens"),
-                                    temperature=SliderInput(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)"),
-                                    top_p=SliderInput(0.05, 1, value=1, step=0.05, label="Top-p"),
-                                    seed=NumberInput(0, label="Seed"))
-            measured = Measured.layout("generate-measured")
-            with gr.Row(equal_height=True):
-                columns = {label: _column(label) for label in COLUMNS}
-            answers = gr.State({})
-            divergence_md = gr.Markdown(elem_id="divergence")
-            divergence_plot = PlotView(plots.empty_figure("Generate with a cut to see where the answers part"),
-                                       height=300, elem_id="divergence-strip")
-            with gr.Accordion("Logit lens: the top next token each layer already predicts, for this prompt",
-                              open=False, elem_id="lens-box"):
-                gr.Markdown(text.LOGIT_LENS_HELP)
-                lens_btn = gr.Button("Show the logit lens", elem_id="lens-btn")
-                with gr.Row():
-                    lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
-                                             elem_id="lens-original")
-                    lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760, elem_id="lens-cut")
+            kind_note = gr.Markdown(visible=False, elem_id="generate-kind-note")  # instead of the rest, when shown
+            with gr.Column(elem_id="generate-body") as body:
+                with gr.Row(equal_height=True):
+                    prompt = gr.Textbox(text.EXAMPLE_PROMPTS[0], label="Prompt", lines=2, scale=4, elem_id="prompt")
+                    with gr.Column(scale=1, min_width=160):
+                        gen_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
+                        gen_stop = gr.Button("Stop", variant="stop", size="sm")
+                        estimate = gr.Markdown(elem_id="generate-estimate")
+                gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
+                with gr.Accordion("Sampling", open=False):
+                    with gr.Row():
+                        sampling = dict(max_new=SliderInput(8, 512, value=32, step=8, label="Max new tokens"),
+                                        temperature=SliderInput(0, 2, value=0, step=0.05,
+                                                                label="Temperature (0 = greedy)"),
+                                        top_p=SliderInput(0.05, 1, value=1, step=0.05, label="Top-p"),
+                                        seed=NumberInput(0, label="Seed"))
+                measured = Measured.layout("generate-measured")
+                with gr.Row(equal_height=True):
+                    columns = {label: _column(label) for label in COLUMNS}
+                answers = gr.State({})
+                divergence_md = gr.Markdown(elem_id="divergence")
+                divergence_plot = PlotView(plots.empty_figure("Generate with a cut to see where the answers part"),
+                                           height=300, elem_id="divergence-strip")
+                with gr.Accordion("Logit lens: the top next token each layer already predicts, for this prompt",
+                                  open=False, elem_id="lens-box"):
+                    gr.Markdown(text.LOGIT_LENS_HELP)
+                    lens_btn = gr.Button("Show the logit lens", elem_id="lens-btn")
+                    with gr.Row():
+                        lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,
+                                                 elem_id="lens-original")
+                        lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760,
+                                            elem_id="lens-cut")
         return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, measured=measured,
                    columns=columns, answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
-                   lens_original=lens_original, lens_cut=lens_cut)
+                   lens_original=lens_original, lens_cut=lens_cut, kind_note=kind_note, body=body)
 
     def answer_outputs(self) -> list:
         """The generation's outputs: every column's answer and stats, the answers' token ids, the marked

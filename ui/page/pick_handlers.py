@@ -8,6 +8,7 @@ from dataclasses import replace
 import gradio as gr
 
 import prune
+from prune.core.architectures import CAUSAL
 from prune.core.errors import ModelNotFound
 from prune.depth.methods import options_for_cut
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
@@ -24,7 +25,7 @@ class PickHandlers:
 
     def __init__(self, context: Context, page):
         self.context = context
-        self.header, self.view, self.cut = page.header, page.view, page.cut
+        self.header, self.view, self.cut, self.generate = page.header, page.view, page.cut, page.generate
 
     @user_errors
     def startup(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
@@ -78,12 +79,21 @@ class PickHandlers:
         return text.model_markdown(info, rates.decode_s_per_token if rates is not None else None)
 
     def model_shown(self, info, session: Session) -> dict:
-        """The model's line, its N-layers slider and index convention, and the view of ``session``."""
+        """The model's line, its N-layers slider and index convention, the view of ``session``, and whether the
+        Generate tab shows."""
         return {self.header.model_md: self._model_line(info, session),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
                                                value=default_block_size(info.num_layers)),
                 **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers),
-                self.cut.stability_md: text.STABILITY_HELP}  # a stability measured on another model is gone
+                self.cut.stability_md: text.STABILITY_HELP,  # a stability measured on another model is gone
+                **self.generation_shown(info)}
+
+    def generation_shown(self, info) -> dict:
+        """The Generate tab's controls, or for a model that generates nothing here (an encoder) why not."""
+        generates = info.kind == CAUSAL
+        return {self.generate.body: gr.update(visible=generates),
+                self.generate.kind_note: gr.update(visible=not generates, value="" if generates else
+                                                   text.not_generating(info))}
 
     @user_errors
     def method_info(self, method: str):

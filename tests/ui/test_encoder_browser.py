@@ -1,0 +1,48 @@
+"""An encoder in the app, in a real browser: its model line says what it does, the Generate tab says why it shows no
+controls, and its cloze task fills the benchmark table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from conftest import build_tiny_tokenizer
+from test_browser import ASSETS, browser, page, settled_text, tab  # noqa: F401 (the fixtures)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def encoder_folder(tmp_path_factory):
+    """A tiny random ELECTRA (the study's encoder) and a tokenizer with a mask token, as a local folder."""
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.add_special_tokens({"mask_token": "[MASK]"})
+    torch.manual_seed(0)
+    config = transformers.ElectraConfig(vocab_size=len(tokenizer), embedding_size=16, hidden_size=32, num_hidden_layers=4,
+                                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=256)
+    folder = tmp_path_factory.mktemp("tiny-electra")
+    transformers.AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_an_encoder_shows_what_it_does_and_answers_its_cloze_task(page, encoder_folder):
+    tab(page, "Generate")
+    assert page.is_visible("#prompt") and not page.is_visible("#generate-kind-note")  # the default model generates
+    page.fill("#model input", encoder_folder)
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name="Load model").click()
+    line = settled_text(page, "#model-info", "an encoder (masked LM)", timeout=300_000)
+    assert "4 layers" in line
+    note = settled_text(page, "#generate-kind-note", "it generates nothing here")
+    assert "is an encoder (a masked LM)" in note and "Benchmarks" in note
+    assert not page.is_visible("#prompt") and not page.is_visible("#generate-btn")
+    page.screenshot(path=str(ASSETS / "screenshot-encoder-generate.png"), full_page=True)
+    tab(page, "Benchmarks")
+    page.get_by_label("arc_easy", exact=True).uncheck()
+    page.get_by_label("cbt_style_cn (CBT-style, not CBT)").check()
+    page.fill("#limit input", "2")
+    page.click("#bench-btn")
+    table = settled_text(page, "#bench-table", "cbt_style_cn acc", timeout=300_000)
+    assert "Original" in table
