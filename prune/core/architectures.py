@@ -182,7 +182,7 @@ def final_norm(model: nn.Module) -> nn.Module:
 
 
 def kind_of(model_or_config) -> str:
-    """CAUSAL or MASKED."""
+    """CAUSAL, MASKED or SEQ2SEQ: what the model's head predicts (see the table)."""
     return architecture_of(model_or_config).kind
 
 
