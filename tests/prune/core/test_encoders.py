@@ -72,6 +72,20 @@ def test_a_depth_cut_of_an_encoder_is_the_model_without_those_layers(arch, token
     assert pruned.config.num_hidden_layers == 2 and model.config.num_hidden_layers == 4
 
 
+@pytest.mark.parametrize("method", ["angular", "block_influence", "relative_magnitude"])
+def test_an_encoder_layer_that_changes_nothing_is_found_the_most_removable(method, tokenizer):
+    """A known answer: layer 2's attention and MLP write zeros, so (post-norm, on an already normalised stream) its
+    output is its input; every method that reads hidden states ranks it first."""
+    model = encoder("bert", tokenizer)
+    with torch.no_grad():
+        layer = model.bert.encoder.layer[2]
+        for dense in (layer.attention.output.dense, layer.output.dense):
+            dense.weight.zero_()
+            dense.bias.zero_()
+    result = prune.score(model, tokenizer, method, calibration=Calibration(n_samples=4, seq_len=32), use_cache=False)
+    assert result.best_block(1) == (2, 3)
+
+
 @pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt"])
 def test_every_sparsity_method_prunes_an_encoders_layers_and_leaves_the_original(method, tokenizer):
     model = encoder("electra", tokenizer)
