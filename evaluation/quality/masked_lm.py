@@ -35,6 +35,27 @@ class ClozeOnly(LM):
         super().__init__()
         self.model, self.tokenizer, self.batch_size = model, tokenizer, batch_size
 
+    @torch.no_grad()
+    def cloze(self, requests) -> list[float]:
+        """The cloze score of each ``(left, candidate, right)`` request: each made ready by :meth:`prepare` (its input
+        ids first), then scored by :meth:`scores` in batches of similar input lengths."""
+        items = [self.prepare(*request.args) for request in requests]
+        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))
+        found = [0.0] * len(items)
+        for a in range(0, len(order), self.batch_size):
+            batch = order[a: a + self.batch_size]
+            for i, score in zip(batch, self.scores([items[i] for i in batch])):
+                found[i] = score
+        return found
+
+    def prepare(self, left: str, candidate: str, right: str) -> tuple:
+        """One request as the model reads it: its input ids first."""
+        raise NotImplementedError
+
+    def scores(self, items: list[tuple]) -> list[float]:
+        """The cloze score of each prepared request, in one pass."""
+        raise NotImplementedError
+
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         raise InvalidInput(_ONLY_CLOZE.format(what="A multiple-choice task scored by log-likelihood"))
 
@@ -60,7 +81,7 @@ class MaskedLM(ClozeOnly):
         stated = getattr(self.tokenizer, "model_max_length", None)
         return stated if isinstance(stated, int) and stated < 1_000_000 else self.model.config.max_position_embeddings - 2
 
-    def masked(self, left: str, candidate: str, right: str) -> tuple[list[int], list[int], list[int]]:
+    def prepare(self, left: str, candidate: str, right: str) -> tuple[list[int], list[int], list[int]]:
         """(input ids with the candidate's tokens masked, their positions, the candidate's token ids). The candidate's
         tokens are those that hold any of its characters or the space before it (a byte-level BPE may give that space
         a token of its own: it goes with the word, as lm-eval's continuation takes it)."""
@@ -79,19 +100,7 @@ class MaskedLM(ClozeOnly):
             ids[i] = self.tokenizer.mask_token_id
         return ids, where, targets
 
-    @torch.no_grad()
-    def cloze(self, requests) -> list[float]:
-        """The cloze score of each ``(left, candidate, right)`` request."""
-        items = [self.masked(*request.args) for request in requests]
-        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))  # similar lengths share a batch
-        scores = [0.0] * len(items)
-        for a in range(0, len(order), self.batch_size):
-            batch = order[a: a + self.batch_size]
-            for i, score in zip(batch, self._scores([items[i] for i in batch])):
-                scores[i] = score
-        return scores
-
-    def _scores(self, items: list[tuple[list[int], list[int], list[int]]]) -> list[float]:
+    def scores(self, items: list[tuple[list[int], list[int], list[int]]]) -> list[float]:
         """One padded pass over ``items``; the LM head runs only at the masked positions."""
         device = input_device(self.model)
         width = max(len(ids) for ids, _, _ in items)

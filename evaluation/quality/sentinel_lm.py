@@ -39,7 +39,7 @@ class SentinelLM(ClozeOnly):
         stated = getattr(self.tokenizer, "model_max_length", None)
         return stated if isinstance(stated, int) and stated < 1_000_000 else T5_LENGTH
 
-    def pair(self, left: str, candidate: str, right: str) -> tuple[list[int], list[int]]:
+    def prepare(self, left: str, candidate: str, right: str) -> tuple[list[int], list[int]]:
         """(the encoder's input ids, the target ids: the opening sentinel, the candidate's tokens, the closing one)."""
         source = self.tokenizer(left + SENTINELS[0] + right)["input_ids"][-self.max_length:]
         words = self.tokenizer(candidate, add_special_tokens=False)["input_ids"]
@@ -47,19 +47,7 @@ class SentinelLM(ClozeOnly):
             raise InvalidInput(f"The candidate {candidate!r} makes no token of its own.")
         return source, [self.sentinels[0], *words, self.sentinels[1]]
 
-    @torch.no_grad()
-    def cloze(self, requests) -> list[float]:
-        """The cloze score of each ``(left, candidate, right)`` request."""
-        items = [self.pair(*request.args) for request in requests]
-        order = sorted(range(len(items)), key=lambda i: -len(items[i][0]))  # similar lengths share a batch
-        scores = [0.0] * len(items)
-        for a in range(0, len(order), self.batch_size):
-            batch = order[a: a + self.batch_size]
-            for i, score in zip(batch, self._scores([items[i] for i in batch])):
-                scores[i] = score
-        return scores
-
-    def _scores(self, items: list[tuple[list[int], list[int]]]) -> list[float]:
+    def scores(self, items: list[tuple[list[int], list[int]]]) -> list[float]:
         """One padded pass over ``items``: each target's candidate tokens' mean probability."""
         device = input_device(self.model)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
