@@ -162,8 +162,8 @@ def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, sc
     standard, own = _by_kind(request.names)
     if standard and kind_of(model) != CAUSAL:
         raise InvalidInput(f"{', '.join(standard)} {'is' if len(standard) == 1 else 'are'} scored by log-likelihood, "
-                           f"which a masked LM (an encoder) does not define: ask it cloze tasks "
-                           f"({', '.join(cloze.CLOZE_TASKS)}).")
+                           f"which LayerCut reads from causal LMs only: ask an encoder or an encoder-decoder the "
+                           f"cloze tasks ({', '.join(cloze.CLOZE_TASKS)}).")
     answers_cloze = hasattr(lm, cloze.REQUEST) if lm is not None else scorer == DEFAULT_SCORER
     if own and not answers_cloze:
         raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are scored by the {DEFAULT_SCORER} scorer only; "
