@@ -8,7 +8,7 @@ import math
 from evaluation.quality.cloze import CLOZE_TASKS
 from evaluation.quality.lm_eval_adapter import TASKS
 from prune import DEFAULT_MODEL
-from prune.core.architectures import CAUSAL, MASKED, SEQ2SEQ
+from prune.core.architectures import CAUSAL, KIND_WORDS, MASKED, SEQ2SEQ
 
 NAME = "LayerCut"
 TITLE = f"{NAME} — cut whole blocks of layers out of an LLM"
@@ -131,9 +131,8 @@ def model_markdown(info, step_s: float | None = None) -> str:
 
 def not_generating(info) -> str:
     """The Generate tab's words for a model that generates nothing here."""
-    what = "an encoder (a masked LM)" if info.kind == MASKED else "an encoder-decoder"
-    return (f"**{info.name} is {what}: it generates nothing here.** It fills blanks: ask it the cloze tasks "
-            "(cbt_style_cn, cbt_style_ne, cbt_style_p) on the **Benchmarks** tab, and compare it sparsified "
+    return (f"**{info.name} is {KIND_WORDS[info.kind]}: it generates nothing here.** It fills blanks: ask it the "
+            "cloze tasks (cbt_style_cn, cbt_style_ne, cbt_style_p) on the **Benchmarks** tab, and compare it sparsified "
             "(the sparsity methods in the method picker, and the sparsity sweep).")
 
 

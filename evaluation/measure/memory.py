@@ -306,27 +306,21 @@ def measure_memory(model, input_ids: torch.Tensor, *, label: str, new_tokens: in
     zeros, total = zero_weights(model)
     sparse = {"zero_weights": zeros, "zero_fraction": zeros / total, "zero_fraction_of_layer_matrices":
               zero_fraction(model), "note": dense_zeros_note(model)}  # counted, so the tab can say what zeros cost
-    if kind_of(model) != CAUSAL:  # an encoder (-decoder): one pass over the prompt, no decoding, no KV cache
-        return [
-            Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP),
-            Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP,
-                        details=sparse),
-            Measurement(f"peak memory of one pass ({input_ids.shape[-1]} tokens)", peak / _MIB, "MiB", False,
-                        model=label, group=GROUP, details=how),
-            Measurement("checkpoint size on disk", disk / _MIB, "MiB", False, model=label, group=GROUP),
-        ]
-    return [
-        Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP),
-        Measurement(f"multiply-adds per token (decoding at {MACS_CONTEXT} tokens of context)",
-                    per_token_flops(model, MACS_CONTEXT) / 2, "", False, model=label, group=GROUP,
-                    details={"context": MACS_CONTEXT, "counted": "every layer matrix, attention scores and values, "
-                                                                "the LM head (evaluation.measure.speed)"}),
-        Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP,
-                    details=sparse),
-        Measurement(f"peak memory while generating ({new_tokens} tokens)", peak / _MIB, "MiB", False, model=label,
-                    group=GROUP, details=how),
-        Measurement(f"KV cache after generating ({new_tokens} tokens)", how["kv_cache_bytes"] / _MIB, "MiB", False,
-                    model=label, group=GROUP,
-                    details={"bytes": how["kv_cache_bytes"], "attention_layers": attention_layers(model)}),
-        Measurement("checkpoint size on disk", disk / _MIB, "MiB", False, model=label, group=GROUP),
-    ]
+    generates = kind_of(model) == CAUSAL  # an encoder (-decoder): one pass over the prompt, no decoding, no KV cache
+    rows = [Measurement("parameters", float(num_params(model)), "", False, model=label, group=GROUP)]
+    if generates:
+        counted = "every layer matrix, attention scores and values, the LM head (evaluation.measure.speed)"
+        rows.append(Measurement(f"multiply-adds per token (decoding at {MACS_CONTEXT} tokens of context)",
+                                per_token_flops(model, MACS_CONTEXT) / 2, "", False, model=label, group=GROUP,
+                                details={"context": MACS_CONTEXT, "counted": counted}))
+    rows.append(Measurement("weight memory", weight_bytes(model) / _MIB, "MiB", False, model=label, group=GROUP,
+                            details=sparse))
+    rows.append(Measurement(f"peak memory while generating ({new_tokens} tokens)" if generates
+                            else f"peak memory of one pass ({input_ids.shape[-1]} tokens)", peak / _MIB, "MiB", False,
+                            model=label, group=GROUP, details=how))
+    if generates:
+        rows.append(Measurement(f"KV cache after generating ({new_tokens} tokens)", how["kv_cache_bytes"] / _MIB,
+                                "MiB", False, model=label, group=GROUP,
+                                details={"bytes": how["kv_cache_bytes"], "attention_layers": attention_layers(model)}))
+    rows.append(Measurement("checkpoint size on disk", disk / _MIB, "MiB", False, model=label, group=GROUP))
+    return rows

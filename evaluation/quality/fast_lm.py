@@ -354,12 +354,12 @@ def make_fast(model: nn.Module, tokenizer, batch_size: int = 16):
     """The scorer registry's constructor (``SCORERS["fast"]``): a :class:`FastLM`; for an encoder the masked LM's
     cloze scorer (:class:`evaluation.quality.masked_lm.MaskedLM`), for an encoder-decoder the sentinel one
     (:class:`evaluation.quality.sentinel_lm.SentinelLM`)."""
-    batch_size = batch_size if isinstance(batch_size, int) else 16
-    if kind_of(model) == MASKED:
+    batch_size, kind = batch_size if isinstance(batch_size, int) else 16, kind_of(model)
+    if kind == MASKED:
         from evaluation.quality.masked_lm import MaskedLM
 
         return MaskedLM(model, tokenizer, batch_size)
-    if kind_of(model) == SEQ2SEQ:
+    if kind == SEQ2SEQ:
         from evaluation.quality.sentinel_lm import SentinelLM
 
         return SentinelLM(model, tokenizer, batch_size)

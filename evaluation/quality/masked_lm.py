@@ -5,8 +5,9 @@ blank, each of the candidate's tokens replaced by the mask token, in one pass; t
 tokens of the softmax probability the model gives the candidate's token at its position. All of a candidate's
 tokens are masked at once (the space before it included where the tokenizer gives that a token), so a word of
 several tokens is scored without seeing its own other pieces. A text longer than the model's positions keeps its
-end, where the blank is: the first tokens of the context go (the first special token stays). The study's own code loaded ELECTRA as a causal LM (``ElectraForCausalLM``) and read
-it as one; LayerCut reads an encoder as the masked LM it was trained as, and says so in the README.
+end, where the blank is: the first tokens of the context go (the first special token stays). The study's own code
+loaded ELECTRA as a causal LM (``ElectraForCausalLM``) and read it as one; LayerCut reads an encoder as the masked LM
+it was trained as, and says so in the README.
 
 A masked LM defines no log-likelihood of a continuation and generates nothing: the other request kinds refuse
 in one line.
@@ -56,6 +57,21 @@ class ClozeOnly(LM):
         """The cloze score of each prepared request, in one pass."""
         raise NotImplementedError
 
+    def length_limit(self, fallback: int) -> int:
+        """Tokens one input may hold: the tokenizer's limit where it states one, else ``fallback``."""
+        stated = getattr(self.tokenizer, "model_max_length", None)
+        return stated if isinstance(stated, int) and stated < 1_000_000 else fallback
+
+    def padded(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of token ids right-padded into one tensor [B, T], and its attention mask (1 on the rows' own ids)."""
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, row in enumerate(rows):
+            ids[i, :len(row)] = torch.tensor(row)
+            mask[i, :len(row)] = 1
+        return ids, mask
+
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         raise InvalidInput(_ONLY_CLOZE.format(what="A multiple-choice task scored by log-likelihood"))
 
@@ -78,8 +94,7 @@ class MaskedLM(ClozeOnly):
     def max_length(self) -> int:
         """Tokens one pass may hold: the tokenizer's limit where it states one, else the model's positions less 2
         (RoBERTa's positions start after its padding index)."""
-        stated = getattr(self.tokenizer, "model_max_length", None)
-        return stated if isinstance(stated, int) and stated < 1_000_000 else self.model.config.max_position_embeddings - 2
+        return self.length_limit(self.model.config.max_position_embeddings - 2)
 
     def prepare(self, left: str, candidate: str, right: str) -> tuple[list[int], list[int], list[int]]:
         """(input ids with the candidate's tokens masked, their positions, the candidate's token ids). The candidate's
@@ -103,13 +118,7 @@ class MaskedLM(ClozeOnly):
     def scores(self, items: list[tuple[list[int], list[int], list[int]]]) -> list[float]:
         """One padded pass over ``items``; the LM head runs only at the masked positions."""
         device = input_device(self.model)
-        width = max(len(ids) for ids, _, _ in items)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        input_ids = torch.full((len(items), width), pad, dtype=torch.long)
-        attention = torch.zeros((len(items), width), dtype=torch.long)
-        for row, (ids, _, _) in enumerate(items):
-            input_ids[row, :len(ids)] = torch.tensor(ids)
-            attention[row, :len(ids)] = 1
+        input_ids, attention = self.padded([ids for ids, _, _ in items])
         hidden = output_embeddings_input(self.model, input_ids=input_ids.to(device),
                                          attention_mask=attention.to(device))  # [B, T, D], after the head's transform
         rows = [row for row, (_, where, _) in enumerate(items) for _ in where]
@@ -122,4 +131,3 @@ class MaskedLM(ClozeOnly):
             out.append(float(probs[at: at + len(where)].mean()))
             at += len(where)
         return out
-

@@ -36,8 +36,8 @@ class SentinelLM(ClozeOnly):
 
     @property
     def max_length(self) -> int:
-        stated = getattr(self.tokenizer, "model_max_length", None)
-        return stated if isinstance(stated, int) and stated < 1_000_000 else T5_LENGTH
+        """Tokens the encoder reads: the tokenizer's limit where it states one, else T5's training length."""
+        return self.length_limit(T5_LENGTH)
 
     def prepare(self, left: str, candidate: str, right: str) -> tuple[list[int], list[int]]:
         """(the encoder's input ids, the target ids: the opening sentinel, the candidate's tokens, the closing one)."""
@@ -50,21 +50,10 @@ class SentinelLM(ClozeOnly):
     def scores(self, items: list[tuple[list[int], list[int]]]) -> list[float]:
         """One padded pass over ``items``: each target's candidate tokens' mean probability."""
         device = input_device(self.model)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        sources, targets = _padded([s for s, _ in items], pad), _padded([t for _, t in items], pad)
+        (sources, mask), (targets, _) = self.padded([s for s, _ in items]), self.padded([t for _, t in items])
         decoder_ids = self.model.prepare_decoder_input_ids_from_labels(labels=targets)  # shifted right
-        mask = torch.zeros_like(sources)
-        for row, (source, _) in enumerate(items):
-            mask[row, :len(source)] = 1
         logits = self.model(input_ids=sources.to(device), attention_mask=mask.to(device),
                             decoder_input_ids=decoder_ids.to(device), use_cache=False).logits  # [B, L, V]
         probs = logits.float().softmax(-1).gather(2, targets.to(device)[:, :, None])[:, :, 0].double().cpu()
         return [float(probs[row, 1: len(target) - 1].mean()) for row, (_, target) in enumerate(items)]
-
-
-def _padded(rows: list[list[int]], pad: int) -> torch.Tensor:
-    out = torch.full((len(rows), max(len(r) for r in rows)), pad, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, :len(row)] = torch.tensor(row)
-    return out
 

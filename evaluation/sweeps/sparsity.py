@@ -231,7 +231,8 @@ def _measure(model, tokenizer, recipe: Recipe, name: str, task: str, limit: int 
 def _summary(point: dict) -> str:
     metric = primary_metric(point["metrics"])
     ppl = from_json_number(point["perplexity"])
-    return f"{metric} {from_json_number(point['metrics'][metric]):.4g}" + (f", perplexity {ppl:.4g}" if math.isfinite(ppl) else "")
+    found = f"{metric} {from_json_number(point['metrics'][metric]):.4g}"
+    return found + (f", perplexity {ppl:.4g}" if math.isfinite(ppl) else "")
 
 
 def _result(found: dict[str, dict], plan: SweepPlan, task: str, limit: int | None) -> SparsitySweepResult:
@@ -264,14 +265,18 @@ def format_table(result: SparsitySweepResult) -> str:
     with_ppl = math.isfinite(result.dense_perplexity)
     ppl = (f" / WikiText-2 test perplexity ({result.ppl_windows} × {result.ppl_seq_len} tokens, no BOS)" if with_ppl
            else " (no perplexity: not a causal LM)")
-    head = (f"{result.task} {result.metric}{unit} (first {result.limit or 'all'} documents){ppl}; dense: "
-            f"{result.scale * result.dense_accuracy:.2f}{unit}" + (f" / {result.dense_perplexity:.2f}" if with_ppl else ""))
+    dense = f"{result.scale * result.dense_accuracy:.2f}{unit}" + (f" / {result.dense_perplexity:.2f}" if with_ppl else "")
+    head = f"{result.task} {result.metric}{unit} (first {result.limit or 'all'} documents){ppl}; dense: {dense}"
     lines = [head, "", "| method | " + " | ".join(f"{100 * level:g} %" for level in result.levels)
              + " | time (s): prune + measure |",
              "|---|" + "---:|" * (len(result.levels) + 1)]
+
+    def cell(accuracy: float, ppl: float) -> str:
+        if not math.isfinite(accuracy) or (with_ppl and not math.isfinite(ppl)):
+            return "…"  # not measured yet
+        return f"{result.scale * accuracy:.2f}" + (f" / {ppl:.4g}" if with_ppl else "")
+
     for method in result.methods:
-        cells = [("…" if not math.isfinite(a) else f"{result.scale * a:.2f} / {p:.4g}" if with_ppl and math.isfinite(p)
-                  else "…" if with_ppl else f"{result.scale * a:.2f}")
-                 for a, p in zip(result.accuracy[method], result.perplexity[method])]
+        cells = [cell(a, p) for a, p in zip(result.accuracy[method], result.perplexity[method])]
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {result.seconds(method):.0f} |")
     return "\n".join(lines)

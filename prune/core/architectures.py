@@ -16,7 +16,7 @@ from prune.core.errors import UnsupportedArchitecture, quoted
 
 # What a model's head predicts: the next token, the tokens at [MASK] positions, or a target sequence from an encoded input
 CAUSAL, MASKED, SEQ2SEQ = "causal", "masked", "seq2seq"
-_KIND_WORDS = {MASKED: "an encoder (a masked LM)", SEQ2SEQ: "an encoder-decoder"}
+KIND_WORDS = {MASKED: "an encoder (a masked LM)", SEQ2SEQ: "an encoder-decoder"}  # how messages name the kinds
 ATTENTION, MLP = "attention", "mlp"  # the two blocks of a decoder layer (what a sub-layer drop removes)
 KINDS = (ATTENTION, MLP)
 
@@ -147,7 +147,7 @@ def width_of(model_or_config) -> Width:
     if found is None:
         supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
         why = ("a mixture of experts has one MLP per expert" if kind_of(config) == CAUSAL
-               else f"the width of {_KIND_WORDS[kind_of(config)]} is not pruned yet")
+               else f"the width of {KIND_WORDS[kind_of(config)]} is not pruned yet")
         raise UnsupportedArchitecture(f"LayerCut cannot prune the width of model type {quoted(config.model_type)} "
                                       f"({why}). Width pruning supports: {supported}.")
     return found
@@ -192,7 +192,7 @@ def check_causal(model_or_config, what: str) -> None:
     if kind != CAUSAL:
         config = getattr(model_or_config, "config", model_or_config)
         raise UnsupportedArchitecture(f"{what} needs a causal (decoder-only) language model; "
-                                      f"{quoted(config.model_type)} is {_KIND_WORDS[kind]}, which fills blanks: "
+                                      f"{quoted(config.model_type)} is {KIND_WORDS[kind]}, which fills blanks: "
                                       "ask it cloze tasks (cbt_style_cn, …) and sparsify it.")
 
 

@@ -97,15 +97,12 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
         return _sparsify_stacks(model, method, sparsity, nm, windows, report, batch_size)
     rebuild = Rebuild(model, sparse_copy_bytes(model))  # a clone's layers, or one at a time into files
     count_layers = len(decoder_layers(model))
+    hidden, calls = None, []
     if windows is not None:
         hidden, calls = layer_calls(rebuild.source, windows.to(rebuild.device), batch_size)
         report(0.0, f"{method}: calibration inputs of the first layer read ({len(windows)} windows)")
     for index, layer in rebuild.layers():
-        if windows is None:
-            _prune_layer(layer, method, sparsity, nm)
-        else:
-            _prune_layer(layer, method, sparsity, nm, hidden, [c[index] for c in calls])
-            hidden = run_layer(layer, hidden, [c[index] for c in calls])  # the next layer reads the pruned outputs
+        hidden = _prune_layer(layer, method, sparsity, nm, hidden, [c[index] for c in calls])
         rebuild.done(index, layer)
         report((index + 1) / count_layers, _layer_done(method, index + 1, count_layers))
     return rebuild.model()
@@ -123,21 +120,20 @@ def _sparsify_stacks(model: nn.Module, method: str, sparsity: float, nm, windows
     stacks = layer_stacks(variant)
     total, done = sum(len(stack) for stack in stacks), 0
     for stack in stacks:
+        hidden, calls = None, []
         if windows is not None:
             hidden, calls = layer_calls(variant, windows.to(input_device(model)), batch_size, layers=stack)
         for index, layer in enumerate(stack):
-            if windows is None:
-                _prune_layer(layer, method, sparsity, nm)
-            else:
-                _prune_layer(layer, method, sparsity, nm, hidden, [c[index] for c in calls])
-                hidden = run_layer(layer, hidden, [c[index] for c in calls])
+            hidden = _prune_layer(layer, method, sparsity, nm, hidden, [c[index] for c in calls])
             done += 1
             report(done / total, _layer_done(method, done, total))
     return variant
 
 
 def _layer_done(method: str, done: int, total: int) -> str:
-    return f"Magnitude pruning: layer {done} of {total}" if method == "magnitude" else f"{method}: layer {done} of {total} pruned"
+    if method == "magnitude":
+        return f"Magnitude pruning: layer {done} of {total}"
+    return f"{method}: layer {done} of {total} pruned"
 
 
 def _windows(model: nn.Module, tokenizer, calibration: Calibration | None) -> torch.Tensor:
@@ -150,10 +146,12 @@ def _windows(model: nn.Module, tokenizer, calibration: Calibration | None) -> to
     return windows
 
 
-def _prune_layer(layer: nn.Module, method: str, sparsity: float, nm, hidden=None, calls=None) -> None:
+def _prune_layer(layer: nn.Module, method: str, sparsity: float, nm, hidden: list[torch.Tensor] | None,
+                 calls: list[tuple]) -> list[torch.Tensor] | None:
     """Zero ``sparsity`` of each matrix of one layer (its own modules), by ``method``; Wanda and SparseGPT read the
-    layer's inputs ``hidden`` with its other arguments ``calls`` (one per batch)."""
-    found = {} if method == "magnitude" else _statistics(layer, hidden, calls, method)
+    layer's inputs ``hidden`` with its other arguments ``calls`` (one per batch). Returns the pruned layer's outputs,
+    the next layer's inputs (None for magnitude, which reads no data)."""
+    found = {} if hidden is None else _statistics(layer, hidden, calls, method)
     for name, module in matrices(layer).items():
         rows = rows_of(module)
         if method == "magnitude":
@@ -164,6 +162,8 @@ def _prune_layer(layer: nn.Module, method: str, sparsity: float, nm, hidden=None
         else:
             hessian = found.get(name, torch.eye(rows.shape[1], device=rows.device))
             _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
+    del found
+    return None if hidden is None else run_layer(layer, hidden, calls)  # the next layer reads the pruned outputs
 
 
 # ---------------------------------------------------------------- the matrices
