@@ -1,5 +1,5 @@
 """An encoder in the app, in a real browser: its model line says what it does, the Generate tab says why it shows no
-controls, and its cloze task fills the benchmark table."""
+controls (another visitor's tab keeps them), and its cloze task fills the benchmark table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 import transformers
 
 from conftest import build_tiny_tokenizer
-from test_browser import ASSETS, browser, cloze_row, page, settled_text, tab  # noqa: F401 (the fixtures)
+from test_browser import ASSETS, VIEWPORT, browser, cloze_row, page, settled_text, tab  # noqa: F401 (the fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,10 @@ def encoder_folder(tmp_path_factory):
     return str(folder)
 
 
-def test_an_encoder_shows_what_it_does_and_answers_its_cloze_task(page, encoder_folder):
+def test_an_encoder_shows_what_it_does_and_answers_its_cloze_task(browser, page, encoder_folder):
+    other = browser.new_page(viewport=VIEWPORT)  # a second visitor, on the default model throughout
+    other.goto(page.url)
+    other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
     tab(page, "Generate")
     assert page.is_visible("#prompt") and not page.is_visible("#generate-kind-note")  # the default model generates
     page.fill("#model input", encoder_folder)
@@ -39,5 +42,8 @@ def test_an_encoder_shows_what_it_does_and_answers_its_cloze_task(page, encoder_
     assert "is an encoder (a masked LM)" in note and "Benchmarks" in note
     assert not page.is_visible("#prompt") and not page.is_visible("#generate-btn")
     page.screenshot(path=str(ASSETS / "screenshot-encoder-generate.png"), full_page=True)
+    tab(other, "Generate")  # the other visitor still generates
+    assert other.is_visible("#prompt") and not other.is_visible("#generate-kind-note")
+    other.close()
     tab(page, "Benchmarks")
     assert "Original" in cloze_row(page)
