@@ -214,9 +214,9 @@ def one_thread_for_tiny_models(request):
 def assert_read_sequentially(seen: list, derived, model, ids) -> None:
     """Each layer's recorded calibration inputs ``seen`` are ``derived``'s own (the outputs of the layers
     already changed before it), and past the first layer no longer the original ``model``'s."""
-    from prune.core.hidden import residual_stream
+    from prune.core.hidden import residual_streams
 
-    after, before = residual_stream(derived, ids), residual_stream(model, ids)
+    (after,), (before,) = residual_streams(derived, ids), residual_streams(model, ids)
     assert len(seen) == len(after) - 1
     for index, hidden in enumerate(seen):
         torch.testing.assert_close(hidden, after[index], rtol=1e-4, atol=1e-5)

@@ -92,8 +92,14 @@ def heatmap_figure(result, selected: tuple[int, int] | None = None, title: str |
         fig.add_trace(go.Heatmap(
             z=_nullable(protected), x=starts, y=sizes, customdata=custom, showscale=False, hoverongaps=False,
             colorscale=[[0, PROTECTED], [1, PROTECTED]], xgap=1, ygap=1, name="protected",
-            hovertemplate="[%{x}, %{customdata[1]}) touches a protected layer<extra></extra>",
+            hovertemplate="[%{x}, %{customdata[1]}) " + ("is never cut: it spans two stacks, empties one or touches a "
+                                                         "protected layer" if "stacks" in result.params else
+                                                         "touches a protected layer") + "<extra></extra>",
         ))
+    for name, start, _end in result.params.get("stacks", [])[1:]:  # an encoder-decoder: where the next stack starts
+        fig.add_vline(x=start - 0.5, line=dict(color="#222", width=2, dash="dash"))
+        fig.add_annotation(x=start - 0.5, y=1, yref="paper", text=f"{name} →", showarrow=False, xanchor="left",
+                           yanchor="bottom")
     best = {n: block for n, block in result.best_blocks().items() if n < layers}
     if best:
         fig.add_trace(go.Scatter(

@@ -182,7 +182,8 @@ def analysis_status(result) -> str:
     from prune import METHODS
 
     spec = METHODS.get(result.method)
-    return f"{f'**{spec.label}**' if spec else result.method}: {result.timing()}"
+    notes = "".join(f" {note}" for note in result.warnings)
+    return f"{f'**{spec.label}**' if spec else result.method}: {result.timing()}.{notes}"
 
 
 def named_cuts_label(result) -> dict:

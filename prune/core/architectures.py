@@ -2,8 +2,12 @@
 
 Adding an architecture is one row here; nothing else in LayerCut branches on model type. Most rows are decoder-only
 causal LMs; encoder rows (BERT, RoBERTa, ELECTRA) are masked LMs, whose layers LayerCut reads, cuts, sparsifies and
-scores on cloze tasks (:data:`MASKED`); T5 is an encoder-decoder (:data:`SEQ2SEQ`) with two stacks of layers, both
-sparsified, scored on cloze tasks through its sentinels. Neither generates here.
+scores on cloze tasks (:data:`MASKED`); T5 is an encoder-decoder (:data:`SEQ2SEQ`) with two stacks of layers, scored
+on cloze tasks through its sentinels. Neither generates here.
+
+A model of two stacks numbers its layers on one line: the encoder's 0 … E − 1, then the decoder's E … E + D − 1
+(:func:`decoder_layers`, :func:`stack_spans`). Each stack is analysed on its own residual stream, and a block never
+spans both.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from prune.core.errors import UnsupportedArchitecture, quoted
+from prune.core.errors import InvalidCut, UnsupportedArchitecture, quoted
 
 # What a model's head predicts: the next token, the tokens at [MASK] positions, or a target sequence from an encoded input
 CAUSAL, MASKED, SEQ2SEQ = "causal", "masked", "seq2seq"
@@ -72,6 +76,11 @@ class Architecture:
     width: Width | None = _LLAMA_WIDTH  # None: no width pruning (see width_of)
     kind: str = CAUSAL  # CAUSAL, MASKED or SEQ2SEQ: which Auto class loads it, what it can be asked
     stacks: tuple[str, ...] = ()  # every nn.ModuleList of layers, when more than ``layers`` (T5: encoder, decoder)
+    # A module path in a stack's first layer that holds what the whole stack reads, with its flag (T5's first
+    # self-attention computes the relative position bias every later layer reuses); a cut that removes the first
+    # layer hands it to the new first layer.
+    first_layer_owns: tuple[str, str, str] | None = None  # (module path, submodule, flag)
+    stack_fields: tuple[str, ...] = ()  # the config field that counts each stack's layers (T5: num_decoder_layers)
 
 
 def _encoder(prefix: str) -> Architecture:
@@ -120,7 +129,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     # two pre-norm stacks; each block's layer.0 is self-attention, the decoder's layer.1 cross-attention, the last the MLP
     "t5": Architecture(layers="encoder.block", final_norm="encoder.final_layer_norm", ffn_norm=None,
                        sublayers=SubLayers(attention="layer.0", mlp=None), width=None, kind=SEQ2SEQ,
-                       stacks=("encoder.block", "decoder.block")),
+                       stacks=("encoder.block", "decoder.block"), stack_fields=("num_layers", "num_decoder_layers"),
+                       first_layer_owns=("layer.0.SelfAttention", "relative_attention_bias", "has_relative_attention_bias")),
 }
 
 # Config fields that hold one entry per layer besides the generic "list as long as the
@@ -169,8 +179,12 @@ def get_path(root: nn.Module, path: str) -> nn.Module:
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The model's list of decoder layers."""
-    return get_path(model, architecture_of(model).layers)
+    """The model's list of decoder layers; for a model of two stacks, both stacks' layers in one new list (read it;
+    a cut rebuilds each stack's own list)."""
+    arch = architecture_of(model)
+    if arch.stacks:
+        return nn.ModuleList(layer for stack in layer_stacks(model) for layer in stack)
+    return get_path(model, arch.layers)
 
 
 def final_norm(model: nn.Module) -> nn.Module:
@@ -193,21 +207,32 @@ def check_causal(model_or_config, what: str) -> None:
         config = getattr(model_or_config, "config", model_or_config)
         raise UnsupportedArchitecture(f"{what} needs a causal (decoder-only) language model; "
                                       f"{quoted(config.model_type)} is {KIND_WORDS[kind]}, which fills blanks: "
-                                      "ask it cloze tasks (cbt_style_cn, …) and sparsify it.")
-
-
-def check_one_stack(model_or_config, what: str) -> None:
-    """A one-line refusal of ``what`` (an analysis, a cut) for a model of two stacks of layers (T5)."""
-    config = getattr(model_or_config, "config", model_or_config)
-    if architecture_of(config).stacks:
-        raise UnsupportedArchitecture(f"{what} of {quoted(config.model_type)}, an encoder-decoder, is not built yet: "
-                                      "its two stacks are sparsified together and scored on cloze tasks.")
+                                      "ask it cloze tasks (cbt_style_cn, …), sparsify it, or cut layers by angular "
+                                      "distance, Block Influence or relative magnitude.")
 
 
 def layer_stacks(model: nn.Module) -> list[nn.ModuleList]:
     """Every list of layers the model has, in the order its forward runs them (T5: encoder, then decoder)."""
     arch = architecture_of(model)
     return [get_path(model, path) for path in arch.stacks or (arch.layers,)]
+
+
+def stack_spans(model: nn.Module) -> list[tuple[str, int, int]]:
+    """Each stack's name and its layers ``[start, end)`` in the one numbering: ``[("encoder", 0, 6), ("decoder",
+    6, 12)]``; ``[("layers", 0, L)]`` for a model of one stack."""
+    arch, spans, start = architecture_of(model), [], 0
+    for path, stack in zip(arch.stacks or (arch.layers,), layer_stacks(model)):
+        spans.append((path.split(".")[0] if arch.stacks else "layers", start, start + len(stack)))
+        start += len(stack)
+    return spans
+
+
+def check_stacks_kept(model: nn.Module, removed: list[int]) -> None:
+    """A one-line refusal of a cut that would leave a stack of an encoder-decoder without a layer."""
+    for name, start, end in stack_spans(model):
+        if end > start and all(i in removed for i in range(start, end)):
+            raise InvalidCut(f"Cutting layers {start}…{end - 1} would remove every layer of the {name}; each stack "
+                             "keeps at least one.")
 
 
 def num_layers(model: nn.Module) -> int:

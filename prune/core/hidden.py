@@ -1,6 +1,6 @@
 """Read the residual stream between decoder layers, and resume a forward pass from it.
 
-``residual_stream`` returns h_0 … h_L: h_l is the input of layer l and h_L the output of
+``residual_streams`` returns h_0 … h_L for each stack of layers: h_l is the input of layer l and h_L the output of
 the last layer, *before* the final norm (``output_hidden_states`` would give the normed
 one for the last entry on many architectures). ``norm_last_tokens`` returns what the zigzag
 authors read instead: each layer's pre-feed-forward norm output, then the final norm's.
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from prune.core.devices import input_device
-from prune.core.architectures import architecture_of, decoder_layers, final_norm, get_path
+from prune.core.architectures import SEQ2SEQ, architecture_of, decoder_layers, final_norm, get_path, kind_of, layer_stacks
 from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
 
 
@@ -38,25 +38,39 @@ def _hidden_out(output):
     return output[0] if isinstance(output, tuple) else output
 
 
+def forward_inputs(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a forward pass over ``input_ids`` is given: an encoder-decoder's decoder reads them too, shifted right as
+    its training targets are, so that every token reaches both stacks."""
+    if kind_of(model) == SEQ2SEQ:
+        return {"input_ids": input_ids, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=input_ids)}
+    return {"input_ids": input_ids}
+
+
 @torch.no_grad()
-def residual_stream(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8, last_token_only: bool = False):
-    """[L+1, N, T, D] (or [L+1, N, D] for the last token) float32 states on the CPU."""
-    layers = decoder_layers(model)
-    chunks = []
+def residual_streams(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8,
+                     last_token_only: bool = False) -> list[torch.Tensor]:
+    """One stream per stack of layers (one; T5's encoder and decoder), each [L+1, N, T, D] (or [L+1, N, D] for the
+    last token) float32 states on the CPU: the stack's input, then each of its layers' outputs."""
+    stacks = layer_stacks(model)
+    chunks: list[list[torch.Tensor]] = [[] for _ in stacks]
+    keep = (lambda h: h[:, -1]) if last_token_only else (lambda h: h)
     for batch in input_ids.split(batch_size):
-        states: list[torch.Tensor] = []
-        keep = (lambda h: h[:, -1]) if last_token_only else (lambda h: h)
-        hooks = [layers[0].register_forward_pre_hook(
-            lambda _m, args, kwargs: states.append(keep(_hidden_arg(args, kwargs)).float().cpu()), with_kwargs=True)]
-        hooks += [layer.register_forward_hook(lambda _m, _a, out: states.append(keep(_hidden_out(out)).float().cpu()))
-                  for layer in layers]
+        states: list[list[torch.Tensor]] = [[] for _ in stacks]
+        hooks = []
+        for found, layers in zip(states, stacks):
+            hooks.append(layers[0].register_forward_pre_hook(
+                lambda _m, args, kwargs, found=found: found.append(keep(_hidden_arg(args, kwargs)).float().cpu()),
+                with_kwargs=True))
+            hooks += [layer.register_forward_hook(
+                lambda _m, _a, out, found=found: found.append(keep(_hidden_out(out)).float().cpu())) for layer in layers]
         try:
-            model(input_ids=batch.to(input_device(model)), use_cache=False)
+            model(**forward_inputs(model, batch.to(input_device(model))), use_cache=False)
         finally:
             for hook in hooks:
                 hook.remove()
-        chunks.append(torch.stack(states))  # [L+1, B, (T,) D]
-    return torch.cat(chunks, dim=1)
+        for chunk, found in zip(chunks, states):
+            chunk.append(torch.stack(found))  # [L+1, B, (T,) D]
+    return [torch.cat(chunk, dim=1) for chunk in chunks]
 
 
 @torch.no_grad()

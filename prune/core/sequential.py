@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
-from prune.core.architectures import SEQ2SEQ, decoder_layers, kind_of
-from prune.core.hidden import StopForward, _hidden_arg, _hidden_out, run_until_stopped
+from prune.core.architectures import decoder_layers
+from prune.core.hidden import StopForward, _hidden_arg, _hidden_out, forward_inputs, run_until_stopped
 
 
 def matrices(layer: nn.Module) -> dict[str, nn.Module]:
@@ -42,7 +42,6 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
     now); an encoder-decoder's decoder reads the window shifted right, as its training targets are.
     """
     layers = decoder_layers(model) if layers is None else layers
-    seq2seq = kind_of(model) == SEQ2SEQ
     hidden: list[torch.Tensor] = []
     calls: list[list[tuple]] = []
 
@@ -59,8 +58,7 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
     try:
         for batch in input_ids.split(batch_size):
             calls.append([])
-            targets = {"decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=batch)} if seq2seq else {}
-            run_until_stopped(model, input_ids=batch, use_cache=False, **targets)
+            run_until_stopped(model, use_cache=False, **forward_inputs(model, batch))
     finally:
         for handle in handles:
             handle.remove()

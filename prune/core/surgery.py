@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 from torch import nn
 
-from prune.core.architectures import PER_LAYER_INDEX_FIELDS, architecture_of, check_one_stack, decoder_layers
+from prune.core.architectures import (PER_LAYER_INDEX_FIELDS, Architecture, architecture_of, check_stacks_kept,
+                                      decoder_layers, get_path, stack_spans)
 from prune.core.errors import InvalidCut, quoted
 
 
@@ -67,13 +68,14 @@ def cut(model: nn.Module, start: int, end: int) -> nn.Module:
 
 
 def remove_layers(model: nn.Module, layers: Iterable[int]) -> nn.Module:
-    """Remove any set of layers; kept layers share their parameters with ``model``."""
-    check_one_stack(model, "A depth cut")
+    """Remove any set of layers; kept layers share their parameters with ``model``. A model of two stacks (T5)
+    numbers them on one line (:func:`~prune.core.architectures.stack_spans`) and keeps a layer in each."""
     count = len(decoder_layers(model))
     removed = check_layers(count, layers)
+    check_stacks_kept(model, removed)
     kept = [i for i in range(count) if i not in removed]
 
-    config = _pruned_config(model.config, kept)
+    config = _pruned_config(model, kept)
     pruned = layer_view(model, kept, config)
     config.layercut_removed_layers = sorted(removed_layers_of(model) + _original_indices(model, removed))
     return pruned
@@ -85,6 +87,16 @@ def layer_view(model: nn.Module, kept: list[int], config) -> nn.Module:
     Everything on the path to the layer list and every module of a kept layer is a new object
     (so the view's modules can be replaced or hooked freely); parameters stay shared.
     """
+    if architecture_of(model).stacks:
+        view = _stacks_view(model, kept, config)
+    else:
+        view = _one_stack_view(model, kept, config)
+    if getattr(model, "generation_config", None) is not None:
+        view.generation_config = copy.deepcopy(model.generation_config)
+    return view
+
+
+def _one_stack_view(model: nn.Module, kept: list[int], config) -> nn.Module:
     path = architecture_of(model).layers.split(".")
     original_layers = decoder_layers(model)
     view = _clone_along(model, path, config)
@@ -92,9 +104,36 @@ def layer_view(model: nn.Module, kept: list[int], config) -> nn.Module:
     for name in path[:-1]:
         parent = getattr(parent, name)
     parent._modules[path[-1]] = nn.ModuleList(_renumbered(original_layers[i], new) for new, i in enumerate(kept))
-    if getattr(model, "generation_config", None) is not None:
-        view.generation_config = copy.deepcopy(model.generation_config)
     return view
+
+
+def _stacks_view(model: nn.Module, kept: list[int], config) -> nn.Module:
+    """:func:`layer_view` of a model of two stacks: each stack module (T5's encoder, decoder) cloned with its own
+    config copy, its layer count set, and its kept layers renumbered from 0."""
+    arch = architecture_of(model)
+    view = _shallow_clone(model)
+    view.config = config
+    for path, (_name, start, end) in zip(arch.stacks, stack_spans(model)):
+        owner_name, list_name = path.split(".")
+        owner, original = _shallow_clone(getattr(model, owner_name)), get_path(model, path)
+        local = [i - start for i in kept if start <= i < end]
+        owner.config = copy.deepcopy(owner.config)
+        owner.config.num_hidden_layers = len(local)
+        owner._modules[list_name] = nn.ModuleList(_renumbered(original[i], new) for new, i in enumerate(local))
+        _hand_over_first(arch, original, owner._modules[list_name], local)
+        view._modules[owner_name] = owner
+    return view
+
+
+def _hand_over_first(arch: Architecture, original: nn.ModuleList, layers: nn.ModuleList, local: list[int]) -> None:
+    """When a cut removes a stack's first layer, the new first layer takes what the first one held for the whole
+    stack (T5's relative position bias), shared, so the kept layers read the positions they were trained with."""
+    if arch.first_layer_owns is None or local[0] == 0:
+        return
+    path, name, flag = arch.first_layer_owns
+    source, target = get_path(original[0], path), get_path(layers[0], path)
+    target._modules[name] = source._modules[name]
+    setattr(target, flag, True)
 
 
 def clone_layers(model: nn.Module) -> nn.Module:
@@ -160,9 +199,15 @@ def _original_indices(model: nn.Module, removed_now: list[int]) -> list[int]:
     return sorted(original_kept[i] for i in removed_now)
 
 
-def _pruned_config(config, kept: list[int]):
-    """A config copy with the layer count and every per-layer list sliced to ``kept``."""
+def _pruned_config(model: nn.Module, kept: list[int]):
+    """A config copy with the layer count and every per-layer list sliced to ``kept`` (for a model of two stacks,
+    each stack's count)."""
+    config, arch = model.config, architecture_of(model)
     new = copy.deepcopy(config)
+    if arch.stacks:
+        for field, (_name, start, end) in zip(arch.stack_fields, stack_spans(model)):
+            setattr(new, field, sum(start <= i < end for i in kept))
+        return new
     old_count = config.num_hidden_layers
     for name, value in vars(config).items():
         if isinstance(value, (list, tuple)) and len(value) == old_count and name not in PER_LAYER_INDEX_FIELDS:

@@ -8,7 +8,7 @@ import time
 import torch
 
 from prune import __version__
-from prune.core.architectures import check_one_stack
+from prune.core.architectures import check_causal, stack_spans
 from prune.core.calibration import Calibration
 from prune.core.offload import named_weights
 from prune.depth.methods import check_options, get_method
@@ -37,7 +37,8 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
     options = check_options(spec, options)
     if context is not None:
         model, tokenizer, calibration = context.model, context.tokenizer, context.calibration
-    check_one_stack(model, "Layer importance")
+    if not spec.any_kind:
+        check_causal(model, spec.label)
     calibration = calibration or Calibration()
     key = digest({"model": model_fingerprint(model), "method": method, "options": options,
                   "calibration": calibration.key(), "version": __version__})
@@ -48,9 +49,20 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
         return result
     started = time.perf_counter()
     result = spec.func(context or Context(model, tokenizer, calibration), **options)
+    spans = stack_spans(model)
+    if len(spans) > 1:
+        result.params["stacks"] = [list(span) for span in spans]
+        result.warnings.append(stacks_note(spans))
     result.elapsed_s = time.perf_counter() - started
     if use_cache:
         import json
 
         write_atomic(path, json.dumps(result.to_json()))
     return result
+
+
+def stacks_note(spans: list[tuple[str, int, int]]) -> str:
+    """'Layers 0–5 are the encoder, 6–11 the decoder; each stack is scored on its own residual stream, …'."""
+    parts = ", ".join(f"{start}–{end - 1} the {name}" for name, start, end in spans).replace(" the", " are the", 1)
+    return (f"Layers {parts}; each stack is scored on its own residual stream, and a block never spans two or "
+            "removes all of one.")

@@ -279,7 +279,7 @@ def test_sweep_figure_shows_the_measurement_and_each_method_scaled_with_its_rank
 def test_the_analysis_line_says_when_it_came_from_the_cache():
     result = _result()
     result.elapsed_s = 14.84
-    assert text.analysis_status(result) == "**Angular distance (Gromov et al. 2024)**: scored in 14.8 s"
+    assert text.analysis_status(result) == "**Angular distance (Gromov et al. 2024)**: scored in 14.8 s."
     result.from_cache = True
     assert text.analysis_status(result) == ("**Angular distance (Gromov et al. 2024)**: read from the cache "
-                                            "(scored in 14.8 s earlier)")
+                                            "(scored in 14.8 s earlier).")

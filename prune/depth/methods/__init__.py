@@ -28,6 +28,7 @@ class Method:
     selection: str = "layers"  # what the method's paper removes: "layers" (the N lowest, anywhere) or "block"
     allowed: Mapping[str, Collection] = field(default_factory=dict, compare=False)  # option → the values it takes
     sublayers: bool = False  # it scores attention and MLP blocks too, not only whole layers
+    any_kind: bool = False  # it reads the residual stream only, so it runs on encoders and encoder-decoders too
 
     @property
     def options(self) -> dict[str, object]:
@@ -52,13 +53,14 @@ METHODS: dict[str, Method] = {}
 
 
 def register(name: str, label: str, selection: str = "layers", *, allowed: Mapping[str, Collection] | None = None,
-             sublayers: bool = False):
+             sublayers: bool = False, any_kind: bool = False):
     """Decorator: add a method under ``name``; its docstring's first line is its description.
 
     ``selection`` says how the method's paper picks N layers from the scores: ``"layers"``, the
     N individually least important (anywhere), or ``"block"``, the best contiguous block.
     ``allowed`` gives the values of each option (every whole-number option needs a range);
-    ``sublayers`` says the method scores attention and MLP blocks, so a cut may remove those.
+    ``sublayers`` says the method scores attention and MLP blocks, so a cut may remove those; ``any_kind`` that it
+    reads only the residual stream, so encoders and encoder-decoders (each stack on its own) run it too.
     """
     if selection not in ("layers", "block"):
         raise ValueError(f"Unknown selection rule '{selection}' for method '{name}'.")
@@ -68,7 +70,7 @@ def register(name: str, label: str, selection: str = "layers", *, allowed: Mappi
             raise ValueError(f"Importance method '{name}' is registered twice.")
         description = (inspect.getdoc(func) or "").splitlines()[0]
         method = Method(name=name, label=label, func=func, description=description, selection=selection,
-                        allowed=dict(allowed or {}), sublayers=sublayers)
+                        allowed=dict(allowed or {}), sublayers=sublayers, any_kind=any_kind)
         _check_declaration(method)
         METHODS[name] = method
         return func

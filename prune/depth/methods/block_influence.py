@@ -9,10 +9,10 @@ from prune.depth.methods import register
 from prune.depth.methods.similarity import block_matrix
 
 
-@register("block_influence", "Block Influence (ShortGPT)")
+@register("block_influence", "Block Influence (ShortGPT)", any_kind=True)
 def block_influence(ctx) -> ImportanceResult:
     """1 − cos(h_l, h_{l+n}) over all tokens; small = the layers barely change the hidden state."""
-    blocks = block_matrix(ctx.residual, influence)
+    blocks = block_matrix(ctx.residuals, influence)
     return ImportanceResult("block_influence", blocks, "1 − cos(h_in, h_out)", layer_scores=blocks[0].copy())
 
 

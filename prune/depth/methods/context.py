@@ -8,7 +8,7 @@ from functools import cached_property
 import torch
 
 from prune.core.calibration import Calibration, token_windows
-from prune.core.hidden import residual_stream
+from prune.core.hidden import residual_streams
 
 
 @dataclass
@@ -27,11 +27,18 @@ class Context:
         return token_windows(self.tokenizer, self.calibration)
 
     @cached_property
-    def residual(self) -> torch.Tensor:
-        """[L+1, N, T, D] residual stream of the original model on the calibration."""
+    def residuals(self) -> list[torch.Tensor]:
+        """One [L+1, N, T, D] residual stream of the original model on the calibration per stack of layers (T5 has
+        two: the encoder's, then the decoder's)."""
         if self.parent is not None:
-            return self.parent.residual[:, self.windows]
-        return residual_stream(self.model, self.input_ids)
+            return [stream[:, self.windows] for stream in self.parent.residuals]
+        return residual_streams(self.model, self.input_ids)
+
+    @property
+    def residual(self) -> torch.Tensor:
+        """[L+1, N, T, D]: the stream of a model of one stack (what the methods that read a causal LM's loss use)."""
+        (stream,) = self.residuals
+        return stream
 
     def resample(self, windows: torch.Tensor | slice) -> Context:
         """A view on some of these windows (a bootstrap draw) that reuses the computed states.
@@ -43,4 +50,4 @@ class Context:
 
     def reads_windows(self) -> bool:
         """Whether a method run on this context read its windows or states (zigzag draws its own)."""
-        return "input_ids" in self.__dict__ or "residual" in self.__dict__
+        return "input_ids" in self.__dict__ or "residuals" in self.__dict__

@@ -350,8 +350,8 @@ def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, spec,
         real = METHODS[name]
         monkeypatch.setitem(METHODS, name, prune.depth.methods.Method(
             real.name, real.label, lambda ctx, _f=real.func, **o: calls.append(1) or _f(ctx, **o), real.description))
-    real_stream = context.residual_stream
-    monkeypatch.setattr(context, "residual_stream", lambda *a, **k: residuals.append(1) or real_stream(*a, **k))
+    real_stream = context.residual_streams
+    monkeypatch.setattr(context, "residual_streams", lambda *a, **k: residuals.append(1) or real_stream(*a, **k))
     first = backend.analyze(spec, "angular")
     backend.analyze(spec, "block_influence")
     assert len(calls) == 2 and len(residuals) == 1  # one residual stream for both methods

@@ -175,7 +175,7 @@ def test_wanda_prunes_t5s_decoder_on_the_pruned_encoders_output(tokenizer):
         assert torch.equal(pruned[name].weight, module.weight * (score > highest_zeroed[:, None])), name
 
 
-def test_what_t5_cannot_do_yet_refuses_in_one_line(tokenizer, data_dir):
+def test_what_t5_cannot_do_refuses_in_one_line(tokenizer, data_dir):
     from evaluation.quality import lm_eval_adapter
 
     model = tiny_t5(tokenizer)
@@ -183,9 +183,8 @@ def test_what_t5_cannot_do_yet_refuses_in_one_line(tokenizer, data_dir):
     with pytest.raises(InvalidInput, match="^arc_easy is scored by log-likelihood, which LayerCut reads from causal "
                                            "LMs only: ask an encoder or an encoder-decoder the cloze tasks"):
         lm_eval_adapter.evaluate(model, tokenizer, request)
-    for run, words in ((lambda: prune.cut(model, 0, 1), "^A depth cut of 't5', an encoder-decoder, is not built yet"),
-                       (lambda: prune.score(model, tokenizer, "angular", use_cache=False),
-                        "^Layer importance of 't5', an encoder-decoder, is not built yet"),
+    for run, words in ((lambda: prune.score(model, tokenizer, "taylor", use_cache=False),
+                        "^Taylor\\+ \\(Shortened LLaMA\\) needs a causal .* 't5' is an encoder-decoder"),
                        (lambda: check_seq_lens(model, (16,)), "^Perplexity needs a causal .* 't5' is an encoder-decoder"),
                        (lambda: next(stream_side_by_side({"original": model}, tokenizer, "Hello", max_new_tokens=2)),
                         "^Generation needs a causal .* 't5' is an encoder-decoder")):

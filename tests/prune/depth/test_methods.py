@@ -102,11 +102,11 @@ def test_identity_block_of_two_is_found_by_hidden_state_methods(tiny_tokenizer):
 
 def test_angular_distance_by_hand(tiny_tokenizer):
     """The matrix entry for block [l, l+n) is arccos(cos(h_l, h_{l+n}))/π at the last token."""
-    from prune.core.hidden import residual_stream
+    from prune.core.hidden import residual_streams
 
     model = tiny_model("mistral", layers=4, seed=2)
     result = prune.score(model, tiny_tokenizer, "angular", calibration=CAL, use_cache=False)
-    h = residual_stream(model, token_windows(tiny_tokenizer, CAL))  # [5, N, T, D]
+    (h,) = residual_streams(model, token_windows(tiny_tokenizer, CAL))  # [5, N, T, D]
     for n, start in [(1, 0), (2, 1), (4, 0), (3, 1)]:
         cos = torch.nn.functional.cosine_similarity(h[start, :, -1], h[start + n, :, -1], dim=-1)
         expected = (torch.arccos(cos.clamp(-1, 1)) / torch.pi).mean().item()
@@ -201,8 +201,8 @@ def test_a_shared_context_computes_the_residual_stream_once(tiny_tokenizer, monk
     import prune.depth.methods.context as context_module
 
     calls = []
-    real = context_module.residual_stream
-    monkeypatch.setattr(context_module, "residual_stream", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = context_module.residual_streams
+    monkeypatch.setattr(context_module, "residual_streams", lambda *a, **k: calls.append(1) or real(*a, **k))
     context = prune.Context(tiny_model("llama", layers=3), tiny_tokenizer, CAL)
     for method in ("angular", "block_influence", "relative_magnitude", "ppl"):
         prune.score(None, None, method, context=context, use_cache=False)

@@ -96,8 +96,8 @@ def test_resampled_views_share_the_residual_stream(tiny_tokenizer, monkeypatch):
     import prune.depth.methods.context as context_module
 
     calls = []
-    real = context_module.residual_stream
-    monkeypatch.setattr(context_module, "residual_stream", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = context_module.residual_streams
+    monkeypatch.setattr(context_module, "residual_streams", lambda *a, **k: calls.append(1) or real(*a, **k))
     context = prune.Context(tiny_model("llama", layers=3), tiny_tokenizer, Calibration(n_samples=4, seq_len=16))
     view = context.resample(torch.tensor([3, 3, 0, 1]))
     assert torch.equal(view.input_ids, context.input_ids[[3, 3, 0, 1]])

@@ -16,7 +16,7 @@ from evaluation.exports.zigzag_csv import result_from_csv, write_bars_csv
 from prune.core.architectures import decoder_layers, final_norm, get_path
 from prune.core.calibration import BUILTIN_TEXTS, Calibration, load_text
 from prune.core.errors import InvalidInput, UnsupportedArchitecture
-from prune.core.hidden import norm_last_tokens, residual_stream
+from prune.core.hidden import norm_last_tokens, residual_streams
 from prune.depth.methods import get_method
 from prune.depth.methods import zigzag as zigzag_module
 from prune.depth.methods.context import Context
@@ -42,7 +42,7 @@ def test_norm_states_are_what_the_feed_forward_block_reads(arch):
         hooks = [get_path(layer, FFN_ENTRY[arch]).register_forward_pre_hook(
             lambda _m, args: seen.append(args[0].reshape(-1, args[0].shape[-1])[-1])) for layer in decoder_layers(model)]
         try:
-            h_last = residual_stream(model, torch.tensor([ids]), last_token_only=True)[-1]  # [1, D], one text unpadded
+            h_last = residual_streams(model, torch.tensor([ids]), last_token_only=True)[0][-1]  # [1, D], one text unpadded
         finally:
             for hook in hooks:
                 hook.remove()

@@ -19,7 +19,7 @@ from evaluation.measure import memory, speed
 from evaluation.serving.models import describe
 from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
-from prune.core.hidden import residual_stream
+from prune.core.hidden import residual_streams
 from prune.core.kv import cache_returned, with_cache
 from prune.drop.importance import block_scores, reading_blocks
 from prune.depth.step import DepthCut
@@ -234,7 +234,7 @@ def test_block_additions_add_up_to_each_layers_output(arch):
         model(input_ids=ids, use_cache=False)
     assert seen == [0, 1, 2]
     scores, residual = block_scores(model, ids)
-    assert torch.equal(residual, residual_stream(model, ids))
+    assert torch.equal(residual, residual_streams(model, ids)[0])
     assert all(np.isfinite(row).all() and (row > 0).all() for row in scores.values())
 
 
