@@ -123,8 +123,8 @@ def model_markdown(info, step_s: float | None = None) -> str:
                     f"the other {sources}{cost})")
     encoder = {CAUSAL: "", MASKED: " · an encoder (masked LM): it answers cloze tasks and can be sparsified and cut; it "
                                    "generates nothing here and has no perplexity",
-               SEQ2SEQ: " · an encoder-decoder: it answers cloze tasks and its two stacks (the encoder's layers "
-                        "counted) can be sparsified; it generates nothing here and has no perplexity"}[info.kind]
+               SEQ2SEQ: " · an encoder-decoder: it answers cloze tasks; its layers, the encoder's then the decoder's, "
+                        "can be cut and sparsified; it generates nothing here and has no perplexity"}[info.kind]
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}{encoder}")
 
@@ -132,8 +132,9 @@ def model_markdown(info, step_s: float | None = None) -> str:
 def not_generating(info) -> str:
     """The Generate tab's words for a model that generates nothing here."""
     return (f"**{info.name} is {KIND_WORDS[info.kind]}: it generates nothing here.** It fills blanks: ask it the "
-            "cloze tasks (cbt_style_cn, cbt_style_ne, cbt_style_p) on the **Benchmarks** tab, and compare it sparsified "
-            "(the sparsity methods in the method picker, and the sparsity sweep).")
+            "cloze tasks (cbt_style_cn, cbt_style_ne, cbt_style_p) on the **Benchmarks** tab, and compare it cut or "
+            "sparsified (angular distance, Block Influence and relative magnitude, the sparsity methods, and the "
+            "sparsity sweep, in the method picker).")
 
 
 def server_memory_markdown(found, turns: str = "") -> str:

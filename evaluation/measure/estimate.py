@@ -79,18 +79,22 @@ def task_tokens(task: str, limit: int | None, num_fewshot: int = 0) -> float:
 
 
 def speed(rates: Rates, columns: Sequence[float], *, batch_sizes: Iterable[int], prompt_len: int, new_tokens: int,
-          repeats: int, warmup: int = 1) -> float:
-    """``evaluation.measure.speed.measure_speed``: per batch size a warm-up of 2 tokens, then ``repeats`` runs."""
+          repeats: int, warmup: int = 1, generates: bool = True) -> float:
+    """``evaluation.measure.speed.measure_speed``: per batch size a warm-up of 2 tokens, then ``repeats`` runs
+    (``generates=False``: an encoder's, one pass over the prompt each)."""
 
     def run(batch: int, count: int, compute: float) -> float:  # a prefill, then count − 1 decode steps
-        return forward_s(rates, batch * prompt_len, compute) + decode_s(rates, count - 1, batch, compute)
+        steps = count - 1 if generates else 0
+        return forward_s(rates, batch * prompt_len, compute) + decode_s(rates, steps, batch, compute)
 
     return sum(warmup * run(b, 2, c) + repeats * run(b, new_tokens, c) for c in columns for b in batch_sizes)
 
 
-def memory(rates: Rates, columns: Sequence[float], *, prompt_len: int, new_tokens: int) -> float:
-    """``Backend.memory``: each model generates ``new_tokens`` after a ``prompt_len``-token prompt."""
-    return sum(forward_s(rates, prompt_len, c) + decode_s(rates, new_tokens - 1, 1, c) for c in columns)
+def memory(rates: Rates, columns: Sequence[float], *, prompt_len: int, new_tokens: int, generates: bool = True) -> float:
+    """``Backend.memory``: each model generates ``new_tokens`` after a ``prompt_len``-token prompt (an encoder: one
+    pass over the prompt)."""
+    steps = new_tokens - 1 if generates else 0
+    return sum(forward_s(rates, prompt_len, c) + decode_s(rates, steps, 1, c) for c in columns)
 
 
 def generation(rates: Rates, columns: Sequence[float], *, prompt: str, max_new_tokens: int) -> float:

@@ -151,16 +151,13 @@ def one_pass(model, input_ids: torch.Tensor):
 
 
 def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
-    """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens; for an encoder, which generates
-    nothing here, one pass over ``input_ids`` and ``new_tokens - 1`` one-token passes (no cache)."""
+    """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens; for an encoder or an
+    encoder-decoder, which generate nothing here, (one pass over ``input_ids``, 0)."""
     device = input_ids.device
     if kind_of(model) != CAUSAL:
         with _Timer(device) as prefill:
             one_pass(model, input_ids)
-        with _Timer(device) as passes:
-            for _ in range(new_tokens - 1):
-                one_pass(model, input_ids[:, :1])
-        return prefill.ms, passes.ms
+        return prefill.ms, 0.0
     with _Timer(device) as prefill:
         out = model(input_ids=input_ids, use_cache=True, **last_logits_only(model))  # the prefill skips unused logits
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)

@@ -1,5 +1,6 @@
 """An encoder in the app, in a real browser: its model line says what it does, the Generate tab says why it shows no
-controls (another visitor's tab keeps them), and its cloze task fills the benchmark table."""
+controls (another visitor's tab keeps them), and its cloze task fills the benchmark table; T5's heatmap marks where
+its decoder starts, and the cut chosen stays in one stack."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 import transformers
 
 from conftest import build_tiny_tokenizer
-from test_browser import ASSETS, VIEWPORT, browser, cloze_row, page, settled_text, tab  # noqa: F401 (the fixtures)
+from test_browser import ASSETS, VIEWPORT, banner, browser, cloze_row, page, settled_text, tab  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +48,33 @@ def test_an_encoder_shows_what_it_does_and_answers_its_cloze_task(browser, page,
     other.close()
     tab(page, "Benchmarks")
     assert "Original" in cloze_row(page)
+
+
+@pytest.fixture(scope="module")
+def t5_folder(tmp_path_factory):
+    """A tiny random T5 of 4 encoder and 4 decoder layers, with sentinels in its tokenizer, as a local folder."""
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=len(tokenizer), d_model=32, d_kv=8, d_ff=64, num_layers=4,
+                                   num_decoder_layers=4, num_heads=4, decoder_start_token_id=0, pad_token_id=0)
+    folder = tmp_path_factory.mktemp("tiny-t5")
+    transformers.AutoModelForSeq2SeqLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+def test_t5s_heatmap_marks_where_its_decoder_starts_and_the_cut_stays_in_one_stack(page, t5_folder):
+    page.fill("#model input", t5_folder)
+    page.keyboard.press("Enter")
+    page.get_by_role("button", name="Load model").click()
+    line = settled_text(page, "#model-info", "an encoder-decoder", timeout=300_000)
+    assert "8 layers" in line and "can be cut and sparsified" in line
+    status = settled_text(page, "#analysis-info", "Layers 0–3 are the encoder, 4–7 the decoder", timeout=300_000)
+    assert "Angular distance" in status
+    page.wait_for_function("document.querySelector('#heatmap').textContent.includes('decoder →')", timeout=60_000)
+    start = int(page.get_attribute("#layer-range .lc-range", "data-start"))
+    end = int(page.get_attribute("#layer-range .lc-range", "data-end"))
+    assert end <= 4 or start >= 4  # the best block the page chose lies in one stack
+    assert f"[{start}, {end})" in banner(page)
+    page.screenshot(path=str(ASSETS / "screenshot-t5-heatmap.png"), full_page=True)

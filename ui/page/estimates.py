@@ -20,6 +20,7 @@ from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
 from evaluation.settings import PERPLEXITY
 from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
 from evaluation.sweeps.sparsity import check_plan
+from prune.core.architectures import CAUSAL
 from prune.core.errors import InvalidInput
 from prune.core.surgery import largest_cut
 from prune.healing.train import DEFAULTS as HEAL_DEFAULTS
@@ -86,11 +87,13 @@ class Seconds:
 
     @quiet
     def speed(self, session, rates, batch_sizes, prompt_len, new_tokens, repeats):
-        return estimate.speed(rates, columns(session), **speed_settings(batch_sizes, prompt_len, new_tokens, repeats))
+        return estimate.speed(rates, columns(session), **speed_settings(batch_sizes, prompt_len, new_tokens, repeats),
+                              generates=session.info.kind == CAUSAL)
 
     @quiet
     def memory(self, session, rates):
-        return estimate.memory(rates, columns(session), prompt_len=MEMORY_PROMPT_TOKENS, new_tokens=MEMORY_NEW_TOKENS)
+        return estimate.memory(rates, columns(session), prompt_len=MEMORY_PROMPT_TOKENS, new_tokens=MEMORY_NEW_TOKENS,
+                               generates=session.info.kind == CAUSAL)
 
     @quiet
     def benchmarks(self, session, rates, tasks, limit, num_fewshot):

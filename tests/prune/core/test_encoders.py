@@ -112,6 +112,21 @@ def test_speed_and_memory_of_an_encoder_are_its_passes(tokenizer):
     assert memory[0].value == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("arch", ["bert", "t5"])
+def test_an_encoders_speed_run_is_one_pass_and_its_estimate_counts_only_those(arch, tokenizer):
+    from evaluation.measure import estimate
+
+    model = tiny_t5(tokenizer) if arch == "t5" else encoder(arch, tokenizer)
+    passes = []
+    model.register_forward_hook(lambda _m, args, kwargs, _out: passes.append(kwargs["input_ids"].shape), with_kwargs=True)
+    measure_speed({"original": model}, batch_sizes=(2,), prompt_len=8, new_tokens=(16,), repeats=2, warmup=1)
+    assert passes == [(2, 8)] * 3  # the warm-up and two runs, each one pass over the prompt, no one-token passes
+    rates = estimate.Rates(forward_tokens_per_s=100.0, decode_s_per_token=0.5)
+    settings = dict(batch_sizes=(2,), prompt_len=8, new_tokens=16, repeats=2)
+    assert estimate.speed(rates, [1.0], **settings, generates=False) == pytest.approx(3 * 2 * 8 / 100.0)
+    assert estimate.speed(rates, [1.0], **settings) > 15 * 0.5  # a decoder's runs decode too
+
+
 def test_what_needs_a_causal_lm_refuses_an_encoder_in_one_line(tokenizer):
     model = encoder("bert", tokenizer)
     for run in (lambda: check_seq_lens(model, (16,)),
@@ -137,7 +152,8 @@ def test_t5_loads_as_an_encoder_decoder_and_says_so(tokenizer, tmp_path):
     model, _ = prune.load_model(str(tmp_path), device="cpu")
     assert type(model).__name__ == "T5ForConditionalGeneration" and kind_of(model) == SEQ2SEQ
     assert [len(stack) for stack in layer_stacks(model)] == [3, 2]
-    assert "an encoder-decoder: it answers cloze tasks and its two stacks" in model_markdown(describe(model, "t5"))
+    assert "an encoder-decoder: it answers cloze tasks; its layers, the encoder's then the decoder's, can be cut" in \
+        model_markdown(describe(model, "t5"))
 
 
 def test_wanda_prunes_t5s_decoder_on_the_pruned_encoders_output(tokenizer):
