@@ -32,10 +32,14 @@ def main() -> None:
     parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: LayerCut's)")
     parser.add_argument("--small", action="store_true", help="a tiny model: check the script, not the GPU")
     parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--encoders_only", action="store_true", help="only the encoder and T5 steps")
     args = parser.parse_args()
     rows: list[tuple[str, float, float, str]] = []
     try:
-        run(args, rows)
+        if args.encoders_only:
+            encoders(args, timed_step(args, rows), rows, torch.bfloat16 if args.device.startswith("cuda") else torch.float32)
+        else:
+            run(args, rows)
     finally:
         print_table(rows, args)
 
@@ -53,18 +57,7 @@ def run(args, rows: list) -> None:
 
     cuda = args.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
-
-    def step(name: str, work):
-        if cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        started = time.perf_counter()
-        result, note = work()
-        if cuda:
-            torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() / _GIB if cuda else float("nan")
-        rows.append((name, time.perf_counter() - started, peak, note))
-        return result
+    step = timed_step(args, rows)
 
     tokenizer = AutoTokenizer.from_pretrained(default_checkpoint())
     shape = dict(hidden_size=256, intermediate_size=688, num_hidden_layers=8, num_attention_heads=4) if args.small \
@@ -126,6 +119,26 @@ def run(args, rows: list) -> None:
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.1f} {m.unit}"))
     del backend, model
     encoders(args, step, rows, dtype)
+
+
+def timed_step(args, rows: list):
+    """``step(name, work)``: runs ``work() -> (result, note)``, adds its row (seconds, peak GPU memory), returns
+    the result."""
+    cuda = args.device.startswith("cuda")
+
+    def step(name: str, work):
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        result, note = work()
+        if cuda:
+            torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / _GIB if cuda else float("nan")
+        rows.append((name, time.perf_counter() - started, peak, note))
+        return result
+
+    return step
 
 
 def encoders(args, step, rows: list, dtype) -> None:
