@@ -38,7 +38,7 @@ from evaluation.exports import scale_out
 from evaluation.exports.gguf_out import check_file_type, gguf_refusal, write_gguf
 from evaluation.exports.gguf_tokenizer import tokenizer_refusal
 from evaluation.exports.texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text,
-                                      llama_refusal, mergekit_yaml, model_card, model_dtype)
+                                      llama_refusal, mergekit_yaml, model_card, model_dtype, tools_read)
 from evaluation.measure.measurement import Measurement
 from evaluation.measure.memory import folder_bytes, save_checkpoint
 
@@ -102,7 +102,7 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
         if gguf_name is not None:
             write_gguf(model, tokenizer, staging / gguf_name, gguf, tokenizer_gguf=tokenizer_gguf)
         refused = llama_refusal(model) if removed is not None else None  # llama.cpp would run this cut wrong
-        if removed is not None:
+        if removed is not None and tools_read(model):
             write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, model_dtype(model)))
             if refused is None:
                 write_atomic(staging / LLAMA_FILE, llama_file_text(recipe, base_name))

@@ -22,7 +22,7 @@ import yaml
 from torch import nn
 
 import prune
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import CAUSAL, KIND_WORDS, decoder_layers, kind_of
 from prune.core.errors import InvalidInput
 from prune.core.family import FAMILIES
 from prune.core.loading import _DEFAULT_GGUF, DEFAULT_MODEL, auto_class
@@ -222,6 +222,9 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     elif removed is None:
         lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
                   f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
+    elif not tools_read(model):
+        lines += [f"mergekit's passthrough merge and llama.cpp's `--prune-layers` number a decoder-only model's layers; "
+                  f"this is {KIND_WORDS[kind_of(model)]}, so `{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
     else:
         lines += [*(f"**{line}**\n" for line in _not_carried(recipe).splitlines()),
                   "Both read the base model's own files: the result equals this folder only when those hold the "
@@ -232,6 +235,11 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
                   [f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
                    "```sh", _llama_command(recipe, base_name), "```", ""])
     return "\n".join(lines)
+
+
+def tools_read(model: nn.Module) -> bool:
+    """Whether mergekit's and llama.cpp's texts can describe a cut of ``model``: a decoder-only model's layers."""
+    return kind_of(model) == CAUSAL
 
 
 def llama_refusal(model: nn.Module) -> str | None:

@@ -176,11 +176,6 @@ def _set_rows(module: nn.Module, rows: torch.Tensor) -> None:
     module.weight = nn.Parameter(value.to(old.dtype).contiguous(), requires_grad=old.requires_grad)
 
 
-def all_layers(model: nn.Module) -> list[nn.Module]:
-    """The layers of every stack (an encoder-decoder has two)."""
-    return [layer for stack in layer_stacks(model) for layer in stack]
-
-
 def _zeroed(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return rows.masked_fill(mask, 0)
 
@@ -188,7 +183,7 @@ def _zeroed(rows: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def zero_fraction(model: nn.Module) -> float:
     """The fraction of the layers' linear weights that are exactly zero, counted."""
     zeros = total = 0
-    for layer in all_layers(model):
+    for layer in decoder_layers(model):
         for module in matrices(layer).values():
             weight = dense(weight_of(module))  # read from its files if offloaded, one matrix at a time; dequantized
             zeros += weight.numel() - int(torch.count_nonzero(weight))  # no bool/int64 copy
@@ -199,13 +194,13 @@ def zero_fraction(model: nn.Module) -> float:
 def sparse_copy_bytes(model: nn.Module) -> int:
     """Bytes of the matrices :func:`sparsify` copies: what a sparse variant owns, zeros stored densely."""
     return sum(m.weight.numel() * m.weight.element_size()
-               for layer in all_layers(model) for m in matrices(layer).values())
+               for layer in decoder_layers(model) for m in matrices(layer).values())
 
 
 def _check_shapes(model: nn.Module, nm: tuple[int, int] | None) -> None:
     if nm is None:
         return
-    odd = sorted({f"{name} ({rows_of(m).shape[1]} inputs)" for layer in all_layers(model)
+    odd = sorted({f"{name} ({rows_of(m).shape[1]} inputs)" for layer in decoder_layers(model)
                   for name, m in matrices(layer).items() if rows_of(m).shape[1] % nm[1]})
     if odd:
         raise InvalidInput(f"{nm[0]}:{nm[1]} sparsity needs input sizes divisible by {nm[1]}: {', '.join(odd)}.")

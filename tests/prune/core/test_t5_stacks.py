@@ -165,6 +165,8 @@ def test_the_cli_cuts_t5_by_angular_distance_and_exports_the_cut(tokenizer, tmp_
     assert end <= 3 or start >= 3  # inside one stack
     reloaded, _ = prune.load_model(str(export), device="cpu")
     assert reloaded.config.layercut_removed_layers == list(range(start, end))
+    assert not (export / "mergekit.yml").exists() and not (export / "llama-quantize-prune-layers.txt").exists()
+    assert "this is an encoder-decoder, so `mergekit.yml`" in (export / "README.md").read_text()
     ids, targets = torch.randint(5, 100, (2, 12)), torch.randint(5, 100, (2, 7))
     with torch.no_grad():
         torch.testing.assert_close(reloaded(input_ids=ids, decoder_input_ids=targets).logits,

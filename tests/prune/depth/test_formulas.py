@@ -153,7 +153,7 @@ def rotating_stream() -> tuple[torch.Tensor, np.ndarray]:
 
 def on_states(states: torch.Tensor) -> Context:
     """A context whose residual stream is ``states`` (read through the resample view)."""
-    return Context(None, None, Calibration(), parent=SimpleNamespace(residual=states), windows=slice(None))
+    return Context(None, None, Calibration(), parent=SimpleNamespace(residuals=[states]), windows=slice(None))
 
 
 def test_angular_distance_reads_the_last_token_as_the_paper_does():
