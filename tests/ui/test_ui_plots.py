@@ -283,3 +283,27 @@ def test_the_analysis_line_says_when_it_came_from_the_cache():
     result.from_cache = True
     assert text.analysis_status(result) == ("**Angular distance (Gromov et al. 2024)**: read from the cache "
                                             "(scored in 14.8 s earlier).")
+
+
+def test_an_encoder_decoders_heatmap_marks_where_the_decoder_starts():
+    import torch
+    import transformers
+
+    import prune
+    from conftest import build_tiny_tokenizer
+    from prune.core.calibration import Calibration
+
+    tok = build_tiny_tokenizer()
+    torch.manual_seed(0)
+    model = transformers.AutoModelForSeq2SeqLM.from_config(transformers.T5Config(
+        vocab_size=len(tok), d_model=16, d_kv=4, d_ff=32, num_layers=3, num_decoder_layers=2, num_heads=4,
+        decoder_start_token_id=0, pad_token_id=0)).eval()
+    result = prune.score(model, tok, "block_influence", calibration=Calibration(n_samples=2, seq_len=16),
+                         use_cache=False)
+    fig = plots.heatmap_figure(result)
+    assert [shape.x0 for shape in fig.layout.shapes] == [2.5]  # between layer 2 (the encoder's last) and 3
+    assert [a.text for a in fig.layout.annotations] == ["decoder →"]
+    protected = _trace(fig, "protected")
+    assert "spans two stacks" in protected.hovertemplate
+    assert protected.z[1][2] == 1.0 and protected.z[2][0] == 1.0  # [2, 4) spans both; [0, 3) is all of the encoder
+    assert not plots.heatmap_figure(_result()).layout.shapes  # a decoder's has no line

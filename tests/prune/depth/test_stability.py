@@ -25,7 +25,7 @@ def handmade_context(kinds: list[str]) -> prune.Context:
     """A context whose residual stream [4, N, 1, 2] is unit vectors turned by TURNS per layer."""
     angles = torch.tensor(np.array([np.concatenate([[0.0], np.cumsum(TURNS[k])]) for k in kinds])).T * math.pi  # [4, N]
     ctx = prune.Context(None, None, Calibration())
-    ctx.residual = torch.stack([angles.cos(), angles.sin()], dim=-1).unsqueeze(2).float()  # [4, N, 1, 2]
+    ctx.residuals = [torch.stack([angles.cos(), angles.sin()], dim=-1).unsqueeze(2).float()]  # [4, N, 1, 2]
     ctx.input_ids = torch.zeros(len(kinds), 1, dtype=torch.long)
     return ctx
 
