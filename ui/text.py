@@ -129,6 +129,12 @@ def model_markdown(info, step_s: float | None = None) -> str:
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}{encoder}")
 
 
+def no_feedback(info) -> str:
+    """The feedback line's words for a cut of a model that predicts no next token."""
+    return (f"No next-token feedback: {info.name} is {KIND_WORDS[info.kind]}. Compare this cut on the cloze tasks "
+            "(**Benchmarks**).")
+
+
 def not_generating(info) -> str:
     """The Generate tab's words for a model that generates nothing here."""
     return (f"**{info.name} is {KIND_WORDS[info.kind]}: it generates nothing here.** It fills blanks: ask it the "

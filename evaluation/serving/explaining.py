@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+from prune.core.architectures import check_causal
 from prune.core.calibration import Calibration
 from prune.core.recipe import Recipe
 
@@ -21,6 +22,7 @@ from evaluation.serving.store import ResultStore
 
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
+FEEDBACK_NEEDS = "The cut's next-token feedback (agreement, KL, perplexity)"
 
 
 class Explaining:
@@ -42,6 +44,7 @@ class Explaining:
         superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
         self.load(spec, progress=progress, owner=owner)
         base = self._base(spec)
+        check_causal(base.model, FEEDBACK_NEEDS)
         cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
         store = ResultStore(enabled=use_cache)
         key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
@@ -75,6 +78,7 @@ class Explaining:
         settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
         with self.jobs.run("the divergence", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
+            check_causal(base.model, "The divergence")
             self._ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
             job.update(0.0, "Answering greedily and comparing token by token…")
             return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
@@ -85,6 +89,7 @@ class Explaining:
         """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
         with self.jobs.run("the logit lens", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
+            check_causal(base.model, "The logit lens")
             self._ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
             job.update(0.0, "Reading every layer's residual stream…")
             return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,

@@ -188,11 +188,10 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
 
 
 def final_norm(model: nn.Module) -> nn.Module:
-    """The norm between the last layer and the LM head; what reads it refuses an encoder, which has none."""
-    path = architecture_of(model).final_norm
-    if path is None:
-        check_causal(model, "This step")
-    return get_path(model, path)
+    """The norm between the last layer and the LM head; what reads it refuses an encoder, which has none, and an
+    encoder-decoder, whose head reads the decoder's."""
+    check_causal(model, "This step")
+    return get_path(model, architecture_of(model).final_norm)
 
 
 def kind_of(model_or_config) -> str:

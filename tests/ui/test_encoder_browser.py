@@ -77,4 +77,5 @@ def test_t5s_heatmap_marks_where_its_decoder_starts_and_the_cut_stays_in_one_sta
     end = int(page.get_attribute("#layer-range .lc-range", "data-end"))
     assert end <= 4 or start >= 4  # the best block the page chose lies in one stack
     assert f"[{start}, {end})" in banner(page)
+    settled_text(page, "#cut-feedback", "No next-token feedback: ")  # a T5 cut predicts no next token
     page.screenshot(path=str(ASSETS / "screenshot-t5-heatmap.png"), full_page=True)

@@ -9,6 +9,7 @@ from dataclasses import replace
 import gradio as gr
 
 from evaluation.serving.jobs import Cancelled
+from prune.core.architectures import CAUSAL
 from prune.core.errors import InvalidInput, quoted
 from prune.core.recipe import Recipe
 from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_recipe
@@ -122,6 +123,8 @@ class CutHandlers:
         recipe = session.cut()
         if session.info is None or session.loading or recipe is None:
             return ""
+        if session.info.kind != CAUSAL:
+            return text.no_feedback(session.info)
         try:
             found = self.context.backend.cut_feedback(session.spec, recipe, owner=owner(request))
         except Cancelled:

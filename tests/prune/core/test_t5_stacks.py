@@ -172,3 +172,22 @@ def test_the_cli_cuts_t5_by_angular_distance_and_exports_the_cut(tokenizer, tmp_
         torch.testing.assert_close(reloaded(input_ids=ids, decoder_input_ids=targets).logits,
                                    rebuilt_by_hand(model, list(range(start, end)))(
                                        input_ids=ids, decoder_input_ids=targets).logits, atol=1e-5, rtol=0)
+
+
+def test_what_reads_next_tokens_refuses_a_t5_cut_in_one_line(tokenizer, tmp_path, data_dir, capsys):
+    """The cut's feedback, the logit lens and the divergence read a causal LM's next tokens."""
+    from evaluation import cli
+    from ui.text import no_feedback
+    from evaluation.serving.models import describe
+
+    folder = tmp_path / "t5"
+    t5(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    code = cli.main([str(a) for a in ("--model", folder, "--personalized", "--start_block", 4, "--end_block", 4,
+                                      "--explain", "--data_dir", data_dir, "--output_folder", tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and err.startswith("layercut-benchmark: error: The cut's next-token feedback (agreement, KL, "
+                                        "perplexity) needs a causal (decoder-only) language model; 't5' is an "
+                                        "encoder-decoder")
+    assert no_feedback(describe(t5(tokenizer), "t5")) == ("No next-token feedback: t5 is an encoder-decoder. Compare "
+                                                         "this cut on the cloze tasks (**Benchmarks**).")
