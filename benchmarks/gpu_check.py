@@ -1,6 +1,7 @@
 """The CUDA paths in one command: a Llama-2-7B-shaped random model in bf16 through every kind of job, one table.
 
     PYTHONPATH=. python benchmarks/gpu_check.py [--device cuda] [--data_dir ../shared/benchdata] [--small]
+                                                [--questions N] [--encoders_only]
 
 Steps (each timed, with the peak GPU memory it reached): bf16 load of a random model of Llama-2-7B's shape
 (hidden 4096, 32 layers, MLP 11008, 32 heads; the embedded model's tokenizer and vocabulary), angular-distance
@@ -11,9 +12,9 @@ questions and 100 CBT-style cloze questions, width pruning to
 80 % by Wanda-sp and by LLM-Pruner's criterion (its backward pass), then the cut in int8 and the original in int4
 (torchao) timed and measured beside the original; last, a random BERT-large-shaped encoder and a T5-base-shaped
 encoder-decoder, each analysed (T5: each stack on its own), cut, Wanda-sparsified, timed and scored on the cloze task
-beside its original. ``--small``
-runs the same on a tiny model (a check that the script works, on any device). On one H100 (PyTorch 2.11) the
-steps took 158 s in all, on one H200 148 s (with the width step); the README gives the tables.
+beside its original (``--encoders_only``: those steps alone). ``--small`` runs the same on tiny models (a check that
+the script works, on any device). On one H100 (PyTorch 2.11) the steps took 158 s in all, on one H200 148 s (with
+the width step), the encoders' 35 s on an H100; the README gives the tables.
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ def t5_folder(tmp_path_factory):
 
 
 def test_t5s_heatmap_marks_where_its_decoder_starts_and_the_cut_stays_in_one_stack(page, t5_folder):
+    tab(page, "Analyze & cut")
     page.fill("#model input", t5_folder)
     page.keyboard.press("Enter")
     page.get_by_role("button", name="Load model").click()
