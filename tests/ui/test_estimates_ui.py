@@ -9,6 +9,7 @@ from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
 from evaluation.serving.models import ModelSpec
 from evaluation.sweeps.cuts import SweepReport, SweepResult
+from prune.core.architectures import CAUSAL, MASKED
 from prune.core.calibration import Calibration
 from prune.core.recipe import Recipe
 from prune.core.sizes import size_of
@@ -20,7 +21,7 @@ from conftest import handlers_on, tiny_model
 
 RATES = Rates(forward_tokens_per_s=100.0, decode_s_per_token=0.05)
 SIZE = size_of(tiny_model("llama", 4))
-LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=4, size=SIZE))
+LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=4, size=SIZE, kind=CAUSAL))
 
 
 def _stand_in(**jobs):
@@ -39,6 +40,15 @@ def test_the_speed_line_counts_every_compared_model_by_its_size(page):
     cut = LOADED.with_cut(Recipe.block(4, 0, 2))  # half the layers gone: the cut's share of the compute
     share = (SIZE.other + sum(SIZE.layers[2:])) / SIZE.total
     assert _line(page, "speed", cut, ["1"], 100, 11, 2) == f"Estimate: ≈ {4.05 * (1 + share):.0f} s on this machine"
+
+
+def test_an_encoders_speed_and_memory_lines_count_its_passes_over_the_prompt_only(page):
+    encoder = replace(LOADED, info=SimpleNamespace(num_layers=4, size=SIZE, kind=MASKED))
+    # a warm-up and 2 runs, each one prefill of 1 s: no decode steps
+    assert _line(page, "speed", encoder, ["1"], 100, 11, 2) == "Estimate: ≈ 3 s on this machine"
+    # memory: a 128-token prompt (1.28 s), then for a decoder 15 decode steps of 0.05 s
+    assert (_line(page, "memory", encoder), _line(page, "memory", LOADED)) == (
+        "Estimate: ≈ 1 s on this machine", "Estimate: ≈ 2 s on this machine")
 
 
 def test_no_line_without_a_model_or_with_a_setting_not_valid_yet(page):
