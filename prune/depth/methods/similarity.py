@@ -14,8 +14,8 @@ def block_matrix(streams: list[torch.Tensor],
 
     ``streams`` holds one [L_s+1, N, T, D] residual stream per stack of layers (one; T5's encoder and decoder), whose
     layers are numbered on one line. Each stack's blocks are scored on its own stream; a block that would span two
-    stacks or empty one is +inf (never cut), one past the last layer NaN. ``compare`` maps two [S, N, T, D] stacks (all starts at
-    once) to [S] scores.
+    stacks or empty one is +inf (never cut), one past the last layer NaN. ``compare`` maps two [S, N, T, D] stacks
+    (all starts at once) to [S] scores.
     """
     total = sum(stream.shape[0] - 1 for stream in streams)
     blocks = np.full((total, total), np.nan)
