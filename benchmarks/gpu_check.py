@@ -38,7 +38,8 @@ def main() -> None:
     rows: list[tuple[str, float, float, str]] = []
     try:
         if args.encoders_only:
-            encoders(args, timed_step(args, rows), rows, torch.bfloat16 if args.device.startswith("cuda") else torch.float32)
+            dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
+            encoders(args, timed_step(args, rows), rows, dtype)
         else:
             run(args, rows)
     finally:

@@ -90,7 +90,8 @@ def speed(rates: Rates, columns: Sequence[float], *, batch_sizes: Iterable[int],
     return sum(warmup * run(b, 2, c) + repeats * run(b, new_tokens, c) for c in columns for b in batch_sizes)
 
 
-def memory(rates: Rates, columns: Sequence[float], *, prompt_len: int, new_tokens: int, generates: bool = True) -> float:
+def memory(rates: Rates, columns: Sequence[float], *, prompt_len: int, new_tokens: int,
+           generates: bool = True) -> float:
     """``Backend.memory``: each model generates ``new_tokens`` after a ``prompt_len``-token prompt (an encoder: one
     pass over the prompt)."""
     steps = new_tokens - 1 if generates else 0
