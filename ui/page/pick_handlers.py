@@ -76,7 +76,8 @@ class PickHandlers:
 
     def _model_line(self, info, session: Session) -> str:
         rates = self.context.backend.rates(session.spec) if session.spec is not None else None
-        return text.model_markdown(info, rates.decode_s_per_token if rates is not None else None)
+        decodes = rates is not None and info.kind == CAUSAL  # an encoder's probe makes no decode step
+        return text.model_markdown(info, rates.decode_s_per_token if decodes else None)
 
     def model_shown(self, info, session: Session) -> dict:
         """The model's line, its N-layers slider and index convention, the view of ``session``, and whether the
