@@ -70,14 +70,21 @@ class ImportanceResult:
         """The ``k`` most removable single layers (not necessarily contiguous), never a protected one.
 
         A layer is protected when its single-layer block is +inf; only the other layers' scores
-        (NaN ones left out) are ranked, so a raw score of a protected layer never wins.
+        (NaN ones left out) are ranked, so a raw score of a protected layer never wins. Of an encoder-decoder's
+        layers (``params["stacks"]``), a layer whose removal would empty its stack is passed over for the next.
         """
         scores = np.asarray(self.layer_scores if self.layer_scores is not None else self.block_scores[0], float)
         allowed = np.flatnonzero(~np.isposinf(self.block_scores[0]) & ~np.isnan(scores))
-        if not 0 <= k <= len(allowed):
-            raise InvalidCut(f"Only {len(allowed)} of {self.num_layers} layers may be removed, not {k}.")
-        ranked = allowed[np.argsort(scores[allowed], kind="stable")]
-        return sorted(int(i) for i in ranked[:k])
+        chosen: list[int] = []
+        for i in allowed[np.argsort(scores[allowed], kind="stable")]:
+            if len(chosen) == k:
+                break
+            if not any(all(j in chosen or j == i for j in range(start, end)) for _name, start, end in
+                       self.params.get("stacks", [])):
+                chosen.append(int(i))
+        if not 0 <= k <= len(chosen):
+            raise InvalidCut(f"Only {len(chosen)} of {self.num_layers} layers may be removed, not {k}.")
+        return sorted(chosen)
 
     def best_sublayers(self, kind: str, n: int) -> list[int]:
         """The layers whose ``kind`` block ("attention" or "mlp") is among the ``n`` most removable."""

@@ -191,3 +191,15 @@ def test_what_reads_next_tokens_refuses_a_t5_cut_in_one_line(tokenizer, tmp_path
                                         "encoder-decoder")
     assert no_feedback(describe(t5(tokenizer), "t5")) == ("No next-token feedback: t5 is an encoder-decoder. Compare "
                                                          "this cut on the cloze tasks (**Benchmarks**).")
+
+
+def test_the_n_lowest_layers_of_t5_keep_a_layer_in_each_stack():
+    """ShortGPT's rule (the N lowest layers anywhere) passes over a layer whose removal would empty its stack."""
+    from prune.depth.result import ImportanceResult, blocks_from_layers
+
+    scores = np.array([0.1, 0.2, 0.5, 0.6])
+    result = ImportanceResult("block_influence", blocks_from_layers(scores, set()), "1 − cos", layer_scores=scores,
+                              params={"stacks": [["encoder", 0, 2], ["decoder", 2, 4]]})
+    assert result.best_layers(1) == [0] and result.best_layers(2) == [0, 2]  # layer 1 would empty the encoder
+    with pytest.raises(InvalidCut, match="^Only 2 of 4 layers may be removed, not 3.$"):
+        result.best_layers(3)
