@@ -226,12 +226,18 @@ def stack_spans(model: nn.Module) -> list[tuple[str, int, int]]:
     return spans
 
 
+def emptied_stack(spans, removed) -> tuple[str, int, int] | None:
+    """The first of ``spans`` (:func:`stack_spans`) whose every layer is in ``removed``, or None."""
+    return next(((name, start, end) for name, start, end in spans
+                 if end > start and all(i in removed for i in range(start, end))), None)
+
+
 def check_stacks_kept(model: nn.Module, removed: list[int]) -> None:
     """A one-line refusal of a cut that would leave a stack of an encoder-decoder without a layer."""
-    for name, start, end in stack_spans(model):
-        if end > start and all(i in removed for i in range(start, end)):
-            raise InvalidCut(f"Cutting layers {start}…{end - 1} would remove every layer of the {name}; each stack "
-                             "keeps at least one.")
+    if (found := emptied_stack(stack_spans(model), removed)) is not None:
+        name, start, end = found
+        raise InvalidCut(f"Cutting layers {start}…{end - 1} would remove every layer of the {name}; each stack "
+                         "keeps at least one.")
 
 
 def num_layers(model: nn.Module) -> int:

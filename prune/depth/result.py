@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from prune.core.architectures import emptied_stack
 from prune.core.surgery import check_cut_size
 from prune.core.errors import InvalidCut
 
@@ -79,8 +80,7 @@ class ImportanceResult:
         for i in allowed[np.argsort(scores[allowed], kind="stable")]:
             if len(chosen) == k:
                 break
-            if not any(all(j in chosen or j == i for j in range(start, end)) for _name, start, end in
-                       self.params.get("stacks", [])):
+            if emptied_stack(self.params.get("stacks", []), [*chosen, int(i)]) is None:
                 chosen.append(int(i))
         if not 0 <= k <= len(chosen):
             raise InvalidCut(f"Only {len(chosen)} of {self.num_layers} layers may be removed, not {k}.")
