@@ -15,7 +15,7 @@ from evaluation.serving.models import ModelSpec
 from prune.core.loading import ensure_embedded_model
 from prune.core.paths import cache_root
 from ui.inputs import MAX_TEXT_BYTES, Policy
-from ui.page import build_demo
+from ui.page import build_demo, build_page, first_screen
 from ui.page.theme import CSS, THEME
 
 __all__ = ["build_demo", "launch_options", "main"]
@@ -37,9 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     ensure_embedded_model()
     policy = Policy.from_env(shared=True if args.shared else None)
-    build_demo(policy=policy, default_model=ModelSpec(args.model) if args.model else None).launch(
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(policy))
+    page = build_page(policy=policy, default_model=ModelSpec(args.model) if args.model else None)
+    screen = first_screen.warm(page)  # before the first visitor: every new page then shows it at once
+    if screen is not None:
+        print(f"LayerCut: the first screen took {screen.seconds:.1f} s to compute; new pages show it at once.")
+    page.demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                     server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(policy))
 
 
 if __name__ == "__main__":

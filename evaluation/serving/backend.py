@@ -87,8 +87,8 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
     def load(self, spec: ModelSpec, *, progress: Progress | None = None, owner: str | None = None) -> ModelInfo:
         """Make sure ``spec`` is loaded (shared with every visitor) and its speed here measured (:meth:`rates`); a
         failed load unloads nothing it need not."""
-        if (loaded := self.pool.peek(spec)) is not None and self.rates(spec) is not None:
-            return loaded.info
+        if (loaded := self.pool.peek(spec)) is not None and (rates := self.rates(spec)) is not None:
+            return replace(loaded.info, rates=rates)
         with self.jobs.run("loading the model", progress, owner=owner) as job:
             job.update(0.0, f"Loading {spec.label}…")
             loaded = self._base(spec, job)
@@ -97,7 +97,7 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
             with self._rates_guard:
                 self._rates[spec] = found
             job.update(1.0, f"Loaded {loaded.info.name}: {loaded.info.num_layers} layers.")
-            return loaded.info
+            return replace(loaded.info, rates=found)
 
     def rates(self, spec: ModelSpec) -> Rates | None:
         """How fast ``spec``'s model ran here when it was loaded (what the page's time estimates divide by); None

@@ -9,16 +9,24 @@ is a safe point without a report. The per-device lock is a plain ``threading.Loc
 re-entrant: it may be released from another thread, as a streaming generator resumed by a
 different worker thread does), so code inside a job passes its ``Job`` down instead of
 starting a nested one.
+
+A Stop reaches a job in another process too (a ZeroGPU Space runs device jobs in a GPU worker forked from the
+server): :class:`StopBoard` keeps each owner's last Stop in a file that the job's safe points read.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from prune.core.errors import LayerCutError
 from prune.core.failures import as_user_errors
+from prune.core.paths import digest, write_atomic
 
 from evaluation.serving import allocator
 
@@ -46,19 +54,55 @@ def device_lock(device: str) -> threading.Lock:
         return _LOCKS.setdefault(device_key(device), threading.Lock())
 
 
+class StopBoard:
+    """Each owner's last Stop, as a file a process forked from this one reads too (a thread's event does not
+    cross); a job asks at most every ``every_s`` seconds, since its safe points come often."""
+
+    def __init__(self, every_s: float = 0.2):
+        # named now, made at the first Stop: a fork made before that still reads the same place
+        self.folder = Path(tempfile.gettempdir()) / f"layercut-stops-{os.getpid()}-{id(self):x}"
+        self.every_s = every_s
+
+    def post(self, owner: str) -> None:
+        """``owner`` pressed Stop (or closed the page) now."""
+        self.folder.mkdir(mode=0o700, exist_ok=True)
+        write_atomic(self.folder / digest(owner), repr(time.time()))
+
+    def watch(self, owner: str | None) -> Callable[[], bool]:
+        """Whether ``owner`` has pressed Stop since now, asked cheaply (None: nobody can stop the job this way)."""
+        if owner is None:
+            return lambda: False
+        since, file, asked = time.time(), self.folder / digest(owner), [0.0]
+
+        def stopped() -> bool:
+            now = time.monotonic()
+            if now - asked[0] < self.every_s:
+                return False
+            asked[0] = now
+            try:
+                return float(file.read_text()) >= since
+            except (OSError, ValueError):
+                return False
+        return stopped
+
+
 class Job:
     """A running job's handle: progress reports and cancellation checks."""
 
     def __init__(self, label: str, progress: Progress | None, cancelled: threading.Event,
-                 span: tuple[float, float] = (0.0, 1.0), ended: threading.Event | None = None):
+                 span: tuple[float, float] = (0.0, 1.0), ended: threading.Event | None = None,
+                 stopped_elsewhere: Callable[[], bool] = lambda: False):
         self.label = label
         self._progress = progress
         self._cancelled = cancelled
         self._span = span
         self._ended = ended or threading.Event()  # set when the job (and every view of it) is over
+        self._stopped_elsewhere = stopped_elsewhere  # a Stop posted by another process (StopBoard)
 
     @property
     def cancelled(self) -> bool:
+        if self._stopped_elsewhere():
+            self._cancelled.set()
         return self._cancelled.is_set()
 
     @property
@@ -75,7 +119,7 @@ class Job:
 
     def check(self) -> None:
         """A safe point: raise :class:`Cancelled` if cancellation was requested."""
-        if self._cancelled.is_set():
+        if self.cancelled:
             raise Cancelled(f"Cancelled: {self.label} was stopped before it finished.")
 
     def stop(self) -> None:
@@ -93,7 +137,7 @@ class Job:
         """A view of this job whose 0…1 maps onto ``start…end`` of it (for steps of a job)."""
         lo, hi = self._span
         return Job(self.label, self._progress, self._cancelled, (lo + (hi - lo) * start, lo + (hi - lo) * end),
-                   self._ended)
+                   self._ended, self._stopped_elsewhere)
 
 
 class JobRunner:
@@ -103,6 +147,7 @@ class JobRunner:
         self.device = device
         self._events: dict[threading.Event, str | None] = {}
         self._guard = threading.Lock()
+        self.stops = StopBoard()
 
     @contextmanager
     def run(self, label: str, progress: Progress | None = None, *, owner: str | None = None,
@@ -111,7 +156,7 @@ class JobRunner:
         event = threading.Event()
         with self._guard:
             self._events[event] = owner
-        job = Job(label, progress, event)
+        job = Job(label, progress, event, stopped_elsewhere=self.stops.watch(owner))
         try:
             with as_user_errors(label):  # out of memory, a broken file: one line for the user, not a traceback
                 if hold:
@@ -142,7 +187,10 @@ class JobRunner:
             lock.release()
 
     def cancel(self, owner: str | None = None) -> None:
-        """Ask ``owner``'s running or waiting jobs to stop at their next safe point (None: every owner's)."""
+        """Ask ``owner``'s running or waiting jobs to stop at their next safe point (None: every owner's), in this
+        process and in any forked from it."""
+        if owner is not None:
+            self.stops.post(owner)
         with self._guard:
             for event, who in self._events.items():
                 if owner is None or who == owner:

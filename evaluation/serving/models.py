@@ -29,6 +29,7 @@ from prune.drop.sublayers import ATTENTION, MLP
 from prune.core.sizes import Size, size_of
 
 from evaluation.measure import memory
+from evaluation.measure.estimate import Rates
 
 
 _ACCESS_KEY = secrets.token_bytes(32)  # per process: an access digest means nothing outside it
@@ -76,6 +77,8 @@ class ModelInfo:
     # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
     block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
     kind: str = CAUSAL  # or MASKED: an encoder, which fills blanks and generates nothing
+    # how fast it ran here when loaded (the page's estimates), carried with the info so it reaches every process
+    rates: Rates | None = field(default=None, compare=False, hash=False)
 
     @property
     def layer_params(self) -> tuple[int, ...]:

@@ -21,7 +21,7 @@ from conftest import handlers_on, tiny_model
 
 RATES = Rates(forward_tokens_per_s=100.0, decode_s_per_token=0.05)
 SIZE = size_of(tiny_model("llama", 4))
-LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=4, size=SIZE, kind=CAUSAL))
+LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=4, size=SIZE, kind=CAUSAL, rates=None))
 
 
 def _stand_in(**jobs):
@@ -43,7 +43,7 @@ def test_the_speed_line_counts_every_compared_model_by_its_size(page):
 
 
 def test_an_encoders_speed_and_memory_lines_count_its_passes_over_the_prompt_only(page):
-    encoder = replace(LOADED, info=SimpleNamespace(num_layers=4, size=SIZE, kind=MASKED))
+    encoder = replace(LOADED, info=SimpleNamespace(num_layers=4, size=SIZE, kind=MASKED, rates=None))
     # a warm-up and 2 runs, each one prefill of 1 s: no decode steps
     assert _line(page, "speed", encoder, ["1"], 100, 11, 2) == "Estimate: ≈ 3 s on this machine"
     # memory: a 128-token prompt (1.28 s), then for a decoder 15 decode steps of 0.05 s

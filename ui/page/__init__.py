@@ -20,7 +20,8 @@ from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
-from ui.page.estimates import EstimateHandlers
+from ui.page.durations import Durations
+from ui.page.estimates import EstimateHandlers, Seconds
 from ui.page.frontier import FrontierHandlers
 from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
@@ -64,6 +65,7 @@ class PageHandlers:
     frontier: FrontierHandlers
     share: ShareHandlers
     estimates: EstimateHandlers
+    durations: Durations  # what each device job asks a ZeroGPU Space for
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
@@ -73,7 +75,7 @@ class PageHandlers:
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
                    SpeedHandlers(context, page), BenchmarkHandlers(context, page), FrontierHandlers(context, page),
                    ShareHandlers(context, page, pick),
-                   EstimateHandlers(context, page))
+                   EstimateHandlers(context, page), Durations(Seconds(context)))
 
 
 @dataclass
@@ -144,7 +146,7 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
     # The buttons that write a slot then say which, and what it holds.
     stack, targets = page.header.steps.stack, page.targets.outputs()
     for event, name in FEEDBACK_AFTER.items():
-        events[event].success(handlers.cut.feedback, [page.session], [page.cut.feedback_md],
+        events[event].success(handlers.cut.shown_feedback, [page.session], [page.cut.feedback_md],
                               api_name=f"feedback_after_{name}", **FEEDBACK)
         events[event].success(handlers.cut.targets, [page.session, stack], targets, api_name=f"targets_after_{name}",
                               **LIGHT)

@@ -245,17 +245,19 @@ class BenchmarkHandlers:
 def wire(page, handlers) -> dict:
     tab = page.benchmarks
     runs, session, results = handlers.benchmarks, page.session, [*tab.results.outputs(), page.session]
-    bench = tab.bench_btn.click(gpu(runs.benchmarks), [session, tab.tasks, tab.limit, tab.fewshot], results,
-                                api_name="benchmarks", **DEVICE)
-    ppl = tab.ppl_btn.click(gpu(runs.perplexity), [session, tab.ppl_len, tab.ppl_windows], results,
-                            api_name="perplexity", **DEVICE)
-    sweep = tab.sweep.button.click(gpu(runs.sweep), [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit,
-                                                     tab.sweep.others],
+    durations = handlers.durations
+    bench = tab.bench_btn.click(gpu(runs.benchmarks, durations.benchmarks),
+                                [session, tab.tasks, tab.limit, tab.fewshot], results, api_name="benchmarks", **DEVICE)
+    ppl = tab.ppl_btn.click(gpu(runs.perplexity, durations.perplexity), [session, tab.ppl_len, tab.ppl_windows],
+                            results, api_name="perplexity", **DEVICE)
+    sweep = tab.sweep.button.click(gpu(runs.sweep, durations.sweep),
+                                   [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit, tab.sweep.others],
                                    [tab.sweep.plot, tab.sweep.table, tab.sweep.summary], api_name="sweep",
                                    show_progress_on=[tab.sweep.summary], **DEVICE)
     sparse = tab.sparsity
-    sparse_sweep = sparse.button.click(gpu(runs.sparsity_sweep), [session, sparse.task, sparse.levels, sparse.methods,
-                                                                   sparse.limit, sparse.windows],
+    sparse_sweep = sparse.button.click(gpu(runs.sparsity_sweep, durations.sparsity_sweep),
+                                       [session, sparse.task, sparse.levels, sparse.methods, sparse.limit,
+                                        sparse.windows],
                                        [sparse.plot, sparse.table], api_name="sparsity_sweep",
                                        show_progress_on=[sparse.table], **DEVICE)
     return by_name(bench, ppl, sweep, sparse_sweep)

@@ -17,6 +17,8 @@ from prune.core.surgery import largest_cut
 
 from ui import inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
+from ui.page.durations import Durations
+from ui.page.events import gpu
 from ui.range_control import parse_range
 from ui.session import SLOTS, Session
 from ui.slot_text import NO_GGUF
@@ -27,6 +29,7 @@ class CutHandlers:
 
     def __init__(self, context: Context, page):
         self.context, self.view, self.export_box, self.slot_targets = context, page.view, page.cut.export, page.targets
+        self.feedback_job = gpu(self.feedback, Durations.explain)  # a device job (ZeroGPU: in the GPU worker)
 
     @user_errors
     def edit_slot(self, session: Session, slot: str):
@@ -113,6 +116,13 @@ class CutHandlers:
     def stability_pending(block_size) -> str:
         """A new N: the stability shown was for another block size, so it gives way to how to measure this one."""
         return text.stability_pending(block_size)
+
+    @user_errors
+    def shown_feedback(self, session: Session, request: gr.Request = None):
+        """The edited slot's numbers: the first screen's as computed at start-up (no device job), else measured."""
+        first = self.context.first_screen
+        found = first.feedback_for(session) if first is not None else None
+        return found if found is not None else self.feedback_job(session, request)
 
     @user_errors
     def feedback(self, session: Session, request: gr.Request = None):

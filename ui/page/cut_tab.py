@@ -123,6 +123,7 @@ def wire(page, handlers) -> dict:
     """The tab's own events (the rank search and healing wire theirs), by api name."""
     tab = page.cut
     cuts, session, cut_outputs = handlers.cut, page.session, page.view.outputs()
+    durations = handlers.durations
     slot = tab.slot.input(cuts.edit_slot, [session, tab.slot], cut_outputs, api_name="edit_slot", **LIGHT)
     clear = tab.clear_btn.click(cuts.clear_slot, [session], cut_outputs, api_name="clear_cut", **LIGHT)
     release = tab.layer_range.release(cuts.set_cut, [session, tab.layer_range], cut_outputs, api_name="set_cut",
@@ -131,13 +132,15 @@ def wire(page, handlers) -> dict:
     best = tab.best_btn.click(cuts.best_block, [session, tab.block_size, tab.selection, tab.remove], cut_outputs,
                               api_name="best_block", **LIGHT)
     named = tab.named.input(cuts.named_cut, [session, tab.named], cut_outputs, api_name="named_cut", **LIGHT)
-    stability = tab.stability_btn.click(gpu(cuts.stability), [session, tab.block_size, tab.resamples],
+    stability = tab.stability_btn.click(gpu(cuts.stability, durations.stability),
+                                        [session, tab.block_size, tab.resamples],
                                         [tab.stability_md], api_name="stability", show_progress_on=[tab.stability_md],
                                         **DEVICE)
     # The stability shown was for the N of its moment: a new N clears it rather than let it pass for this one's.
     tab.block_size.input(cuts.stability_pending, [tab.block_size], [tab.stability_md], api_name="stability_pending",
                          **LIGHT)
-    tab.export.button.click(gpu(cuts.export), [session, tab.export.folder, tab.export.slot, tab.export.gguf],
+    tab.export.button.click(gpu(cuts.export, durations.export),
+                            [session, tab.export.folder, tab.export.slot, tab.export.gguf],
                             [tab.export.status, tab.export.files], api_name="export",
                             show_progress_on=[tab.export.status], **DEVICE)
     tab.slot.change(cuts.export_follows, [tab.slot], [tab.export.slot], api_name="export_follows", **LIGHT)

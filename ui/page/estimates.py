@@ -45,7 +45,7 @@ def quiet(fn: Callable) -> Callable:
     def seconds(self, session: Session, *values) -> float | None:
         if session.info is None or session.loading:
             return None
-        rates = self.context.backend.rates(session.spec)
+        rates = session.info.rates or self.context.backend.rates(session.spec)  # the info's reach a ZeroGPU worker
         if rates is None:
             return None
         try:

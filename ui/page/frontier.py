@@ -124,8 +124,8 @@ class FrontierHandlers:
 
 def wire(page, handlers) -> dict:
     box = page.benchmarks.frontier
-    run = box.button.click(gpu(handlers.frontier.run), [page.session, box.axis, box.sizes, box.task, box.limit,
-                                                        box.windows],
+    run = box.button.click(gpu(handlers.frontier.run, handlers.durations.frontier),
+                           [page.session, box.axis, box.sizes, box.task, box.limit, box.windows],
                            [box.plot, box.table, box.summary, box.shown], api_name="frontier",
                            show_progress_on=[box.summary], **DEVICE)
     best = box.best_btn.click(handlers.frontier.best, [page.session, box.shown, box.target],

@@ -205,15 +205,15 @@ class GenerateHandlers:
 
 def wire(page, handlers) -> dict:
     tab = page.generate
-    generating, session = handlers.generate, page.session
+    generating, session, durations = handlers.generate, page.session, handlers.durations
     # The streaming text is the progress; "minimal" still shows a waiting visitor its place in the queue.
-    generate = gr.on([tab.gen_btn.click, tab.prompt.submit], gpu(generating.generate),
+    generate = gr.on([tab.gen_btn.click, tab.prompt.submit], gpu(generating.generate, durations.generate),
                      [session, tab.prompt, tab.max_new, tab.temperature, tab.top_p, tab.seed], tab.answer_outputs(),
                      api_name="generate", show_progress="minimal", **DEVICE)
     divergence = generate.success(
-        gpu(generating.divergence), [session, tab.prompt, tab.max_new, tab.answers],
+        gpu(generating.divergence, durations.explain), [session, tab.prompt, tab.max_new, tab.answers],
         [*tab.marked_outputs(), tab.divergence_plot, tab.divergence_md],
         api_name="divergence", show_progress_on=[tab.divergence_md], **DEVICE)
-    lens = tab.lens_btn.click(gpu(generating.logit_lens), [session, tab.prompt], [tab.lens_original, tab.lens_cut],
-                              api_name="logit_lens", **DEVICE)
+    lens = tab.lens_btn.click(gpu(generating.logit_lens, durations.explain), [session, tab.prompt],
+                              [tab.lens_original, tab.lens_cut], api_name="logit_lens", **DEVICE)
     return by_name(generate, divergence, lens)

@@ -152,23 +152,27 @@ def wire(page, handlers) -> dict:
     header.method.change(picks.method_info, header.method,
                          [header.method_about, header.options, header.analyze_btn, header.build_btn, step.row,
                           step.level, step.pattern, step.versus_btn], api_name="method_info", queue=False)
-    load = header.load_btn.click(gpu(picks.load_model), [page.session, header.model, header.token, header.trust,
-                                                         header.dtype], [*load_outputs, header.analysis_md],
+    durations = handlers.durations
+    load = header.load_btn.click(gpu(picks.load_model, durations.load),
+                                 [page.session, header.model, header.token, header.trust, header.dtype],
+                                 [*load_outputs, header.analysis_md],
                                  api_name="load_model", show_progress_on=[header.model_md], **DEVICE)
-    loaded = load.success(gpu(picks.analyze), analyze_inputs, analyze_outputs, api_name="analyze_loaded",
-                          show_progress_on=[view.heatmap], **DEVICE)
+    loaded = load.success(gpu(picks.analyze, durations.analyze), analyze_inputs, analyze_outputs,
+                          api_name="analyze_loaded", show_progress_on=[view.heatmap], **DEVICE)
     load.failure(picks.model_back, [page.session], [header.model, header.model_md], api_name="model_back",
                  queue=False, show_progress="minimal")  # the load's one message is its error; the picker goes back
-    build = header.build_btn.click(gpu(steps.build), [page.session, header.method, step.level, step.pattern,
-                                                      step.stack, *cal.inputs()],
+    build = header.build_btn.click(gpu(steps.build, durations.build),
+                                   [page.session, header.method, step.level, step.pattern, step.stack, *cal.inputs()],
                                    build_outputs, api_name="build", show_progress_on=[view.banner], **DEVICE)
-    versus = step.versus_btn.click(gpu(steps.width_vs_depth), [page.session, step.level, cut.selection, *cal.inputs(),
-                                                                   header.method],
+    versus = step.versus_btn.click(gpu(steps.width_vs_depth, durations.build),
+                                   [page.session, step.level, cut.selection, *cal.inputs(), header.method],
                                    build_outputs, api_name="width_vs_depth", show_progress_on=[view.banner], **DEVICE)
-    analyze = header.analyze_btn.click(gpu(picks.analyze), analyze_inputs, analyze_outputs, api_name="analyze",
-                                       show_progress_on=[view.heatmap], **DEVICE)
-    startup = page.demo.load(gpu(picks.startup), [page.session, header.method],
+    analyze = header.analyze_btn.click(gpu(picks.analyze, durations.analyze), analyze_inputs, analyze_outputs,
+                                       api_name="analyze", show_progress_on=[view.heatmap], **DEVICE)
+    # A new page's first screen was computed at start-up: it shows at once, beside any visitor's device job (else
+    # the page-load job holds the device lock inside the backend, as every job does)
+    startup = page.demo.load(picks.opening, [page.session, header.method],
                              [header.model, *load_outputs, header.analysis_md], api_name="startup",
-                             show_progress_on=[header.model_md, view.heatmap], **DEVICE)
+                             show_progress_on=[header.model_md, view.heatmap], concurrency_limit=None)
     versus.success(steps.cut_size, [page.session], [cut.block_size], api_name="cut_size", **LIGHT)  # A's N layers
     return by_name(load, loaded, build, versus, analyze, startup)

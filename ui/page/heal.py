@@ -164,11 +164,12 @@ class HealHandlers:
 
 def wire(page, handlers) -> dict:
     box, results = page.cut.heal, page.benchmarks.results.outputs()
-    heal = box.button.click(gpu(handlers.heal.heal),
+    heal = box.button.click(gpu(handlers.heal.heal, handlers.durations.heal),
                             [page.session, box.method, box.loss, box.temperature, box.steps, box.budget],
                             [box.plot, box.status, *page.view.outputs(), *results],
                             api_name="heal", show_progress_on=[box.status], **DEVICE)
     status = page.header.analysis_md
-    patch = page.cut.patch_btn.click(gpu(handlers.heal.patch), [page.session], [status, *page.view.outputs(), *results],
-                                     api_name="patch", show_progress_on=[status], **DEVICE)
+    patch = page.cut.patch_btn.click(gpu(handlers.heal.patch, handlers.durations.patch), [page.session],
+                                     [status, *page.view.outputs(), *results], api_name="patch",
+                                     show_progress_on=[status], **DEVICE)
     return by_name(heal, patch)

@@ -17,6 +17,8 @@ from prune.width.step import WIDTH_METHODS
 
 from ui import catalog, inputs, text
 from ui.handlers import Context, default_block_size, need_model, owner, reporter, user_errors
+from ui.page.durations import Durations
+from ui.page.events import gpu
 from ui.session import Session
 
 
@@ -26,10 +28,21 @@ class PickHandlers:
     def __init__(self, context: Context, page):
         self.context = context
         self.header, self.view, self.cut, self.generate = page.header, page.view, page.cut, page.generate
+        self.startup_job = gpu(self.startup, Durations.analyze)  # a device job (ZeroGPU: in the GPU worker)
+
+    @user_errors
+    def opening(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
+        """Page opened: the first screen this server computed at start-up (``ui.page.first_screen``), at once and
+        with no device job; else the page-load job."""
+        first = self.context.first_screen
+        shown = first.opening(session, method) if first is not None else None
+        if shown is not None:
+            return shown
+        return self.startup_job(session, method, request, progress)
 
     @user_errors
     def startup(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
-        """Page opened: this server's default model analyzed by ``method``, its best block of a tenth as A.
+        """The page-load job: this server's default model analyzed by ``method``, its best block of a tenth as A.
 
         A demo then needs no clicks to reach the heatmap; analyses are cached on disk, so a
         second visit is instant.
@@ -75,7 +88,7 @@ class PickHandlers:
             session.info, session)}
 
     def _model_line(self, info, session: Session) -> str:
-        rates = self.context.backend.rates(session.spec) if session.spec is not None else None
+        rates = info.rates or (self.context.backend.rates(session.spec) if session.spec is not None else None)
         decodes = rates is not None and info.kind == CAUSAL  # an encoder's probe makes no decode step
         return text.model_markdown(info, rates.decode_s_per_token if decodes else None)
 

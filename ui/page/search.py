@@ -110,8 +110,9 @@ class SearchHandlers:
 def wire(page, handlers) -> dict:
     box = page.cut.search
     search = box.button.click(
-        gpu(handlers.search.rank_search), [page.session, box.space, box.criterion, box.tolerance, box.limit,
-                                           box.last_layers, box.projections, *page.header.calibration.inputs()],
+        gpu(handlers.search.rank_search, handlers.durations.rank_search),
+        [page.session, box.space, box.criterion, box.tolerance, box.limit, box.last_layers, box.projections,
+         *page.header.calibration.inputs()],
         [box.plot, box.summary, *page.view.outputs(), *page.cut.rank_map.outputs()], api_name="rank_search",
         show_progress_on=[box.summary], **DEVICE)
     return by_name(search)

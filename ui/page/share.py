@@ -97,11 +97,11 @@ class ShareHandlers:
 
 def wire(page, handlers) -> dict:
     box, header, cut = page.cut.share, page.header, page.cut
-    share = handlers.share
+    share, durations = handlers.share, handlers.durations
     save = box.save_btn.click(share.save, [page.session], [box.saved, box.status], api_name="save_comparison",
                               **LIGHT)
     opened = box.upload.upload(
-        gpu(share.open), [page.session, box.upload, header.token, header.trust],
+        gpu(share.open, durations.load), [page.session, box.upload, header.token, header.trust],
         [*page.view.outputs(), header.model, header.model_md, cut.block_size, cut.convention, header.analysis_md,
          box.status, *page.benchmarks.results.outputs(), page.generate.kind_note, page.generate.body],
         api_name="open_comparison", show_progress_on=[box.status],

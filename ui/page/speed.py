@@ -130,12 +130,13 @@ class SpeedHandlers:
 
 def wire(page, handlers) -> dict:
     tab = page.speed
-    speeds, session = handlers.speed, page.session
-    speed = tab.speed_btn.click(gpu(speeds.speed), [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats],
+    speeds, session, durations = handlers.speed, page.session, handlers.durations
+    speed = tab.speed_btn.click(gpu(speeds.speed, durations.speed),
+                                [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats],
                                 [tab.speed_table, tab.speedup_plot, tab.throughput_plot, tab.speed_note,
                                  *tab.speed_measured.outputs()],
                                 api_name="speed", **DEVICE)
-    memory = tab.memory_btn.click(gpu(speeds.memory), [session], [tab.memory_table, tab.memory_plot, tab.memory_note,
-                                                                  *tab.memory_measured.outputs()],
+    memory = tab.memory_btn.click(gpu(speeds.memory, durations.memory), [session],
+                                  [tab.memory_table, tab.memory_plot, tab.memory_note, *tab.memory_measured.outputs()],
                                   api_name="memory", **DEVICE)
     return by_name(speed, memory)
