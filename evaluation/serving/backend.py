@@ -99,6 +99,12 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
             job.update(1.0, f"Loaded {loaded.info.name}: {loaded.info.num_layers} layers.")
             return replace(loaded.info, rates=found)
 
+    def place(self, spec: ModelSpec) -> None:
+        """Load ``spec``'s weights onto the device now, with no forward pass: a ZeroGPU Space places its models at
+        start-up, outside any GPU call, as its docs ask (the GPU worker forked later finds them there)."""
+        with self.jobs.run("placing the model"):
+            self._base(spec)
+
     def rates(self, spec: ModelSpec) -> Rates | None:
         """How fast ``spec``'s model ran here when it was loaded (what the page's time estimates divide by); None
         before its first load."""

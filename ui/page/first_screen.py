@@ -43,12 +43,13 @@ class FirstScreen:
 
 
 def warm(page) -> FirstScreen | None:
-    """Compute the first screen now, with the page-load job and the cut's feedback job themselves (their caches
-    then hold it too), and serve it to every new page; None (and a logged reason) if it failed: pages then compute
-    it as they open."""
+    """Place the default model, compute the first screen with the page-load job and the cut's feedback job
+    themselves (their caches then hold it too), and serve it to every new page; None (and a logged reason) if it
+    failed: pages then compute it as they open."""
     handlers, started = page.handlers, time.perf_counter()
     method = page.header.method.value
     try:
+        handlers.context.backend.place(handlers.context.default_model)  # outside any GPU call (ZeroGPU's rule)
         shown = handlers.pick.startup_job(Session(), method)
         session = shown[page.session]
         feedback = handlers.cut.feedback_job(session)
