@@ -117,6 +117,6 @@ def serve(demo: gr.Blocks, context: Context) -> None:
         if gr.api(gpu(user_errors(getattr(api, name))), api_name=name, **DEVICE)["api_name"] != name:
             raise RuntimeError(f"The page has an event named {name} already: Gradio would rename the endpoint.")
     for fn in demo.fns.values():
-        if fn.api_name not in PUBLIC:
-            fn.api_visibility = "undocumented" if fn.api_visibility == "public" else fn.api_visibility
+        if fn.api_name not in PUBLIC and fn.api_visibility == "public":
+            fn.api_visibility = "undocumented"
 
