@@ -23,10 +23,12 @@ __all__ = ["build_demo", "launch_options", "main"]
 
 def launch_options(policy: Policy | None = None) -> dict:
     """What Gradio 6 takes at launch (tests use it too): appearance, the upload limit, and on a personal
-    machine the exports folder for downloads (a shared server serves each visitor's from Gradio's cache)."""
+    machine the exports folder for downloads (a shared server serves each visitor's from Gradio's cache), and the MCP
+    server."""
     policy = policy or Policy.from_env()
     paths = [] if policy.shared else [str(cache_root() / "exports")]
-    return {"theme": THEME, "css": CSS, "allowed_paths": paths, "max_file_size": MAX_TEXT_BYTES}
+    return {"theme": THEME, "css": CSS, "allowed_paths": paths, "max_file_size": MAX_TEXT_BYTES,
+            "mcp_server": True}  # ui.api's public endpoints as MCP tools, at /gradio_api/mcp/
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,11 +17,13 @@ from pathlib import Path
 import prune
 from evaluation.comparison_file import MAX_BYTES as COMPARISON_BYTES, Comparison
 from evaluation.serving.models import ModelSpec
-from prune.core.calibration import BOS_CHOICES, hub_dataset
-from prune.core.errors import InvalidInput, ModelNotFound, quoted
+from prune.core.calibration import BOS_CHOICES, SOURCES, hub_dataset
+from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.core.loading import is_default
 from prune.core.gguf_in import is_hub_gguf
 from prune.core.paths import local_path
+from prune.core.recipe import Recipe
+from prune.core.step import kept_by_digest
 
 from ui.session import SLOTS
 
@@ -228,6 +230,47 @@ def _calibration(source, detail, upload, samples, seq_len, policy: Policy, defau
     if source == "wikitext2" and policy.shared and detail:
         raise InvalidInput("This shared server reads WikiText-2 from its own data folder only.")
     return prune.Calibration(source=source, n_samples=n, seq_len=length, **({"path": detail} if detail else {}))
+
+
+def recipe(text, what: str, num_layers: int, policy: Policy, default: prune.Calibration) -> Recipe | None:
+    """A recipe sent as the JSON ``Recipe.to_json`` writes (empty: none), for a model of ``num_layers``; a step's
+    calibration is checked as the page checks a visitor's, so a recipe reaches no server file on a shared server."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    if not isinstance(text, str) or len(text.encode()) > MAX_TEXT_BYTES:
+        raise InvalidInput(f"{what} is a recipe's JSON text (at most {MAX_TEXT_BYTES // 2**20} MiB), "
+                           f"such as an export's layercut.json \"recipe\".")
+    try:
+        found = Recipe.from_json(text)
+    except LayerCutError as err:
+        raise InvalidInput(f"{what}: {err}") from None
+    if found.is_original:
+        raise InvalidInput(f"{what} has no steps: the original is always compared; leave it empty for no column.")
+    if found.num_layers not in (None, num_layers):
+        raise InvalidCut(f"{what} was made for a {found.num_layers}-layer model; this model has {num_layers} layers.")
+    for step in found.steps:
+        for value in vars(step).values():
+            if isinstance(value, prune.Calibration):
+                _step_calibration(value, what, policy, default)
+    return found
+
+
+def _step_calibration(cal: prune.Calibration, what: str, policy: Policy, default: prune.Calibration) -> None:
+    if cal.source not in SOURCES:
+        raise InvalidInput(f"{what}: unknown calibration source {quoted(cal.source)}.")
+    if kept_by_digest(cal):
+        raise InvalidInput(f"{what} was calibrated on a text kept by its digest only: give the text to rebuild it.")
+    own_data = cal.source == "wikitext2" and cal.path in (None, default.path)  # this server's own folder
+    detail = None if own_data else {"text": cal.text, "file": cal.path, "wikitext2": cal.path, "hub": cal.dataset}.get(
+        cal.source)
+    _calibration(cal.source, detail, None, cal.n_samples, cal.seq_len, policy, default)
+
+
+def task_names(text) -> list[str]:
+    """'arc_easy, hellaswag' → the names (``lm_eval_adapter.check_request`` knows which exist)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput("Name the benchmark tasks, separated by commas (such as arc_easy, hellaswag).")
+    return [name.strip() for name in text.split(",") if name.strip()]
 
 
 def saved_comparison(upload: str | None) -> Comparison:

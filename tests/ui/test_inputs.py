@@ -11,6 +11,7 @@ from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
+from prune.core.recipe import Recipe
 from ui import inputs
 from ui.session import Session
 
@@ -176,3 +177,28 @@ def test_loading_a_12_layer_model_gives_an_index_example_it_has(tmp_path, tiny_t
                                                                                    "auto")
     convention, status = outputs[page.cut.convention], outputs[page.header.analysis_md]
     assert convention.endswith("**[9, 11)** removes layers 9–10, two layers.") and status == "Analyzing…"
+
+
+def _wanda(calibration: dict) -> str:
+    """A recipe's JSON whose one step calibrates on ``calibration``, as a script would send it."""
+    import json
+
+    return json.dumps({"steps": [{"kind": "sparsify", "method": "wanda", "sparsity": 0.5, "pattern": "unstructured",
+                                  "calibration": calibration}]})
+
+
+def test_a_recipe_sent_as_json_is_checked_as_the_page_checks_its_parts(tmp_path):
+    own = prune.Calibration(source="wikitext2", path=str(tmp_path))  # this server's own data folder
+    cut = inputs.recipe('{"steps": [{"kind": "cut", "num_layers": 4, "layers": [1, 2]}]}', "A", 4, SHARED, own)
+    assert cut == Recipe.block(4, 1, 3) and inputs.recipe(" ", "A", 4, SHARED, own) is None
+    assert inputs.recipe(_wanda({"source": "wikitext2", "path": str(tmp_path)}), "A", 4, SHARED, own) is not None
+    for calibration, message in (({"source": "file", "path": "/etc/passwd"}, "reads no files from its disk"),
+                                 ({"source": "wikitext2", "path": "/etc"}, "WikiText-2 from its own data folder"),
+                                 ({"source": "text", "text": None}, "kept by its digest only"),
+                                 ({"source": "builtin", "n_samples": 10**6}, "Calibration samples must be 1…4,096"),
+                                 ({"source": "nowhere"}, "unknown calibration source 'nowhere'")):
+        with pytest.raises(InvalidInput, match=message):
+            inputs.recipe(_wanda(calibration), "A", 4, SHARED, own)
+    assert inputs.recipe(_wanda({"source": "wikitext2", "path": "/etc"}), "A", 4, PERSONAL, own) is not None
+    with pytest.raises(LayerCutError, match="made for a 4-layer model; this model has 30"):
+        inputs.recipe('{"steps": [{"kind": "cut", "num_layers": 4, "layers": [1]}]}', "A", 30, PERSONAL, own)

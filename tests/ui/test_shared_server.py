@@ -39,8 +39,8 @@ def test_two_visitors_exports_of_one_name_are_private_to_each(server):
     first, second = visitor(url), visitor(url)
     first.predict([20, 26], api_name="/set_cut")
     second.predict([3, 5], api_name="/set_cut")
-    said_a, (zip_a,) = first.predict("team-cut", api_name="/export")
-    said_b, (zip_b,) = second.predict("team-cut", api_name="/export")
+    said_a, (zip_a,) = first.predict("team-cut", "A", "none", api_name="/export")
+    said_b, (zip_b,) = second.predict("team-cut", "A", "none", api_name="/export")
     assert "as `team-cut.zip`" in said_a and "as `team-cut.zip`" in said_b and "/" not in folder_free(said_a)
     folder_a, folder_b = (f["path"].split(f"/{SHARED_FOLDER}/")[1].split("/")[0] for f in (zip_a, zip_b))
     assert folder_a != folder_b and len(folder_a) == len(folder_b) == 32

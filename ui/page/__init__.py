@@ -13,6 +13,7 @@ import gradio as gr
 
 from evaluation.serving.models import ModelSpec
 
+from ui import api
 from ui.handlers import Context
 from ui.inputs import Policy
 from ui.page import benchmarks, cut_tab, estimates, frontier, generate, header, heal, search, share, speed, stale
@@ -118,6 +119,7 @@ def build_page(backend=None, *, policy: Policy | None = None, default_model: Mod
         page = _layout(demo, context)
         page.handlers = PageHandlers.on(context, page)
         _wire(page, page.handlers)
+        api.serve(demo, context)  # the few public endpoints; every other event off the API page
     demo.queue(default_concurrency_limit=1)
     return page
 
