@@ -14,6 +14,7 @@ from prune.core.recipe import Recipe
 
 from ui import catalog, inputs
 from ui.handlers import Context, owner, user_errors
+from ui.page.durations import Durations
 from ui.page.events import DEVICE, gpu
 from ui.session import SLOTS
 
@@ -114,7 +115,8 @@ def serve(demo: gr.Blocks, context: Context) -> None:
     the API page and MCP: "undocumented", so that the page's own frontend and scripts driving it still call them."""
     api = Api(context)
     for name in PUBLIC:
-        if gr.api(gpu(user_errors(getattr(api, name))), api_name=name, **DEVICE)["api_name"] != name:
+        job = gpu(user_errors(getattr(api, name)), getattr(Durations, name))
+        if gr.api(job, api_name=name, **DEVICE)["api_name"] != name:
             raise RuntimeError(f"The page has an event named {name} already: Gradio would rename the endpoint.")
     for fn in demo.fns.values():
         if fn.api_name not in PUBLIC and fn.api_visibility == "public":

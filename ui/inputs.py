@@ -248,6 +248,12 @@ def recipe(text, what: str, num_layers: int, policy: Policy, default: prune.Cali
         raise InvalidInput(f"{what} has no steps: the original is always compared; leave it empty for no column.")
     if found.num_layers not in (None, num_layers):
         raise InvalidCut(f"{what} was made for a {found.num_layers}-layer model; this model has {num_layers} layers.")
+    return calibrated_steps(found, what, policy, default)
+
+
+def calibrated_steps(found: Recipe, what: str, policy: Policy, default: prune.Calibration) -> Recipe:
+    """``found`` once each step's calibration passes the check a visitor's calibration passes: a recipe that came
+    from outside (the API, a saved comparison) reaches no server file on a shared server."""
     for step in found.steps:
         for value in vars(step).values():
             if isinstance(value, prune.Calibration):

@@ -129,3 +129,15 @@ def test_what_could_not_be_opened_again_is_not_saved(page, backend, tmp_path):
     with pytest.raises(gr.Error, match="Nothing to save yet"):
         shares.save(session.with_cut(None).with_cut(None, "A"))
     assert not (tmp_path / "exports" / "layercut-comparison.json").exists()
+
+
+def test_a_shared_server_refuses_a_saved_recipe_that_calibrates_on_a_server_file(page, backend, tmp_path):
+    secret = tmp_path / "server-only.txt"
+    secret.write_text("a server's own text " * 200)
+    reads = Recipe((Sparsify.of("wanda", 0.5, calibration=Calibration(source="file", path=str(secret))),))
+    text = Comparison(ModelSpec().name, recipes={"A": reads}).to_json()
+    shares = sharing(page, backend, tmp_path, shared=True)
+    with pytest.raises(gr.Error) as refused:
+        shares.open(Session(), _file(tmp_path, text), "", False)
+    assert str(secret) not in refused.value.message and "\n" not in refused.value.message
+    assert sharing(page, backend, tmp_path).open(Session(), _file(tmp_path, text), "", False)  # a personal machine

@@ -16,6 +16,7 @@ EXPORT_S = 120
 EXPLAIN_S = 30  # the divergence, the logit lens, the cut's next-token feedback: a few passes over a short text
 PATCH_S = 90
 FRONTIER_S = 300  # every family at each size: the longest ZeroGPU grants here; a longer frontier stops there
+COMPARE_S = 180  # the API's comparison: a load, the columns built, their benchmarks
 
 
 class Durations:
@@ -28,6 +29,8 @@ class Durations:
     explain = staticmethod(fixed(EXPLAIN_S))
     patch = staticmethod(fixed(PATCH_S))
     frontier = staticmethod(fixed(FRONTIER_S))
+    analyze_model = staticmethod(fixed(LOAD_S))  # the public endpoints (ui/api.py): a load, then an analysis
+    compare_models = staticmethod(fixed(COMPARE_S))
 
     def __init__(self, seconds: Seconds):
         self.seconds = seconds

@@ -88,6 +88,8 @@ class ShareHandlers:
             if recipe is not None and recipe.num_layers not in (None, info.num_layers):
                 raise InvalidCut(f"{slot}'s recipe was made for a {recipe.num_layers}-layer model; {info.name} has "
                                  f"{info.num_layers} layers.")
+            if recipe is not None:
+                inputs.calibrated_steps(recipe, f"{slot}'s recipe", policy, self.context.default_calibration)
         opened = replace(base, cuts=tuple(comparison.recipes[slot] for slot in SLOTS), editing=comparison.editing,
                          results=comparison.results)
         return {**self.pick.model_shown(info, opened), self.header.model: gr.update(value=spec.name),
