@@ -55,8 +55,11 @@ def gpu(fn: Callable, duration: Duration | None = None) -> Callable:
     a broken estimate asks for the default), elsewhere in place. Build it inside the page's ``gr.Blocks``."""
     if spaces is None:
         return fn
+    decorate = spaces.GPU(duration=_safe(duration or fixed(DEFAULT_S)))
     blocks = Context.root_block  # the page being built: where a component's id is found again
-    on_device = spaces.GPU(duration=_safe(duration or fixed(DEFAULT_S)))(_by_id(fn))
+    if blocks is None:  # built outside a page (a test's handlers): no component of a page to find again
+        return decorate(fn)
+    on_device = decorate(_by_id(fn))
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def stream(*args, **kwargs):
