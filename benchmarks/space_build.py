@@ -65,6 +65,11 @@ def versions(bin_dir: Path) -> dict:
     return json.loads(done.stdout)
 
 
+def mib(folder: Path) -> int:
+    """What a venv weighs on disk (the Space's image grows by as much)."""
+    return round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -150,7 +155,8 @@ def space(work: Path) -> dict:
     pip_s = timed([str(bin_dir / "pip"), "install", "--no-cache-dir", "-r", "requirements.txt", *BUILDER_EXTRAS],
                   cwd=alone)
     figures = serve([str(bin_dir / "python"), "app.py"], app, run_env(work / "cache"), browse=True)
-    return {"python": SPACE_PYTHON, "apt_s": apt_s, "pip_s": pip_s, "versions": versions(bin_dir), **figures}
+    return {"python": SPACE_PYTHON, "apt_s": apt_s, "pip_s": pip_s, "venv_mib": mib(work / "venv"),
+            "versions": versions(bin_dir), **figures}
 
 
 def package(work: Path) -> dict:
@@ -169,7 +175,8 @@ def package(work: Path) -> dict:
     chars = subprocess.run([str(bin_dir / "python"), "-c", calibration], cwd=elsewhere, env=env, check=True,
                            capture_output=True, text=True).stdout.strip()
     figures = serve([str(bin_dir / "layercut"), "app"], elsewhere, env, browse=True)
-    return {"python": PACKAGE_PYTHON, "pip_s": pip_s, "embedded_model_pip_s": model_s, "bench_help_s": help_s,
+    return {"python": PACKAGE_PYTHON, "pip_s": pip_s, "venv_mib": mib(work / "venv"),
+            "embedded_model_pip_s": model_s, "bench_help_s": help_s,
             "builtin_calibration_chars": int(chars), "versions": versions(bin_dir), **figures}
 
 
