@@ -21,6 +21,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Dispatch on the first word, so that each subcommand keeps its own parser and imports only what it needs."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:
         from evaluation.cli import main as bench

@@ -33,3 +33,7 @@ def test_an_unknown_command_is_refused(capsys):
     with pytest.raises(SystemExit) as done:
         main(["serve"])
     assert done.value.code == 2 and "invalid choice: 'serve'" in capsys.readouterr().err
+
+
+def test_options_without_a_command_go_to_the_app(capsys):
+    assert help_of(["--shared", "--help"], capsys).startswith("usage: layercut app")
