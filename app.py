@@ -2,49 +2,17 @@
 
 The page is built tab by tab in ``ui.page`` (``build_demo()``: every event with an ``api_name``, handled by
 ``evaluation.serving.backend.Backend``; no model code lives here). Each visitor's comparison (model, analysis,
-cuts A and B, results) lives in its own ``gr.State``. This file only launches it:
-run ``python app.py [--model NAME] [--shared]`` (host/port from GRADIO_SERVER_NAME / _PORT).
+cuts A and B, results) lives in its own ``gr.State``. This file only launches it (``ui.launch``, which the
+installed ``layercut`` command runs too): ``python app.py [--model NAME] [--shared]`` (host/port from
+GRADIO_SERVER_NAME / _PORT); a Hugging Face Space runs it so.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from evaluation.serving.models import ModelSpec
-from prune.core.loading import ensure_embedded_model
-from prune.core.paths import cache_root
-from ui.inputs import MAX_TEXT_BYTES, Policy
-from ui.page import build_demo, build_page, first_screen
-from ui.page.theme import CSS, THEME
+from ui.launch import launch_options, main
+from ui.page import build_demo
 
 __all__ = ["build_demo", "launch_options", "main"]
-
-
-def launch_options(policy: Policy | None = None) -> dict:
-    """What Gradio 6 takes at launch (tests use it too): appearance, the upload limit, and on a personal
-    machine the exports folder for downloads (a shared server serves each visitor's from Gradio's cache), and the MCP
-    server."""
-    policy = policy or Policy.from_env()
-    paths = [] if policy.shared else [str(cache_root() / "exports")]
-    return {"theme": THEME, "css": CSS, "allowed_paths": paths, "max_file_size": MAX_TEXT_BYTES,
-            "mcp_server": True}  # ui.api's public endpoints as MCP tools, at /gradio_api/mcp/
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="LayerCut: depth-prune an LLM and compare it side by side.")
-    parser.add_argument("--model", default=None, help="the model every new page opens with (default: embedded)")
-    parser.add_argument("--shared", action="store_true",
-                        help="a server for many visitors: uploads only, no server paths (also LAYERCUT_SHARED=1)")
-    args = parser.parse_args(argv)
-    ensure_embedded_model()
-    policy = Policy.from_env(shared=True if args.shared else None)
-    page = build_page(policy=policy, default_model=ModelSpec(args.model) if args.model else None)
-    screen = first_screen.warm(page)  # before the first visitor: every new page then shows it at once
-    if screen is not None:
-        print(f"LayerCut: the first screen took {screen.seconds:.1f} s to compute; new pages show it at once.")
-    page.demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-                     server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(policy))
 
 
 if __name__ == "__main__":

@@ -132,12 +132,14 @@ def tiny_tokenizer():
 
 def build_tiny_tokenizer():
     """A byte-level BPE tokenizer (320 tokens) trained on the built-in calibration text."""
+    from prune.core.calibration import BUILTIN_TEXTS
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([(REPO / "assets" / "calibration.txt").read_text()], trainer)
+    tok.train_from_iterator([BUILTIN_TEXTS[0].read_text()], trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
 
 

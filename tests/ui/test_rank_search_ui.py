@@ -7,14 +7,15 @@ import gradio as gr
 import pytest
 
 from evaluation.serving.backend import Backend
+from prune.core.calibration import BUILTIN_TEXTS
 from prune.lowrank.step import Decompose
 from ui import explain_plots
 from ui.session import Session
 
-from conftest import REPO, handlers_on, tiny_model, update_of
+from conftest import handlers_on, tiny_model, update_of
 
 LAYERS = 4
-CAL_INPUTS = ("text", (REPO / "assets" / "calibration.txt").read_text()[:4000], None, 4, 32)
+CAL_INPUTS = ("text", BUILTIN_TEXTS[0].read_text()[:4000], None, 4, 32)
 
 
 @pytest.fixture

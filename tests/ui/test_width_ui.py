@@ -16,7 +16,7 @@ from evaluation.measure.memory import weight_bytes
 from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
 from evaluation.serving.variants import estimated_bytes, own_bytes
-from prune.core.calibration import Calibration
+from prune.core.calibration import BUILTIN_TEXTS, Calibration
 from prune.lowrank.step import Decompose
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe
@@ -28,10 +28,10 @@ from prune.width.shrink import matching_depth_layers
 from ui import catalog, slot_text, text
 from ui.session import Session
 
-from conftest import REPO, handlers_on, tiny_model, update_of
+from conftest import handlers_on, tiny_model, update_of
 
 LAYERS = 6
-CAL_INPUTS = ("text", (REPO / "assets" / "calibration.txt").read_text()[:4000], None, 4, 32)
+CAL_INPUTS = ("text", BUILTIN_TEXTS[0].read_text()[:4000], None, 4, 32)
 
 
 @pytest.fixture

@@ -13,10 +13,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 import prune
-from conftest import REPO, TINY_CONFIGS, tiny_gemma, tiny_model, tiny_qwen2, with_random_norms
+from conftest import TINY_CONFIGS, tiny_gemma, tiny_model, tiny_qwen2, with_random_norms
 from evaluation.exports.gguf_out import (BELOW_Q8_0, GGUF_TYPES, OUTPUT_TYPE, gguf_refusal, llama3_rope_factors,
                                          pattern_break, write_gguf)
 from evaluation.exports.gguf_tokenizer import PRE_TOKENIZERS
+from prune.core.calibration import BUILTIN_TEXTS
 from prune.core.errors import InvalidInput
 from prune.core.factored import Factored
 from prune.drop.sublayers import drop
@@ -241,7 +242,7 @@ def split_bpe(split: str):
     trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     numbers = "(the) 1234 5678 'S 2024\n" * 1000  # merges only some splits allow: digit runs, "(the" after "\n"
-    tok.train_from_iterator([(REPO / "assets" / "calibration.txt").read_text(), numbers], trainer)
+    tok.train_from_iterator([BUILTIN_TEXTS[0].read_text(), numbers], trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 
 

@@ -308,10 +308,10 @@ def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
 
 
 def _heal_step(steps=3):
-    from conftest import REPO
+    from prune.core.calibration import BUILTIN_TEXTS
     from prune.healing.step import Heal
 
-    text = (REPO / "assets" / "calibration.txt").read_text()[:6000]
+    text = BUILTIN_TEXTS[0].read_text()[:6000]
     return Heal.of("last_layers", steps=steps, text=text, seq_len=32, batch=2, heldout=2, eval_every=1, layers=1)
 
 

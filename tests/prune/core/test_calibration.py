@@ -42,7 +42,7 @@ def test_default_is_wikitext2_from_the_data_folder(data_dir):
 def test_default_without_data_is_the_long_builtin_text(tmp_path):
     assert default_calibration(None) == Calibration() == default_calibration(tmp_path)
     text = load_text(Calibration())
-    assert text.startswith("The river begins high in the mountains")  # assets/calibration.txt first
+    assert text.startswith("The river begins high in the mountains")  # texts/calibration.txt first
     assert "Alice was beginning to get very tired of sitting by her sister" in text
     assert len(text) > 140_000
 

@@ -8,16 +8,16 @@ import torch
 from torch.distributions import Categorical, kl_divergence
 
 import prune
-from prune.core.calibration import Calibration
+from prune.core.calibration import BUILTIN_TEXTS, Calibration
 from prune.core.errors import InvalidInput, UnknownMethod
 from prune.core.recipe import Recipe
 from prune.healing.distill import distill_loss, divergence
 from prune.healing.step import Heal
 from prune.healing.train import split_windows
 
-from conftest import REPO, tiny_model
+from conftest import tiny_model
 
-TEXT = (REPO / "assets" / "calibration.txt").read_text()[:12000]
+TEXT = BUILTIN_TEXTS[0].read_text()[:12000]
 FAST = dict(text=TEXT, seq_len=32, batch=4, heldout=4, eval_every=2)
 IDS = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250, 11, 64, 8, 99], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]])
 

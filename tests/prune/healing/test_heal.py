@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 import prune
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.architectures import decoder_layers
-from prune.core.calibration import Calibration
+from prune.core.calibration import BUILTIN_TEXTS, Calibration
 from prune.core.errors import InvalidInput, UnknownMethod
 from prune.core.factored import Factored
 from prune.healing.train import HEALED_FIELD, split_windows
@@ -24,11 +24,11 @@ from prune.core.recipe import Recipe, recipe_of
 from prune.sparsity.step import Sparsify
 from prune.core.sequential import matrices
 
-from conftest import REPO, TINY_CONFIGS, tiny_model
+from conftest import TINY_CONFIGS, tiny_model
 
 heal_module = importlib.import_module("prune.healing.train")  # the module, beside the function prune.heal
 
-TEXT = (REPO / "assets" / "calibration.txt").read_text()[:12000]
+TEXT = BUILTIN_TEXTS[0].read_text()[:12000]
 FAST = dict(text=TEXT, seq_len=32, batch=4, heldout=4, eval_every=2)
 PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250]])
 METHODS = ("lora", "last_layers")

@@ -19,7 +19,7 @@ from evaluation.measure.memory import checkpoint_bytes, save_checkpoint
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.lowrank import bases, decomposition as lowrank
 from prune.core.architectures import decoder_layers
-from prune.core.calibration import Calibration, token_windows
+from prune.core.calibration import BUILTIN_TEXTS, Calibration, token_windows
 from prune.core.errors import InvalidInput
 from prune.core.factored import Factored
 from prune.lowrank.step import Decompose
@@ -29,9 +29,9 @@ from prune.width.step import WidthPrune
 from prune.core.sequential import matrices, rows_of
 from prune.core.sizes import size_of
 
-from conftest import REPO, TINY_CONFIGS, assert_read_sequentially, tiny_model
+from conftest import TINY_CONFIGS, assert_read_sequentially, tiny_model
 
-CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:8000], n_samples=8, seq_len=64)
+CAL = Calibration(source="text", text=BUILTIN_TEXTS[0].read_text()[:8000], n_samples=8, seq_len=64)
 PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250]])
 LLAMA = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
          "mlp.up_proj", "mlp.down_proj")

@@ -12,16 +12,16 @@ from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.sweeps.search_splits import perplexity_splits, split_indices, task_splits
 from prune.lowrank import decomposition as lowrank
 from prune.core.architectures import decoder_layers
-from prune.core.calibration import Calibration, token_windows
+from prune.core.calibration import BUILTIN_TEXTS, Calibration, token_windows
 from prune.core.errors import InvalidInput
 from prune.core.factored import Factored
 from prune.lowrank.rank_search import Tolerance, candidates, searching, surgical_search
 from prune.lowrank.step import Decompose
 from prune.core.recipe import Recipe
 
-from conftest import REPO, tiny_model
+from conftest import tiny_model
 
-CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:8000], n_samples=8, seq_len=64)
+CAL = Calibration(source="text", text=BUILTIN_TEXTS[0].read_text()[:8000], n_samples=8, seq_len=64)
 # The tiny Llama (hidden 32, 2 KV heads of 8, MLP 64): break-even ranks d·k/(d + k) and the candidates
 # 1, ⌊0.1κ⌋, …, ⌊κ⌋ worked out by hand.
 BY_HAND = {

@@ -16,17 +16,17 @@ from evaluation.measure.memory import dense_zeros_note, weight_bytes
 from evaluation.serving.variants import VariantCache, estimated_bytes, own_bytes
 from prune.sparsity import masks as sparsity
 from prune.core.architectures import decoder_layers
-from prune.core.calibration import Calibration, token_windows
+from prune.core.calibration import BUILTIN_TEXTS, Calibration, token_windows
 from prune.core.errors import InvalidInput, UnknownMethod
 from prune.core.recipe import Recipe, recipe_of
 from prune.sparsity.step import Sparsify
 from prune.sparsity.sparsegpt import count, lowest, sparsegpt
 from prune.sparsity.masks import matrices, rows_of, sparse_copy_bytes, zero_fraction
 
-from conftest import REPO, assert_read_sequentially, tiny_model
+from conftest import assert_read_sequentially, tiny_model
 
 ARCHS = ("llama", "qwen2", "gpt2", "gpt_neox", "opt")
-CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:6000], n_samples=6, seq_len=32)
+CAL = Calibration(source="text", text=BUILTIN_TEXTS[0].read_text()[:6000], n_samples=6, seq_len=32)
 PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250]])
 
 

@@ -12,7 +12,7 @@ import torch
 
 import prune
 from prune.core.architectures import decoder_layers, width_of
-from prune.core.calibration import Calibration, token_windows
+from prune.core.calibration import BUILTIN_TEXTS, Calibration, token_windows
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from prune.core.sizes import layer_shape
@@ -20,9 +20,9 @@ from prune.width import shrink as width
 from prune.width.step import WidthPrune
 from prune.width.taylor import taylor_scores
 
-from conftest import REPO, tiny_model
+from conftest import tiny_model
 
-CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:6000], n_samples=6, seq_len=32)
+CAL = Calibration(source="text", text=BUILTIN_TEXTS[0].read_text()[:6000], n_samples=6, seq_len=32)
 
 
 def gradients(model, tokenizer):

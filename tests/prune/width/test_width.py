@@ -16,7 +16,7 @@ from evaluation.serving.models import describe
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.width import shrink as width
 from prune.core.architectures import decoder_layers
-from prune.core.calibration import Calibration, token_windows
+from prune.core.calibration import BUILTIN_TEXTS, Calibration, token_windows
 from prune.core.errors import InvalidInput, UnsupportedArchitecture
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe, recipe_of
@@ -24,7 +24,7 @@ from prune.width.step import WidthPrune
 
 from conftest import _COMMON, REPO, TINY_CONFIGS, tiny_model
 
-CAL = Calibration(source="text", text=(REPO / "assets" / "calibration.txt").read_text()[:6000], n_samples=6, seq_len=32)
+CAL = Calibration(source="text", text=BUILTIN_TEXTS[0].read_text()[:6000], n_samples=6, seq_len=32)
 PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250]])
 
 # Width-table rows the shared fixtures do not build: Gemma's own, Qwen3's per-head norms, OLMo-2's whole-width norms.
