@@ -103,8 +103,8 @@ def main() -> None:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     found = {"what": "python app.py → server answers → page opened → heatmap drawn (headless Chromium)",
-             "cold": cold, "warm_restart": warm, "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or
-                                                                                        platform.machine()}",
+             "cold": cold, "warm_restart": warm,
+             "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
              "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                       text=True).stdout.strip()}
