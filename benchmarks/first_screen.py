@@ -17,14 +17,14 @@ import json
 import os
 import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from space_build import free_port, wait_up  # beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "first_screen.json"
@@ -32,25 +32,6 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 HEATMAP = "#heatmap .lc-plot .hm"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until_up(url: str, server: subprocess.Popen, limit_s: float = 900) -> None:
-    deadline = time.perf_counter() + limit_s
-    while time.perf_counter() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"the app exited with {server.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit("the app did not answer in time")
 
 
 def open_to_heatmap(browser, url: str) -> float:
@@ -74,7 +55,7 @@ def launch(browser, cache: str, reopens: int) -> dict:
     server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     try:
-        wait_until_up(url, server)
+        wait_up(url, server)
         up = time.perf_counter() - started
         first = open_to_heatmap(browser, url)
         again = [open_to_heatmap(browser, url) for _ in range(reopens)]
