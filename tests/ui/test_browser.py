@@ -343,6 +343,7 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
         assert banner(page) == mine  # the first visitor's comparison is untouched
         tab(page, "Generate")
         page.fill("#prompt textarea", "Tell me a long story about a lighthouse keeper.")
+        before = page.inner_text("#stats-original")  # the earlier generation's line: the new one must replace it
         page.locator("#generate-btn").click()  # the first visitor's job, running
         tab(other, "Benchmarks")
         other.fill("#limit input", "400")
@@ -351,9 +352,9 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
                                 ".parentElement.innerText.includes('queue')", timeout=20_000)
         other.screenshot(path=str(ASSETS / "screenshot-queue.png"), full_page=False)  # its place in the queue
         other.get_by_role("button", name="Stop").last.click()
-        page.wait_for_function("document.querySelector('#stats-original').innerText.includes('tokens/s') && "
-                               "!document.querySelector('#stats-original').innerText.includes('generating')",
-                               timeout=300_000)
+        page.wait_for_function("b => { const t = document.querySelector('#stats-original').innerText; "
+                               "return t.includes('tokens/s') && !t.includes('generating') && t !== b; }",
+                               arg=before, timeout=300_000)
         assert len(page.input_value("#out-original textarea")) > 40  # it ran to the end
         assert "arc_easy" not in other.inner_text("#bench-table") or "400" not in other.inner_text("#bench-table")
     finally:
