@@ -59,18 +59,9 @@ def gpu(fn: Callable, duration: Duration | None = None) -> Callable:
     blocks = Context.root_block  # the page being built: where a component's id is found again
     if blocks is None:  # built outside a page (a test's handlers): no component of a page to find again
         return decorate(fn)
-    on_device = decorate(_by_id(fn))
-    if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
-        def stream(*args, **kwargs):
-            for item in on_device(*args, **kwargs):
-                yield by_component(item, blocks)
-        return stream
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        return by_component(on_device(*args, **kwargs), blocks)
-    return call
+    stream = inspect.isgeneratorfunction(fn)
+    on_device = decorate(_each(fn, by_id, stream))
+    return _each(on_device, lambda result: by_component(result, blocks), stream, looks_like=fn)
 
 
 def by_id(result):
@@ -91,17 +82,20 @@ class _Id(int):
     """A component's id standing for it in a result (an int of its own kind, so no other dict is mistaken for one)."""
 
 
-def _by_id(fn: Callable) -> Callable:
-    if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
-        def stream(*args, **kwargs):
+def _each(fn: Callable, convert: Callable, stream: bool, looks_like: Callable | None = None) -> Callable:
+    """``fn`` with ``convert`` applied to its result, or to each item it yields when it ``stream``s; it shows
+    ``looks_like``'s name and signature (default ``fn``'s: Gradio reads the handler's parameters from them)."""
+    looks_like = looks_like or fn
+    if stream:
+        @functools.wraps(looks_like)
+        def streamed(*args, **kwargs):
             for item in fn(*args, **kwargs):
-                yield by_id(item)
-        return stream
+                yield convert(item)
+        return streamed
 
-    @functools.wraps(fn)
+    @functools.wraps(looks_like)
     def call(*args, **kwargs):
-        return by_id(fn(*args, **kwargs))
+        return convert(fn(*args, **kwargs))
     return call
 
 
