@@ -91,7 +91,7 @@ class TokenStream:
         self.decode_s = 0.0
         self.done = max_new_tokens <= 0
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def step(self) -> None:
         """Run one forward (the prefill first) and append one token."""
         if self.done:

@@ -133,7 +133,7 @@ class _RssSampler:
         return False
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def _generate(model, input_ids: torch.Tensor, new_tokens: int):
     """Greedy generation; returns the KV cache it built (an encoder, which generates nothing: one pass, no cache)."""
     if kind_of(model) != CAUSAL:

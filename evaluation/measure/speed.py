@@ -143,16 +143,19 @@ class GpuUtilization:
 # ---------------------------------------------------------------- measuring
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def one_pass(model, input_ids: torch.Tensor):
     """One forward pass over ``input_ids`` (an encoder-decoder's decoder reads one token)."""
     extra = {"decoder_input_ids": input_ids[:, :1]} if kind_of(model) == SEQ2SEQ else {}
     return model(input_ids=input_ids, **extra)
 
 
+@torch.inference_mode()
 def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
     """(prefill ms, decode ms) for one greedy generation of ``new_tokens`` tokens; for an encoder or an
-    encoder-decoder, which generate nothing here, (one pass over ``input_ids``, 0)."""
+    encoder-decoder, which generate nothing here, (one pass over ``input_ids``, 0). Under inference mode, as a
+    deployment runs: with autograd recording, each pass would build a graph and keep what a backward needs (every
+    step's activations, and a layer read from disk or dequantized, alive through the KV cache's history)."""
     device = input_ids.device
     if kind_of(model) != CAUSAL:
         with _Timer(device) as prefill:
