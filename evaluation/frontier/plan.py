@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from torch import nn
 
 from prune.core.architectures import architecture_of, decoder_layers, get_path
+from prune.core.budget import amount
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
 from prune.core.recipe import Recipe
@@ -50,7 +51,6 @@ AXES = {"bytes": "weight bytes as stored (MiB)",
         "params": "parameters not zero (zeros stored densely save no bytes and no time)",
         "ms": "measured decode latency (ms/token, batch 1)"}
 DEFAULT_AXIS = "bytes"
-BYTE_UNITS = {"kib": 2**10, "mib": 2**20, "gib": 2**30}  # a bytes target's amounts; mib=400 is bytes=400MiB
 DEFAULT_SIZES = (0.9, 0.8, 0.7)
 DEFAULT_METHOD = "block_influence"  # its paper (ShortGPT) picks layers anywhere, so "paper" and "block" differ
 STORED_ZEROS = "sparsity stores its zeros densely: the weights take as many bytes"
@@ -134,26 +134,26 @@ class Target:
 
 
 def byte_words(value: float) -> str:
-    """400 MiB, 1.5 GiB."""
-    unit = "GiB" if value >= BYTE_UNITS["gib"] else "MiB"
-    return f"{value / BYTE_UNITS[unit.lower()]:g} {unit}"
+    """400 MiB, 1.5 GiB, 488.3 MiB, 1 KiB."""
+    power = min(max(int(math.log2(max(value, 1)) // 10), 0), 3)
+    return f"{value / 2 ** (10 * power):.4g} {('B', 'KiB', 'MiB', 'GiB')[power]}"
 
 
 def check_target(text: str) -> Target:
-    """``bytes=0.8`` (or 80 %) of the original's bytes as stored, ``bytes=400MiB`` or ``1.5GiB``, ``params=0.8`` (or
-    80 %) of the parameters, ``ms=20`` per token: checked once where it enters (``mib=400`` is ``bytes=400MiB``)."""
+    """``bytes=0.8`` (or 80 %) of the original's bytes as stored, ``bytes=400MiB`` (any amount the memory budget
+    takes), ``params=0.8`` (or 80 %) of the parameters, ``ms=20`` per token: checked once where it enters
+    (``mib=400`` is ``bytes=400MiB``)."""
     axis, _, value = (text or "").strip().lower().partition("=")
     axis, value = axis.strip(), value.replace(" ", "")
-    if axis in BYTE_UNITS:
+    if axis in ("kib", "mib", "gib"):
         axis, value = "bytes", value + axis
-    unit = next((u for u in BYTE_UNITS if value.endswith(u)), None)
-    percent = value.endswith("%")
-    number = _positive(value.removesuffix(unit or "").removesuffix("%"))
+    unit, percent = value[-1:].isalpha(), value.endswith("%")
+    number = amount(value) if unit else _positive(value.removesuffix("%"))
     if axis not in AXES or number is None or (unit and axis != "bytes") or (percent and axis == "ms"):
         raise InvalidInput(f"A target is bytes=0.8 (of the original's bytes as stored), bytes=400MiB or 1.5GiB, "
                            f"params=0.8 or ms=20 (a positive number), not {quoted(text)}.")
     if unit:
-        return Target(axis, number * BYTE_UNITS[unit], False)
+        return Target(axis, float(number), False)
     if axis == "ms":
         return Target(axis, number, False)
     number = number / 100 if percent else number
