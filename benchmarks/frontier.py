@@ -1,4 +1,4 @@
-"""The default model's frontier: every family at 90 / 80 / 70 % of the parameters, its table and its figure.
+"""The default model's frontier: every family at 90 / 80 / 70 % of the bytes as stored, its table and its figure.
 
     PYTHONPATH=. .venv/bin/python benchmarks/frontier.py                     # measure (each point cached)
     PYTHONPATH=. .venv/bin/python benchmarks/frontier.py --from results/frontier_params.json --png assets/frontier.png
@@ -13,7 +13,8 @@ PNG through Debian's Chromium (plotly's own JavaScript, offline).
 ``--retime`` times every point again, all in one run and taking turns run by run (5 runs each), so that the
 machine's load falls on every model alike: the frontier times each point in turns with the original only, when it
 is measured, and a busy machine moves those times between points. ``--also`` adds the points of another axis's
-run (int8 and int4 from ``--axis mib``) to the figure and the re-timing.
+run (sparsity and 2:4 from ``--axis params``, int8 and int4 from a run by bytes; an older ``frontier_mib.json``
+reads as one by bytes) to the figure and the re-timing.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import prune
-from evaluation.frontier.plan import DEFAULT_SIZES
+from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES
 from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
@@ -54,9 +55,14 @@ def retimed(result: FrontierResult) -> FrontierResult:
         models[point.recipe.key] = point.recipe.apply(model, tokenizer)
     found = speed.measure_speed(models, batch_sizes=(1,), prompt_len=SPEED["prompt_len"], new_tokens=SPEED["new_tokens"],
                                 repeats=5, job=None)
-    ms = {m.model: m.value for m in found if m.name.startswith("decode")}
-    points = tuple(replace(p, ms=ms[p.recipe.key], dense_ms=ms["original"]) for p in result.points)
-    return replace(result, dense=replace(result.dense, ms=ms["original"], dense_ms=ms["original"]), points=points)
+    decode = {m.model: m for m in found if m.name.startswith("decode")}
+
+    def again(point, key: str):
+        return replace(point, ms=decode[key].value, dense_ms=decode["original"].value,
+                       floor_ms=decode[key].details.get("floor_ms", point.floor_ms))
+
+    return replace(result, dense=again(result.dense, "original"),
+                   points=tuple(again(p, p.recipe.key) for p in result.points))
 
 
 def merged(result: FrontierResult, other: FrontierResult) -> FrontierResult:
@@ -84,7 +90,7 @@ def draw(result: FrontierResult, png: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="source", default=None, help="a frontier_<axis>.json the CLI wrote")
-    parser.add_argument("--axis", default="params")
+    parser.add_argument("--axis", default=DEFAULT_AXIS)
     parser.add_argument("--task", default="hellaswag")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--png", default=None, help="draw the figure into this PNG")

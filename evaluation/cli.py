@@ -13,10 +13,13 @@ Modes (one of):
   --sweep K                                     every block of K layers measured, beside each method's ranking
   --sparsity_sweep [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt]
                                                 the first --task and WikiText-2 perplexity at each sparsity level
-  --frontier [METHOD] [--axis params|mib|ms] [--sizes 90,80,70] [--target params=0.8|mib=400|ms=20]
+  --frontier [METHOD] [--axis bytes|params|ms] [--sizes 90,80,70]
+             [--target bytes=0.8|bytes=400MiB|ms=20|params=0.8]
                                                 every family's best candidate at each size (depth cuts by METHOD,
                                                 default block_influence), measured on WikiText-2 and the first
-                                                --task; with --target, the best model under it (--export_dir saves it)
+                                                --task; sizes are the weights' bytes as stored unless --axis says
+                                                otherwise; with --target, the best model under it that is smaller
+                                                in bytes or faster than the original (--export_dir saves it)
   --rank_search feature|weight [--search_on wikitext2|TASK] [--tolerance T] [--search_limit N] [--search_layers N]
                                                 surgical rank search of the last N layers' projections, then the
                                                 searched model compared like a cut
@@ -52,7 +55,7 @@ Examples::
     python -m evaluation.cli --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
     python -m evaluation.cli --personalized --start_block 15 --end_block 20 --explain
     python -m evaluation.cli --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
-    python -m evaluation.cli --frontier --task hellaswag --limit 200 --target params=0.8
+    python -m evaluation.cli --frontier --task hellaswag --limit 200 --target bytes=0.5
     python -m evaluation.cli --rank_search feature --search_layers 4 --task arc_easy --limit 200
     layercut-benchmark --personalized --start_block 20 --end_block 25 --task hellaswag --export_dir ./cut
     layercut-benchmark --recipe ./cut --task hellaswag      # the same cut again, from the export's recipe
@@ -92,7 +95,8 @@ from evaluation import recipe_file
 from evaluation.quality import lm_eval_adapter
 from evaluation.exports import scale_out, zigzag_csv as zigzag_output
 from evaluation.exports.gguf_out import GGUF_TYPES
-from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, check_plan, check_sizes, check_target
+from evaluation.frontier.plan import (AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, check_plan, check_sizes,
+                                      check_target)
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
@@ -154,14 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--methods", default=None,
                         help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
     parser.add_argument("--axis", default=None, choices=list(AXES),
-                        help="with --frontier: sizes as fractions of the parameters (not zero), the weight memory or "
-                             "the measured decode latency (default params)")
+                        help="with --frontier: sizes as fractions of the weights' bytes as stored (what a device holds "
+                             "and reads; the default), of the parameters not zero (zeros stored densely save no bytes "
+                             "and no time) or of the measured decode latency")
     parser.add_argument("--sizes", default=None,
                         help=f"with --frontier: comma-separated fractions or percents (default "
                              f"{output.joined(DEFAULT_SIZES)})")
     parser.add_argument("--target", default=None, metavar="AXIS=VALUE",
-                        help="with --frontier: the best model under params=0.8 (a fraction), mib=400 or ms=20 (per "
-                             "token); its axis is the frontier's")
+                        help="with --frontier: the best model under bytes=0.8 (or 80%%: of the original's bytes as "
+                             "stored), bytes=400MiB (or 1.5GiB), ms=20 (per token) or params=0.8 (not zero); its axis "
+                             "is the frontier's. On bytes and ms a model neither smaller in bytes nor faster than "
+                             "the original (sparsity stored densely) is never the best")
     parser.add_argument("--ppl_seq_len", type=int, default=PERPLEXITY.seq_len,
                         help="with --sparsity_sweep, --frontier or --heal: tokens per WikiText-2 perplexity window (default "
                              f"{PERPLEXITY.seq_len})")
@@ -266,7 +273,7 @@ def check_frontier(args) -> None:
         args.target = check_target(args.target)
         if args.axis not in (None, args.target.axis):
             raise InvalidInput(f"--target {args.target.axis}=… measures by {args.target.axis}: leave out --axis.")
-    check_plan(args.axis or "params", DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes), args.frontier)
+    check_plan(args.axis or DEFAULT_AXIS, DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes), args.frontier)
     if args.export_dir and args.target is None:
         raise InvalidInput("--frontier saves a model with --target (the best under it) and --export_dir.")
     if args.explain:

@@ -121,8 +121,8 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
     """--frontier: the table and ``frontier_<axis>.json``; with --target the best model under it (saved with
     --export_dir)."""
     sizes = frontier_plan.DEFAULT_SIZES if args.sizes is None else frontier_plan.check_sizes(args.sizes)
-    result = backend.frontier(spec, request, axis=args.axis or "params", sizes=sizes, target=args.target,
-                              method=args.frontier, calibration=calibration_of(args, backend),
+    result = backend.frontier(spec, request, axis=args.axis or frontier_plan.DEFAULT_AXIS, sizes=sizes,
+                              target=args.target, method=args.frontier, calibration=calibration_of(args, backend),
                               ppl_seq_len=args.ppl_seq_len, ppl_windows=args.ppl_windows,
                               batch_size=args.batch_size, use_cache=not args.no_cache, progress=progress)
     data = {"frontier": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__}
@@ -130,6 +130,7 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
     if args.target is not None:
         chosen = result.best_under(args.target)
         data["target"] = {"axis": args.target.axis, "value": args.target.value,
+                          "of_original": args.target.of_original,
                           "best": None if chosen is None else chosen.to_json()}
         print(f"\n{frontier_text.target_line(result, args.target, chosen)}")
         if chosen is not None:

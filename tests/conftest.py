@@ -232,3 +232,27 @@ def folder_free(message: str) -> str:
     import re
 
     return re.sub(r"pretrained=\./[^/,\s]+,", "", message.replace("`--prune-layers`", ""))
+
+
+def deployment_frontier(axis: str = "bytes", sizes: tuple = (0.9,)):
+    """A frontier of made-up points with known answers (see tests/evaluation/frontier/test_deployment.py): a
+    Wanda-like point holding the original's bytes and speed (and a slightly lower perplexity), a 2:4-like one slower
+    than the original, an int8-like one a quarter of the bytes, a depth cut 85 % of both."""
+    from evaluation.frontier.result import MIB, FrontierResult, Point
+    from prune.core.recipe import Recipe
+    from prune.quantize.step import Quantize
+    from prune.sparsity.step import Sparsify
+
+    params, stored = 1_000_000, 512 * MIB
+
+    def point(families, recipe, share, size, ms, ppl, floor=None):
+        return Point(families, None, recipe, round(share * params), round(size * stored), ms, 67.4, 1.0, ppl, 0.5,
+                     1.0, 1.0, floor)
+
+    cut = Recipe.block(8, 4, 5)
+    points = (point(("sparsity",), Recipe((Sparsify.of("magnitude", 0.127),)), 0.873, 1.0, 66.6, 9.9),
+              point(("2:4",), Recipe((Sparsify.of("magnitude", pattern="2:4"),)), 0.6, 1.0, 70.0, 30.0),
+              point(("int8",), Recipe((Quantize.of(8),)), 1.0, 0.27, 40.0, 10.2, floor=3.4),
+              point(("depth, block",), cut, 0.85, 0.85, 58.0, 14.0, floor=10.7))
+    dense = point((), Recipe(), 1.0, 1.0, 67.4, 10.0, floor=12.6)
+    return FrontierResult(axis, sizes, "block_influence", "arc_easy", "acc", 4, 32, 2, dense, points)

@@ -1,5 +1,5 @@
 """The frontier's figures: perplexity against size with the Pareto front, and against measured decode latency with
-the FLOPs-proportional ideal beside each point (see :mod:`evaluation.frontier`)."""
+the memory-bandwidth floor beside each point that has one (see :mod:`evaluation.frontier`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from evaluation.frontier.plan import AXES, FAMILIES
-from evaluation.frontier.result import FrontierResult, Point
+from evaluation.frontier.result import MIB, FrontierResult, Point, gains
 from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
 from ui.plots import FONT, styled
 
@@ -21,19 +21,19 @@ _LOOKS = dict(zip(FAMILIES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-op
 def _x(result: FrontierResult, point: Point) -> float:
     """The point on the figure's x axis: % of the parameters, MiB or ms per token."""
     value = point.value(result.axis)
-    return 100 * value / result.dense.params if result.axis == "params" else value
+    return {"params": 100 * value / result.dense.params, "bytes": value / MIB}.get(result.axis, value)
 
 
 def _axis_title(axis: str) -> str:
-    return "% of the parameters (not zero)" if axis == "params" else AXES[axis]
+    return "% of the parameters (not zero; zeros stored densely save nothing)" if axis == "params" else AXES[axis]
 
 
 def frontier_figure(result: FrontierResult) -> go.Figure:
     """Two panels: perplexity (log) against size on the frontier's axis, the front a line; and against measured
-    decode ms/token, each point's ideal (hollow, grey) joined to it."""
+    decode ms/token, each point's memory-bandwidth floor (hollow, grey) joined to it where measured."""
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
                         subplot_titles=[f"against {AXES[result.axis]}", "against measured decode latency "
-                                        "(hollow: the FLOPs-proportional ideal)"])
+                                        "(hollow: the memory-bandwidth floor)"])
     front = result.front()
     fig.add_trace(go.Scatter(x=[_x(result, p) for p in front], y=[p.perplexity for p in front], mode="lines",
                              line=dict(color=GREY, width=2, shape="hv"), name="Pareto front",
@@ -44,19 +44,19 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
             continue
         color, symbol = _LOOKS[family]
         hover = [f"{family}: {p.recipe.short()}<br>perplexity {p.perplexity:.4g}, {result.task} "
-                 f"{100 * p.task:.1f}<br>{100 * p.params / result.dense.params:.1f} % params, "
-                 f"{p.weight_bytes / 2**20:.0f} MiB, {p.ms:.1f} ms/token" for p in points]
+                 f"{100 * p.task:.1f}<br>{p.weight_bytes / MIB:.1f} MiB as stored, {p.ms:.1f} ms/token, "
+                 f"{100 * p.params / result.dense.params:.1f} % params"
+                 + ("" if gains(p, result.dense) else "<br>† neither smaller in bytes nor faster than the original")
+                 for p in points]
         marker = dict(color=color, symbol=symbol, size=11, line=dict(width=2, color=color))
         for col, xs in ((1, [_x(result, p) for p in points]), (2, [p.ms for p in points])):
             fig.add_trace(go.Scatter(x=xs, y=[p.perplexity for p in points], mode="markers", marker=marker,
                                      name=family, legendgroup=family, showlegend=col == 1, text=hover,
                                      hovertemplate="%{text}<extra></extra>"), row=1, col=col)
         for p in points:
-            fig.add_trace(go.Scatter(x=[p.ideal_ms, p.ms], y=[p.perplexity] * 2, mode="lines+markers",
-                                     marker=dict(symbol=["circle-open", "circle"], size=[9, 0], color=GREY),
-                                     line=dict(color=GREY, width=1, dash="dot"), showlegend=False,
-                                     legendgroup=family, hoverinfo="skip"), row=1, col=2)
+            _floor_line(fig, p, family)
     dense = result.dense
+    _floor_line(fig, dense, "original")
     for col, x in ((1, _x(result, dense)), (2, dense.ms)):
         fig.add_trace(go.Scatter(x=[x], y=[dense.perplexity], mode="markers", name="original", legendgroup="original",
                                  showlegend=col == 1, marker=dict(symbol="star", size=16,
@@ -70,3 +70,12 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
     fig.update_annotations(font=FONT)
     title = "Quality against size, every family" + ("" if result.complete else f" ({result.pending} to go)")
     return styled(fig, title=dict(text=title), margin=dict(t=100))
+
+
+def _floor_line(fig: go.Figure, point: Point, group: str) -> None:
+    """``point``'s memory-bandwidth floor (hollow, grey) joined to its measured decode, where it has one."""
+    if point.floor_ms is not None:
+        fig.add_trace(go.Scatter(x=[point.floor_ms, point.ms], y=[point.perplexity] * 2, mode="lines+markers",
+                                 marker=dict(symbol=["circle-open", "circle"], size=[9, 0], color=GREY),
+                                 line=dict(color=GREY, width=1, dash="dot"), showlegend=False, legendgroup=group,
+                                 hoverinfo="skip"), row=1, col=2)

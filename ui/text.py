@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import math
 
+from evaluation.frontier.result import FASTER
 from evaluation.quality.cloze import CLOZE_TASKS
 from evaluation.quality.lm_eval_adapter import TASKS
 from prune import DEFAULT_MODEL
@@ -462,12 +463,17 @@ FRONTIER_HELP = (
     "*What should I cut?* For each size, the mildest candidate of every family that reaches it: the analysis's depth "
     "cut as its paper picks the layers and as the best block (each also with the linear patch, the cheapest repair), "
     "attention and MLP drops, width (Wanda-sp), low-rank (feature space), Wanda sparsity and 2:4, int8 and int4. "
-    "Each is measured on WikiText-2 test perplexity, the task, its weights' MiB and its decode ms/token (batch 1, "
-    "timed in turns with the original); a family's point at a size is its best measured one at or under it. "
-    "Parameters count the weights that are not zero; sparsity stores its zeros, so it saves no memory, and "
-    "quantization keeps every parameter. Latency sizes are planned as the same fraction of the parameters. "
-    "Every point is cached: a rerun is instant and a stopped run resumes. The target puts the frontier's best "
-    "model under it (lowest perplexity) into slot A, ready to compare or export."
+    "Each is measured on WikiText-2 test perplexity, the task, its weights' bytes as stored and its decode ms/token "
+    "(batch 1, timed in turns with the original; the memory-bandwidth floor beside it where measured); a family's "
+    "point at a size is its best measured one at or under it. Sizes are by default what a deployment sees: the "
+    "bytes a device must hold and read (quantized weights count their real bytes). Parameters not zero stay an "
+    "option, but zeros stored densely save no bytes and no time: sizing by bytes leaves sparsity out, and on bytes "
+    f"and latency a model neither smaller in bytes nor at least {100 * (1 - FASTER):g} % faster than the original "
+    "(marked †) is never a "
+    "point nor the best. Latency sizes are planned as the same fraction of the parameters. Every point is cached: a "
+    "rerun is instant and a stopped run resumes. The target (bytes=0.8 of the original's, bytes=400MiB, ms=20 or "
+    "params=0.8) puts the frontier's best model under it (lowest perplexity) into slot A, ready to compare or "
+    "export."
 )
 
 

@@ -11,10 +11,12 @@ parameter count, without building anything:
 - Wanda sparsity, unstructured at the level that reaches the size, and 2:4 (one fixed size);
 - int8 and int4 weights (one fixed size each: they keep every parameter and shrink the bytes).
 
-Parameters count the weights that are not zero, so sparsity reaches a parameter size; its zeros are stored,
-so it does not reach a memory size. What a family cannot reach is said, not hidden. Measured values then
-decide (:mod:`evaluation.frontier.result`): a family's point at a size is its best measured point at or
-under it, so a point is never over the size it stands for, on any axis, latency included.
+The default size is what a deployment sees: the weights' bytes as stored (what a device must hold and read;
+quantized weights count their real bytes, zeros stored densely count in full). Parameters that are not zero
+stay an option: sparsity reaches a parameter size, but its zeros are stored, so it reaches no size in bytes.
+What a family cannot reach is said, not hidden. Measured values then decide
+(:mod:`evaluation.frontier.result`): a family's point at a size is its best measured point at or under it,
+so a point is never over the size it stands for, on any axis, latency included.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, replace
 from torch import nn
 
 from prune.core.architectures import architecture_of, decoder_layers, get_path
+from prune.core.budget import amount
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
 from prune.core.recipe import Recipe
@@ -44,7 +47,10 @@ from prune.width.step import WidthPrune
 
 from evaluation.settings import PERPLEXITY
 
-AXES = {"params": "parameters (not zero)", "mib": "weight memory (MiB)", "ms": "decode latency (ms/token)"}
+AXES = {"bytes": "weight bytes as stored (MiB)",
+        "params": "parameters not zero (zeros stored densely save no bytes and no time)",
+        "ms": "measured decode latency (ms/token, batch 1)"}
+DEFAULT_AXIS = "bytes"
 DEFAULT_SIZES = (0.9, 0.8, 0.7)
 DEFAULT_METHOD = "block_influence"  # its paper (ShortGPT) picks layers anywhere, so "paper" and "block" differ
 STORED_ZEROS = "sparsity stores its zeros densely: the weights take as many bytes"
@@ -76,7 +82,7 @@ class FrontierPlan:
     ppl_windows: int = PERPLEXITY.windows
 
 
-def check_plan(axis: str = "params", sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
+def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
                calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
                ppl_windows: int = PERPLEXITY.windows) -> FrontierPlan:
     """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once)."""
@@ -109,30 +115,58 @@ def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Target:
-    """The best model under ``value`` on ``axis``: a fraction of the parameters, MiB, or ms per token."""
+    """The best model under ``value`` on ``axis``: a fraction of the original's (``of_original``), else bytes or ms
+    per token."""
 
     axis: str
     value: float
+    of_original: bool
+
+    def bound(self, original: float) -> float:
+        """The largest value on the axis that meets the target, given the original's."""
+        return self.value * original if self.of_original else self.value
 
     def words(self) -> str:
-        if self.axis == "params":
-            return f"{100 * self.value:g} % of the parameters"
-        return f"{self.value:g} MiB of weights" if self.axis == "mib" else f"{self.value:g} ms per token"
+        if self.of_original:
+            what = "the parameters" if self.axis == "params" else "the original's bytes as stored"
+            return f"{100 * self.value:g} % of {what}"
+        return f"{self.value:g} ms per token" if self.axis == "ms" else f"{byte_words(self.value)} as stored"
+
+
+def byte_words(value: float) -> str:
+    """400 MiB, 1.5 GiB, 488.3 MiB, 1 KiB."""
+    power = min(max(int(math.log2(max(value, 1)) // 10), 0), 3)
+    return f"{value / 2 ** (10 * power):.4g} {('B', 'KiB', 'MiB', 'GiB')[power]}"
 
 
 def check_target(text: str) -> Target:
-    """``params=0.8`` (or 80), ``mib=400`` or ``ms=20``: checked once where it enters."""
-    axis, _, value = (text or "").strip().partition("=")
-    axis = axis.strip().lower()
+    """``bytes=0.8`` (or 80 %) of the original's bytes as stored, ``bytes=400MiB`` (any amount the memory budget
+    takes), ``params=0.8`` (or 80 %) of the parameters, ``ms=20`` per token: checked once where it enters
+    (``mib=400`` is ``bytes=400MiB``)."""
+    axis, _, value = (text or "").strip().lower().partition("=")
+    axis, value = axis.strip(), value.replace(" ", "")
+    if axis in ("kib", "mib", "gib"):
+        axis, value = "bytes", value + axis
+    unit, percent = value[-1:].isalpha(), value.endswith("%")
+    number = amount(value) if unit else _positive(value.removesuffix("%"))
+    if axis not in AXES or number is None or (unit and axis != "bytes") or (percent and axis == "ms"):
+        raise InvalidInput(f"A target is bytes=0.8 (of the original's bytes as stored), bytes=400MiB or 1.5GiB, "
+                           f"params=0.8 or ms=20 (a positive number), not {quoted(text)}.")
+    if unit:
+        return Target(axis, float(number), False)
+    if axis == "ms":
+        return Target(axis, number, False)
+    number = number / 100 if percent else number
+    return Target(axis, check_sizes([number])[0] if number != 1 else 1.0, True)
+
+
+def _positive(text: str) -> float | None:
+    """The positive finite number ``text`` spells, else None."""
     try:
-        number = float(value)
+        number = float(text)
     except ValueError:
-        number = math.nan
-    if axis not in AXES or not math.isfinite(number) or number <= 0:
-        raise InvalidInput(f"A target is params=0.8, mib=400 or ms=20 (a positive number), not {quoted(text)}.")
-    if axis == "params":
-        number = check_sizes([number])[0] if number != 1 else 1.0
-    return Target(axis, number)
+        return None
+    return number if math.isfinite(number) and number > 0 else None
 
 
 def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
@@ -140,7 +174,7 @@ def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
     """Every candidate ``plan`` measures on ``model`` (each recipe once), and why a family reaches no size.
 
     ``depth`` is the analysis of ``plan.method``; ``blocks`` the sub-layer analysis (attention and MLP
-    scores). A memory or latency size is planned at the same fraction of the parameters.
+    scores). A size in bytes or latency is planned at the same fraction of the parameters.
     """
     found: dict[str, Candidate] = {}
     why: dict[tuple[str, float], str] = {}
@@ -194,7 +228,7 @@ def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, bloc
                          ("low-rank", lambda f: Decompose.of("feature", f, calibration=plan.calibration))):
         yield family, _ratio_reaching(family, make, base, fraction)
     level = _sparsity_reaching(base, total - limit)
-    if plan.axis == "mib":
+    if plan.axis == "bytes":
         yield "sparsity", STORED_ZEROS
     elif level is not None:
         yield "sparsity", Recipe((Sparsify.of("wanda", level, calibration=plan.calibration),),
@@ -217,10 +251,10 @@ def _sparsity_reaching(base, zeros: float) -> float | None:
 def _fixed(plan: FrontierPlan):
     """The candidates of one size each, or why they reach no size on this axis: 2:4 (its zeros are stored) and
     int8, int4 (they keep every parameter)."""
-    yield "2:4", STORED_ZEROS if plan.axis == "mib" else \
+    yield "2:4", STORED_ZEROS if plan.axis == "bytes" else \
         Recipe((Sparsify.of("wanda", pattern="2:4", calibration=plan.calibration),), origin="frontier: Wanda 2:4")
     for bits in (8, 4):
-        yield f"int{bits}", ("quantization keeps every parameter (it shrinks the bytes: measure by mib)"
+        yield f"int{bits}", ("quantization keeps every parameter (it shrinks the bytes: size by bytes)"
                              if plan.axis == "params" else Recipe((Quantize.of(bits),), origin=f"frontier: int{bits}"))
 
 

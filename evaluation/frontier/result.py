@@ -4,6 +4,11 @@ Every number here was measured on a built model (:mod:`evaluation.frontier.run`)
 size is its best measured point (lowest perplexity; then the better task score) whose value on the axis is
 at most that fraction of the original's; the best under a target is chosen the same way among every point,
 the original included. Both compare measured values with the bound, so neither is ever over it.
+
+A deployment sees bytes and time, not zeros: on the bytes and latency axes a candidate that is neither smaller
+in bytes as stored nor measurably faster than the original (:func:`gains`: unstructured sparsity stored densely,
+2:4 without a sparse kernel) is never a family's point nor the best under a target, and the answer says so
+when it would have looked best.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from evaluation.frontier.plan import AXES, FAMILIES, Target
 from evaluation.sweeps.cuts import from_json_number, to_json_number
 
 MIB = 2**20
+FASTER = 0.95  # a decode at most this share of the original's (timed in turns with it) counts as faster: 3 runs'
+# medians of the same model differ by a few percent on a loaded machine
+RENAMED_AXES = {"mib": "bytes"}  # an axis in older result files, by its name now
 
 
 @dataclass(frozen=True)
@@ -27,23 +35,19 @@ class Point:
     size: float | None  # the size it was planned for (None: a fixed size, or the original)
     recipe: Recipe
     params: int  # parameters that are not zero
-    weight_bytes: int  # what its weights take in memory (quantized: their real bytes)
+    weight_bytes: int  # its weights' bytes as stored (quantized: their real bytes; zeros stored densely in full)
     ms: float  # decode latency per token at batch 1
     dense_ms: float  # the original's, timed in turns with it
-    ideal_speedup: float  # the original's per-token matmul FLOPs over this model's
+    ideal_speedup: float  # the original's per-token matmul FLOPs over this model's (prefill's ideal, not decode's)
     perplexity: float
     task: float  # the task's primary metric, in lm-eval's units
     build_s: float
     measure_s: float
+    floor_ms: float | None = None  # the decode's memory-bandwidth floor, where the speed rows carry one
 
     def value(self, axis: str) -> float:
-        """This point on ``axis``: parameters, MiB or ms per token."""
-        return {"params": float(self.params), "mib": self.weight_bytes / MIB, "ms": self.ms}[axis]
-
-    @property
-    def ideal_ms(self) -> float:
-        """The latency a FLOPs-proportional speedup would give."""
-        return self.dense_ms / self.ideal_speedup
+        """This point on ``axis``: parameters, bytes or ms per token."""
+        return {"params": float(self.params), "bytes": float(self.weight_bytes), "ms": self.ms}[axis]
 
     @property
     def label(self) -> str:
@@ -51,7 +55,7 @@ class Point:
 
     def to_json(self) -> dict:
         numbers = {k: to_json_number(getattr(self, k)) for k in ("ms", "dense_ms", "ideal_speedup", "perplexity",
-                                                                 "task", "build_s", "measure_s")}
+                                                                 "task", "build_s", "measure_s", "floor_ms")}
         return {"families": list(self.families), "size": self.size, "recipe": self.recipe.to_json(),
                 "params": self.params, "weight_bytes": self.weight_bytes, **numbers}
 
@@ -60,7 +64,7 @@ class Point:
         numbers = {k: from_json_number(data[k]) for k in ("ms", "dense_ms", "ideal_speedup", "perplexity", "task",
                                                           "build_s", "measure_s")}
         return cls(tuple(data["families"]), data["size"], Recipe.from_json(data["recipe"]), int(data["params"]),
-                   int(data["weight_bytes"]), **numbers)
+                   int(data["weight_bytes"]), **numbers, floor_ms=to_json_number(data.get("floor_ms")))
 
 
 @dataclass(frozen=True)
@@ -96,11 +100,18 @@ class FrontierResult:
     def everything(self) -> list[Point]:
         return [self.dense, *self.points]
 
+    def counts(self, point: Point, axis: str | None = None) -> bool:
+        """Whether ``point`` may stand on ``axis``: on bytes and latency, only if a deployment sees a gain."""
+        return (axis or self.axis) == "params" or gains(point, self.dense)
+
     def cell(self, family: str, size: float) -> Point | str | None:
         """``family``'s point at ``size``, why it has none, or None (not measured yet)."""
-        fitting = [p for p in self.points if family in p.families and self.fraction(p) <= size]
+        under = [p for p in self.points if family in p.families and self.fraction(p) <= size]
+        fitting = [p for p in under if self.counts(p)]
         if fitting:
             return best(fitting)
+        if under:
+            return no_gain(best(under), self.dense)
         if (family, size) in self.why:
             return self.why[(family, size)]
         if self.pending:
@@ -117,8 +128,10 @@ class FrontierResult:
         return [f for f in FAMILIES if f in named]
 
     def front(self) -> list[Point]:
-        """The Pareto front on the axis: no other point is as small and has a lower perplexity, smallest first."""
-        ordered = sorted(self.everything(), key=lambda p: (p.value(self.axis), p.perplexity))
+        """The Pareto front on the axis: no other point is as small and has a lower perplexity, smallest first (on
+        bytes and latency, among the points a deployment sees a gain in)."""
+        ordered = sorted((p for p in self.everything() if self.counts(p)), key=lambda p: (p.value(self.axis),
+                                                                                         p.perplexity))
         found, lowest = [], math.inf
         for point in ordered:
             if point.perplexity < lowest:
@@ -126,19 +139,28 @@ class FrontierResult:
                 lowest = point.perplexity
         return found
 
+    def meeting(self, target: Target) -> list[Point]:
+        """Every point (the original included) at or under ``target``, a gain or not."""
+        if target.of_original:  # a fraction, compared as one
+            return [p for p in self.everything() if self.fraction(p, target.axis) <= target.value]
+        return [p for p in self.everything() if p.value(target.axis) <= target.value]
+
     def best_under(self, target: Target) -> Point | None:
-        """The best point (the original included) at or under ``target``, on the target's axis; None if none is."""
-        if target.axis == "params":  # a fraction, compared as one
-            fitting = [p for p in self.everything() if self.fraction(p, "params") <= target.value]
-        else:
-            fitting = [p for p in self.everything() if p.value(target.axis) <= target.value]
+        """The best point at or under ``target`` that may stand on the target's axis; None if none is."""
+        fitting = [p for p in self.meeting(target) if self.counts(p, target.axis)]
         return best(fitting) if fitting else None
+
+    def passed_over(self, target: Target) -> Point | None:
+        """The point that would have looked best under ``target`` but was left out for gaining nothing (or None)."""
+        fitting = self.meeting(target)
+        looks = best(fitting) if fitting else None
+        return None if looks is None or self.counts(looks, target.axis) else looks
 
     def format_value(self, value: float, axis: str | None = None) -> str:
         axis = axis or self.axis
         if axis == "params":
             return f"{100 * value / self.dense.params:.1f} % of the parameters"
-        return f"{value:.1f} MiB" if axis == "mib" else f"{value:.1f} ms/token"
+        return f"{value / MIB:.1f} MiB" if axis == "bytes" else f"{value:.1f} ms/token"
 
     def to_json(self) -> dict:
         return {"axis": self.axis, "sizes": list(self.sizes), "method": self.method, "task": self.task,
@@ -150,8 +172,8 @@ class FrontierResult:
 
     @classmethod
     def from_json(cls, data: dict) -> FrontierResult:
-        return cls(data["axis"], tuple(data["sizes"]), data["method"], data["task"], data["metric"], data["limit"],
-                   data["ppl_seq_len"], data["ppl_windows"], Point.from_json(data["dense"]),
+        return cls(RENAMED_AXES.get(data["axis"], data["axis"]), tuple(data["sizes"]), data["method"], data["task"],
+                   data["metric"], data["limit"], data["ppl_seq_len"], data["ppl_windows"], Point.from_json(data["dense"]),
                    tuple(Point.from_json(p) for p in data["points"]),
                    {(w["family"], w["size"]): w["why"] for w in data["why"]}, data.get("pending", 0))
 
@@ -161,26 +183,43 @@ def best(points: list[Point]) -> Point:
     return min(points, key=lambda p: (p.perplexity, -p.task))
 
 
+def gains(point: Point, dense: Point) -> bool:
+    """Whether a deployment sees ``point``'s compression: fewer bytes as stored than the original, or a decode
+    measurably faster than the original's timed beside it (the original itself always stands)."""
+    return not point.families or point.weight_bytes < dense.weight_bytes or point.ms <= FASTER * point.dense_ms
+
+
+def no_gain(point: Point, dense: Point) -> str:
+    """Why ``point`` stands on no bytes or latency axis."""
+    return (f"{point.label} ({point.recipe.short()}) is neither smaller nor faster: it stores "
+            f"{point.weight_bytes / MIB:.1f} MiB (the original {dense.weight_bytes / MIB:.1f}) and decodes at "
+            f"{point.ms:.1f} ms/token against the original's {point.dense_ms:.1f} timed beside it (faster means at "
+            f"least {100 * (1 - FASTER):g} % faster); zeros stored densely save nothing a deployment sees")
+
+
 def in_percent(result: FrontierResult) -> bool:
     """Whether the task's metric shows in percent (accuracies), in the table and the target's line alike."""
     return result.metric in ("acc", "acc_norm")
 
 
 def format_table(result: FrontierResult) -> str:
-    """A Markdown table: each family's point at each size, the front marked ★; then why a family has none."""
+    """A Markdown table: each family's point at each size, the front marked ★, no gain †; then why a family has
+    none."""
     unit = "%" if in_percent(result) else ""
     scale = 100 if unit else 1
     front = {p.recipe.key for p in result.front()}
     head = (f"Frontier by {AXES[result.axis]}: WikiText-2 test perplexity ({result.ppl_windows} × "
             f"{result.ppl_seq_len} tokens, no BOS), {result.task} {result.metric} (first {result.limit or 'all'}), "
-            f"decode at batch 1 (ms/token; ideal: FLOPs-proportional). ★: on the Pareto front.")
-    lines = [head, "", "| size | family | model | params | weight MiB | ms/token (ideal) | perplexity | "
+            f"decode at batch 1 (ms/token; in brackets the memory-bandwidth floor, where measured). ★: on the Pareto "
+            f"front. †: neither smaller in bytes nor faster than the original (zeros stored densely save nothing).")
+    lines = [head, "", "| size | family | model | MiB as stored | params not zero | ms/token (floor) | perplexity | "
              f"{result.task} {unit} | build s |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
 
     def row(size: str, family: str, p: Point) -> str:
-        star = " ★" if p.recipe.key in front else ""
-        return (f"| {size} | {family}{star} | {p.recipe.short()} | {100 * p.params / result.dense.params:.1f} % | "
-                f"{p.weight_bytes / MIB:.1f} | {p.ms:.1f} ({p.ideal_ms:.1f}) | {p.perplexity:.2f} | "
+        mark = (" ★" if p.recipe.key in front else "") + ("" if gains(p, result.dense) else " †")
+        floor = "" if p.floor_ms is None else f" ({p.floor_ms:.1f})"
+        return (f"| {size} | {family}{mark} | {p.recipe.short()} | {p.weight_bytes / MIB:.1f} | "
+                f"{100 * p.params / result.dense.params:.1f} % | {p.ms:.1f}{floor} | {p.perplexity:.2f} | "
                 f"{scale * p.task:.1f} | {p.build_s:.1f} |")
 
     lines.append(row("100 %", "original", result.dense))
@@ -196,12 +235,24 @@ def format_table(result: FrontierResult) -> str:
 
 
 def target_line(result: FrontierResult, target: Target, chosen: Point | None) -> str:
-    """'Best under 80 % of the parameters: width (…), 79.6 % of the parameters, perplexity 148.2.' or why none."""
+    """'Best under 80 % of the original's bytes as stored: int8 (…): 130.2 MiB as stored, …' or why none; then why
+    a point that looked better was left out, or that the chosen one gains nothing a deployment sees."""
+    left = result.passed_over(target)
+    after = "" if left is None else (f" Left out, though its perplexity ({left.perplexity:.2f}) was lower: "
+                                     f"{no_gain(left, result.dense)}.")
     if chosen is None:
         smallest = min(result.everything(), key=lambda p: p.value(target.axis))
         return (f"No measured model is under {target.words()}: the smallest is {smallest.label}, at "
-                f"{result.format_value(smallest.value(target.axis), target.axis)}.")
+                f"{result.format_value(smallest.value(target.axis), target.axis)}.{after}")
+    if not gains(chosen, result.dense):
+        after += f" Beware: {no_gain(chosen, result.dense)}; size by bytes to compare what a device holds."
     score = f"{100 * chosen.task:.1f} %" if in_percent(result) else f"{chosen.task:.4f}"
-    return (f"Best under {target.words()}: {chosen.label} ({chosen.recipe.describe()}), at "
-            f"{result.format_value(chosen.value(target.axis), target.axis)}, perplexity {chosen.perplexity:.2f}, "
-            f"{result.task} {result.metric} {score}.")
+    return (f"Best under {target.words()}: {chosen.label} ({chosen.recipe.describe()}): {_deployed(chosen)} "
+            f"(the original {_deployed(result.dense)}), {result.format_value(chosen.params, 'params')}, perplexity "
+            f"{chosen.perplexity:.2f}, {result.task} {result.metric} {score}.{after}")
+
+
+def _deployed(point: Point) -> str:
+    """What a deployment sees of ``point``: '130.2 MiB as stored, 40.1 ms/token (floor 9.8)'."""
+    floor = "" if point.floor_ms is None else f" (floor {point.floor_ms:.1f})"
+    return f"{point.weight_bytes / MIB:.1f} MiB as stored, {point.ms:.1f} ms/token{floor}"

@@ -5,7 +5,9 @@ that are not zero and its weights' bytes (counted on the built model), WikiText-
 (:mod:`evaluation.quality.perplexity`, the first windows, no BOS), the task's primary metric through the
 sweeps' lm-eval door (:mod:`evaluation.sweeps.cuts`: tasks loaded once, the fast scorer), and the decode
 latency at batch 1 (:func:`evaluation.measure.speed.measure_speed`: a 128-token prompt, 32 new tokens, the
-median of 3 runs), timed in turns with the original so that the machine's load falls on both alike.
+median of 3 runs), timed in turns with the original so that the machine's load falls on both alike, with the
+decode's memory-bandwidth floor where the speed rows carry one (``details["floor_ms"]``). A point cached before
+the speed rows carried floors keeps none (shown as missing, not measured again: its other numbers stand).
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def point_of(candidate: Candidate, entry: dict, metric: str) -> Point:
     number = {k: from_json_number(entry[k]) for k in ("ms", "dense_ms", "ideal_speedup", "perplexity")}
     return Point(candidate.families, candidate.size, candidate.recipe, entry["params"], entry["weight_bytes"],
                  **number, task=from_json_number(entry["metrics"].get(metric)), build_s=entry["build_s"],
-                 measure_s=entry["measure_s"])
+                 measure_s=entry["measure_s"], floor_ms=to_json_number(entry.get("floor_ms")))
 
 
 def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,
@@ -120,10 +122,12 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
         step.update(0.85, f"{name}: decode latency…")
         timed = {"original": model} if derived is model else {"original": model, name: derived}
         found = speed.measure_speed(timed, **SPEED, job=step.sub(0.85, 1.0))
-    decode = {m.model: m.value for m in found if m.name.startswith("decode")}
+    decode = {m.model: m for m in found if m.name.startswith("decode")}
+    ours = decode[name if derived is not model else "original"]
     context = SPEED["prompt_len"] + SPEED["new_tokens"][0] // 2
     return {"metrics": {k: to_json_number(v) for k, v in metrics.items()}, "perplexity": to_json_number(ppl),
             "params": parameter_count(derived) - zeros, "weight_bytes": memory.weight_bytes(derived),
-            "ms": decode[name if derived is not model else "original"], "dense_ms": decode["original"],
+            "ms": ours.value, "dense_ms": decode["original"].value,
+            "floor_ms": to_json_number(ours.details.get("floor_ms")),
             "ideal_speedup": speed.ideal_speedup(model, derived, context),
             "build_s": built - began, "measure_s": time.perf_counter() - built}

@@ -14,8 +14,9 @@ from prune.core.paths import digest
 from prune.core.recipe import Recipe
 
 from evaluation.frontier import plan as planning
-from evaluation.frontier.plan import DEFAULT_METHOD, DEFAULT_SIZES, DROP_METHOD, Candidate, FrontierPlan, Target
-from evaluation.frontier.result import MIB, FrontierResult
+from evaluation.frontier.plan import (DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, DROP_METHOD, Candidate, FrontierPlan,
+                                      Target)
+from evaluation.frontier.result import FrontierResult
 from evaluation.frontier.run import points_so_far
 from evaluation.measure import memory
 from evaluation.quality import lm_eval_adapter, perplexity
@@ -33,7 +34,7 @@ class Frontiers:
         *_, result = self.frontiering(spec, request, **settings)
         return result
 
-    def frontiering(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *, axis: str = "params",
+    def frontiering(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *, axis: str = DEFAULT_AXIS,
                     sizes: Iterable[float] = DEFAULT_SIZES, target: Target | None = None,
                     method: str = DEFAULT_METHOD, calibration: Calibration | None = None,
                     ppl_seq_len: int = PERPLEXITY.seq_len, ppl_windows: int = PERPLEXITY.windows,
@@ -65,10 +66,10 @@ class Frontiers:
 
     def _target_size(self, spec: ModelSpec, target: Target) -> tuple[float, ...]:
         """The fraction of the original's parameters a target is planned at (none when the original meets it)."""
-        if target.axis == "params":
+        if target.of_original:
             fraction = target.value
-        elif target.axis == "mib":
-            fraction = target.value * MIB / memory.weight_bytes(self._base(spec).model)
+        elif target.axis == "bytes":
+            fraction = target.value / memory.weight_bytes(self._base(spec).model)
         else:  # the decode rate timed when the model loaded
             fraction = target.value / (1000 * self.rates(spec).decode_s_per_token)
         return (round(fraction, 3),) if 0.05 <= fraction < 1 else ()

@@ -22,11 +22,17 @@ _AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 def parse_bytes(text: str) -> int:
     """``"20GiB"``, ``"512 MB"`` or a plain number of bytes → bytes; a one-line message otherwise."""
+    found = amount(text)
+    if found is None:
+        raise InvalidInput(f"Memory budget {quoted(text)} is not an amount: write it like 20GiB, 512MiB or 8GB.")
+    return found
+
+
+def amount(text: str) -> int | None:
+    """``"20GiB"``, ``"512 MB"`` or a plain number of bytes → bytes; None where ``text`` is no positive amount."""
     match = _AMOUNT.match(str(text))
     unit = match and _UNITS.get(match.group(2).lower())
-    if not match or unit is None or float(match.group(1)) <= 0:
-        raise InvalidInput(f"Memory budget {quoted(text)} is not an amount: write it like 20GiB, 512MiB or 8GB.")
-    return int(float(match.group(1)) * unit)
+    return None if not match or unit is None or float(match.group(1)) <= 0 else int(float(match.group(1)) * unit)
 
 
 def configured_budget(given: str | int | None = None) -> int | None:

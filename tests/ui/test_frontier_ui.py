@@ -6,11 +6,12 @@ from __future__ import annotations
 import gradio as gr
 import pytest
 
-from evaluation.frontier.plan import Target
+from evaluation.frontier.plan import DEFAULT_AXIS, Target
+from ui import frontier_plots
 from evaluation.serving.backend import Backend
 from ui.session import Session
 
-from conftest import handlers_on, tiny_model, update_of
+from conftest import deployment_frontier, handlers_on, tiny_model, update_of
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +39,7 @@ def test_the_frontier_redraws_as_each_point_arrives_and_keeps_what_it_measured(p
     assert first.startswith("Measuring… 0 of") and last.startswith("Measured ") and "Pareto front" in last
     shown_spec, result = ran[-1][box.shown]
     assert shown_spec == spec and result.complete and result.sizes == (0.9, 0.8)
-    assert "| 100 % | original | original | 100.0 % |" in ran[-1][box.table]
+    assert "| 100 % | original | original |" in ran[-1][box.table] and "params not zero" in ran[-1][box.table]
 
 
 def test_the_best_under_a_target_goes_into_slot_a_and_the_page_edits_it(page, served, ran):
@@ -46,7 +47,7 @@ def test_the_best_under_a_target_goes_into_slot_a_and_the_page_edits_it(page, se
     box = page.benchmarks.frontier
     shown = ran[-1][box.shown]
     out = handlers_on(page, backend).frontier.best(session.with_cut(None, "A"), shown, "params=0.85")
-    chosen = shown[1].best_under(Target("params", 0.85))
+    chosen = shown[1].best_under(Target("params", 0.85, True))
     after = update_of(out, page.view.session)
     assert chosen.params <= 0.85 * shown[1].dense.params and not chosen.recipe.is_original
     assert after.cut("A") == chosen.recipe and after.editing == "A" and after.cut("B") is None
@@ -56,13 +57,13 @@ def test_the_best_under_a_target_goes_into_slot_a_and_the_page_edits_it(page, se
 
 def test_a_target_nothing_reaches_says_so_and_changes_no_slot(page, served, ran):
     backend, _spec, session = served
-    out = handlers_on(page, backend).frontier.best(session, ran[-1][page.benchmarks.frontier.shown], "mib=0.001")
-    assert out[page.benchmarks.frontier.best_md].startswith("No measured model is under 0.001 MiB")
+    out = handlers_on(page, backend).frontier.best(session, ran[-1][page.benchmarks.frontier.shown], "bytes=1KiB")
+    assert out[page.benchmarks.frontier.best_md].startswith("No measured model is under 1 KiB as stored")
     assert page.view.session not in out
 
 
 @pytest.mark.parametrize("target, shown, words", [
-    ("size=3", "ran", "A target is params=0.8"),
+    ("size=3", "ran", "A target is bytes=0.8"),
     ("params=0.8", None, "Run the frontier on this model first"),
     ("params=0.8", "other", "Run the frontier on this model first"),
 ])
@@ -84,5 +85,21 @@ def test_more_than_five_sizes_or_an_unknown_axis_are_refused_before_any_work(pag
     handlers = handlers_on(page, backend).frontier
     with pytest.raises(gr.Error, match="at most 5 sizes"):
         list(handlers.run(session, "params", "95, 90, 85, 80, 75, 70", "arc_easy", 2, 1))
-    with pytest.raises(gr.Error, match="Size the frontier by params, mib, ms"):
+    with pytest.raises(gr.Error, match="Size the frontier by bytes, params, ms"):
         list(handlers.run(session, "flops", "90", "arc_easy", 2, 1))
+
+
+def test_the_page_sizes_by_bytes_as_stored_and_says_what_zeros_save(page):
+    box = page.benchmarks.frontier
+    assert box.axis.value == DEFAULT_AXIS == "bytes" and box.target.value == "bytes=0.8"
+    assert any("zeros stored densely save nothing" in label for label, _ in box.axis.choices)
+
+
+def test_the_figure_joins_each_measured_floor_to_its_decode_and_flags_what_gains_nothing():
+    figure = frontier_plots.frontier_figure(deployment_frontier())
+    floors = sorted(tuple(trace.x) for trace in figure.data if trace.mode == "lines+markers")
+    assert floors == [(3.4, 40.0), (10.7, 58.0), (12.6, 67.4)]  # int8, the depth cut, the original: no floor, none
+    hovers = [text for trace in figure.data if trace.text for text in trace.text]
+    assert sum("† neither smaller in bytes nor faster" in text for text in hovers) == 4  # Wanda-like, 2:4: 2 panels
+    assert figure.layout.xaxis.title.text == "weight bytes as stored (MiB)"
+    assert max(trace.x[0] for trace in figure.data if trace.name == "original") == 512.0  # MiB on the size axis

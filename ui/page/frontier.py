@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, check_sizes, check_target
+from evaluation.frontier.plan import AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, check_sizes, check_target
 from evaluation.frontier.result import format_table, target_line
 from evaluation.quality import lm_eval_adapter
 from prune.core.errors import InvalidInput
@@ -22,7 +22,8 @@ from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.plot_view import PlotView
 from ui.session import SLOTS, Session
 
-AXIS_CHOICES = [("parameters", "params"), ("weight MiB", "mib"), ("decode ms/token", "ms")]
+AXIS_CHOICES = [("bytes as stored", "bytes"), ("parameters not zero (zeros stored densely save nothing)", "params"),
+                ("decode ms/token", "ms")]
 INTO = SLOTS[0]  # the slot the best model goes into
 MAX_SIZES = 5  # sizes per run from the page (the command line takes any number)
 
@@ -50,7 +51,7 @@ class FrontierBox:
             gr.Markdown(text.FRONTIER_HELP)
             with gr.Row(equal_height=True):
                 settings = dict(
-                    axis=gr.Radio(AXIS_CHOICES, value="params", label="Size by", elem_id="frontier-axis"),
+                    axis=gr.Radio(AXIS_CHOICES, value=DEFAULT_AXIS, label="Size by", elem_id="frontier-axis"),
                     sizes=gr.Textbox(", ".join(f"{100 * s:g}" for s in DEFAULT_SIZES), label="Sizes (% of the original)",
                                      elem_id="frontier-sizes"),
                     task=gr.Dropdown(text.task_choices(), value="hellaswag", label="Task", elem_id="frontier-task"),
@@ -63,8 +64,8 @@ class FrontierBox:
                             elem_id="frontier-plot")
             table = gr.Markdown(elem_id="frontier-table")
             with gr.Row(equal_height=True):
-                target = gr.Textbox("params=0.8", label="Target: params=0.8, mib=400 or ms=20", scale=2,
-                                    elem_id="frontier-target")
+                target = gr.Textbox("bytes=0.8", label="Target: bytes=0.8 (of the original's), bytes=400MiB, ms=20 "
+                                    "or params=0.8", scale=2, elem_id="frontier-target")
                 best_btn = gr.Button(f"Put the best under it into {INTO}", elem_id="frontier-best-btn", scale=1)
             best_md = gr.Markdown(elem_id="frontier-best")
         return cls(**settings, summary=summary, plot=plot, table=table, target=target, best_btn=best_btn,
@@ -105,8 +106,9 @@ class FrontierHandlers:
 
     @user_errors
     def best(self, session: Session, shown, target: str):
-        """The frontier's best point under ``target`` (on any axis: every point's size, memory and latency were
-        measured) into slot A, which the page then edits."""
+        """The frontier's best point under ``target`` (on any axis: every point's size, bytes and latency were
+        measured; on bytes and latency never one that gains nothing over the original) into slot A, which the page
+        then edits."""
         need_model(session)
         goal = check_target(target)
         if shown is None or shown[0] != session.spec:

@@ -14,7 +14,7 @@ import prune
 from conftest import tiny_model
 from evaluation.frontier import plan as planning, run as frontier_run
 from evaluation.frontier.plan import FAMILIES, Target, check_plan, check_sizes, check_target
-from evaluation.frontier.result import MIB, FrontierResult, format_table
+from evaluation.frontier.result import MIB, FrontierResult, format_table, gains
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.serving.backend import Backend
 from evaluation.serving.jobs import Cancelled
@@ -45,6 +45,12 @@ def request_(backend):
 
 @pytest.fixture(scope="module")
 def result(backend, spec, request_) -> FrontierResult:
+    return backend.frontier(spec, request_, axis="params", sizes=SIZES, **SMALL)
+
+
+@pytest.fixture(scope="module")
+def by_bytes(backend, spec, request_, result) -> FrontierResult:
+    """The default frontier (by bytes as stored): the same points, sparsity left out (its points come from cache)."""
     return backend.frontier(spec, request_, sizes=SIZES, **SMALL)
 
 
@@ -98,7 +104,7 @@ def test_the_sparsity_level_is_the_lowest_that_zeroes_enough_when_built(backend,
 
 
 def test_by_memory_sparsity_is_refused_and_quantization_planned_and_one_recipe_is_one_candidate(backend, spec):
-    found, why, *_ = _planned(backend, spec, axis="mib", method="angular")
+    found, why, *_ = _planned(backend, spec, axis="bytes", method="angular")
     assert "stores its zeros" in why[("sparsity", 0.9)] and "stores its zeros" in why[("2:4", 0.8)]
     assert found[("int8", None)].recipe.steps[0].bits == 8 and found[("int4", None)].recipe.steps[0].bits == 4
     # angular distance's paper picks a block: the same cut stands for both depth families, measured once
@@ -129,14 +135,6 @@ def test_bad_sizes_are_one_line(bad):
         check_sizes(bad)
 
 
-def test_targets_are_checked_once():
-    assert check_target("params=0.8") == Target("params", 0.8) and check_target("params=80") == Target("params", 0.8)
-    assert check_target(" MiB = 400 ") == Target("mib", 400.0) and check_target("ms=20").value == 20.0
-    for bad in ("size=3", "mib=-1", "ms", "params=abc", "params=150", "params=0"):
-        with pytest.raises(InvalidInput):
-            check_target(bad)
-
-
 def test_every_point_rebuilt_from_its_json_gives_the_same_numbers(backend, spec, request_, result):
     base = backend.pool.peek(spec)
     ids = perplexity.token_ids(base.tokenizer, perplexity.wikitext2_rows(backend.data_dir))
@@ -154,35 +152,50 @@ def test_every_point_rebuilt_from_its_json_gives_the_same_numbers(backend, spec,
             assert point.params == parameter_count(model)
 
 
-def test_a_family_at_a_size_is_its_best_point_at_or_under_it(result):
+@pytest.mark.parametrize("run", ["result", "by_bytes"])
+def test_a_family_at_a_size_is_its_best_point_at_or_under_it(request, run):
+    result = request.getfixturevalue(run)
     for size in result.sizes:
+        bound = size * result.dense.value(result.axis)
         for family in result.families():
             found = result.cell(family, size)
-            fitting = [p for p in result.points if family in p.families and p.params <= size * TOTAL]
+            fitting = [p for p in result.points if family in p.families and p.value(result.axis) <= bound
+                       and result.counts(p)]
             if fitting:
-                assert found.params <= size * TOTAL
+                assert found.value(result.axis) <= bound
                 assert found.perplexity == min(p.perplexity for p in fitting)
             else:
                 assert isinstance(found, str) and found  # said, not hidden
 
 
-def test_the_front_is_every_point_no_other_beats_on_both(result):
-    everything = result.everything()
-    dominated = {p.recipe.key for p in everything for q in everything
-                 if q is not p and q.params <= p.params and q.perplexity < p.perplexity}
+@pytest.mark.parametrize("run", ["result", "by_bytes"])
+def test_the_front_is_every_point_no_other_beats_on_both(request, run):
+    result = request.getfixturevalue(run)
+    standing = [p for p in result.everything() if result.counts(p)]
+    dominated = {p.recipe.key for p in standing for q in standing
+                 if q is not p and q.value(result.axis) <= p.value(result.axis) and q.perplexity < p.perplexity}
     front = {p.recipe.key for p in result.front()}
-    assert front == {p.recipe.key for p in everything} - dominated
+    assert front == {p.recipe.key for p in standing} - dominated
 
 
-@pytest.mark.parametrize("axis", ["params", "mib", "ms"])
+def test_by_default_the_frontier_is_sized_by_the_bytes_as_stored_and_sparsity_reaches_no_size(by_bytes):
+    assert by_bytes.axis == "bytes" and {"int8", "int4"} <= {f for p in by_bytes.points for f in p.families}
+    for family in ("sparsity", "2:4"):
+        assert not any(family in p.families for p in by_bytes.points)
+        assert all("stores its zeros" in by_bytes.cell(family, size) for size in by_bytes.sizes)
+    int8 = next(p for p in by_bytes.points if "int8" in p.families)
+    assert int8.weight_bytes < by_bytes.dense.weight_bytes / 2 and int8.params == TOTAL  # fewer bytes, every param
+
+
+@pytest.mark.parametrize("axis", ["params", "bytes", "ms"])
 def test_the_best_under_a_target_is_never_over_it(result, axis):
     values = sorted({p.value(axis) for p in result.everything()})
     dense = result.dense.value(axis)
     bounds = [v * f for v in values for f in (0.999, 1.0, 1.001)]
     for bound in bounds:
-        target = Target(axis, bound / dense if axis == "params" else bound)
+        target = Target(axis, bound / dense, True) if axis == "params" else Target(axis, bound, False)
         chosen = result.best_under(target)
-        fitting = [p for p in result.everything() if p.value(axis) <= bound * (1 + 1e-12)]
+        fitting = [p for p in result.everything() if p.value(axis) <= bound * (1 + 1e-12) and result.counts(p, axis)]
         if not fitting:
             assert chosen is None
             continue
@@ -195,7 +208,7 @@ def test_the_result_round_trips_through_json_and_prints_a_table(result):
     again = FrontierResult.from_json(json.loads(json.dumps(result.to_json())))
     assert again == result
     table = format_table(result)
-    assert "| 100 % | original | original | 100.0 % |" in table
+    assert f"| 100 % | original | original | {TOTAL * 4 / MIB:.1f} | 100.0 % |" in table
     for family in result.families():
         assert f"| {family}" in table or f", {family}:" in table
     assert all(family in FAMILIES for family in result.families())
@@ -212,7 +225,7 @@ def test_a_cached_rerun_does_no_model_work(backend, spec, request_, result, monk
     monkeypatch.setattr(Recipe, "apply", refuse)
     monkeypatch.setattr(Backend, "analyze", refuse)
     try:
-        again = backend.frontier(spec, request_, sizes=SIZES, **SMALL)
+        again = backend.frontier(spec, request_, axis="params", sizes=SIZES, **SMALL)
     finally:
         handle.remove()
     assert again == result and calls == []
@@ -243,11 +256,12 @@ def test_a_stopped_frontier_resumes_from_the_points_it_finished(backend, spec, r
 
 
 def test_a_target_joins_the_sizes_and_sets_the_axis(backend, spec, request_):
-    found = backend.frontier(spec, request_, sizes=(0.9,), target=Target("mib", 0.3), **SMALL)
-    expected = round(0.3 * MIB / (TOTAL * 4), 3)
-    assert found.axis == "mib" and found.sizes == (0.9, expected)
-    chosen = found.best_under(Target("mib", 0.3))
-    assert chosen is not None and chosen.weight_bytes <= 0.3 * MIB
+    goal = check_target("bytes=0.3MiB")
+    found = backend.frontier(spec, request_, sizes=(0.9,), target=goal, **SMALL)
+    expected = round(int(0.3 * MIB) / (TOTAL * 4), 3)
+    assert found.axis == "bytes" and found.sizes == (0.9, expected)
+    chosen = found.best_under(goal)
+    assert chosen is not None and chosen.weight_bytes <= 0.3 * MIB and chosen.families
 
 
 def _cli(capsys, *args):
@@ -261,21 +275,22 @@ def _cli(capsys, *args):
 def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_target(tiny_folder, tmp_path, capsys):
     from evaluation import recipe_file
 
-    code, out, err = _cli(capsys, "--frontier", "--sizes", "90", "--target", "params=0.9", "--model", tiny_folder,
+    code, out, err = _cli(capsys, "--frontier", "--sizes", "90", "--target", "bytes=0.9", "--model", tiny_folder,
                           "--task", "arc_easy", "--limit", 2, "--ppl_seq_len", 32, "--ppl_windows", 2,
                           "--output_folder", tmp_path, "--export_dir", tmp_path / "best")
     assert code == 0, err
-    data = json.loads((tmp_path / "frontier_params.json").read_text())
+    data = json.loads((tmp_path / "frontier_bytes.json").read_text())
     result = FrontierResult.from_json(data["frontier"])
-    chosen = result.best_under(Target("params", 0.9))
-    assert data["target"]["best"] == chosen.to_json() and chosen.params <= 0.9 * result.dense.params
-    assert "| 100 % | original | original | 100.0 % |" in out and "Best under 90 % of the parameters:" in out
+    chosen = result.best_under(Target("bytes", 0.9, True))
+    assert data["target"]["best"] == chosen.to_json() and chosen.weight_bytes <= 0.9 * result.dense.weight_bytes
+    assert data["target"]["of_original"] is True and "| 100 % | original | original |" in out
+    assert "Best under 90 % of the original's bytes as stored:" in out
     assert json.dumps(chosen.recipe.to_json()) in out  # the recipe, to give to --recipe or to Python
     assert recipe_file.read(str(tmp_path / "best")).recipe == chosen.recipe  # saved like any export
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--frontier", "--target", "size=3"], "A target is params=0.8"),
+    (["--frontier", "--target", "size=3"], "A target is bytes=0.8"),
     (["--frontier", "nosuch"], "Unknown method 'nosuch' for --frontier"),
     (["--full", "--sizes", "90"], "go with --frontier"),
     (["--frontier", "--axis", "ms", "--target", "mib=400"], "leave out --axis"),
@@ -290,8 +305,8 @@ def test_the_command_line_refuses_bad_frontier_options_in_one_line(capsys, args,
 def test_a_latency_target_is_planned_from_the_rate_timed_at_load(backend, spec, request_):
     backend.load(spec)  # times the decode rate once
     rate_ms = 1000 * backend.rates(spec).decode_s_per_token
-    found = backend.frontier(spec, request_, sizes=(0.9,), target=Target("ms", 0.5 * rate_ms), **SMALL)
+    found = backend.frontier(spec, request_, sizes=(0.9,), target=Target("ms", 0.5 * rate_ms, False), **SMALL)
     assert found.axis == "ms" and found.sizes == (0.9, 0.5)
     assert {"int8", "int4", "2:4"} <= {f for p in found.points for f in p.families}  # every family has a latency
-    chosen = found.best_under(Target("ms", 0.5 * rate_ms))
-    assert chosen is None or chosen.ms <= 0.5 * rate_ms
+    chosen = found.best_under(Target("ms", 0.5 * rate_ms, False))
+    assert chosen is None or (chosen.ms <= 0.5 * rate_ms and gains(chosen, found.dense))
