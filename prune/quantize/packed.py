@@ -28,6 +28,7 @@ from prune.core.architectures import decoder_layers
 from prune.core.storage import is_quantized
 
 aten = torch.ops.aten
+ALIGN = 64  # bytes: where the int8 kernel's weight and input must start
 KERNEL_ROWS = 16  # the int4 CPU packing takes a multiple of 16 rows
 INT8_KERNEL = "torch._weight_int8pack_mm (bfloat16 activations)"
 INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu (bfloat16 activations)"
@@ -46,7 +47,7 @@ class Int8Rows(TorchAOBaseTensor):
 
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype):
         super().__init__()
-        self.qdata, self.scale = qdata, scale  # [N, K] int8, [N]
+        self.qdata, self.scale = _aligned(qdata), scale  # [N, K] int8, [N]
 
     def values(self) -> torch.Tensor:
         return self.qdata
@@ -61,7 +62,7 @@ class Int8Rows(TorchAOBaseTensor):
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] @ Wᵀ by the int8 kernel; a bfloat16 scale goes into the kernel, another is applied after."""
         inside = self.scale if self.scale.dtype == torch.bfloat16 else torch.ones_like(self.scale, dtype=torch.bfloat16)
-        out = torch._weight_int8pack_mm(x.to(torch.bfloat16), self.qdata, inside).to(self.dtype)
+        out = torch._weight_int8pack_mm(_aligned(x.to(torch.bfloat16)), self.qdata, inside).to(self.dtype)
         return out if inside is self.scale else out * self.scale
 
     def moved(self, device: torch.device, dtype: torch.dtype) -> Int8Rows:
@@ -122,6 +123,13 @@ class Int4Groups(TorchAOBaseTensor):
         scales = self.scales().to(self.dtype)
         return IntxUnpackedToInt8Tensor(self.values(), scales, torch.zeros_like(scales, dtype=torch.int8), torch.int4,
                                         (1, self.group), self.dtype, None)
+
+
+def _aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, copied if its data does not start on 64 bytes: the int8 kernel crashes on unaligned rows (e.g. a
+    tensor read from a safetensors file at an odd offset)."""
+    return tensor if tensor.data_ptr() % ALIGN == 0 and tensor.is_contiguous() else tensor.clone(
+        memory_format=torch.contiguous_format)
 
 
 def _dequantize(self) -> torch.Tensor:
