@@ -226,9 +226,3 @@ class SavesTorchao(TorchAoHfQuantizer):
 def is_packed(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` is a weight in kernel form."""
     return isinstance(tensor, (Int8Rows, Int4Groups))
-
-
-def kernel_of(model: torch.nn.Module) -> str | None:
-    """Which products the model's quantized weights run ('torch._weight_int8pack_mm (…)'); None: none quantized."""
-    found = sorted({p.kernel() for p in model.parameters() if is_packed(p)})
-    return "; ".join(found) or None

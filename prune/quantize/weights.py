@@ -29,6 +29,7 @@ from torch import nn
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Matrix, pays
+from prune.core.storage import is_quantized
 from prune.core.surgery import clone_layers
 
 QUANTIZED_FIELD = "layercut_quantized"  # config: what was quantized, for the card and a reloaded export
@@ -77,6 +78,17 @@ def quantize(model: nn.Module, bits: int, group: int | None) -> nn.Module:
     setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": len(chosen),
                                               "dense": len(linears) - len(chosen)})
     return packed_model(variant)
+
+
+def kernel_of(model: nn.Module) -> str | None:
+    """Which products the model's quantized weights run, for a speed row ('torch._weight_int8pack_mm (bfloat16
+    activations)'; torchao's own weights: 'dequantize, then multiply'); None when no weight is quantized."""
+    quantized = [p for p in model.parameters() if is_quantized(p)]
+    if not quantized:
+        return None
+    from prune.quantize.packed import FALLBACK, is_packed
+
+    return "; ".join(sorted({p.kernel() if is_packed(p) else FALLBACK for p in quantized}))
 
 
 def restore(model: nn.Module) -> nn.Module:

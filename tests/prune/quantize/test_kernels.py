@@ -11,9 +11,9 @@ from torch import nn
 import prune  # noqa: F401  (registers the steps)
 from prune.core.architectures import decoder_layers
 from prune.core.surgery import clone_layers
-from prune.quantize.packed import FALLBACK, INT4_KERNEL, INT8_KERNEL, Int4Groups, _pack, _unpack, kernel_of
+from prune.quantize.packed import FALLBACK, INT4_KERNEL, INT8_KERNEL, Int4Groups, _pack, _unpack
 from prune.quantize.step import Quantize
-from prune.quantize.weights import torchao_config
+from prune.quantize.weights import kernel_of, torchao_config
 
 from conftest import tiny_model
 

@@ -20,7 +20,8 @@ from prune.core.recipe import Recipe
 from prune.core.storage import dense, is_quantized, nbytes
 from prune.core.surgery import clone_layers
 from prune.lowrank.step import Decompose
-from prune.quantize.packed import kernel_of
+from prune.quantize.packed import FALLBACK
+from prune.quantize.weights import kernel_of
 from prune.quantize.step import Quantize
 from prune.quantize.weights import QUANTIZED_FIELD
 from prune.sparsity.step import Sparsify
@@ -110,7 +111,7 @@ def test_a_saved_quantized_folder_reloads_in_plain_transformers_with_the_same_lo
     save_checkpoint(variant, None, tmp_path)
     assert folder_bytes(tmp_path) == checkpoint_bytes(variant)  # the size computed without writing
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
-    assert is_quantized(reloaded.model.layers[0].mlp.down_proj.weight)
+    assert is_quantized(reloaded.model.layers[0].mlp.down_proj.weight) and kernel_of(reloaded) == FALLBACK
     assert torch.equal(logits(reloaded), logits(in_torchao_form(variant)))  # torchao's products of the same numbers
     tiny_tokenizer.save_pretrained(tmp_path)
     loaded, _ = prune.load_model(str(tmp_path), device="cpu")  # packed again: the kernels, the same numbers
@@ -127,9 +128,10 @@ def in_torchao_form(variant):
     return reference
 
 
-def test_a_quantized_variant_parked_in_a_file_computes_the_same_and_counts_its_real_bytes():
+@pytest.mark.parametrize("bits", [8, 4])
+def test_a_quantized_variant_parked_in_a_file_computes_the_same_and_counts_its_real_bytes(bits):
     model = tiny_model("llama", 2)
-    variant = Quantize.of(8).apply(model)
+    variant = Quantize.of(bits).apply(model)
     expected = logits(variant)
     buffers = sum(b.numel() * b.element_size() for b in variant.buffers())
     assert parking.weight_bytes(variant) - buffers == weight_bytes(variant) < weight_bytes(model)
