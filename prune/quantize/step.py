@@ -67,12 +67,12 @@ class Quantize(Step):
         found = getattr(model.config, QUANTIZED_FIELD, None) or {}
         dense = found.get("dense", 0)
         kept = f"; {dense} projection(s) kept dense (input width not a multiple of the group)" if dense else ""
-        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. In LayerCut the "
-                f"products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to bfloat16"
-                f"{', int4 packed two values a byte with bfloat16 scales' if self.bits == 4 else ''}. Saved in "
-                "torchao's plain format (the same integers and scales): transformers with torchao installed reloads "
-                "it (`TorchAoConfig` in config.json) and dequantizes before each product, so its logits differ from "
-                "LayerCut's by the bfloat16 rounding of the activations.")
+        packed = ", int4 packed two values a byte with bfloat16 scales" if self.bits == 4 else ""
+        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. In LayerCut, on a "
+                f"CPU, the products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to "
+                f"bfloat16{packed}. Saved in torchao's plain format (the same integers and scales): transformers with "
+                "torchao installed reloads it (`TorchAoConfig` in config.json) and multiplies in the model's dtype, "
+                "so its logits differ from LayerCut's by the bfloat16 rounding of the activations.")
 
     def describe(self) -> str:
         """'int4 weight-only quantization (torchao, symmetric, groups of 32 inputs)'."""
