@@ -25,6 +25,7 @@ from torchao.utils import TorchAOBaseTensor
 from transformers.quantizers.quantizer_torchao import TorchAoHfQuantizer
 
 from prune.core.architectures import decoder_layers
+from prune.core.errors import InvalidInput
 from prune.core.storage import is_quantized
 
 aten = torch.ops.aten
@@ -145,7 +146,7 @@ def _linear(func, types, args, kwargs):
     x, weight, bias = args[0], args[1], args[2] if len(args) > 2 else None
     if weight.kernel() == FALLBACK:
         return torch.nn.functional.linear(x, weight.dequantize(), bias)
-    out = weight.product(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], weight.shape[0])
+    out = weight.product(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], weight.shape[0])
     return out if bias is None else out + bias
 
 
@@ -194,13 +195,15 @@ def _positions(rows: int, inputs: int, device) -> torch.Tensor:
 
 def from_torchao(weight) -> Int8Rows | Int4Groups:
     """torchao's symmetric weight (``Int8Tensor`` or ``IntxUnpackedToInt8Tensor``) in kernel form, the same numbers."""
-    if weight.zero_point is not None and bool(weight.zero_point.any()):
-        raise ValueError("LayerCut's kernels take symmetric weights (zero points 0).")
-    from torchao.quantization import Int8Tensor
+    from torchao.quantization import Int8Tensor, IntxUnpackedToInt8Tensor
 
-    if isinstance(weight, Int8Tensor):  # a scale per row
-        return Int8Rows(weight.qdata, weight.scale.reshape(-1).to(weight.dtype), weight.dtype)
-    return Int4Groups.of(weight.qdata, weight.scale, weight.block_size[1], weight.dtype)
+    int4 = isinstance(weight, IntxUnpackedToInt8Tensor) and weight.target_dtype == torch.int4
+    if not (isinstance(weight, Int8Tensor) or int4) or (weight.zero_point is not None and weight.zero_point.any()):
+        raise InvalidInput("LayerCut's kernels take torchao's symmetric int8 or int4 weights, not "
+                           f"{type(weight).__name__} with these zero points.")
+    if int4:
+        return Int4Groups.of(weight.qdata, weight.scale, weight.block_size[1], weight.dtype)
+    return Int8Rows(weight.qdata, weight.scale.reshape(-1).to(weight.dtype), weight.dtype)  # a scale per row
 
 
 def packed_model(model: nn.Module) -> nn.Module:

@@ -68,8 +68,8 @@ class Quantize(Step):
         dense = found.get("dense", 0)
         kept = f"; {dense} projection(s) kept dense (input width not a multiple of the group)" if dense else ""
         packed = ", int4 packed two values a byte with bfloat16 scales" if self.bits == 4 else ""
-        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. In LayerCut, on a "
-                f"CPU, the products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to "
+        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. In LayerCut, "
+                f"on a CPU, the products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to "
                 f"bfloat16{packed}. Saved in torchao's plain format (the same integers and scales): transformers with "
                 "torchao installed reloads it (`TorchAoConfig` in config.json) and multiplies in the model's dtype, "
                 "so its logits differ from LayerCut's by the bfloat16 rounding of the activations.")
@@ -108,8 +108,8 @@ FAMILY = register_family(Family(
           "last in a recipe, after any other step.",
     choices=(Choice("int8", "int8 weights (torchao, weight-only)",
                     "one int8 per weight and a scale per row: a quarter of float32's bytes; on a CPU the products run "
-                    "PyTorch's int8 kernel with bfloat16 activations. Last in a recipe: tick 'Start from this slot's cut' to quantize the "
-                    "slot's model.",
+                    "PyTorch's int8 kernel with bfloat16 activations. Last in a recipe: tick 'Start from this slot's "
+                    "cut' to quantize the slot's model.",
                     None),
              Choice("int4", f"int4 weights (torchao, weight-only, groups of {DEFAULT_GROUP})",
                     f"16 levels per weight, two a byte, a bfloat16 scale and zero per {DEFAULT_GROUP} inputs (about "

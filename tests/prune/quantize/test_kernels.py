@@ -1,5 +1,5 @@
-"""The kernel form of quantized weights: torchao's integers and scales kept (int4's scales rounded to bfloat16), the int4
-packing read back exactly, each kernel's product within the bound that bfloat16 activations allow, the fallback off the
+"""The kernel form of quantized weights: torchao's integers and scales kept (int4's scales rounded to bfloat16), the
+int4 packing read back exactly, each kernel's product within the bound that bfloat16 activations allow, the fallback off the
 kernels' shapes, and nothing that holds an autograd graph."""
 
 from __future__ import annotations
@@ -104,3 +104,16 @@ def test_the_kernels_are_named_and_no_weight_asks_for_gradients():
             plain = variant(input_ids=ids).logits
         with torch.inference_mode():  # how the speed step runs it
             assert torch.equal(variant(input_ids=ids).logits, plain)
+
+
+def test_torchao_weights_with_zero_points_are_refused_in_one_line():
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+
+    from prune.core.errors import InvalidInput
+    from prune.quantize.packed import from_torchao
+
+    values = torch.randint(-8, 8, (16, 32), dtype=torch.int8)
+    scales, zeros = torch.ones(16, 1), torch.ones(16, 1, dtype=torch.int8)
+    asymmetric = IntxUnpackedToInt8Tensor(values, scales, zeros, torch.int4, (1, 32), torch.float32, None)
+    with pytest.raises(InvalidInput, match="symmetric int8 or int4"):
+        from_torchao(asymmetric)

@@ -71,8 +71,8 @@ def test_int8_values_take_one_byte_and_int4_values_half_a_byte():
     """The real bytes, counted by hand: int8 values and a float32 scale per row; int4 values two a byte and a bfloat16
     scale and zero per group of inputs."""
     weight = tiny_model("llama", 1).model.layers[0].mlp.down_proj.weight  # 32 outputs × 64 inputs
-    made = {(bits, group): decoder_layers(Quantize.of(bits, group).apply(tiny_model("llama", 1)))[0].mlp.down_proj.weight
-            for bits, group in [(8, None), (4, 32), (4, 64)]}
+    made = {(bits, group): decoder_layers(Quantize.of(bits, group).apply(tiny_model("llama", 1)))[0].mlp.down_proj
+            .weight for bits, group in [(8, None), (4, 32), (4, 64)]}
     assert nbytes(made[8, None]) == 32 * 64 + 32 * 4
     assert nbytes(made[4, 32]) == 32 * 64 // 2 + 64 // 32 * 32 * 2 * 2
     assert nbytes(made[4, 64]) == 32 * 64 // 2 + 64 // 64 * 32 * 2 * 2
