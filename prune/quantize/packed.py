@@ -17,6 +17,7 @@ high). :meth:`to_torchao` gives torchao's plain tensors of the same numbers, whi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -31,6 +32,7 @@ from prune.core.storage import is_quantized
 aten = torch.ops.aten
 ALIGN = 64  # bytes: where the int8 kernel's weight and input must start
 KERNEL_ROWS = 16  # the int4 CPU packing takes a multiple of 16 rows
+BLOCK = 64  # rows: the int4 CPU packing is read back a block of this many rows at a time where it keeps them apart
 INT8_KERNEL = "torch._weight_int8pack_mm (bfloat16 activations)"
 INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu (bfloat16 activations)"
 FALLBACK = "dequantize, then multiply"
@@ -179,14 +181,27 @@ def _unpack(packed: torch.Tensor, shape, packing: str) -> torch.Tensor:
     if packing == "nibbles":
         return nibbles
     rows, inputs = shape
-    return torch.empty_like(nibbles).view(-1).index_put_((_positions(rows, inputs, packed.device),),
-                                                         nibbles.view(-1)).view(shape)
+    block = _block_positions(inputs) if rows % BLOCK == 0 else None
+    blocks = rows // BLOCK if block is not None else 1
+    where = block if block is not None else _positions(rows, inputs)
+    values = torch.empty_like(nibbles).view(blocks, -1)
+    values[:, where.to(packed.device)] = nibbles.view(blocks, -1)
+    return values.view(shape)
 
 
-def _positions(rows: int, inputs: int, device) -> torch.Tensor:
+@functools.lru_cache(maxsize=32)
+def _block_positions(inputs: int) -> torch.Tensor | None:
+    """:func:`_positions` of a block of :data:`BLOCK` rows, when the packing keeps each such block in its own bytes in
+    the same order (checked on two blocks: then the first block's bytes hold only its own rows); else None."""
+    two = _positions(2 * BLOCK, inputs)
+    first, second = two.view(2, -1)
+    return first.clone() if torch.equal(second, first + BLOCK * inputs) else None
+
+
+def _positions(rows: int, inputs: int) -> torch.Tensor:
     """For each nibble of the CPU packing (in the order :func:`_unpack` reads them), the weight position it holds."""
-    index = torch.arange(rows * inputs, device=device).view(rows, inputs)
-    found = torch.zeros(rows * inputs, dtype=torch.int64, device=device)
+    index = torch.arange(rows * inputs).view(rows, inputs)
+    found = torch.zeros(rows * inputs, dtype=torch.int64)
     for digit in range(math.ceil(math.log2(max(rows * inputs, 2)) / 4)):
         packed = _pack(((index >> (4 * digit)) & 15) - 8, "cpu")
         found += torch.stack([packed & 15, packed >> 4], -1).view(-1).to(torch.int64) << (4 * digit)
