@@ -117,3 +117,16 @@ def test_torchao_weights_with_zero_points_are_refused_in_one_line():
     asymmetric = IntxUnpackedToInt8Tensor(values, scales, zeros, torch.int4, (1, 32), torch.float32, None)
     with pytest.raises(InvalidInput, match="symmetric int8 or int4"):
         from_torchao(asymmetric)
+
+
+@pytest.mark.parametrize("bits, group", [(8, None), (4, 32)])
+def test_the_memory_table_counts_the_packed_bytes(bits, group):
+    from evaluation.measure.memory import weight_bytes
+
+    model = tiny_model("llama", 2)
+    matrices = [m for layer in decoder_layers(model) for m in layer.modules() if isinstance(m, nn.Linear)]
+    packed = sum(m.out_features * m.in_features + m.out_features * 4 if bits == 8 else
+                 m.out_features * m.in_features // 2 + m.in_features // group * m.out_features * 2 * 2
+                 for m in matrices)
+    dense = sum(m.weight.numel() * 4 for m in matrices)
+    assert weight_bytes(Quantize.of(bits, group).apply(model)) == weight_bytes(model) - dense + packed
