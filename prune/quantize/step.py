@@ -1,4 +1,4 @@
-"""The quantization family's recipe step: weight-only int8 or int4 through torchao, last in a recipe.
+"""The quantization family's recipe step: weight-only int8 or int4 (torchao's numbers, PyTorch's kernels), last.
 
 Registered under the kind ``quantize`` when ``prune`` is imported. It may follow any other step (or stand alone:
 "int4 alone") and nothing may follow it (:attr:`Quantize.last`): healing, sparsifying or cutting quantized weights
@@ -18,9 +18,11 @@ from prune.core.errors import InvalidInput
 from prune.core.family import Choice, Family, Option, register_family
 from prune.core.sizes import Size
 from prune.core.step import Estimate, Progress, Step, step
-from prune.quantize.weights import DEFAULT_GROUP, GROUPS, QUANTIZED_FIELD, check, quantize, quantized_bytes
+from prune.quantize.weights import DEFAULT_GROUP, GROUPS, QUANTIZED_FIELD, check, quantize, quantized_bytes, restore
 
 NAMES = {"int8": 8, "int4": 4}
+KERNELS = {8: "`torch._weight_int8pack_mm`", 4: "tinygemm's `_weight_int4pack_mm_for_cpu`"}  # a CPU's (elsewhere the
+# products dequantize, then multiply)
 
 
 @step("quantize")
@@ -65,13 +67,18 @@ class Quantize(Step):
         found = getattr(model.config, QUANTIZED_FIELD, None) or {}
         dense = found.get("dense", 0)
         kept = f"; {dense} projection(s) kept dense (input width not a multiple of the group)" if dense else ""
-        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. Saved in "
-                f"torchao's format: transformers with torchao installed reloads it (`TorchAoConfig` in config.json).")
+        packed = ", int4 packed two values a byte with bfloat16 scales" if self.bits == 4 else ""
+        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{kept}. In LayerCut, "
+                f"on a CPU, the products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to "
+                f"bfloat16{packed}. Saved in torchao's plain format (the same integers and scales): transformers with "
+                "torchao installed reloads it (`TorchAoConfig` in config.json) and multiplies in the model's dtype, "
+                "so its logits differ from LayerCut's by the bfloat16 rounding of the activations.")
 
     def describe(self) -> str:
         """'int4 weight-only quantization (torchao, symmetric, groups of 32 inputs)'."""
         scale = "one scale per row" if self.group is None else f"groups of {self.group} inputs"
         return f"int{self.bits} weight-only quantization (torchao, symmetric, {scale})"
+
 
     def short(self) -> str:
         """A column title: 'int8' or 'int4 g32'."""
@@ -100,19 +107,19 @@ FAMILY = register_family(Family(
     about="Stores every decoder matrix in int8 (a scale per row) or int4 (a scale per group of inputs), weight-only; "
           "last in a recipe, after any other step.",
     choices=(Choice("int8", "int8 weights (torchao, weight-only)",
-                    "one int8 per weight and a scale per row: a quarter of float32's bytes; the matrix products "
-                    "dequantize the weights. Last in a recipe: tick 'Start from this slot's cut' to quantize the "
-                    "slot's model.",
+                    "one int8 per weight and a scale per row: a quarter of float32's bytes; on a CPU the products run "
+                    "PyTorch's int8 kernel with bfloat16 activations. Last in a recipe: tick 'Start from this slot's "
+                    "cut' to quantize the slot's model.",
                     None),
              Choice("int4", f"int4 weights (torchao, weight-only, groups of {DEFAULT_GROUP})",
-                    f"16 levels per weight, a scale per {DEFAULT_GROUP} inputs (as GGUF's Q4_0). On a CPU torchao "
-                    "stores each 4-bit value in a byte: no memory saved against int8 (the memory table shows the real "
-                    "bytes); a GGUF Q4_0 export stores 4.5 bits per weight.", None)),
+                    f"16 levels per weight, two a byte, a bfloat16 scale and zero per {DEFAULT_GROUP} inputs (about "
+                    "0.6 of int8's bytes); on a CPU the products run PyTorch's int4 kernel (tinygemm) with bfloat16 "
+                    "activations.", None)),
     build=build,
     options=(Option("--quantize", dict(choices=tuple(NAMES), default=None,
                                        help="last: store every decoder matrix in int8 (a scale per row) or int4 (a "
                                             "scale per group), weight-only, through torchao")),
              Option("--quant_group", dict(type=int, choices=GROUPS, default=None,
                                           help=f"with --quantize int4: inputs per scale (default {DEFAULT_GROUP})"))),
-    from_args=from_args, check_args=check_args, stage=9,
+    from_args=from_args, check_args=check_args, stage=9, restore=restore,
 ))

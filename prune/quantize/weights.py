@@ -6,16 +6,17 @@ pins transformers ≤ 5.17 and does not install beside our stack (``../shared/NO
 
 * **int8**: ``Int8WeightOnlyConfig``: one int8 per weight, one symmetric scale per output row.
 * **int4**: ``IntxWeightOnlyConfig(int4, PerGroup(g))``: 16 levels, one symmetric scale per group of ``g`` inputs
-  (32 by default, GGUF's Q4_0 group). On a CPU, torchao 0.18 has no packed int4 layout (its ``Int4WeightOnlyConfig``
-  layouts need CUDA with bfloat16, or the ``mslk`` kernels), so each 4-bit value is **stored in a byte**: int4 here
-  saves no memory against int8, and the memory table shows those real bytes. A GGUF Q4_0 export stores 4.5 bits per
-  weight.
+  (32 by default, GGUF's Q4_0 group).
+
+torchao computes the integers and scales; :mod:`prune.quantize.packed` then holds them as PyTorch's CPU kernels read
+them (int4 two values a byte, its scales in bfloat16 beside tinygemm's zeros) and multiplies through those kernels,
+activations in bfloat16. Saving converts them back to torchao's plain tensors (same integers, the int4 scales as
+rounded), which transformers saves and reloads (``TorchAoConfig``); ``prune.load_model`` packs them again.
 
 Every ``nn.Linear`` of the decoder layers is quantized (a low-rank step's two factors too); embeddings, norms and the
 LM head stay as they are (torchao's and transformers' default leaves the tied embedding alone). A projection whose
-input width is not a multiple of the group stays dense and is counted. Activations stay in the model's dtype: the
-matrix products dequantize the weights (weight-only). The original is never altered: the variant's layers are clones
-(``prune.core.surgery.clone_layers``) whose linear modules get new, quantized parameters.
+input width is not a multiple of the group stays dense and is counted. The original is never altered: the variant's
+layers are clones (``prune.core.surgery.clone_layers``) whose linear modules get new, quantized parameters.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from torch import nn
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Matrix, pays
+from prune.core.storage import is_quantized
 from prune.core.surgery import clone_layers
 
 QUANTIZED_FIELD = "layercut_quantized"  # config: what was quantized, for the card and a reloaded export
@@ -59,7 +61,8 @@ def quantize(model: nn.Module, bits: int, group: int | None) -> nn.Module:
     """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit; ``model`` is untouched."""
     from torchao.quantization import quantize_
     from transformers import TorchAoConfig
-    from transformers.quantizers.auto import AutoHfQuantizer
+
+    from prune.quantize.packed import packed_model
 
     if getattr(model, "hf_quantizer", None) is not None:
         raise InvalidInput("This model is already quantized: quantize the unquantized model, once.")
@@ -71,18 +74,36 @@ def quantize(model: nn.Module, bits: int, group: int | None) -> nn.Module:
                            f"nn.Linear maps{'' if group is None else f' whose input width is a multiple of {group}'}.")
     config = torchao_config(bits, group)
     quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
-    quantization = TorchAoConfig(config)
-    variant.config.quantization_config = quantization
-    variant.hf_quantizer = AutoHfQuantizer.from_config(quantization)  # what save_pretrained flattens the weights by
+    variant.config.quantization_config = TorchAoConfig(config)
     setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": len(chosen),
                                               "dense": len(linears) - len(chosen)})
-    return variant
+    return packed_model(variant)
+
+
+def kernel_of(model: nn.Module) -> str | None:
+    """Which products the model's quantized weights run, for a speed row ('torch._weight_int8pack_mm (bfloat16
+    activations)'; torchao's own weights: 'dequantize, then multiply'); None when no weight is quantized."""
+    quantized = [p for p in model.parameters() if is_quantized(p)]
+    if not quantized:
+        return None
+    from prune.quantize.packed import FALLBACK, is_packed
+
+    return "; ".join(sorted({p.kernel() if is_packed(p) else FALLBACK for p in quantized}))
+
+
+def restore(model: nn.Module) -> nn.Module:
+    """A reloaded export's torchao weights in kernel form again (the same numbers)."""
+    if getattr(model.config, QUANTIZED_FIELD, None) is None:
+        return model
+    from prune.quantize.packed import packed_model
+
+    return packed_model(model)
 
 
 def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, copied: bool) -> int:
-    """What one layer matrix owns once quantized: int8 values, a scale (the model's dtype) and an int8 zero point per
-    row (int8) or per group (int4). One kept dense (input width not a multiple of the group) owns what it did:
-    its bytes if an earlier step ``copied`` the matrices, else nothing (it is the original's)."""
+    """What one layer matrix owns once quantized: int8 values and a scale (the model's dtype) per row, or int4 values
+    two a byte and a bfloat16 scale and zero per group. One kept dense (input width not a multiple of the group) owns
+    what it did: its bytes if an earlier step ``copied`` the matrices, else nothing (it is the original's)."""
     factored = matrix.rank is not None and pays(matrix.outputs, matrix.inputs, matrix.rank)
     maps = ([(matrix.rank, matrix.inputs), (matrix.outputs, matrix.rank)] if factored  # a low-rank step's factors
             else [(matrix.outputs, matrix.inputs)])
@@ -90,9 +111,10 @@ def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, 
     for outputs, inputs in maps:
         if group is not None and inputs % group:
             total += outputs * inputs * element if copied else 0
+        elif group is None:
+            total += outputs * inputs + outputs * element
         else:
-            scales = outputs * (1 if group is None else inputs // group)
-            total += outputs * inputs + scales * (element + 1)
+            total += outputs * inputs // 2 + outputs * (inputs // group) * 2 * 2
     return total + (matrix.outputs * element if matrix.bias else 0)
 
 

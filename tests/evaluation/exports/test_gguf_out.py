@@ -148,6 +148,21 @@ def test_torchao_weights_are_dequantized_then_written(folder, tiny_tokenizer):
     torch.testing.assert_close(_logits(_reload(path)), _logits(model), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("bits", [8, 4])
+def test_layercuts_packed_weights_are_dequantized_then_written(bits, folder, tiny_tokenizer):
+    from prune.core.storage import dense
+    from prune.quantize.step import Quantize
+
+    model = Quantize.of(bits).apply(tiny_model("llama", 2))
+    path = write_gguf(model, tiny_tokenizer, folder / f"int{bits}.gguf", "F16")
+    reference = tiny_model("llama", 2)  # the dequantized weights (float32; the file rounds them to F16)
+    for mine, theirs in zip(model.model.layers, reference.model.layers):
+        for (_, module), (_, plain) in zip(mine.named_modules(), theirs.named_modules()):
+            if isinstance(module, nn.Linear):
+                plain.weight = nn.Parameter(dense(module.weight), requires_grad=False)
+    torch.testing.assert_close(_logits(_reload(path)), _logits(reference), rtol=1e-3, atol=1e-3)
+
+
 # ---------------------------------------------------------------- metadata and tensors
 
 

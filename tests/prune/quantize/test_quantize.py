@@ -1,6 +1,7 @@
-"""Weight-only quantization (torchao): the stored values against the rule computed by hand, the original untouched,
-the bytes counted before building equal to those owned after, an export that plain transformers reloads with the
-same logits, a parked variant that computes the same, and the refusals."""
+"""Weight-only quantization (torchao's numbers in PyTorch's kernels' form): the stored values against the rule computed
+by hand, the original untouched, the bytes counted before building equal to those owned after, an export that plain
+transformers reloads with the dequantize-then-multiply logits (and LayerCut with the kernels' exactly), a parked variant
+that computes the same, and the refusals."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from prune.core.storage import dense, is_quantized, nbytes
+from prune.core.surgery import clone_layers
 from prune.lowrank.step import Decompose
+from prune.quantize.packed import FALLBACK
+from prune.quantize.weights import kernel_of
 from prune.quantize.step import Quantize
 from prune.quantize.weights import QUANTIZED_FIELD
 from prune.sparsity.step import Sparsify
@@ -32,13 +36,13 @@ def logits(model, ids=PROMPT):
         return model(input_ids=ids).logits
 
 
-def by_hand(weight: torch.Tensor, bits: int, group: int | None) -> torch.Tensor:
+def by_hand(weight: torch.Tensor, bits: int, group: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric quantization computed here: scale = max |w| / (2^(bits-1) - 0.5) per row or group, q = round(w / scale)
-    clamped to the signed range (torchao multiplies by the scale's reciprocal), dequantized."""
+    clamped to the signed range (torchao multiplies by the scale's reciprocal): (q [N, K], scales [N, K/g])."""
     rows = weight.reshape(weight.shape[0], -1, group or weight.shape[1])
     scale = rows.abs().amax(-1, keepdim=True) / (2 ** (bits - 1) - 0.5)
     levels = (rows * (1.0 / scale)).round().clamp(-2 ** (bits - 1), 2 ** (bits - 1) - 1)
-    return (levels * scale).reshape(weight.shape)
+    return levels.reshape(weight.shape).to(torch.int8), scale[..., 0]
 
 
 @pytest.mark.parametrize("bits, group", [(8, None), (4, 32)])
@@ -51,8 +55,11 @@ def test_every_layer_matrix_holds_the_rule_computed_by_hand_and_the_original_is_
         for (name, module), (_, mine) in zip(original.named_modules(), quantized.named_modules()):
             if isinstance(module, nn.Linear):
                 assert is_quantized(mine.weight) and not is_quantized(module.weight), name
-                torch.testing.assert_close(dense(mine.weight), by_hand(module.weight.detach(), bits, group),
-                                           rtol=0, atol=1e-7)
+                levels, scales = by_hand(module.weight.detach(), bits, group)
+                stored = scales if bits == 8 else scales.to(torch.bfloat16)  # int4: tinygemm's bfloat16 scales
+                assert torch.equal(mine.weight.values(), levels) and torch.equal(mine.weight.scales(), stored), name
+                grouped = levels.reshape(*stored.shape, -1) * stored[..., None].float()
+                torch.testing.assert_close(dense(mine.weight), grouped.reshape(levels.shape), rtol=0, atol=0)
     assert not is_quantized(variant.lm_head.weight)  # the head and embeddings stay as they are
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name][0]) and p.data_ptr() == before[name][1], name
@@ -60,12 +67,15 @@ def test_every_layer_matrix_holds_the_rule_computed_by_hand_and_the_original_is_
     assert getattr(variant.config, QUANTIZED_FIELD) == {"bits": bits, "group": group, "quantized": 21, "dense": 0}
 
 
-def test_int8_values_take_one_byte_and_int4_values_one_byte_each_too_on_this_build():
-    """The real bytes: int8 values and a float32 scale and int8 zero point per row (int8) or per group (int4)."""
-    weight = tiny_model("llama", 1).model.layers[0].mlp.down_proj.weight  # 32 × 64
-    for bits, group, scales in [(8, None, 32), (4, 32, 64)]:
-        made = decoder_layers(Quantize.of(bits, group).apply(tiny_model("llama", 1)))[0].mlp.down_proj.weight
-        assert nbytes(made) == 32 * 64 + scales * (4 + 1)
+def test_int8_values_take_one_byte_and_int4_values_half_a_byte():
+    """The real bytes, counted by hand: int8 values and a float32 scale per row; int4 values two a byte and a bfloat16
+    scale and zero per group of inputs."""
+    weight = tiny_model("llama", 1).model.layers[0].mlp.down_proj.weight  # 32 outputs × 64 inputs
+    made = {(bits, group): decoder_layers(Quantize.of(bits, group).apply(tiny_model("llama", 1)))[0].mlp.down_proj
+            .weight for bits, group in [(8, None), (4, 32), (4, 64)]}
+    assert nbytes(made[8, None]) == 32 * 64 + 32 * 4
+    assert nbytes(made[4, 32]) == 32 * 64 // 2 + 64 // 32 * 32 * 2 * 2
+    assert nbytes(made[4, 64]) == 32 * 64 // 2 + 64 // 64 * 32 * 2 * 2
     assert nbytes(weight) == 32 * 64 * 4
 
 
@@ -101,16 +111,27 @@ def test_a_saved_quantized_folder_reloads_in_plain_transformers_with_the_same_lo
     save_checkpoint(variant, None, tmp_path)
     assert folder_bytes(tmp_path) == checkpoint_bytes(variant)  # the size computed without writing
     reloaded = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32)
-    assert is_quantized(reloaded.model.layers[0].mlp.down_proj.weight)
-    assert torch.equal(logits(reloaded), logits(variant))
+    assert is_quantized(reloaded.model.layers[0].mlp.down_proj.weight) and kernel_of(reloaded) == FALLBACK
+    assert torch.equal(logits(reloaded), logits(in_torchao_form(variant)))  # torchao's products of the same numbers
     tiny_tokenizer.save_pretrained(tmp_path)
-    loaded, _ = prune.load_model(str(tmp_path), device="cpu")
+    loaded, _ = prune.load_model(str(tmp_path), device="cpu")  # packed again: the kernels, the same numbers
+    assert kernel_of(loaded) == kernel_of(variant) is not None
     assert torch.equal(logits(loaded), logits(variant))
 
 
-def test_a_quantized_variant_parked_in_a_file_computes_the_same_and_counts_its_real_bytes():
+def in_torchao_form(variant):
+    """A copy of ``variant`` whose kernel-form weights are torchao's plain tensors of the same numbers."""
+    reference = clone_layers(variant)
+    for module in reference.modules():
+        if isinstance(module, nn.Linear) and is_quantized(module.weight):
+            module.weight = nn.Parameter(module.weight.to_torchao(), requires_grad=False)
+    return reference
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_a_quantized_variant_parked_in_a_file_computes_the_same_and_counts_its_real_bytes(bits):
     model = tiny_model("llama", 2)
-    variant = Quantize.of(8).apply(model)
+    variant = Quantize.of(bits).apply(model)
     expected = logits(variant)
     buffers = sum(b.numel() * b.element_size() for b in variant.buffers())
     assert parking.weight_bytes(variant) - buffers == weight_bytes(variant) < weight_bytes(model)

@@ -1,0 +1,132 @@
+"""The kernel form of quantized weights: torchao's integers and scales kept (int4's scales rounded to bfloat16), the
+int4 packing read back exactly, each kernel's product within the bound that bfloat16 activations allow, the fallback off the
+kernels' shapes, and nothing that holds an autograd graph."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import prune  # noqa: F401  (registers the steps)
+from prune.core.architectures import decoder_layers
+from prune.core.surgery import clone_layers
+from prune.quantize.packed import FALLBACK, INT4_KERNEL, INT8_KERNEL, Int4Groups, _pack, _unpack
+from prune.quantize.step import Quantize
+from prune.quantize.weights import kernel_of, torchao_config
+
+from conftest import tiny_model
+
+UNIT = 2.0 ** -9  # bfloat16's unit roundoff (8 significant bits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bits, group", [(8, None), (4, 32), (4, 64)])
+def test_the_stored_integers_and_scales_are_torchaos(bits, group, dtype):
+    from torchao.quantization import quantize_
+
+    model = tiny_model("llama", 2).to(dtype)
+    theirs = clone_layers(model)
+    quantize_(decoder_layers(theirs), torchao_config(bits, group),
+              filter_fn=lambda m, _: isinstance(m, nn.Linear) and (group is None or m.in_features % group == 0))
+    ours = Quantize.of(bits, group).apply(model)
+    for mine, torchao in zip(decoder_layers(ours), decoder_layers(theirs)):
+        for (name, module), (_, reference) in zip(mine.named_modules(), torchao.named_modules()):
+            if isinstance(module, nn.Linear) and hasattr(reference.weight, "qdata"):
+                weight, expected = module.weight, reference.weight
+                scales = expected.scale.reshape(weight.shape[0], -1).to(dtype if bits == 8 else torch.bfloat16)
+                assert torch.equal(weight.values(), expected.qdata) and torch.equal(weight.scales(), scales), name
+                assert not expected.zero_point.any()  # symmetric: the zero points LayerCut leaves out are zeros
+                assert weight.dequantize().dtype == dtype
+
+
+@pytest.mark.parametrize("rows, inputs", [(64, 256), (48, 64), (16, 32), (2048, 96)])
+def test_the_cpu_packing_is_read_back_exactly(rows, inputs):
+    values = torch.randint(-8, 8, (rows, inputs), dtype=torch.int8, generator=torch.Generator().manual_seed(rows))
+    for packing in ("cpu", "nibbles"):
+        packed = _pack(values, packing)
+        assert packed.dtype == torch.uint8 and packed.shape == (rows, inputs // 2)  # two values a byte
+        assert torch.equal(_unpack(packed, values.shape, packing), values)
+
+
+def kernel_and_reference(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+    """(the quantized linear's output, the exact float64 product of its input and its dequantized weight, and the bound
+    on their difference) for a 3-D input."""
+    x = torch.randn(2, 5, weight.shape[1], generator=torch.Generator().manual_seed(1)).to(dtype)
+    layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None).to(dtype)
+    layer.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        layer.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
+    dense = weight.dequantize().double()
+    exact = x.double() @ dense.T + (0 if bias is None else layer.bias.double())
+    # bfloat16 input (≤ UNIT·|x|), float32 accumulation (≤ K·2⁻²⁴ of the sum), a bfloat16 output (≤ UNIT·|y|), the
+    # bias added in the model's dtype: each term relative to Σ|x||w| (+ |b|)
+    size = x.double().abs() @ dense.abs().T + (0 if bias is None else layer.bias.double().abs())
+    bound = (2 * UNIT + weight.shape[1] * 2.0 ** -23) * size * (1 + 2 * UNIT)
+    with torch.inference_mode():
+        return layer(x), exact, bound
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bits, group, kernel", [(8, None, INT8_KERNEL), (4, 32, INT4_KERNEL), (4, 128, INT4_KERNEL)])
+def test_each_kernels_product_is_the_dequantized_product_to_bfloat16_rounding(bits, group, kernel, dtype):
+    model = tiny_model("llama", 1)
+    layer = decoder_layers(model)[0]
+    layer.mlp.down_proj = nn.Linear(256, 64, bias=True)  # 64 outputs: the int4 packing's 64-row blocks
+    variant = Quantize.of(bits, group).apply(model.to(dtype))
+    linear = decoder_layers(variant)[0].mlp.down_proj
+    assert linear.weight.kernel() == kernel
+    out, exact, bound = kernel_and_reference(linear.weight, linear.bias, dtype)
+    assert out.dtype == dtype and not out.requires_grad
+    assert bool(((out.double() - exact).abs() <= bound).all())
+
+
+def test_an_int4_matrix_off_the_kernels_rows_is_still_packed_and_multiplies_its_dequantized_values():
+    values = torch.randint(-8, 8, (24, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
+    scales = torch.rand(24, 2) / 10
+    weight = Int4Groups.of(values, scales, 32, torch.float32)
+    assert weight.packing == "nibbles" and weight.kernel() == FALLBACK and weight.packed.numel() == 24 * 32
+    out, exact, _ = kernel_and_reference(weight, None, torch.float32)
+    torch.testing.assert_close(out.double(), exact, rtol=1e-6, atol=1e-6)  # float32 throughout
+    assert torch.equal(weight.values(), values)
+
+
+def test_the_kernels_are_named_and_no_weight_asks_for_gradients():
+    model = tiny_model("llama", 2)
+    assert kernel_of(model) is None
+    for bits, kernel in [(8, INT8_KERNEL), (4, INT4_KERNEL)]:
+        variant = Quantize.of(bits).apply(model)
+        assert kernel_of(variant) == kernel
+        assert not any(p.requires_grad for layer in decoder_layers(variant) for p in layer.parameters()
+                       if hasattr(p, "__tensor_flatten__"))
+        ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+        with torch.no_grad():
+            plain = variant(input_ids=ids).logits
+        with torch.inference_mode():  # how the speed step runs it
+            assert torch.equal(variant(input_ids=ids).logits, plain)
+
+
+def test_torchao_weights_with_zero_points_are_refused_in_one_line():
+    from torchao.quantization import IntxUnpackedToInt8Tensor
+
+    from prune.core.errors import InvalidInput
+    from prune.quantize.packed import from_torchao
+
+    values = torch.randint(-8, 8, (16, 32), dtype=torch.int8)
+    scales, zeros = torch.ones(16, 1), torch.ones(16, 1, dtype=torch.int8)
+    asymmetric = IntxUnpackedToInt8Tensor(values, scales, zeros, torch.int4, (1, 32), torch.float32, None)
+    with pytest.raises(InvalidInput, match="symmetric int8 or int4"):
+        from_torchao(asymmetric)
+
+
+@pytest.mark.parametrize("bits, group", [(8, None), (4, 32)])
+def test_the_memory_table_counts_the_packed_bytes(bits, group):
+    from evaluation.measure.memory import weight_bytes
+
+    model = tiny_model("llama", 2)
+    matrices = [m for layer in decoder_layers(model) for m in layer.modules() if isinstance(m, nn.Linear)]
+    packed = sum(m.out_features * m.in_features + m.out_features * 4 if bits == 8 else
+                 m.out_features * m.in_features // 2 + m.in_features // group * m.out_features * 2 * 2
+                 for m in matrices)
+    dense = sum(m.weight.numel() * 4 for m in matrices)
+    assert weight_bytes(Quantize.of(bits, group).apply(model)) == weight_bytes(model) - dense + packed
