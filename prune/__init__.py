@@ -13,7 +13,7 @@ Public API::
     small = prune.Quantize.of(4).apply(model)  # int4 weights (torchao, weight-only); ``model`` untouched
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from prune.core.calibration import Calibration  # noqa: E402
 from prune.core.errors import LayerCutError  # noqa: E402
