@@ -29,6 +29,8 @@ COMPILE_STEPS = 3  # decode steps of the compiling run: dynamo compiles on the f
 # on the second and replay from the third
 RECOMPILE_LIMIT = 64  # dynamo compiles the step once per model and shape; past its default 8 it would run eagerly
 SUFFIX = " (compiled)"
+COMPILE_ALLOWANCE_S = 60  # what a ZeroGPU job asks per model and batch size for the compile: an allowance, not
+# measured (benchmarks/gpu_check.py's decode step reports the compile seconds on a GPU)
 _STEPS: dict[str, object] = {}  # torch.compile's wrapper of _decode_step, per mode
 
 
