@@ -110,6 +110,12 @@ class CompiledRuns:
         return rows
 
 
+def release() -> None:
+    """Drop every compiled step and its CUDA graphs: they hold the timed models' weights (graph inputs) and memory
+    pools past the job, and a server's models come and go."""
+    torch._dynamo.reset()
+
+
 def eager_labelled(results: list[Measurement]) -> list[Measurement]:
     """Eager rows keep their names and say how they ran."""
     return [replace(m, details={**m.details, "mode": "eager"}) for m in results]

@@ -32,7 +32,7 @@ from prune.depth.stability import Stability, block_stability
 
 from evaluation.serving import allocator
 from evaluation.explain import cut as explain
-from evaluation.measure import generation, memory, sparse_kernels, speed
+from evaluation.measure import compiled as compiled_mode, generation, memory, sparse_kernels, speed
 from evaluation.measure.estimate import Rates
 from evaluation.quality import lm_eval_adapter, perplexity, reuse
 from evaluation.serving.jobs import building, cancellable, Job, JobRunner, Progress
@@ -318,7 +318,11 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
         when asked); each row says which kernel ran."""
         timed = {side.label: fast.get(side.label, side.model) for side in turn}
         rows = speed.measure_speed(timed, **settings)
-        rows += speed.measure_speed(timed, compiled=True, **settings) if compiled else []
+        if compiled:
+            try:
+                rows += speed.measure_speed(timed, compiled=True, **settings)
+            finally:
+                compiled_mode.release()
         return [replace(m, details={**m.details, "kernel": sparse_kernels.KERNEL if m.model in fast
                                     else sparse_kernels.DENSE}) for m in rows]
 

@@ -24,7 +24,7 @@ def _graphs() -> int:
     return counters["stats"]["unique_graphs"]  # dynamo's count of the graphs it has compiled in this process
 
 
-@pytest.mark.slow  # inductor builds C++ kernels: 23 s on a busy 2-core machine (45 s with a cold inductor cache)
+@pytest.mark.slow  # inductor builds C++ kernels: 23–45 s on a busy 2-core machine with a cold inductor cache, 2–4 s warm
 def test_the_compiled_mode_decodes_the_eager_tokens_and_compiles_only_in_its_first_run_at_a_shape():
     model = tiny_model("llama")
     prompt = torch.tensor([[5, 17, 3, 99, 42, 7], [1, 2, 3, 4, 5, 6]])  # [2, 6]
@@ -44,7 +44,7 @@ def test_the_compiled_mode_decodes_the_eager_tokens_and_compiles_only_in_its_fir
     assert one_row > 0
 
 
-@pytest.mark.slow  # as above: 23 s (two models, each compiled)
+@pytest.mark.slow  # as above (two models, each compiled)
 def test_speed_rows_in_the_compiled_mode_are_named_apart_and_give_each_models_compile_time():
     models = {"original": tiny_model("llama"), "A": tiny_model("llama", layers=2)}
     rows = speed.measure_speed(models, batch_sizes=(1,), prompt_len=6, new_tokens=(4,), repeats=1, compiled=True)
@@ -69,3 +69,18 @@ def test_the_compiled_mode_refuses_a_model_without_decoding():
     encoder = transformers.AutoModelForMaskedLM.from_config(config).eval()
     with pytest.raises(InvalidInput, match="generates nothing"):
         compiled.CompiledRuns(4).run(encoder, torch.tensor([[1, 2, 3]]), 4)
+
+
+@pytest.mark.slow  # as above (two tiny models compiled)
+def test_the_backend_gives_compiled_rows_beside_the_eager_ones_with_the_ideal_paired_by_mode(backend, spec):
+    from prune.core.recipe import Recipe
+
+    found = backend.speed(spec, {"pruned": Recipe.block(4, 1, 3)}, batch_sizes=(1,), prompt_len=6, new_tokens=(3,),
+                          repeats=1, compiled=True)
+    modes = {(m.model, m.details["mode"]) for m in found}
+    assert modes == {("original", "eager"), ("original", "compiled"), ("pruned", "eager"), ("pruned", "compiled")}
+    assert all(m.details["kernel"] == "dense" for m in found)
+    decode = [m for m in found if m.model == "pruned" and m.name.startswith("decode")]
+    assert sorted(m.name for m in decode) == ["decode latency per token (batch 1, 3 new)",
+                                              "decode latency per token (batch 1, 3 new) (compiled)"]
+    assert all(m.details["ideal_speedup"] > 1 for m in decode)  # each against the original's row of its own mode
