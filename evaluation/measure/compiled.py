@@ -83,7 +83,12 @@ class CompiledRuns:
         cache, fresh = self._cache(model, input_ids)
         compile_ms = 0.0
         if fresh:
-            prefill_ms, decode_ms, _ = generate(model, input_ids, COMPILE_STEPS + 1, cache)
+            try:
+                prefill_ms, decode_ms, _ = generate(model, input_ids, COMPILE_STEPS + 1, cache)
+            except Exception as error:  # dynamo or inductor refusing a layout (a quantized or sparse weight…)
+                reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+                raise InvalidInput(f"torch.compile could not compile this model's decode step ({reason}); "
+                                   "time it eagerly.") from error
             compile_ms = prefill_ms + decode_ms
         prefill_ms, decode_ms, _ = generate(model, input_ids, new_tokens, cache)
         return prefill_ms, decode_ms, compile_ms
