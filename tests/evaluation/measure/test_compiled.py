@@ -84,3 +84,13 @@ def test_the_backend_gives_compiled_rows_beside_the_eager_ones_with_the_ideal_pa
     assert sorted(m.name for m in decode) == ["decode latency per token (batch 1, 3 new)",
                                               "decode latency per token (batch 1, 3 new) (compiled)"]
     assert all(m.details["ideal_speedup"] > 1 for m in decode)  # each against the original's row of its own mode
+
+
+def test_a_model_the_compiler_refuses_is_one_line(monkeypatch):
+    def refusing(model, token, kwargs):
+        raise RuntimeError("Unsupported: a tensor subclass without __tensor_flatten__\nmore detail")
+
+    monkeypatch.setattr(compiled, "_compiled_step", lambda device: refusing)
+    with pytest.raises(InvalidInput, match=r"^torch.compile could not compile this model's decode step \(Unsupported: "
+                                           r"a tensor subclass without __tensor_flatten__\); time it eagerly.$"):
+        compiled.CompiledRuns(4).run(tiny_model("llama"), torch.tensor([[1, 2, 3]]), 4)
