@@ -1,7 +1,7 @@
 """The CUDA paths in one command: a Llama-2-7B-shaped random model in bf16 through every kind of job, one table.
 
     PYTHONPATH=. python benchmarks/gpu_check.py [--device cuda] [--data_dir ../shared/benchdata] [--small]
-                                                [--questions N] [--encoders_only]
+                                                [--questions N] [--encoders_only] [--decode_only] [--eager_only]
 
 Steps (each timed, with the peak GPU memory it reached): bf16 load of a random model of Llama-2-7B's shape
 (hidden 4096, 32 layers, MLP 11008, 32 heads; the embedded model's tokenizer and vocabulary), angular-distance
@@ -10,7 +10,11 @@ generation of the three side by side, speed and memory per column (the 2:4 varia
 semi-structured kernels where the GPU has them), a benchmark of the three on 100 ARC-Easy
 questions and 100 CBT-style cloze questions, width pruning to
 80 % by Wanda-sp and by LLM-Pruner's criterion (its backward pass), then the cut in int8 and the original in int4
-(torchao) timed and measured beside the original; last, a random BERT-large-shaped encoder and a T5-base-shaped
+(torchao) timed and measured beside the original; then batch-1 decode of the original, the cut, the original in
+int8 and in int4, each eager and compiled (a static KV cache, CUDA graphs; compile time apart), against the
+memory-bandwidth floor, written to ``benchmarks/results/gpu_decode_<card>.json`` (``benchmarks/decode_floor.py``;
+``--decode_only``: the load, then that step alone, the cut being the last quarter of the layers); last, a random
+BERT-large-shaped encoder and a T5-base-shaped
 encoder-decoder, each analysed (T5: each stack on its own), cut, Wanda-sparsified, timed and scored on the cloze task
 beside its original (``--encoders_only``: those steps alone). ``--small`` runs the same on tiny models (a check that
 the script works, on any device). On one H100 (PyTorch 2.11) the steps took 158 s in all, on one H200 148 s (with
@@ -34,6 +38,8 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="a tiny model: check the script, not the GPU")
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--encoders_only", action="store_true", help="only the encoder and T5 steps")
+    parser.add_argument("--decode_only", action="store_true", help="only the load and the eager/compiled decode step")
+    parser.add_argument("--eager_only", action="store_true", help="the decode step without its compiled runs")
     args = parser.parse_args()
     rows: list[tuple[str, float, float, str]] = []
     try:
@@ -77,6 +83,8 @@ def run(args, rows: list) -> None:
     backend = Backend(data_dir=args.data_dir, device=args.device)
     spec = backend.adopt(model, tokenizer)
     layers = config.num_hidden_layers
+    if args.decode_only:
+        return decode_modes(args, step, rows, backend, spec, Recipe.block(layers, layers - layers // 4, layers))
     angular = step("angular analysis",
                    lambda: (backend.analyze(spec, "angular", use_cache=False), "the default calibration"))
     step("Taylor+ analysis", lambda: (backend.analyze(spec, "taylor", use_cache=False), "one backward pass"))
@@ -119,8 +127,39 @@ def run(args, rows: list) -> None:
     for m in found:
         if m.name.startswith(("decode latency", "weight memory")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.1f} {m.unit}"))
+    decode_modes(args, step, rows, backend, spec, compared["A"])
     del backend, model
     encoders(args, step, rows, dtype)
+
+
+def decode_modes(args, step, rows: list, backend, spec, cut) -> None:
+    """Batch-1 decode of the original, ``cut``, the original in int8 and in int4, eager and compiled, against the
+    bandwidth floor; the rows also as JSON under benchmarks/results/."""
+    import decode_floor  # beside this script
+    from prune.core.recipe import Recipe
+    from prune.quantize.step import Quantize
+
+    recipes = {"original": Recipe(), "cut": cut, "int8": Recipe((Quantize.of(8),)), "int4": Recipe((Quantize.of(4),))}
+    models = {label: backend.model(spec, recipe) for label, recipe in recipes.items()}
+    modes = ("eager",) if args.eager_only else ("eager", "compiled")
+    found = step("decode: eager and compiled", lambda: (decode_floor.decode_rows(models, modes=modes),
+                                                        "batch 1, 128 + 32 tokens, " + " and ".join(modes)))
+    card = found["device"].split(" (")[0].replace(" ", "_")
+    path = decode_floor.write(found, f"gpu_decode_{card}.json" if not args.small else "decode_floor_dry_run.json")
+    for r in found["rows"]:
+        rows.append((f"  {r['model']}, {r['mode']}", float("nan"), float("nan"), r.get("error") or _decode_note(r)))
+    print(decode_floor.table(found) + f"\n\nwritten to {path}")
+
+
+def _decode_note(r: dict) -> str:
+    """One decode row in words: ms per token against its floor, the compile, memory beyond what was resident."""
+    parts = [f"{r['decode_ms']:.2f} ms/token, floor {r['floor_ms']:.2f} ms ({r['floor_share']:.0%})"]
+    if "compile_s" in r:
+        parts.append(f"compile {r['compile_s']:.1f} s")
+    if "peak_above_resident_mib" in r:
+        parts.append(f"peak +{r['peak_above_resident_mib']:,.0f} MiB over resident (KV cache {r['kv_cache_mib']:,.0f}"
+                     f" MiB; weights {r['weights_mib']:,.0f} MiB)")
+    return ", ".join(parts)
 
 
 def timed_step(args, rows: list):

@@ -3,26 +3,30 @@
     PYTHONPATH=. python benchmarks/two_four_kernels.py      (an NVIDIA GPU of compute capability 8.0 or newer)
 
 For each weight shape of a Llama-2-7B layer (4096 → 4096, 4096 → 11008, 11008 → 4096) and each number of
-input rows (tokens × batch: 1, 8, 128, 1024, 4096), a bfloat16 weight is pruned to 2:4 by magnitude and the
-product timed side by side in one run (CUDA events, median of 50 after 10 warm-ups): dense ``F.linear``, and
+input rows (tokens × batch: 1, 4, 8, 16, 32 as one-token decode steps, then 128, 1024, 4096), a bfloat16 weight
+is pruned to 2:4 by magnitude and the product timed side by side in one run (CUDA events, median of 50 after 10 warm-ups): dense ``F.linear``, and
 LayerCut's ``TwoFourLinear`` (the sparse weight fed a 2-D input) with each of PyTorch's two backends, cuSPARSELt
 (its default) and CUTLASS. It also checks that the sparse product equals the dense product of the pruned weight
 (bfloat16 tolerance), and whether a plain ``nn.Linear`` holding the sparse weight takes the 3-D input a model
-gives it.
+gives it. The figures go to ``benchmarks/results/two_four_kernels.json`` (this GPU's run replaces an earlier run on
+a GPU of the same name), which the speed tab reads: it times the 2:4 kernels only at batch sizes where they won here
+(``evaluation.measure.sparse_kernels.measured_wins``).
 """
 
 from __future__ import annotations
+
+import json
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.sparse import SparseSemiStructuredTensor
 
-from evaluation.measure.sparse_kernels import TwoFourLinear
+from evaluation.measure.sparse_kernels import RESULTS, TwoFourLinear
 from prune.sparsity.masks import _magnitude_mask
 
 SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))  # (in, out)
-ROWS = (1, 8, 128, 1024, 4096)
+ROWS = (1, 4, 8, 16, 32, 128, 1024, 4096)  # the speed tab's batch sizes (1–32: a decode step's rows), then prefills
 
 
 def timed(work, repeats: int = 50) -> float:
@@ -47,7 +51,7 @@ def main() -> None:
     print("| in → out | rows | dense (ms) | cuSPARSELt (ms) | dense ÷ cuSPARSELt | CUTLASS (ms) | dense ÷ CUTLASS | "
           "max error ÷ max output | nn.Linear, 3-D input |")
     print("|---|---|---|---|---|---|---|---|---|")
-    cutlass_note = ""
+    cutlass_note, measured = "", []
     with torch.no_grad():
         for fan_in, fan_out in SHAPES:
             dense = nn.Linear(fan_in, fan_out, bias=False, dtype=torch.bfloat16, device="cuda")
@@ -59,7 +63,7 @@ def main() -> None:
             plain = nn.Linear(fan_in, fan_out, bias=False, dtype=torch.bfloat16, device="cuda")
             plain.weight = nn.Parameter(fast.weight, requires_grad=False)
             for rows in ROWS:
-                x = torch.randn(rows, 1, fan_in, dtype=torch.bfloat16, device="cuda") if rows <= 8 else \
+                x = torch.randn(rows, 1, fan_in, dtype=torch.bfloat16, device="cuda") if rows <= 32 else \
                     torch.randn(1, rows, fan_in, dtype=torch.bfloat16, device="cuda")
                 expected = F.linear(x, dense.weight)
                 error = (fast(x).float() - expected.float()).abs().max().item() / expected.float().abs().max().item()
@@ -75,11 +79,24 @@ def main() -> None:
                     plain_note = "runs"
                 except (NotImplementedError, RuntimeError) as failure:
                     plain_note = "fails: " + str(failure).splitlines()[0][:60]
+                measured.append({"in": fan_in, "out": fan_out, "rows": rows, "dense_ms": dense_ms,
+                                 "sparse_ms": sparse_ms})
                 print(f"| {fan_in} → {fan_out} | {rows} ({tuple(x.shape)}) | {dense_ms:.3f} | {sparse_ms:.3f} | "
                       f"{dense_ms / sparse_ms:.2f} | {cutlass_ms:.3f} | {dense_ms / cutlass_ms:.2f} | {error:.1e} | "
                       f"{plain_note} |")
     if cutlass_note:
         print(f"\nCUTLASS: {cutlass_note}")
+    record({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "cusparselt": str(cusparselt.version()) if cusparselt and cusparselt.is_available() else None,
+            "rows": measured})
+
+
+def record(run: dict) -> None:
+    """This GPU's run into the results file, in place of an earlier run on a GPU of the same name."""
+    found = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"runs": []}
+    found["runs"] = [r for r in found["runs"] if r["device"] != run["device"]] + [run]
+    RESULTS.write_text(json.dumps(found, indent=2) + "\n")
+    print(f"\nwritten to {RESULTS}")
 
 
 if __name__ == "__main__":

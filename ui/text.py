@@ -88,6 +88,9 @@ SPEED_HELP = (
     "VRAM on CUDA and process memory on CPU."
 )
 
+COMPILED_INFO = ("Rows marked (compiled) beside the eager ones: a static KV cache and torch.compile (CUDA graphs on a "
+                 "GPU), each model's compile time a row apart. Compiling takes minutes on a CPU.")
+
 BENCH_HELP = (
     "lm-evaluation-harness tasks run offline from local data. *Questions* takes the first N: the default 20 is "
     "quick but **noisy** (a score moves by about ±10 points by chance), so the *Noise* column says which "

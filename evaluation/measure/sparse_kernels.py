@@ -6,10 +6,15 @@ NVIDIA GPU of compute capability 8.0 (Ampere) or newer, float16 or bfloat16 weig
 matrices whose sides are multiples of 64 (rows and columns; PyTorch pads the inputs). Anywhere
 else the zeros are multiplied like any other weight: :func:`unavailable` says why, in words
 for the speed tab. :func:`accelerated` builds the kernel form of a 2:4 variant for timing; the
-variant itself (which benchmarks, generation and export use) stays dense.
+variant itself (which benchmarks, generation and export use) stays dense. The kernel form is timed only at the
+batch sizes where ``benchmarks/two_four_kernels.py`` measured the kernels faster than dense on a GPU of the same name
+(:func:`kernel_batches`); at the others, and wherever nothing was measured, the variant is timed dense.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +29,8 @@ from prune.core.surgery import clone_layers
 
 _DTYPES = (torch.float16, torch.bfloat16)
 _MULTIPLE = 64
+KERNEL, DENSE = "2:4 semi-structured", "dense"  # what a speed row's details say ran ("kernel")
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "two_four_kernels.json"
 
 
 def two_four(recipe: Recipe) -> bool:
@@ -118,3 +125,37 @@ def accelerated(model: nn.Module) -> tuple[nn.Module, str]:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         return model, f"PyTorch's 2:4 kernels refused this model ({reason}), so it was timed dense."
     return fast, f"timed with PyTorch's 2:4 semi-structured sparse kernels ({len(targets)} matrices)."
+
+
+def measured_wins(device_name: str, path: Path = RESULTS) -> dict[int, bool]:
+    """Per number of input rows ``benchmarks/two_four_kernels.py`` measured on a GPU named ``device_name``: whether
+    the 2:4 products, summed over its shapes, took less time than the dense ones. Nothing measured there: {}."""
+    if not path.is_file():
+        return {}
+    totals: dict[int, list[float]] = {}  # rows → [dense ms, sparse ms]
+    for run in json.loads(path.read_text())["runs"]:
+        for row in run["rows"] if run["device"] == device_name else ():
+            total = totals.setdefault(int(row["rows"]), [0.0, 0.0])
+            total[0], total[1] = total[0] + row["dense_ms"], total[1] + row["sparse_ms"]
+    return {rows: sparse < dense for rows, (dense, sparse) in totals.items()}
+
+
+def kernel_batches(batch_sizes, wins: dict[int, bool]) -> tuple[int, ...]:
+    """The batch sizes to time with the kernels: those whose decode step (one input row per sequence) the kernels
+    were measured to win; a batch size not measured runs dense."""
+    return tuple(b for b in batch_sizes if wins.get(b, False))
+
+
+def device_wins(model: nn.Module) -> dict[int, bool]:
+    """:func:`measured_wins` for the GPU ``model`` runs on ({} off CUDA)."""
+    device = input_device(model)
+    return measured_wins(torch.cuda.get_device_name(device)) if device.type == "cuda" else {}
+
+
+def routing_note(batch_sizes, with_kernels: tuple[int, ...]) -> str:
+    """Which batch sizes ran the kernels, for the speed tab."""
+    dense = [b for b in batch_sizes if b not in with_kernels]
+    if not dense:
+        return ""
+    return (f"Timed dense at batch {', '.join(map(str, dense))}: benchmarks/two_four_kernels.py did not measure "
+            "PyTorch's 2:4 kernels faster than dense there on this GPU.")

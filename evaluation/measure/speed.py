@@ -27,6 +27,7 @@ from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
 
 from evaluation.serving.jobs import Job
+from evaluation.measure import compiled as compiled_mode
 from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
 
@@ -180,10 +181,13 @@ def _summary(name: str, samples: list[float], unit: str, higher: bool, model: st
 
 
 def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128, new_tokens=(32,),
-                  repeats: int = 3, warmup: int = 1, seed: int = 0, job: Job | None = None) -> list[Measurement]:
+                  repeats: int = 3, warmup: int = 1, seed: int = 0, compiled: bool = False,
+                  job: Job | None = None) -> list[Measurement]:
     """Speed of each model in ``{label: model}`` (see the module docstring for what is timed).
 
-    The models take turns run by run, so a change in the machine's load affects them alike.
+    The models take turns run by run, so a change in the machine's load affects them alike. ``compiled``: each decode
+    step compiled over a static cache (``evaluation.measure.compiled``), the rows named "… (compiled)", each model's
+    compile time a row of its own; else the eager loop, the rows marked eager.
     """
     batch_sizes, new_tokens = list(batch_sizes), list(new_tokens)
     if not batch_sizes or min(batch_sizes) < 1 or not new_tokens or min(new_tokens) < 2:
@@ -197,6 +201,7 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                                f"{limit} positions.")
     first = next(iter(models.values()))
     device = input_device(first)
+    run = compiled_mode.CompiledRuns(max(new_tokens)) if compiled else _run_once
     generator = torch.Generator().manual_seed(seed)
     results: list[Measurement] = []
     steps, done = len(batch_sizes) * len(models) * (warmup + repeats * len(new_tokens)), 0
@@ -207,7 +212,7 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
         try:
             for _ in range(warmup):
                 for label, model in models.items():
-                    _run_once(model, ids, 2)
+                    run(model, ids, 2)
                     done += 1
                     _report(job, done / steps, f"warm-up, batch {batch}")
             for count in new_tokens:
@@ -216,7 +221,7 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                 for r in range(repeats):
                     for label, model in models.items():
                         with utils[label]:
-                            pre_ms, dec_ms = _run_once(model, ids, count)
+                            pre_ms, dec_ms = run(model, ids, count)
                         prefills[label].append(pre_ms)
                         decode[label].append(dec_ms / (count - 1))
                         throughput[label].append(batch * count / ((pre_ms + dec_ms) / 1000))
@@ -242,7 +247,7 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                                            details={"batch": batch, "samples": len(samples)}))
     if kind_of(first) != CAUSAL:  # an encoder generates nothing: its passes over the prompt only
         results = [m for m in results if not m.name.startswith(("decode", "throughput"))]
-    return _ordered(results)
+    return run.labelled(_ordered(results), models) if compiled else compiled_mode.eager_labelled(_ordered(results))
 
 
 def probe_rates(model) -> Rates:

@@ -32,7 +32,7 @@ from prune.depth.stability import Stability, block_stability
 
 from evaluation.serving import allocator
 from evaluation.explain import cut as explain
-from evaluation.measure import generation, memory, sparse_kernels, speed
+from evaluation.measure import compiled as compiled_mode, generation, memory, sparse_kernels, speed
 from evaluation.measure.estimate import Rates
 from evaluation.quality import lm_eval_adapter, perplexity, reuse
 from evaluation.serving.jobs import building, cancellable, Job, JobRunner, Progress
@@ -269,23 +269,25 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
         return stream()
 
     def speed(self, spec: ModelSpec, variants: Variants, *, batch_sizes=(1, 8, 32), prompt_len: int = 128,
-              new_tokens=(32,), repeats: int = 3, progress: Progress | None = None,
+              new_tokens=(32,), repeats: int = 3, compiled: bool = False, progress: Progress | None = None,
               owner: str | None = None) -> list[Measurement]:
-        """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each."""
+        """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each;
+        ``compiled``: the compiled mode's rows too (``evaluation.measure.compiled``), beside the eager ones."""
         with self.jobs.run("the speed measurement", progress, owner=owner) as job:
             base, sides = self._sides(spec, variants, job)
             together = self._ready(base, sides, job)  # else each takes its turn on the device, timed alone
             found, notes = [], {}
             for turn in ([sides] if together else [[side] for side in sides]):
                 self._ready(base, turn, job)
-                timed = {}
-                for side in turn:
-                    notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
-                    timed[side.label] = side.model
-                    if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
-                        timed[side.label], notes[side.label] = sparse_kernels.accelerated(side.model)
-                found += speed.measure_speed(timed, batch_sizes=batch_sizes, prompt_len=prompt_len,
-                                             new_tokens=new_tokens, repeats=repeats, job=job)
+                with_kernels = sparse_kernels.kernel_batches(batch_sizes, sparse_kernels.device_wins(turn[0].model))
+                fast = self._kernel_forms(turn, batch_sizes, with_kernels, notes)
+                dense = tuple(b for b in batch_sizes if b not in with_kernels)
+                for batches, kernel_forms in ((with_kernels, fast), (dense, {})):
+                    if batches:
+                        found += self._speed_rows(turn, kernel_forms, compiled,
+                                                  batch_sizes=batches, prompt_len=prompt_len, new_tokens=new_tokens,
+                                                  repeats=repeats, job=job)
+                del fast, kernel_forms  # the kernel forms' compressed weights go before the next turn
         found = [replace(m, details={**m.details, "sparsity_note": notes[m.model]}) if notes[m.model] else m
                  for m in found]
         original = [m for m in found if m.model == ORIGINAL]
@@ -293,6 +295,36 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
         for side in sides[1:]:
             out += speed.with_ideal(sides[0].model, side.model, original, [m for m in found if m.model == side.label])
         return out
+
+    @staticmethod
+    def _kernel_forms(turn: list[Side], batch_sizes, with_kernels: tuple[int, ...], notes: dict) -> dict:
+        """{label: the 2:4 kernel form} of each 2:4 variant the kernels can run, built only when some batch size
+        runs it; ``notes`` gets each side's note on its zeros."""
+        fast = {}
+        for side in turn:
+            notes[side.label] = sparse_kernels.why_no_gain(side.recipe, side.model)
+            if sparse_kernels.two_four(side.recipe) and notes[side.label] is None:
+                notes[side.label] = sparse_kernels.routing_note(batch_sizes, with_kernels) or None
+                if with_kernels:
+                    kernel_form, note = sparse_kernels.accelerated(side.model)
+                    notes[side.label] = " ".join(filter(None, (note, notes[side.label])))
+                    if kernel_form is not side.model:  # else PyTorch refused: timed dense, as the note says
+                        fast[side.label] = kernel_form
+        return fast
+
+    @staticmethod
+    def _speed_rows(turn: list[Side], fast: dict, compiled: bool, **settings) -> list[Measurement]:
+        """Each side timed in its 2:4 kernel form where ``fast`` holds one, else as it is, eagerly (and compiled
+        when asked); each row says which kernel ran."""
+        timed = {side.label: fast.get(side.label, side.model) for side in turn}
+        rows = speed.measure_speed(timed, **settings)
+        if compiled:
+            try:
+                rows += speed.measure_speed(timed, compiled=True, **settings)
+            finally:
+                compiled_mode.release()
+        return [replace(m, details={**m.details, "kernel": sparse_kernels.KERNEL if m.model in fast
+                                    else sparse_kernels.DENSE}) for m in rows]
 
     def memory(self, spec: ModelSpec, variants: Variants, *, new_tokens: int = 64, progress: Progress | None = None,
                owner: str | None = None) -> list[Measurement]:

@@ -14,6 +14,7 @@ import pytest
 
 import spaces  # noqa: F401  (installed with the tests: off ZeroGPU its decorator returns the function itself)
 from evaluation.measure import estimate
+from evaluation.measure.compiled import COMPILE_ALLOWANCE_S
 from evaluation.serving.backend import Backend
 from evaluation.serving.jobs import Cancelled, JobRunner
 from ui.page import build_page, events, first_screen
@@ -95,6 +96,9 @@ def test_a_jobs_seconds_are_its_estimate_on_the_rates_its_model_was_loaded_with(
                              **speed_settings(["1", "8"], 64, 16, 2), generates=True)
     assert page.handlers.durations.speed(session, ["1", "8"], 64, 16, 2) == events.asked(by_hand)
     assert page.handlers.durations.speed(session, ["not a number"], 64, 16, 2) == events.DEFAULT_S  # no estimate
+    columns = 1 + len(session.variants())  # the original and each slot: each compiled once per batch size
+    assert page.handlers.durations.speed(session, ["1", "8"], 64, 16, 2, True) == events.asked(
+        2 * by_hand + COMPILE_ALLOWANCE_S * 2 * columns)  # the eager rows, the compiled rows, the compiles
 
 
 def test_a_new_page_gets_the_first_screen_with_no_device_job(crossing, monkeypatch):

@@ -5,6 +5,7 @@ none (:func:`ui.page.events.asked` adds the margin and clamps). Each method take
 
 from __future__ import annotations
 
+from evaluation.measure.compiled import COMPILE_ALLOWANCE_S
 from ui.page.estimates import Seconds
 from ui.page.events import asked, fixed
 
@@ -35,8 +36,11 @@ class Durations:
     def __init__(self, seconds: Seconds):
         self.seconds = seconds
 
-    def speed(self, session, batches, prompt_len, new_tokens, repeats, *_):
-        return asked(self.seconds.speed(session, batches, prompt_len, new_tokens, repeats))
+    def speed(self, session, batches, prompt_len, new_tokens, repeats, compiled=False, *_):
+        eager = self.seconds.speed(session, batches, prompt_len, new_tokens, repeats)
+        if not compiled or eager is None:
+            return asked(eager)
+        return asked(2 * eager + COMPILE_ALLOWANCE_S * len(batches) * (1 + len(session.variants())))
 
     def memory(self, session, *_):
         return asked(self.seconds.memory(session))

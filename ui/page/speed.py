@@ -41,6 +41,7 @@ class SpeedTab:
     prompt_len: NumberInput
     new_tokens: NumberInput
     repeats: NumberInput
+    compiled: gr.Checkbox  # also the compiled mode's rows (evaluation.measure.compiled); off: eager only
     speed_btn: gr.Button
     memory_btn: gr.Button
     speed_stop: gr.Button
@@ -65,7 +66,9 @@ class SpeedTab:
                     batches=gr.CheckboxGroup(["1", "4", "8", "16", "32"], value=["1"], label="Batch sizes"),
                     prompt_len=NumberInput(32, label="Prompt tokens", minimum=1),
                     new_tokens=NumberInput(8, label="New tokens", minimum=2, elem_id="new-tokens"),
-                    repeats=NumberInput(1, label="Repeats", minimum=1, elem_id="repeats"))
+                    repeats=NumberInput(1, label="Repeats", minimum=1, elem_id="repeats"),
+                    compiled=gr.Checkbox(False, label="Also compiled", info=text.COMPILED_INFO,
+                                         elem_id="speed-compiled"))
             with gr.Row():
                 buttons = dict(speed_btn=gr.Button("Measure speed", variant="primary", elem_id="speed-btn"),
                                memory_btn=gr.Button("Measure memory", variant="primary", elem_id="memory-btn"),
@@ -96,14 +99,15 @@ class SpeedHandlers:
         self.context, self.tab = context, page.speed
 
     @user_errors
-    def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, request: gr.Request = None,
-              progress=gr.Progress()):
+    def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, compiled: bool = False,
+              request: gr.Request = None, progress=gr.Progress()):
         need_model(session)
         settings = speed_settings(batch_sizes, prompt_len, new_tokens, repeats)
         variants = session.variants()
         found = self.context.backend.speed(
             session.spec, variants, batch_sizes=settings["batch_sizes"], prompt_len=settings["prompt_len"],
-            new_tokens=(settings["new_tokens"],), repeats=settings["repeats"], progress=reporter(progress),
+            new_tokens=(settings["new_tokens"],), repeats=settings["repeats"], compiled=bool(compiled),
+            progress=reporter(progress),
             owner=owner(request))
         tab, names = self.tab, text.model_names(variants)
         return {tab.speed_table: comparison_table(found, variants),
@@ -132,7 +136,7 @@ def wire(page, handlers) -> dict:
     tab = page.speed
     speeds, session, durations = handlers.speed, page.session, handlers.durations
     speed = tab.speed_btn.click(gpu(speeds.speed, durations.speed),
-                                [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats],
+                                [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats, tab.compiled],
                                 [tab.speed_table, tab.speedup_plot, tab.throughput_plot, tab.speed_note,
                                  *tab.speed_measured.outputs()],
                                 api_name="speed", **DEVICE)

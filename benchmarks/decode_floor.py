@@ -1,0 +1,162 @@
+"""Batch-1 decode, eager and compiled, against the memory-bandwidth floor: what gpu_check.py's decode step runs.
+
+    PYTHONPATH=. python benchmarks/decode_floor.py [--device cpu] [--eager_only]   (a dry run on a tiny model)
+
+For each model (gpu_check.py: the original, its cut, the original in int8 and in int4), a 128-token prompt then 32
+greedy tokens at batch 1: once as transformers runs it (``evaluation.measure.speed._run_once``, eager) and once
+compiled over a static cache (``evaluation.measure.compiled``; on CUDA mode "reduce-overhead": CUDA graphs), its
+compile time apart. Each row gives the decode ms per token (median of the repeats), the bytes one decode step reads
+(the weights as stored, less an untied input embedding, of which a step reads one row; plus the KV cache at the mean
+context), the floor those bytes set at the bandwidth measured here (a copy of a large tensor: read + write), the
+share of that floor reached, and the peak memory the run added above what was resident against its KV cache. A
+simple local computation of bytes and floor: the speed step's own bytes-per-token column, where present, is the
+reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from evaluation.measure import compiled, speed
+from evaluation.measure.memory import weight_bytes
+from prune.core.architectures import decoder_layers
+from prune.core.devices import input_device
+
+_MIB = 2**20
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def bandwidth(device: torch.device, gib: float = 1.0, repeats: int = 10) -> float:
+    """Bytes per second a copy of a ``gib``-GiB tensor moves on ``device`` (read + write), the median of ``repeats``."""
+    source = torch.empty(int(gib * 2**30) // 4, dtype=torch.float32, device=device).fill_(1.0)
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(repeats + 1):  # the first warms up
+        with speed._Timer(device) as timer:
+            target.copy_(source)
+        times.append(timer.ms / 1000)
+    return 2 * source.numel() * 4 / statistics.median(times[1:])
+
+
+def kv_bytes(model, batch: int, context: int) -> int:
+    """Bytes of the KV cache at ``context`` positions: keys and values of every layer's heads."""
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    element = torch.finfo(model.dtype).bits // 8 if model.dtype.is_floating_point else 2
+    return 2 * len(decoder_layers(model)) * batch * heads * head_dim * context * element
+
+
+def step_bytes(model, context: int) -> int:
+    """Bytes one batch-1 decode step reads: the weights as stored (an untied input embedding only by one row) and
+    the KV cache at ``context`` positions."""
+    embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    untied = 0 if embedding.data_ptr() == head.data_ptr() else embedding.numel() * embedding.element_size()
+    return weight_bytes(model) - untied + kv_bytes(model, 1, context)
+
+
+def decode_row(label: str, model, mode: str, *, prompt_len: int, new_tokens: int, repeats: int,
+               bytes_per_s: float) -> dict:
+    """One model in one mode: ms per decoded token, its floor and share, compile seconds, memory above resident."""
+    device = input_device(model)
+    ids = (torch.arange(prompt_len, device=device) % model.config.vocab_size)[None]  # [1, T]
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    row = {"model": label, "mode": mode}
+    try:
+        if mode == "compiled":
+            runs = compiled.CompiledRuns(new_tokens)
+            started = time.perf_counter()
+            runs.run(model, ids, new_tokens)  # the first run at this shape: compiles (and records CUDA graphs)
+            row["compile_s"] = time.perf_counter() - started
+            run = runs
+        else:
+            speed._run_once(model, ids, new_tokens)  # a warm-up
+            run = speed._run_once
+        decode = [run(model, ids, new_tokens)[1] / (new_tokens - 1) for _ in range(repeats)]
+    except Exception as error:  # a model the compiler refuses (a quantized or sparse layout): said, not fatal
+        return {**row, "error": (str(error).strip().splitlines() or [type(error).__name__])[0][:200]}
+    context = prompt_len + new_tokens // 2
+    moved = step_bytes(model, context)
+    row.update(decode_ms=statistics.median(decode), step_mib=moved / _MIB,
+               floor_ms=moved / bytes_per_s * 1000, weights_mib=weight_bytes(model) / _MIB,
+               kv_cache_mib=kv_bytes(model, 1, prompt_len + new_tokens) / _MIB)
+    row["floor_share"] = row["floor_ms"] / row["decode_ms"]
+    if cuda:
+        row["peak_above_resident_mib"] = (torch.cuda.max_memory_allocated() - resident) / _MIB
+    return row
+
+
+def decode_rows(models: dict, *, modes=("eager", "compiled"), prompt_len: int = 128, new_tokens: int = 32,
+                repeats: int = 3) -> dict:
+    """Every model in every mode, with the bandwidth measured once on their device."""
+    device = input_device(next(iter(models.values())))
+    bytes_per_s = bandwidth(device, gib=1.0 if device.type == "cuda" else 0.25)
+    rows = [decode_row(label, model, mode, prompt_len=prompt_len, new_tokens=new_tokens, repeats=repeats,
+                       bytes_per_s=bytes_per_s) for mode in modes for label, model in models.items()]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} (torch threads: " \
+        f"{torch.get_num_threads()})"
+    return {"device": name, "torch": torch.__version__, "bandwidth_gb_s": bytes_per_s / 1e9, "batch": 1,
+            "prompt_len": prompt_len, "new_tokens": new_tokens, "repeats": repeats, "rows": rows}
+
+
+def write(found: dict, name: str) -> Path:
+    """The figures as JSON under benchmarks/results/."""
+    path = RESULTS / name
+    path.write_text(json.dumps(found, indent=2) + "\n")
+    return path
+
+
+def table(found: dict) -> str:
+    """The rows as a Markdown table."""
+    lines = [f"{found['device']}, bandwidth measured {found['bandwidth_gb_s']:.0f} GB/s, batch 1, "
+             f"{found['prompt_len']} + {found['new_tokens']} tokens", "",
+             "| model | mode | decode ms/token | floor ms | share of floor | compile s | weights MiB | KV cache MiB | "
+             "peak above resident MiB |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in found["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['mode']} | failed: {r['error']} | | | | | | |")
+            continue
+        lines.append(f"| {r['model']} | {r['mode']} | {r['decode_ms']:.2f} | {r['floor_ms']:.3f} | "
+                     f"{r['floor_share']:.1%} | {_shown(r.get('compile_s'), '.1f')} | {r['weights_mib']:,.1f} | "
+                     f"{r['kv_cache_mib']:,.2f} | {_shown(r.get('peak_above_resident_mib'), ',.0f')} |")
+    return "\n".join(lines)
+
+
+def _shown(value, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+def main() -> None:
+    """The dry run: a tiny random Llama and its cut, eager (and compiled unless --eager_only)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from prune.core.recipe import Recipe
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--eager_only", action="store_true")
+    args = parser.parse_args()
+    config = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                         num_attention_heads=4, max_position_embeddings=256)
+    torch.manual_seed(0)
+    with torch.device(args.device):
+        model = AutoModelForCausalLM.from_config(config).eval()
+    models = {"original": model, "cut": Recipe.block(4, 1, 3).apply(model, None)}
+    found = decode_rows(models, modes=("eager",) if args.eager_only else ("eager", "compiled"), prompt_len=16,
+                        new_tokens=8, repeats=2)
+    print(table(found))
+    print(f"\nwritten to {write(found, 'decode_floor_dry_run.json')}")
+
+
+if __name__ == "__main__":
+    main()

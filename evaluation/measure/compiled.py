@@ -1,0 +1,147 @@
+"""A compiled decode mode for timing: a static KV cache and ``torch.compile``, as a GPU deployment runs a model.
+
+The prefill runs eagerly into a transformers ``StaticCache`` sized for the whole run (the prompt and the most new
+tokens asked), the way transformers' guide to static caches and ``torch.compile`` does it (a prefill's length varies:
+compiling it would recompile per prompt). Each decode step is one compiled call: on CUDA in ``mode="reduce-overhead"``,
+which records the step as CUDA graphs and replays them (no Python or launch cost per kernel); elsewhere in inductor's
+default mode (a C++ compiler builds the kernels: minutes for a real model on a CPU). The first run at a shape compiles
+(on CUDA it also records the graphs): its wall time is reported apart, as the compile time, and the timed runs come
+after it. The greedy tokens are the eager loop's (``evaluation.measure.speed._run_once``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+from transformers import StaticCache
+
+from prune.core.architectures import CAUSAL, kind_of
+from prune.core.chunked_loss import last_logits_only
+from prune.core.devices import input_device
+from prune.core.errors import InvalidInput
+from prune.core.kv import with_cache
+from prune.core.offload import is_offloaded
+
+from evaluation.measure.measurement import Measurement
+
+COMPILE_STEPS = 3  # decode steps of the compiling run: dynamo compiles on the first; CUDA graphs warm up, then record
+# on the second and replay from the third
+RECOMPILE_LIMIT = 64  # dynamo compiles the step once per model and shape; past its default 8 it would run eagerly
+SUFFIX = " (compiled)"
+COMPILE_ALLOWANCE_S = 60  # what a ZeroGPU job asks per model and batch size for the compile: an allowance, not
+# measured (benchmarks/gpu_check.py's decode step reports the compile seconds on a GPU)
+_STEPS: dict[str, object] = {}  # torch.compile's wrapper of _decode_step, per mode
+
+
+def _decode_step(model, token: torch.Tensor, cache_kwargs: dict) -> torch.Tensor:
+    """One greedy decode step: the next token [B, 1] after ``token`` [B, 1], the cache updated in place."""
+    out = model(input_ids=token, use_cache=True, **cache_kwargs)
+    return out.logits[:, -1].argmax(dim=-1, keepdim=True)
+
+
+def _compiled_step(device: torch.device):
+    mode = "reduce-overhead" if device.type == "cuda" else "default"
+    if mode not in _STEPS:
+        _STEPS[mode] = torch.compile(_decode_step, mode=mode, fullgraph=True)  # a graph break fails, not runs eagerly
+    return _STEPS[mode]
+
+
+def check_compilable(model) -> None:
+    """Only a decoder held whole on its device has a decode step to compile."""
+    if kind_of(model) != CAUSAL:
+        raise InvalidInput("The compiled mode times decoding: this model generates nothing (an encoder or an "
+                           "encoder-decoder).")
+    if is_offloaded(model):
+        raise InvalidInput("The compiled mode needs the weights held on the device; this model reads them layer by "
+                           "layer for each pass.")
+
+
+class CompiledRuns:
+    """Compiled greedy runs of several models at one cache length (prompt + ``most_new_tokens``, at least the compiling
+    run's): each model keeps its cache between runs (CUDA graphs replay on the same addresses), and the wall time of its
+    first run at each batch is kept apart, in ``compile_ms``."""
+
+    def __init__(self, most_new_tokens: int):
+        self.extra = max(int(most_new_tokens), COMPILE_STEPS + 1)
+        self._caches: dict[int, tuple[tuple, StaticCache]] = {}  # id(model) → (ids' shape, its cache)
+        self.compile_ms: dict[tuple[int, int], float] = {}  # (id(model), batch) → ms
+
+    def __call__(self, model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float]:
+        """(prefill ms, decode ms), as ``speed._run_once`` returns them; a first run's compile goes to compile_ms."""
+        prefill_ms, decode_ms, compile_ms = self.run(model, input_ids, new_tokens)
+        if compile_ms:
+            self.compile_ms[(id(model), input_ids.shape[0])] = compile_ms
+        return prefill_ms, decode_ms
+
+    def run(self, model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, float, float]:
+        """(prefill ms, decode ms, compile ms): compile ms is the wall time of a first, compiling run (COMPILE_STEPS
+        decode steps) when this model meets this shape first, else 0."""
+        check_compilable(model)
+        if new_tokens > self.extra:
+            raise InvalidInput(f"{new_tokens} new tokens do not fit the static cache's {self.extra}.")
+        cache, fresh = self._cache(model, input_ids)
+        compile_ms = 0.0
+        if fresh:
+            try:
+                prefill_ms, decode_ms, _ = generate(model, input_ids, COMPILE_STEPS + 1, cache)
+            except Exception as error:  # dynamo or inductor refusing a layout (a quantized or sparse weight…)
+                reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+                raise InvalidInput(f"torch.compile could not compile this model's decode step ({reason}); "
+                                   "time it eagerly.") from error
+            compile_ms = prefill_ms + decode_ms
+        prefill_ms, decode_ms, _ = generate(model, input_ids, new_tokens, cache)
+        return prefill_ms, decode_ms, compile_ms
+
+    def _cache(self, model, input_ids: torch.Tensor) -> tuple[StaticCache, bool]:
+        """This model's cache for this shape (the same tensors each run, so CUDA graphs stay valid), or a new one."""
+        shape, cache = self._caches.get(id(model), (None, None))
+        if shape == tuple(input_ids.shape):
+            return cache, False
+        cache = StaticCache(config=model.config, max_cache_len=input_ids.shape[1] + self.extra)
+        self._caches[id(model)] = (tuple(input_ids.shape), cache)  # the previous shape's cache is freed
+        return cache, True
+
+    def labelled(self, results: list[Measurement], models: dict) -> list[Measurement]:
+        """The rows named with SUFFIX and marked compiled (with_ideal pairs compiled rows by name), and each model's
+        compile time per batch as a row of its own."""
+        rows = [replace(m, name=m.name + SUFFIX, details={**m.details, "mode": "compiled"}) for m in results]
+        for label, model in models.items():
+            for (key, batch), ms in sorted(self.compile_ms.items(), key=lambda item: item[0][1]):
+                if key == id(model):
+                    rows.append(Measurement(f"compile time (batch {batch})", ms / 1000, "s", False, None, None, label,
+                                            "speed", details={"batch": batch, "mode": "compiled",
+                                                              "includes": f"one run of {COMPILE_STEPS} decode steps"}))
+        return rows
+
+
+def release() -> None:
+    """Drop every compiled step and its CUDA graphs: they hold the timed models' weights (graph inputs) and memory
+    pools past the job, and a server's models come and go."""
+    torch._dynamo.reset()
+
+
+def eager_labelled(results: list[Measurement]) -> list[Measurement]:
+    """Eager rows keep their names and say how they ran."""
+    return [replace(m, details={**m.details, "mode": "eager"}) for m in results]
+
+
+@torch.inference_mode()
+def generate(model, input_ids: torch.Tensor, new_tokens: int, cache: StaticCache):
+    """(prefill ms, decode ms, the new tokens [B, new_tokens]): an eager prefill into ``cache`` (emptied first, in
+    place), then compiled steps."""
+    from evaluation.measure.speed import _Timer  # speed imports this module when asked for the compiled mode
+
+    device = input_device(model)
+    step, kwargs = _compiled_step(device), with_cache(model, cache)
+    cache.reset()
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+        with _Timer(device) as prefill:
+            out = model(input_ids=input_ids, use_cache=True, **kwargs, **last_logits_only(model))
+            tokens = [out.logits[:, -1].argmax(dim=-1, keepdim=True)]
+        with _Timer(device) as decode:
+            for _ in range(new_tokens - 1):  # the prefill produced the first token
+                if device.type == "cuda":
+                    torch.compiler.cudagraph_mark_step_begin()  # each call is a new step: earlier outputs may go
+                tokens.append(step(model, tokens[-1], kwargs).clone())  # a graph's output is overwritten next replay
+    return prefill.ms, decode.ms, torch.cat(tokens, dim=1)
