@@ -307,12 +307,12 @@ def comparison_figure(measurements, *, group: str | None = None, unit: str | Non
                         unit=units.pop() if len(units) == 1 else "")
 
 
-IDEAL_NAME = "ideal (by FLOPs)"
+IDEAL_NAME = "ideal (decode: by bytes read; prefill, throughput: by FLOPs)"
 
 
 def speedup_figure(measurements, names: dict[str, str] | None = None) -> go.Figure:
     """Measured speedup of each compressed model (its colour's bars), per speed metric, and one "ideal" series: a
-    black tick over each bar at the speedup its per-token FLOPs would give."""
+    black tick over each bar at the speedup its bound would give (a decode step: bytes read; prefill: FLOPs)."""
     rows = [r for r in _rows(measurements, "speed") if r.speedup is not None]
     if not rows:
         return empty_figure("Measure speed to see the speedup")

@@ -34,6 +34,7 @@ PRUNED = "pruned"
 _GROUP_COLUMNS = {
     "speed": ("speedup", "ideal_speedup"),
     "memory": ("ratio_pct",),
+    "limit": ("ratio_pct",),  # bytes per token, floor and share of the bandwidth limit, per model
     "generation": ("speedup",),
 }
 _QUALITY_COLUMNS = ("degradation", "retention_pct", "noise")

@@ -1,13 +1,21 @@
-"""Inference speed: prefill latency, per-token decode latency and throughput, plus the ideal speedup.
+"""Inference speed: prefill latency, per-token decode latency and throughput, the ideal speedup, and the limit.
 
-Each (batch size, output length) runs after a warm-up, ``repeats`` times; a value is the
-median with the interquartile range as spread. On CUDA the device is timed with events and
-synchronised; on CPU with ``perf_counter``. The prefill computes logits for the last position
-only (as ``generate`` does). The ideal speedup is the ratio of matmul FLOPs of the two models
-for the same work: every 2-D weight of every decoder layer (2 FLOPs per weight and token),
-the attention scores and values (4 · context · heads · head_dim per token and layer that still
-has attention) and the LM head (2 · hidden · vocab per token whose logits are computed). Norms,
-activations and the embedding lookup are ignored; a mixture-of-experts layer counts all its experts.
+Each (batch size, output length) runs after a warm-up, ``repeats`` times, under inference mode (as a deployment
+runs: no autograd graph); a value is the median with the interquartile range as spread. On CUDA the device is timed
+with events and synchronised; on CPU with ``perf_counter``. The prefill computes logits for the last position only
+(as ``generate`` does).
+
+**The ideal speedup** says which bound it uses (``details["ideal_by"]``). A decode step reads every stored weight
+and the KV cache for a few FLOPs each, so it is bound by memory: its ideal is the ratio of bytes read per token
+(``evaluation.measure.bandwidth``: quantized values and scales as stored, a cut's fewer layers, the cache). A
+prefill, and a whole request, are bound by compute: their ideal is the ratio of matmul FLOPs for the same work:
+every 2-D weight of every decoder layer (2 FLOPs per weight and token), the attention scores and values
+(4 · context · heads · head_dim per token and layer that still has attention) and the LM head (2 · hidden · vocab
+per token whose logits are computed). Norms, activations and the embedding lookup are ignored; a mixture-of-experts
+layer counts all its experts.
+
+**The limit** (:func:`with_limit`): each decode row carries its bytes per token, its floor (bytes ÷ this device's
+measured bandwidth) and the share of that floor reached (floor ÷ measured), and the three are rows of their own.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
 
 from evaluation.serving.jobs import Job
+from evaluation.measure import bandwidth
 from evaluation.measure import compiled as compiled_mode
 from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
@@ -247,7 +256,38 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                                            details={"batch": batch, "samples": len(samples)}))
     if kind_of(first) != CAUSAL:  # an encoder generates nothing: its passes over the prompt only
         results = [m for m in results if not m.name.startswith(("decode", "throughput"))]
-    return run.labelled(_ordered(results), models) if compiled else compiled_mode.eager_labelled(_ordered(results))
+    results = run.labelled(_ordered(results), models) if compiled else compiled_mode.eager_labelled(_ordered(results))
+    return with_limit(results, models, device)
+
+
+DECODE = "decode latency per token"
+LIMIT = "limit"  # the group of the bandwidth-limit rows
+
+
+def with_limit(results: list[Measurement], models: dict, device: torch.device) -> list[Measurement]:
+    """Each decode row with its bytes per token, floor and share of the limit (``evaluation.measure.bandwidth``) in
+    its details, and the three as rows of their own after the speed rows (none for a model read from disk)."""
+    out, limits = [], []
+    for m in results:
+        read = bandwidth.decode_bytes(models[m.model], m.details["context"], m.details["batch"]) \
+            if m.name.startswith(DECODE) else None
+        if read is None:
+            out.append(m)
+            continue
+        limit = bandwidth.bandwidth(device)
+        floor = limit.floor_ms(read)
+        found = {"bytes_per_token": read, "floor_ms": floor, "limit_share": floor / m.value,
+                 "bandwidth_GBps": limit.bytes_per_s / 1e9, "bandwidth_how": limit.how}
+        out.append(replace(m, details={**m.details, **found}))
+        where = m.name.removeprefix(DECODE)
+        details = {k: m.details[k] for k in ("batch", "context", "device", "mode") if k in m.details}
+        limits += [Measurement(f"bytes read per decoded token{where}", read / 2**20, "MiB", False, model=m.model,
+                               group=LIMIT, details={**details, **found}),
+                   Measurement(f"decode floor per token at {limit.bytes_per_s / 1e9:.1f} GB/s{where}", floor, "ms",
+                               False, model=m.model, group=LIMIT, details={**details, **found}),
+                   Measurement(f"share of the bandwidth limit reached{where}", 100 * floor / m.value, "%", True,
+                               model=m.model, group=LIMIT, details={**details, **found})]
+    return out + limits
 
 
 def probe_rates(model) -> Rates:
@@ -280,7 +320,8 @@ def _ordered(results: list[Measurement]) -> list[Measurement]:
 
 def with_ideal(original_model, pruned_model, original: list[Measurement],
                pruned: list[Measurement]) -> list[Measurement]:
-    """Pruned measurements with ``ideal`` set: the value a FLOPs-proportional speedup would give."""
+    """Pruned measurements with ``ideal`` set: the value the bound of its work would give (a decode step: bytes read,
+    :func:`_ideal_ratio`; prefill and whole requests: FLOPs), and ``ideal_by`` saying which."""
     by_name = {m.name: m for m in original}
     out = []
     for m in pruned:
@@ -289,20 +330,26 @@ def with_ideal(original_model, pruned_model, original: list[Measurement],
         if ref is None or ratio is None:
             out.append(m)
             continue
+        ratio, by = ratio
         ideal = ref.value * ratio if m.higher_is_better else ref.value / ratio
-        out.append(replace(m, ideal=ideal, details={**m.details, "ideal_speedup": ratio}))
+        out.append(replace(m, ideal=ideal, details={**m.details, "ideal_speedup": ratio, "ideal_by": by}))
     return out
 
 
-def _ideal_ratio(original, pruned, details: dict) -> float | None:
-    """FLOPs ratio for the work behind one measurement (prefill, one decode step, or a whole request)."""
+def _ideal_ratio(original, pruned, details: dict) -> tuple[float, str] | None:
+    """(ratio, what bounds it) for the work behind one measurement: one decode step reads every weight and the KV
+    cache for a few FLOPs each, so its ratio is of bytes read (``evaluation.measure.bandwidth``; FLOPs for a model
+    read from disk); a prefill or a whole request (its prefill's FLOPs and the decode steps') is of FLOPs."""
     prompt, count = details.get("prompt_len"), details.get("new_tokens")
     if prompt is None:
         return None
     if count is None:  # prefill: prompt tokens through the layers, logits for the last one
         work = [forward_flops(m, prompt, 0, head_tokens=1) for m in (original, pruned)]
     elif "context" in details:  # one decode step at the mean context
+        read = [bandwidth.decode_bytes(m, details["context"], details.get("batch", 1)) for m in (original, pruned)]
+        if None not in read:
+            return read[0] / read[1], "bytes"
         work = [per_token_flops(m, int(details["context"])) for m in (original, pruned)]
     else:  # a whole request: the prefill then count − 1 decode steps
         work = [forward_flops(m, prompt, 0, 1) + forward_flops(m, count - 1, prompt) for m in (original, pruned)]
-    return work[0] / work[1]
+    return work[0] / work[1], "FLOPs"

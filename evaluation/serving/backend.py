@@ -29,6 +29,7 @@ from prune.core.paths import digest
 from prune.core.layer_files import own_files, streams
 from prune.core.recipe import Recipe
 from prune.depth.stability import Stability, block_stability
+from prune.quantize.weights import kernel_of
 
 from evaluation.serving import allocator
 from evaluation.explain import cut as explain
@@ -315,7 +316,7 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
     @staticmethod
     def _speed_rows(turn: list[Side], fast: dict, compiled: bool, **settings) -> list[Measurement]:
         """Each side timed in its 2:4 kernel form where ``fast`` holds one, else as it is, eagerly (and compiled
-        when asked); each row says which kernel ran."""
+        when asked); each row says which kernel ran (a quantized model's: ``prune.quantize.weights.kernel_of``)."""
         timed = {side.label: fast.get(side.label, side.model) for side in turn}
         rows = speed.measure_speed(timed, **settings)
         if compiled:
@@ -323,8 +324,9 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
                 rows += speed.measure_speed(timed, compiled=True, **settings)
             finally:
                 compiled_mode.release()
-        return [replace(m, details={**m.details, "kernel": sparse_kernels.KERNEL if m.model in fast
-                                    else sparse_kernels.DENSE}) for m in rows]
+        kernels = {label: sparse_kernels.KERNEL if label in fast else kernel_of(model) or sparse_kernels.DENSE
+                   for label, model in timed.items()}
+        return [replace(m, details={**m.details, "kernel": kernels[m.model]}) for m in rows]
 
     def memory(self, spec: ModelSpec, variants: Variants, *, new_tokens: int = 64, progress: Progress | None = None,
                owner: str | None = None) -> list[Measurement]:

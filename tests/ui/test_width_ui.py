@@ -75,7 +75,7 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
     assert shown[steps.level]["label"] == "Parameters kept (%)"
     assert shown[steps.pattern]["visible"] is False and shown[steps.versus_btn]["visible"] is False
     shown = picks.method_info("int4")  # no level: the slider hides; Build, and the tick that stacks it on the cut
-    assert "GGUF's Q4_0" in shown[header.method_about] and shown[header.build_btn]["visible"] is True
+    assert "two a byte" in shown[header.method_about] and shown[header.build_btn]["visible"] is True
     assert shown[steps.level] == gr.update(visible=False) and shown[steps.row]["visible"] is True
     shown = picks.method_info("angular")
     assert shown[header.analyze_btn]["visible"] is True and shown[header.build_btn]["visible"] is False

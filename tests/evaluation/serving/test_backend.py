@@ -8,7 +8,7 @@ import transformers
 
 import prune
 from conftest import tiny_model
-from evaluation.measure import generation, speed
+from evaluation.measure import bandwidth, generation, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.serving.backend import Backend
 from evaluation.serving.jobs import Cancelled
@@ -166,18 +166,22 @@ def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend, sp
     names = {m.name for m in found}
     assert {"prefill latency (batch 2, 8 tokens)", "decode latency per token (batch 1, 3 new)",
             "throughput (batch 2, 3 new)"} <= names
-    original = [m for m in found if m.model == "original"]
-    pruned = [m for m in found if m.model == "pruned"]
+    original = [m for m in found if m.model == "original" and m.group == "speed"]
+    pruned = [m for m in found if m.model == "pruned" and m.group == "speed"]
     assert len(original) == len(pruned) == 6
-    assert all(m.value > 0 and m.spread >= 0 and len(m.details["samples"]) >= 2 for m in found)
+    assert all(m.value > 0 and m.spread >= 0 and len(m.details["samples"]) >= 2 for m in original + pruned)
+    limits = [m for m in found if m.group == speed.LIMIT]  # bytes, floor and share per model and batch size
+    assert len(limits) == 3 * 2 * 2 and all(m.value > 0 for m in limits)
     for m in pruned:
         ref = next(o for o in original if o.name == m.name)
         ratio = m.details["ideal_speedup"]
         assert 1 < ratio < 2
         assert m.ideal == pytest.approx(ref.value * ratio if m.higher_is_better else ref.value / ratio)
     decode = next(m for m in pruned if m.name.startswith("decode latency per token (batch 1"))
-    assert decode.details["ideal_speedup"] == pytest.approx(
-        speed.ideal_speedup(backend.model(spec), backend.model(spec, CUT["pruned"]), int(8 + 3 / 2)))
+    read = [bandwidth.decode_bytes(backend.model(spec, recipe), 8 + 3 / 2) for recipe in (None, CUT["pruned"])]
+    assert (decode.details["ideal_by"], decode.details["ideal_speedup"]) == ("bytes", pytest.approx(read[0] / read[1]))
+    prefill = next(m for m in pruned if m.name.startswith("prefill latency (batch 1"))
+    assert prefill.details["ideal_by"] == "FLOPs"
 
 
 # ---------------------------------------------------------------- memory
