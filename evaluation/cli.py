@@ -45,6 +45,10 @@ After the chosen cut (or, with --full, on the original) one more step may follow
 
 --model takes a Hub id, a folder, a .gguf file or a Hub GGUF as owner/repo/file.gguf (dequantized once, cached).
 
+--speed adds speed and memory as the page measures them to a comparison's report: batch-1 prefill and decode (ms,
+tokens/s), the bytes each decoded token reads, the floor at this device's measured bandwidth and the share of it
+reached, weight and peak memory, checkpoint size; also written to ``speed_memory.json``.
+
 Writes ``results_<mode>.json`` (lm-eval style), ``comparison.md`` and ``comparison.csv`` to
 ``--output_folder``; exits with status 2 and a one-line reason on bad input.
 
@@ -53,6 +57,7 @@ Examples::
     python -m evaluation.cli --full --task arc_easy,piqa --limit 200
     python -m evaluation.cli --method sublayer --num_layers 10 --drop attention --task hellaswag
     python -m evaluation.cli --method angular --num_layers 4 --sparsify wanda --sparsity 0.5
+    python -m evaluation.cli --full --quantize int4 --task arc_easy --limit 100 --speed
     python -m evaluation.cli --personalized --start_block 15 --end_block 20 --explain
     python -m evaluation.cli --sparsity_sweep --task arc_easy --limit 100 --methods magnitude,wanda
     python -m evaluation.cli --frontier --task hellaswag --limit 200 --target bytes=0.5
@@ -197,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--explain", action="store_true",
                         help="instead of tasks: perplexity, mean KL and top-1 agreement with the original on a small "
                              "slice of the calibration text (with a cut mode or a step)")
+    parser.add_argument("--speed", action="store_true",
+                        help="also measure speed and memory as the page does (batch-1 prefill and decode with the "
+                             "bytes each token reads, the floor at this device's bandwidth and the share of it reached; "
+                             "weight memory, peak memory, checkpoint size) into the report and speed_memory.json")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
                         help="with --export_dir: also write the model as one GGUF file of this type in the folder")
@@ -257,6 +266,9 @@ def check_mode(args) -> None:
         raise InvalidInput("--explain compares a compressed model with the original: use it with a cut mode "
                            "(--personalized, --method, --persistence, --rank_search) or a step, without --sweep, "
                            "--sparsity_sweep or --export_dir.")
+    if args.speed and (args.sweep is not None or args.sparsity_sweep or args.frontier is not None or args.explain):
+        raise InvalidInput("--speed adds speed and memory rows to a comparison (--full, a cut mode, a step or "
+                           "--recipe); the frontier times every candidate itself, and sweeps and --explain do not.")
     if args.gguf and not args.export_dir:
         raise InvalidInput("--gguf goes with --export_dir.")
     if args.full and args.export_dir and not adding:
@@ -408,6 +420,12 @@ def run(args, progress=None) -> Path | None:
             "params_removed_pct": round(100 * info.removed_params(recipe) / info.num_params, 3)}))
         label = PRUNED if len(cuts) == 1 else mode
         measurements += lm_eval_adapter.to_measurements(results[mode], model=label)
+    if args.speed:
+        labelled = {PRUNED if len(cuts) == 1 else mode: recipe for mode, recipe in cuts.items()}
+        timed = output.speed_and_memory(backend, spec, labelled, progress)
+        output.write_json(out_dir / "speed_memory.json", {"config": {**config, **output.SPEED},
+                                                          "measurements": [m.to_dict() for m in timed]})
+        measurements += timed
     for mode, recipe in cuts.items() if args.export_dir else ():
         target = Path(args.export_dir).expanduser().resolve()
         saved = backend.export(spec, recipe, target / mode if len(cuts) > 1 else target,

@@ -173,3 +173,22 @@ def levels(text: str | None) -> tuple[float, ...]:
 def calibration_of(args, backend: Backend) -> Calibration:
     """The default calibration with the --bos choice: for analyses and the steps that calibrate."""
     return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
+
+
+SPEED = {"batch_sizes": (1,), "prompt_len": 128, "new_tokens": (32,), "repeats": 3}  # --speed: the page's speed step
+MEMORY_NEW_TOKENS = 16  # tokens each model generates while its peak memory is watched (as on the page)
+
+
+def speed_and_memory(backend: Backend, spec: ModelSpec, variants: dict[str, Recipe], progress) -> list:
+    """--speed: the page's speed rows (prefill, decode with its bytes per token, floor and share of the limit,
+    throughput) and memory rows for the original and each variant; more variants than the page compares at once are
+    timed in pairs beside the original (its rows from the first pair)."""
+    labels = list(variants)
+    pairs = [labels[i:i + 2] for i in range(0, len(labels), 2)] or [[]]
+    found = []
+    for i, pair in enumerate(pairs):
+        chosen = {label: variants[label] for label in pair}
+        rows = backend.speed(spec, chosen, **SPEED, progress=progress)
+        rows += backend.memory(spec, chosen, new_tokens=MEMORY_NEW_TOKENS, progress=progress)
+        found += [m for m in rows if i == 0 or m.model != ORIGINAL]
+    return found

@@ -129,12 +129,32 @@ def test_persistence_mode_evaluates_both_cuts(tiny_folder, tmp_path, capsys):
     (["--rank_search", "weight", "--search_layers", 0], "--search_layers at least 1"),
     (["--rank_search", "weight", "--search_on", "nonsense"], "Unknown task(s) 'nonsense'"),
     (["--full", "--memory_budget", "lots"], "Memory budget 'lots' is not an amount"),
+    (["--sweep", 2, "--speed"], "--speed adds speed and memory rows to a comparison"),
 ])
 def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, args, reason):
     code, _, err = _run(capsys, *args, "--model", tiny_folder, "--limit", 2, "--output_folder", tmp_path)
     assert code == 2
     error_lines = [line for line in err.splitlines() if "error:" in line]
     assert len(error_lines) == 1 and reason in error_lines[0], err
+
+
+def test_speed_adds_the_pages_speed_and_memory_rows_with_the_limit_to_the_report_and_its_json(tiny_folder, tmp_path,
+                                                                                              capsys, data_dir):
+    code, out, err = _run(capsys, "--full", "--quantize", "int8", "--speed", "--model", tiny_folder, "--task",
+                          "arc_easy", "--limit", 2, "--data_dir", data_dir, "--output_folder", tmp_path)
+    assert code == 0, err
+    saved = json.loads((tmp_path / "speed_memory.json").read_text())
+    found = {(m["model"], m["name"]): m for m in saved["measurements"]}
+    decode = "decode latency per token (batch 1, 32 new)"
+    original, quantized = found[("original", decode)], found[("pruned", decode)]
+    assert quantized["details"]["bytes_per_token"] < original["details"]["bytes_per_token"]
+    assert quantized["details"]["ideal_by"] == "bytes" and "int8" in quantized["details"]["kernel"]
+    for side in ("original", "pruned"):
+        assert any(name.startswith("weight memory") for model, name in found if model == side)
+        assert any(name.startswith("share of the bandwidth limit reached") for model, name in found if model == side)
+    table = (tmp_path / "comparison.md").read_text()
+    assert "| arc_easy acc |" in table and "bytes read per decoded token" in table and "peak memory" in table
+    assert "decode floor per token at" in out
 
 
 def test_the_module_runs_as_a_script(tmp_path):
