@@ -65,7 +65,7 @@ class Int8Rows(TorchAOBaseTensor):
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] @ Wᵀ by the int8 kernel; a bfloat16 scale goes into the kernel, another is applied after."""
         inside = self.scale if self.scale.dtype == torch.bfloat16 else torch.ones_like(self.scale, dtype=torch.bfloat16)
-        out = torch._weight_int8pack_mm(_aligned(x.to(torch.bfloat16)), self.qdata, inside).to(self.dtype)
+        out = _int8_mm(x.to(torch.bfloat16), self.qdata, inside).to(self.dtype)
         return out if inside is self.scale else out * self.scale
 
     def moved(self, device: torch.device, dtype: torch.dtype) -> Int8Rows:
@@ -111,7 +111,7 @@ class Int4Groups(TorchAOBaseTensor):
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] @ Wᵀ by tinygemm's CPU kernel."""
-        out = aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), self.packed, self.group, self.scale_and_zero)
+        out = _int4_mm(x.to(torch.bfloat16), self.packed, self.group, self.scale_and_zero)
         return out.to(self.dtype)
 
     def moved(self, device: torch.device, dtype: torch.dtype) -> Int4Groups:
@@ -130,9 +130,34 @@ class Int4Groups(TorchAOBaseTensor):
 
 def _aligned(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``, copied if its data does not start on 64 bytes: the int8 kernel crashes on unaligned rows (e.g. a
-    tensor read from a safetensors file at an odd offset)."""
+    tensor read from a safetensors file at an odd offset). ``torch.compile``, which has no data to point at, rebuilds
+    weights that were aligned when built."""
+    if torch.compiler.is_compiling():
+        return tensor
     return tensor if tensor.data_ptr() % ALIGN == 0 and tensor.is_contiguous() else tensor.clone(
         memory_format=torch.contiguous_format)
+
+
+# The kernels as custom operators: opaque to torch.compile, which calls them as they are (it cannot trace the
+# alignment check, and inductor does not lower the kernels' inputs itself).
+@torch.library.custom_op("layercut::int8_rows_mm", mutates_args=())
+def _int8_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return torch._weight_int8pack_mm(_aligned(x), qdata, scale)
+
+
+@_int8_mm.register_fake
+def _(x, qdata, scale):
+    return x.new_empty(x.shape[0], qdata.shape[0])
+
+
+@torch.library.custom_op("layercut::int4_groups_mm", mutates_args=())
+def _int4_mm(x: torch.Tensor, packed: torch.Tensor, group: int, scale_and_zero: torch.Tensor) -> torch.Tensor:
+    return aten._weight_int4pack_mm_for_cpu(x.contiguous(), packed, group, scale_and_zero)
+
+
+@_int4_mm.register_fake
+def _(x, packed, group, scale_and_zero):
+    return x.new_empty(x.shape[0], scale_and_zero.shape[1])
 
 
 def _dequantize(self) -> torch.Tensor:

@@ -94,3 +94,17 @@ def test_a_model_the_compiler_refuses_is_one_line(monkeypatch):
     with pytest.raises(InvalidInput, match=r"^torch.compile could not compile this model's decode step \(Unsupported: "
                                            r"a tensor subclass without __tensor_flatten__\); time it eagerly.$"):
         compiled.CompiledRuns(4).run(tiny_model("llama"), torch.tensor([[1, 2, 3]]), 4)
+
+
+@pytest.mark.slow  # two compiles of a tiny model (~10 s each warm)
+@pytest.mark.parametrize("bits", [8, 4])
+def test_quantized_weights_compile_their_kernels_as_opaque_calls_and_decode_the_eager_tokens(bits):
+    import prune
+
+    model = prune.Quantize.of(bits).apply(tiny_model("llama"))
+    prompt = torch.tensor([[5, 17, 3, 99, 42, 7]])
+    expected = _uncached_greedy(model, prompt, 5)  # the kernels, eagerly, over the whole sequence each step
+    runs = compiled.CompiledRuns(most_new_tokens=5)
+    runs.run(model, prompt, 5)
+    cache, _ = runs._cache(model, prompt)
+    assert torch.equal(compiled.generate(model, prompt, 5, cache)[2], expected)
