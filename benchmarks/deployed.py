@@ -1,7 +1,7 @@
 """Speed and memory as deployed: the original, int8 and int4 columns' batch-1 decode against the memory-bandwidth
 limit, and what timing each column adds to the process's memory high-water mark.
 
-    .venv/bin/python benchmarks/deployed.py [--model llama1b|default] [--layers 8] [--repeats 5]
+    .venv/bin/python benchmarks/deployed.py [--model llama1b|default] [--layers 8] [--repeats 5] [--compiled]
 
 ``llama1b``: a randomly initialised Llama of Llama-3.2-1B's shape (hidden 2048, MLP 8192, 32 heads, 8 KV heads,
 vocabulary 128,256, tied head) with ``--layers`` layers, in bfloat16, built here with a fixed seed. ``default``: the
@@ -9,7 +9,9 @@ embedded SmolLM2-135M as the app loads it (float32). The columns take turns run 
 (:func:`evaluation.measure.speed.measure_speed`: a 128-token prompt, 32 new tokens, the median of ``--repeats``);
 each decode row carries its bytes per token, its floor at this machine's bandwidth and the share of it reached.
 Then, column by column, one timed generation again with the kernel's high-water mark reset just before it
-(``VmHWM``, exact): its rise against the KV cache it built. Writes ``benchmarks/results/deployed_<model>.json``.
+(``VmHWM``, exact): its rise against the KV cache it built. ``--compiled``: the columns timed again in the compiled
+mode (``evaluation.measure.compiled``; compile time apart). Writes ``benchmarks/results/deployed_default.json`` or
+``deployed_llama1b_<layers>layers.json``.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def main() -> None:
     parser.add_argument("--model", choices=("llama1b", "default"), default="llama1b")
     parser.add_argument("--layers", type=int, default=8, help="llama1b: decoder layers (Llama-3.2-1B has 16)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compiled", action="store_true", help="also time each column compiled")
     args = parser.parse_args()
     import torch
 
@@ -110,6 +113,16 @@ def main() -> None:
                                                  "ideal_speedup", "ideal_by", "kernel")},
             "timing_memory": high_water_rise(model, ids, 33),
         }
+    if args.compiled:
+        rows = measure_speed(columns, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=args.repeats,
+                             compiled=True)
+        timed = {m.model: m for m in rows if m.name.startswith("decode latency")}
+        compile_s = {m.model: m.value for m in rows if m.name.startswith("compile time")}
+        for label, row in timed.items():
+            found[label]["compiled"] = {"decode_ms_per_token": round(row.value, 2),
+                                        "speed_vs_original": round(timed["original"].value / row.value, 2),
+                                        "limit_share": row.details.get("limit_share"),
+                                        "compile_s": round(compile_s[label], 1)}
     found["int4"]["layer_weights_vs_int8"] = round(found["int4"]["layer_weights_MiB"] /
                                                    found["int8"]["layer_weights_MiB"], 3)
     result = {"model": args.model if args.model == "default" else f"random Llama-3.2-1B shape, {args.layers} layers",
@@ -121,7 +134,8 @@ def main() -> None:
               "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                        text=True).stdout.strip()}
-    path = REPO / "benchmarks" / "results" / f"deployed_{args.model}.json"
+    name = args.model if args.model == "default" else f"{args.model}_{args.layers}layers"
+    path = REPO / "benchmarks" / "results" / f"deployed_{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
