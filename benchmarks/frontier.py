@@ -55,7 +55,7 @@ def retimed(result: FrontierResult) -> FrontierResult:
         models[point.recipe.key] = point.recipe.apply(model, tokenizer)
     found = speed.measure_speed(models, batch_sizes=(1,), prompt_len=SPEED["prompt_len"], new_tokens=SPEED["new_tokens"],
                                 repeats=5, job=None)
-    decode = {m.model: m for m in found if m.name.startswith("decode")}
+    decode = {m.model: m for m in found if m.name.startswith(speed.DECODE)}
 
     def again(point, key: str):
         return replace(point, ms=decode[key].value, dense_ms=decode["original"].value,

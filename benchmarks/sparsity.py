@@ -81,7 +81,7 @@ def main() -> None:
     print("| batch | dense (ms) | dense with zeros (ms) | speed ratio (dense / zeros) |")
     print("|---:|---:|---:|---:|")
     for batch in (1, 8):
-        pair = {m.model: m for m in found if m.name.startswith("decode") and m.details["batch"] == batch}
+        pair = {m.model: m for m in found if m.name.startswith(speed.DECODE) and m.details["batch"] == batch}
         dense, zeros = pair["dense"], pair["dense with zeros"]
         print(f"| {batch} | {dense.value:.1f} ± {dense.spread:.1f} | {zeros.value:.1f} ± {zeros.spread:.1f} "
               f"| {dense.value / zeros.value:.2f}× |")

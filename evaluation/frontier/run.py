@@ -122,7 +122,7 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
         step.update(0.85, f"{name}: decode latency…")
         timed = {"original": model} if derived is model else {"original": model, name: derived}
         found = speed.measure_speed(timed, **SPEED, job=step.sub(0.85, 1.0))
-    decode = {m.model: m for m in found if m.name.startswith("decode")}
+    decode = {m.model: m for m in found if m.name.startswith(speed.DECODE)}
     ours = decode[name if derived is not model else "original"]
     context = SPEED["prompt_len"] + SPEED["new_tokens"][0] // 2
     return {"metrics": {k: to_json_number(v) for k, v in metrics.items()}, "perplexity": to_json_number(ppl),

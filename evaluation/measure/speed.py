@@ -283,7 +283,7 @@ def with_limit(results: list[Measurement], models: dict, device: torch.device) -
         details = {k: m.details[k] for k in ("batch", "context", "device", "mode") if k in m.details}
         limits += [Measurement(f"bytes read per decoded token{where}", read / 2**20, "MiB", False, model=m.model,
                                group=LIMIT, details={**details, **found}),
-                   Measurement(f"decode floor per token at {limit.bytes_per_s / 1e9:.1f} GB/s{where}", floor, "ms",
+                   Measurement(f"floor per decoded token at {limit.bytes_per_s / 1e9:.1f} GB/s{where}", floor, "ms",
                                False, model=m.model, group=LIMIT, details={**details, **found}),
                    Measurement(f"share of the bandwidth limit reached{where}", 100 * floor / m.value, "%", True,
                                model=m.model, group=LIMIT, details={**details, **found})]
