@@ -242,7 +242,7 @@ def test_the_api_schema_gives_the_types_the_server_takes(client):
     assert window == {"type": "string", "enum": ["128", "512", "2048"]}
     assert {p["type"]["type"] for p in endpoints["/generate"]["parameters"][1:4]} == {"number"}  # the sliders
     client.predict("", "", False, "auto", api_name="/load_model")
-    table, *_ = client.predict(["1"], 8, 2, 1, api_name="/speed")
+    table, *_ = client.predict(["1"], 8, 2, 1, False, api_name="/speed")  # the last: also compiled
     assert table["value"]["data"], table
     shown, _plot = client.predict("128", 1, api_name="/perplexity")
     table = shown["value"]
