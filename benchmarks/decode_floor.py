@@ -7,10 +7,9 @@ greedy tokens at batch 1: once as transformers runs it (``evaluation.measure.spe
 compiled over a static cache (``evaluation.measure.compiled``; on CUDA mode "reduce-overhead": CUDA graphs), its
 compile time apart. Each row gives the decode ms per token (median of the repeats), the bytes one decode step reads
 (the weights as stored, less an untied input embedding, of which a step reads one row; plus the KV cache at the mean
-context), the floor those bytes set at the bandwidth measured here (a copy of a large tensor: read + write), the
-share of that floor reached, and the peak memory the run added above what was resident against its KV cache. A
-simple local computation of bytes and floor: the speed step's own bytes-per-token column, where present, is the
-reference.
+context), the floor those bytes set at the bandwidth measured here (the sum of 1 GiB), the share of that floor
+reached, and the peak memory the run added above what was resident against its KV cache. The bytes, the bandwidth
+and the floor are the speed step's own (``evaluation.measure.bandwidth``).
 """
 
 from __future__ import annotations
@@ -23,42 +22,12 @@ from pathlib import Path
 
 import torch
 
-from evaluation.measure import compiled, speed
+from evaluation.measure import bandwidth as limit, compiled, speed
 from evaluation.measure.memory import weight_bytes
-from prune.core.architectures import decoder_layers
 from prune.core.devices import input_device
 
 _MIB = 2**20
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def bandwidth(device: torch.device, gib: float = 1.0, repeats: int = 10) -> float:
-    """Bytes per second a copy of a ``gib``-GiB tensor moves on ``device`` (read + write), the median of ``repeats``."""
-    source = torch.empty(int(gib * 2**30) // 4, dtype=torch.float32, device=device).fill_(1.0)
-    target = torch.empty_like(source)
-    times = []
-    for _ in range(repeats + 1):  # the first warms up
-        with speed._Timer(device) as timer:
-            target.copy_(source)
-        times.append(timer.ms / 1000)
-    return 2 * source.numel() * 4 / statistics.median(times[1:])
-
-
-def kv_bytes(model, batch: int, context: int) -> int:
-    """Bytes of the KV cache at ``context`` positions: keys and values of every layer's heads."""
-    config = model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    element = torch.finfo(model.dtype).bits // 8 if model.dtype.is_floating_point else 2
-    return 2 * len(decoder_layers(model)) * batch * heads * head_dim * context * element
-
-
-def step_bytes(model, context: int) -> int:
-    """Bytes one batch-1 decode step reads: the weights as stored (an untied input embedding only by one row) and
-    the KV cache at ``context`` positions."""
-    embedding, head = model.get_input_embeddings().weight, model.get_output_embeddings().weight
-    untied = 0 if embedding.data_ptr() == head.data_ptr() else embedding.numel() * embedding.element_size()
-    return weight_bytes(model) - untied + kv_bytes(model, 1, context)
 
 
 def decode_row(label: str, model, mode: str, *, prompt_len: int, new_tokens: int, repeats: int,
@@ -85,11 +54,10 @@ def decode_row(label: str, model, mode: str, *, prompt_len: int, new_tokens: int
         decode = [run(model, ids, new_tokens)[1] / (new_tokens - 1) for _ in range(repeats)]
     except Exception as error:  # a model the compiler refuses (a quantized or sparse layout): said, not fatal
         return {**row, "error": (str(error).strip().splitlines() or [type(error).__name__])[0][:200]}
-    context = prompt_len + new_tokens // 2
-    moved = step_bytes(model, context)
+    moved = limit.decode_bytes(model, prompt_len + new_tokens // 2)  # at the mean context, as the speed step
     row.update(decode_ms=statistics.median(decode), step_mib=moved / _MIB,
                floor_ms=moved / bytes_per_s * 1000, weights_mib=weight_bytes(model) / _MIB,
-               kv_cache_mib=kv_bytes(model, 1, prompt_len + new_tokens) / _MIB)
+               kv_cache_mib=limit.kv_bytes(model, prompt_len + new_tokens) / _MIB)
     row["floor_share"] = row["floor_ms"] / row["decode_ms"]
     if cuda:
         row["peak_above_resident_mib"] = (torch.cuda.max_memory_allocated() - resident) / _MIB
@@ -100,7 +68,7 @@ def decode_rows(models: dict, *, modes=("eager", "compiled"), prompt_len: int = 
                 repeats: int = 3) -> dict:
     """Every model in every mode, with the bandwidth measured once on their device."""
     device = input_device(next(iter(models.values())))
-    bytes_per_s = bandwidth(device, gib=1.0 if device.type == "cuda" else 0.25)
+    bytes_per_s = limit.bandwidth(device).bytes_per_s
     rows = [decode_row(label, model, mode, prompt_len=prompt_len, new_tokens=new_tokens, repeats=repeats,
                        bytes_per_s=bytes_per_s) for mode in modes for label, model in models.items()]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} (torch threads: " \

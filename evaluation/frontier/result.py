@@ -38,7 +38,7 @@ class Point:
     weight_bytes: int  # its weights' bytes as stored (quantized: their real bytes; zeros stored densely in full)
     ms: float  # decode latency per token at batch 1
     dense_ms: float  # the original's, timed in turns with it
-    ideal_speedup: float  # the original's per-token matmul FLOPs over this model's (prefill's ideal, not decode's)
+    ideal_speedup: float  # the original's per-token matmul FLOPs over this model's (decode is bound by bytes: floor_ms)
     perplexity: float
     task: float  # the task's primary metric, in lm-eval's units
     build_s: float
