@@ -305,7 +305,8 @@ def test_speed_and_memory_tab(page, capsys):
     page.fill("#new-tokens input", "8")
     page.fill("#repeats input", "2")
     page.click("#speed-btn")
-    settled_text(page, "#speed-table", "throughput", timeout=300_000)
+    speed_table = settled_text(page, "#speed-table", "throughput", timeout=300_000)
+    assert "floor per decoded token at" in speed_table and "share of the bandwidth limit reached" in speed_table
     page.click("#memory-btn")
     settled_text(page, "#memory-table", "weight memory", timeout=300_000)
     page.wait_for_selector("#memory-plot .lc-plot .barlayer", timeout=30_000)
