@@ -83,9 +83,10 @@ EXAMPLE_PROMPTS = [
 ]
 
 SPEED_HELP = (
-    "Timed after a warm-up, median of the repeats (± interquartile range). *Ideal speedup* "
-    "is what the cut would give if time scaled with the matmul FLOPs per token. Memory is "
-    "VRAM on CUDA and process memory on CPU."
+    "Timed after a warm-up, under inference mode, median of the repeats (± interquartile range). *Ideal speedup*: "
+    "a decode step's if time scaled with the bytes it reads (every stored weight and the KV cache), a prefill's if it "
+    "scaled with the matmul FLOPs. The *floor* is those bytes over this device's measured memory bandwidth, and the "
+    "*share of the bandwidth limit reached* is floor ÷ measured. Memory is VRAM on CUDA and process memory on CPU."
 )
 
 COMPILED_INFO = ("Rows marked (compiled) beside the eager ones: a static KV cache and torch.compile (CUDA graphs on a "
