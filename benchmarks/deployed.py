@@ -65,7 +65,7 @@ def layer_bytes(model) -> int:
 
 def high_water_rise(model, ids, new_tokens: int) -> dict:
     """One timed generation with VmHWM reset just before: its rise over the resident memory, and the KV cache."""
-    from evaluation.measure import memory, speed
+    from evaluation.measure import bandwidth, memory, speed
 
     gc.collect()
     if not memory._reset_peak_rss():
@@ -73,10 +73,7 @@ def high_water_rise(model, ids, new_tokens: int) -> dict:
     base = memory._proc_status("VmRSS")
     speed._run_once(model, ids, new_tokens)
     rise = memory._proc_status("VmHWM") - base
-    config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * (ids.shape[1] + new_tokens) * \
-        next(model.parameters()).element_size()
+    kv = bandwidth.kv_bytes(model, ids.shape[1] + new_tokens)
     return {"rise_MiB": round(rise / _MIB, 1), "kv_cache_MiB": round(kv / _MIB, 1)}
 
 
