@@ -1,5 +1,6 @@
 """Speed and memory as deployed: the original, int8 and int4 columns' batch-1 decode against the memory-bandwidth
-limit, and what timing each column adds to the process's memory high-water mark.
+limit (int8 and int4 also with the LM head in int8, as llama.cpp stores it), and what timing each column adds to the
+process's memory high-water mark.
 
     .venv/bin/python benchmarks/deployed.py [--model llama1b|default] [--layers 8] [--repeats 5] [--compiled]
 
@@ -91,8 +92,8 @@ def main() -> None:
 
     started = time.perf_counter()
     original = llama_1b_shape(args.layers) if args.model == "llama1b" else default_model()
-    columns = {"original": original, "int8": prune.Quantize.of(8).apply(original),
-               "int4": prune.Quantize.of(4).apply(original)}
+    columns = {"original": original, **{f"int{bits}{'+head' if head else ''}": prune.Quantize.of(bits, head=head)
+                                        .apply(original) for head in (False, True) for bits in (8, 4)}}
     built_s = time.perf_counter() - started
     rows = measure_speed(columns, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=args.repeats)
     decode = {m.model: m for m in rows if m.name.startswith("decode latency")}

@@ -9,9 +9,10 @@ venv of its own (5–10 minutes on 2 cores; ``GGML_NATIVE`` compiles for this CP
     python3 -m venv /work/llama-venv
     CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF" /work/llama-venv/bin/pip install llama-cpp-python==0.3.36
 
-Columns and their llama.cpp pairs: the original ↔ F16, LayerCut's int8 ↔ Q8_0, int4 ↔ Q4_0 (each GGUF written by
-LayerCut's own export, ``evaluation/exports/gguf_out.py``, from that column; llama.cpp quantizes the tied
-embedding/head too, which LayerCut leaves in the model's dtype: the bytes per token say so). ``default``: the
+Columns and their llama.cpp pairs: the original ↔ F16, LayerCut's int8 with an int8 head (``int8+head``) ↔ Q8_0,
+int4 with an int8 head ↔ Q4_0 (each GGUF written by LayerCut's own export, ``evaluation/exports/gguf_out.py``, from
+that column). Both engines then read a quantized head; llama.cpp also reads its quantized token embedding (one row a
+token), LayerCut the original's: the bytes per token say so. ``default``: the
 embedded SmolLM2-135M (float32 in LayerCut). ``llama1b``: a random Llama of Llama-3.2-1B's width (hidden 2048, MLP
 8192, 32 heads, 8 KV heads, tied head, bfloat16) with ``--layers`` layers and the embedded model's tokenizer (so a
 49,152-token vocabulary, not Llama 3's 128,256).
@@ -38,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT, NEW = 128, 32
-PAIRS = {"original": "F16", "int8": "Q8_0", "int4": "Q4_0"}
+PAIRS = {"original": "F16", "int8+head": "Q8_0", "int4+head": "Q4_0"}
 
 # The llama.cpp side: one process per GGUF, told "run" on stdin, answering each with one JSON line.
 CHILD = r"""
@@ -114,7 +115,8 @@ def main() -> None:
     model, tokenizer = prune.load_model(prune.DEFAULT_MODEL)
     if args.model == "llama1b":
         model = llama_1b_width(args.layers, tokenizer)
-    columns = {"original": model, "int8": prune.Quantize.of(8).apply(model), "int4": prune.Quantize.of(4).apply(model)}
+    columns = {"original": model, "int8+head": prune.Quantize.of(8, head=True).apply(model),
+               "int4+head": prune.Quantize.of(4, head=True).apply(model)}
     threads = torch.get_num_threads()
     ids = torch.randint(0, model.config.vocab_size, (1, PROMPT), generator=torch.Generator().manual_seed(0))
     folder = Path(tempfile.mkdtemp(prefix="layercut-engines-"))

@@ -97,6 +97,16 @@ def tiny_model(arch: str, layers: int = 4, seed: int = 0):
     return model
 
 
+def tied_llama(layers: int = 4):
+    """The tiny Llama with its LM head tied to the input embedding (one matrix), as SmolLM2 and Llama 3.2 1B are."""
+    config = TINY_CONFIGS["llama"](layers)
+    config.tie_word_embeddings = True
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    return model
+
+
 def tiny_gemma(config_class, layers: int, **changes):
     """A Gemma 2/3 whose matrices split into 32-wide blocks. head_dim = query_pre_attn_scalar = 256: llama.cpp scales
     by 1/√head_dim and transformers' GGUF loader leaves the scalar at its default 256. A 4-token window < 16 tokens,

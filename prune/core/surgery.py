@@ -111,11 +111,11 @@ def _stacks_view(model: nn.Module, kept: list[int], config) -> nn.Module:
     """:func:`layer_view` of a model of two stacks: each stack module (T5's encoder, decoder) cloned with its own
     config copy, its layer count set, and its kept layers renumbered from 0."""
     arch = architecture_of(model)
-    view = _shallow_clone(model)
+    view = shallow_clone(model)
     view.config = config
     for path, (_name, start, end) in zip(arch.stacks, stack_spans(model)):
         owner_name, list_name = path.split(".")
-        owner, original = _shallow_clone(getattr(model, owner_name)), get_path(model, path)
+        owner, original = shallow_clone(getattr(model, owner_name)), get_path(model, path)
         local = [i - start for i in kept if start <= i < end]
         owner.config = copy.deepcopy(owner.config)
         owner.config.num_hidden_layers = len(local)
@@ -156,7 +156,7 @@ def private_copy(model: nn.Module) -> nn.Module:
 
     def copy_of(module: nn.Module) -> nn.Module:
         if id(module) not in memo:
-            clone = _shallow_clone(module)
+            clone = shallow_clone(module)
             for name, value in list(vars(clone).items()):
                 if name.startswith("_") and "hooks" in name and isinstance(value, dict):
                     clone.__dict__[name] = type(value)()
@@ -223,7 +223,7 @@ def _pruned_config(model: nn.Module, kept: list[int]):
     return new
 
 
-def _shallow_clone(module: nn.Module) -> nn.Module:
+def shallow_clone(module: nn.Module) -> nn.Module:
     """A new module object sharing parameters, with its own submodule/hook dicts."""
     clone = copy.copy(module)
     for name, value in vars(module).items():
@@ -241,7 +241,7 @@ def _shallow_clone(module: nn.Module) -> nn.Module:
 
 def _clone_along(root: nn.Module, path: list[str], config) -> nn.Module:
     """Clone every module on the path to the layer list, pointing them at the new config."""
-    clone = _shallow_clone(root)
+    clone = shallow_clone(root)
     if hasattr(clone, "config"):
         clone.config = config
     if len(path) > 1:
@@ -253,7 +253,7 @@ def _renumbered(layer: nn.Module, new_idx: int) -> nn.Module:
     """A clone of ``layer`` (and of every submodule, so hooks and attributes set on the
     pruned model never reach the original) whose attention modules carry the new index,
     which is their KV-cache slot. Parameters stay shared."""
-    clone = _shallow_clone(layer)
+    clone = shallow_clone(layer)
     if "layer_idx" in vars(clone):
         clone.layer_idx = new_idx
     for name, child in layer._modules.items():

@@ -247,8 +247,10 @@ def from_torchao(weight) -> Int8Rows | Int4Groups:
 
 
 def packed_model(model: nn.Module) -> nn.Module:
-    """``model`` (its own quantized layers) with torchao's weights in kernel form, in place, and saved as torchao's."""
-    for layer in decoder_layers(model):
+    """``model`` (its own quantized layers and head) with torchao's weights in kernel form, in place, and saved as
+    torchao's."""
+    head = model.get_output_embeddings()
+    for layer in [*decoder_layers(model), *([head] if head is not None else [])]:
         for module in layer.modules():
             if isinstance(module, nn.Linear) and is_quantized(module.weight) and not is_packed(module.weight):
                 module.weight = nn.Parameter(from_torchao(module.weight), requires_grad=False)

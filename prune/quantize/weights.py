@@ -13,10 +13,14 @@ them (int4 two values a byte, its scales in bfloat16 beside tinygemm's zeros) an
 activations in bfloat16. Saving converts them back to torchao's plain tensors (same integers, the int4 scales as
 rounded), which transformers saves and reloads (``TorchAoConfig``); ``prune.load_model`` packs them again.
 
-Every ``nn.Linear`` of the decoder layers is quantized (a low-rank step's two factors too); embeddings, norms and the
-LM head stay as they are (torchao's and transformers' default leaves the tied embedding alone). A projection whose
-input width is not a multiple of the group stays dense and is counted. The original is never altered: the variant's
-layers are clones (``prune.core.surgery.clone_layers``) whose linear modules get new, quantized parameters.
+Every ``nn.Linear`` of the decoder layers is quantized (a low-rank step's two factors too); embeddings and norms stay
+as they are. The LM head stays too by default (torchao's and transformers' default leaves the tied embedding alone);
+with ``head`` it is stored in int8, one scale per row, whatever the layers' bits: llama.cpp's Q8_0 files hold the
+output matrix in Q8_0 and its Q4_0 files in Q6_K, a higher precision than the layers'. A tied head is then untied:
+the variant's head is its own int8 matrix, its input embedding the original's (a token reads one row of it). A
+projection whose input width is not a multiple of the group stays dense and is counted. The original is never
+altered: the variant's layers and head are clones (``prune.core.surgery.clone_layers``) whose linear modules get new,
+quantized parameters.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Matrix, pays
 from prune.core.storage import is_quantized
-from prune.core.surgery import clone_layers
+from prune.core.surgery import clone_layers, shallow_clone
 
 QUANTIZED_FIELD = "layercut_quantized"  # config: what was quantized, for the card and a reloaded export
 BITS = (8, 4)
@@ -57,8 +61,9 @@ def quantizable(module: nn.Module, group: int | None) -> bool:
     return isinstance(module, nn.Linear) and (group is None or module.in_features % group == 0)
 
 
-def quantize(model: nn.Module, bits: int, group: int | None) -> nn.Module:
-    """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit; ``model`` is untouched."""
+def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False) -> nn.Module:
+    """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit (and with ``head``, its LM head
+    int8); ``model`` is untouched."""
     from torchao.quantization import quantize_
     from transformers import TorchAoConfig
 
@@ -74,10 +79,27 @@ def quantize(model: nn.Module, bits: int, group: int | None) -> nn.Module:
                            f"nn.Linear maps{'' if group is None else f' whose input width is a multiple of {group}'}.")
     config = torchao_config(bits, group)
     quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
-    variant.config.quantization_config = TorchAoConfig(config)
+    if head:
+        _quantize_head(variant)
+    # transformers skips the output embedding on reload unless told: an int8 head names no module to skip
+    variant.config.quantization_config = TorchAoConfig(config, **({"modules_to_not_convert": []} if head else {}))
     setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": len(chosen),
-                                              "dense": len(linears) - len(chosen)})
+                                              "dense": len(linears) - len(chosen), "head": head})
     return packed_model(variant)
+
+
+def _quantize_head(variant: nn.Module) -> None:
+    """The variant's LM head replaced by an int8 copy (a scale per row); a tied one is untied."""
+    from torchao.quantization import quantize_
+
+    original = variant.get_output_embeddings()
+    if not isinstance(original, nn.Linear):
+        raise InvalidInput("This model's LM head is not an nn.Linear map: quantize the decoder layers only.")
+    own = shallow_clone(original)
+    quantize_(own, torchao_config(8, None))
+    variant.set_output_embeddings(own)
+    for config in {id(c): c for c in (variant.config, variant.config.get_text_config())}.values():
+        config.tie_word_embeddings = False
 
 
 def kernel_of(model: nn.Module) -> str | None:
@@ -100,9 +122,18 @@ def restore(model: nn.Module) -> nn.Module:
     return packed_model(model)
 
 
+def head_bytes(model: nn.Module) -> int:
+    """What an int8 LM head owns: a byte per weight and a scale (the model's dtype) per row."""
+    rows, inputs = model.get_output_embeddings().weight.shape
+    return rows * inputs + rows * model.get_output_embeddings().weight.element_size()
+
+
 def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, copied: bool) -> int:
-    """What one layer matrix owns once quantized: int8 values and a scale (the model's dtype) per row, or int4 values
-    two a byte and a bfloat16 scale and zero per group. One kept dense (input width not a multiple of the group) owns
+    """What one layer matrix owns once quantized, its bias apart: int8 values and a scale (the model's dtype) per row,
+    or int4 values two a byte and a bfloat16 scale and zero per group. The bias is kept as it was: counted when an
+    earlier step ``copied`` the matrices (a low-rank step copies the biases too; a sparsity step, and a width step
+    where it keeps a layer's heads, do not, so after those a bias the variant shares is counted: a few kB, 0.01 % of a
+    real model's bytes). One kept dense (input width not a multiple of the group) owns
     what it did: its bytes if an earlier step ``copied`` the matrices, else nothing (it is the original's)."""
     factored = matrix.rank is not None and pays(matrix.outputs, matrix.inputs, matrix.rank)
     maps = ([(matrix.rank, matrix.inputs), (matrix.outputs, matrix.rank)] if factored  # a low-rank step's factors
@@ -115,7 +146,7 @@ def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, 
             total += outputs * inputs + outputs * element
         else:
             total += outputs * inputs // 2 + outputs * (inputs // group) * 2 * 2
-    return total + (matrix.outputs * element if matrix.bias else 0)
+    return total + (matrix.outputs * element if matrix.bias and copied else 0)
 
 
 def check(bits, group) -> tuple[int, int | None]:

@@ -8,7 +8,7 @@ from evaluation.measure import bandwidth, speed
 from evaluation.measure.memory import kv_cache_bytes
 from prune.core.kv import cache_returned
 from prune.core.recipe import Recipe
-from tests.conftest import tiny_model
+from tests.conftest import tied_llama, tiny_model
 
 # The tiny Llama: hidden 32, MLP 64, 4 heads of 8, 2 KV heads, vocabulary 320, 4 layers, untied head, float32.
 # A layer's matrices (rows × inputs): q 32×32, k 16×32, v 16×32, o 32×32; gate, up 64×32; down 32×64.
@@ -50,6 +50,17 @@ def test_bytes_per_decoded_token_of_each_storage_equal_a_hand_count():
     quantized = [prune.Quantize.of(8).apply(model), prune.Quantize.of(4).apply(model)]
     assert bandwidth.decode_bytes(quantized[0], 10) == whole([int8(ATTENTION + MLP) + NORMS] * 4, 10)
     assert bandwidth.decode_bytes(quantized[1], 10) == whole([int4(ATTENTION + MLP) + NORMS] * 4, 10)
+    with_head = prune.Quantize.of(4, head=True).apply(model)  # the head in int8: 320 rows of 32 bytes and a scale
+    assert bandwidth.decode_bytes(with_head, 10) == whole([int4(ATTENTION + MLP) + NORMS] * 4, 10) - HEAD + int8(
+        [(320, 32)])
+
+
+def test_a_tied_head_quantized_is_untied_the_token_reads_it_whole_and_one_row_of_the_original_embedding():
+    model = tied_llama()
+    tied = bandwidth.decode_bytes(model, 10)  # the tied matrix read whole once, no row beside it
+    variant = prune.Quantize.of(8, head=True).apply(model)
+    layers = (dense(ATTENTION + MLP) - int8(ATTENTION + MLP)) * 4
+    assert bandwidth.decode_bytes(variant, 10) == tied - layers - HEAD + int8([(320, 32)]) + ROW
 
 
 def test_a_dropped_attention_reads_neither_its_matrices_nor_a_cache_and_a_factored_matrix_reads_its_factors():

@@ -12,16 +12,7 @@ import transformers
 import prune
 from evaluation.measure.memory import checkpoint_bytes, checkpoint_files, folder_bytes, safetensors_bytes
 
-from conftest import TINY_CONFIGS, tiny_model
-
-
-def tied_llama(layers: int = 4):
-    config = TINY_CONFIGS["llama"](layers)
-    config.tie_word_embeddings = True
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    assert model.lm_head.weight is model.model.embed_tokens.weight
-    return model
+from conftest import TINY_CONFIGS, tied_llama, tiny_model
 
 
 MODELS = {

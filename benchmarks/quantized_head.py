@@ -1,0 +1,82 @@
+"""What quantizing the LM head too costs and buys on the default model: int8 and int4, each without and with an int8
+head (``Quantize(head=True)``, as llama.cpp stores the output matrix), side by side.
+
+    .venv/bin/python benchmarks/quantized_head.py [--ppl_windows 64] [--hellaswag 200]
+
+Rows per column: WikiText-2 test perplexity (the first windows of 128 tokens), hellaswag acc_norm on the first N
+questions, the weights' bytes as stored (``weight_bytes``: a tied model's untied head adds its int8 copy beside the
+original's embedding) and the bytes one decoded token reads (``bandwidth.decode_bytes`` at a 144-token context).
+Everything goes through the Backend the app uses, in a fresh cache. Speed is ``benchmarks/deployed.py``'s. Writes
+``benchmarks/results/quantized_head.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
+    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions")
+    args = parser.parse_args()
+    in_fresh_cache(lambda: run(args))
+
+
+def run(args) -> None:
+    import torch
+
+    from evaluation.measure import bandwidth
+    from evaluation.measure.measurement import ORIGINAL
+    from evaluation.measure.memory import weight_bytes
+    from evaluation.quality import lm_eval_adapter
+    from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
+    from prune.core.recipe import Recipe
+    from prune.quantize.step import Quantize
+
+    backend = Backend()
+    spec = ModelSpec()
+    backend.load(spec)
+    chosen = {step.short(): Recipe((step,)) for head in (False, True) for step in
+              (Quantize.of(8, head=head), Quantize.of(4, head=head))}
+    models = {name: backend.model(spec, recipe) for name, recipe in chosen.items()}
+    models[ORIGINAL] = backend.model(spec, Recipe())
+    found = {name: {"weights_MiB": round(weight_bytes(m) / 2**20, 1),
+                    "read_per_token_MiB": round(bandwidth.decode_bytes(m, 144) / 2**20, 1)}
+             for name, m in models.items()}
+    names = list(chosen)
+    pairs = [dict(list(chosen.items())[i: i + 2]) for i in range(0, len(chosen), 2)]
+    request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+    for pair in pairs:
+        for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows):
+            found[m.model]["wikitext2_ppl"] = round(m.value, 2)
+        for m in backend.benchmarks(spec, pair, request, batch_size=16):
+            if m.name == "hellaswag acc_norm":
+                found[m.model]["hellaswag_acc_norm"] = [round(m.value, 1), round(m.spread, 1)]
+    result = {"model": "SmolLM2-135M-Instruct (embedded), float32", "columns": {k: found[k] for k in
+                                                                                 [ORIGINAL, *names]},
+              "how": f"WikiText-2 test perplexity, first {args.ppl_windows} windows of 128 tokens; hellaswag "
+                     f"acc_norm ± stderr on the first {args.hellaswag}; bytes as stored and read per decoded token",
+              "threads": torch.get_num_threads(),
+              "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
+              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                       text=True).stdout.strip()}
+    path = REPO / "benchmarks" / "results" / "quantized_head.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
