@@ -140,8 +140,8 @@ def test_bad_input_exits_with_a_one_line_reason(tiny_folder, tmp_path, capsys, a
 
 def test_speed_adds_the_pages_speed_and_memory_rows_with_the_limit_to_the_report_and_its_json(tiny_folder, tmp_path,
                                                                                               capsys, data_dir):
-    code, out, err = _run(capsys, "--full", "--quantize", "int8", "--speed", "--model", tiny_folder, "--task",
-                          "arc_easy", "--limit", 2, "--data_dir", data_dir, "--output_folder", tmp_path)
+    code, out, err = _run(capsys, "--full", "--quantize", "int8", "--quant_head", "--speed", "--model", tiny_folder,
+                          "--task", "arc_easy", "--limit", 2, "--data_dir", data_dir, "--output_folder", tmp_path)
     assert code == 0, err
     saved = json.loads((tmp_path / "speed_memory.json").read_text())
     found = {(m["model"], m["name"]): m for m in saved["measurements"]}
@@ -154,6 +154,7 @@ def test_speed_adds_the_pages_speed_and_memory_rows_with_the_limit_to_the_report
         assert any(name.startswith("share of the bandwidth limit reached") for model, name in found if model == side)
     table = (tmp_path / "comparison.md").read_text()
     assert "| arc_easy acc |" in table and "bytes read per decoded token" in table and "peak memory" in table
+    assert "the LM head in int8" in table and (tmp_path / "results_int8_head.json").exists()
     assert "floor per decoded token at" in out
 
 
