@@ -57,7 +57,7 @@ def run(args) -> None:
 
     context = prune.Context(model, tokenizer, calibration)
     started = time.perf_counter()
-    context.residual  # noqa: B018 -- computed once, shared by every method below
+    context.residual  # computed once, shared by every method below
     print(f"residual stream: {time.perf_counter() - started:.1f} s")
 
     names = args.methods.split(",") if args.methods else list(prune.METHODS)

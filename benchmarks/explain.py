@@ -25,13 +25,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-import prune  # noqa: E402
-from evaluation.explain import cut as explain  # noqa: E402
-from evaluation.serving.backend import Backend  # noqa: E402
-from prune.core.calibration import token_windows  # noqa: E402
-from prune.core.recipe import Recipe  # noqa: E402
+import prune
+from evaluation.explain import cut as explain
+from evaluation.serving.backend import Backend
+from prune.core.calibration import token_windows
+from prune.core.recipe import Recipe
 
 CUTS = [(13, 16), (15, 21), (2, 8), (20, 26), (5, 9), (10, 14), (24, 30), (0, 4), (17, 19), (8, 12)]
 SHOWN = [(13, 16), (15, 21), (2, 8)]

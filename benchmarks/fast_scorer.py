@@ -23,13 +23,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
-from lm_eval.models.huggingface import HFLM  # noqa: E402
+import torch
+from lm_eval.models.huggingface import HFLM
 
-import prune  # noqa: E402
-from prune.core.architectures import num_layers as len_layers  # noqa: E402
-from evaluation.quality.fast_lm import FastLM  # noqa: E402
-from evaluation.sweeps.cuts import evaluate_loaded, load_task, sweep, task_metrics  # noqa: E402
+import prune
+from prune.core.architectures import num_layers as len_layers
+from evaluation.quality.fast_lm import FastLM
+from evaluation.sweeps.cuts import evaluate_loaded, load_task, sweep, task_metrics
 
 
 class Clock:

@@ -27,11 +27,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # probe_server, probe_inputs beside this script
 
-from gradio_client import Client, handle_file  # noqa: E402
-from gradio_client.exceptions import AppError  # noqa: E402
+from gradio_client import Client, handle_file
+from gradio_client.exceptions import AppError
 
-import probe_inputs as pi  # noqa: E402
-from probe_server import TRACEBACK, Server  # noqa: E402
+import probe_inputs as pi
+from probe_server import TRACEBACK, Server
 
 LIGHT_WAIT_S, MEDIUM_WAIT_S, HEAVY_WAIT_S, STOP_WAIT_S = 30, 10, 4, 60
 CATCH_ALL = "Something went wrong"
@@ -120,7 +120,7 @@ class Probe:
             code = err.response.status_code
             return Reply(case, "http" if code < 500 else "exception", f"HTTP {code}: {err.response.text[:300]}",
                          self._since(started))
-        except Exception as err:  # noqa: BLE001 — a connection error is a crash; anything else is reported
+        except Exception as err:  # a connection error is a crash; anything else is reported
             return Reply(case, "exception", f"{type(err).__name__}: {err}", self._since(started))
 
     @staticmethod
@@ -144,7 +144,7 @@ class Probe:
     def _cancel(self, client: Client) -> None:
         try:
             client.predict(api_name="/cancel")
-        except Exception:  # noqa: BLE001 — the wait after it says whether the job stopped
+        except Exception:  # the wait after it says whether the job stopped
             pass
 
     @staticmethod
@@ -172,7 +172,7 @@ class Probe:
         for name, args in steps:
             try:
                 client.predict(*args, api_name=name)
-            except Exception as err:  # noqa: BLE001 — the cases then show what the visitor gets
+            except Exception as err:  # the cases then show what the visitor gets
                 print(f"  set-up {name} failed before {endpoint}: {err}", file=sys.stderr)
 
     # ------------------------------------------------------------ the probe
@@ -228,7 +228,7 @@ class Probe:
             began = time.monotonic()
             try:
                 check()
-            except Exception as err:  # noqa: BLE001 — a check that cannot run is a failed check
+            except Exception as err:  # a check that cannot run is a failed check
                 self.checks.append(Check(check.__name__.removeprefix("check_"), False,
                                          f"could not run: {type(err).__name__}: {str(err)[:200]}"))
             print(f"  {check.__name__}: {time.monotonic() - began:.0f} s", file=sys.stderr)
@@ -289,7 +289,7 @@ class Probe:
             stopped, detail = False, "it finished instead of stopping"
         except TimeoutError:
             stopped, detail = False, f"still running {STOP_WAIT_S} s after Stop"
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:
             stopped, detail = True, f"ended {time.monotonic() - began:.1f} s after Stop: {short(str(err), 80)}"
         self.checks.append(Check("Stop of one's own job", stopped, detail))
 
@@ -393,7 +393,7 @@ def outcome(job) -> str:
     try:
         job.result(timeout=0)
         return "finished"
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:
         return short(str(err), 80)
 
 

@@ -20,13 +20,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import prune  # noqa: E402
-from evaluation.quality import lm_eval_adapter  # noqa: E402
-from evaluation.quality.fast_lm import Answer, FastLM  # noqa: E402
-from evaluation.sweeps.cuts import evaluate_loaded  # noqa: E402
-from evaluation.settings import BATCH_SIZE  # noqa: E402
-from prune.core.errors import InvalidInput  # noqa: E402
-from prune.core.paths import default_data_dir  # noqa: E402
+import prune
+from evaluation.quality import lm_eval_adapter
+from evaluation.quality.fast_lm import Answer, FastLM
+from evaluation.sweeps.cuts import evaluate_loaded
+from evaluation.settings import BATCH_SIZE
+from prune.core.errors import InvalidInput
+from prune.core.paths import default_data_dir
 
 
 class Recorder(FastLM):

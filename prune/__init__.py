@@ -15,29 +15,29 @@ Public API::
 
 __version__ = "0.3.0"
 
-from prune.core.calibration import Calibration  # noqa: E402
-from prune.core.errors import LayerCutError  # noqa: E402
-from prune.healing.train import heal  # noqa: E402
-from prune.core.loading import DEFAULT_MODEL, load_model  # noqa: E402
-from prune.lowrank.decomposition import decompose  # noqa: E402
-from prune.depth.methods import METHODS  # noqa: E402
-from prune.depth.methods.context import Context  # noqa: E402
-from prune.depth.result import ImportanceResult  # noqa: E402
-from prune.depth.scoring import score  # noqa: E402
-from prune.sparsity.masks import sparsify  # noqa: E402
-from prune.core.surgery import cut, remove_layers  # noqa: E402
-from prune.width.shrink import shrink_width  # noqa: E402
+from prune.core.calibration import Calibration
+from prune.core.errors import LayerCutError
+from prune.healing.train import heal
+from prune.core.loading import DEFAULT_MODEL, load_model
+from prune.lowrank.decomposition import decompose
+from prune.depth.methods import METHODS
+from prune.depth.methods.context import Context
+from prune.depth.result import ImportanceResult
+from prune.depth.scoring import score
+from prune.sparsity.masks import sparsify
+from prune.core.surgery import cut, remove_layers
+from prune.width.shrink import shrink_width
 
 # The families, in the order the app's picker and the CLI's help show them; importing each registers it.
-from prune.depth.step import DepthCut  # noqa: E402
-from prune.patch.step import Patch  # noqa: E402
-from prune.drop.step import SubLayerDrop  # noqa: E402
-from prune.sparsity.step import Sparsify  # noqa: E402
-from prune.width.step import WidthPrune  # noqa: E402
-from prune.lowrank.step import Decompose  # noqa: E402
-from prune.healing.step import Heal  # noqa: E402
-from prune.quantize.step import Quantize  # noqa: E402
-from prune.core.family import FAMILIES  # noqa: E402
+from prune.depth.step import DepthCut
+from prune.patch.step import Patch
+from prune.drop.step import SubLayerDrop
+from prune.sparsity.step import Sparsify
+from prune.width.step import WidthPrune
+from prune.lowrank.step import Decompose
+from prune.healing.step import Heal
+from prune.quantize.step import Quantize
+from prune.core.family import FAMILIES
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal", "ImportanceResult",
            "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",

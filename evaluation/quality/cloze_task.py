@@ -17,7 +17,7 @@ class ClozeTask(Task):
     VERSION = 0
     OUTPUT_TYPE = REQUEST
 
-    def __init__(self, name: str, docs: list[dict]):  # noqa: D107 (Task.__init__'s state, questions given)
+    def __init__(self, name: str, docs: list[dict]):  # Task.__init__'s state, questions given
         # Not Task.__init__: it downloads, and in lm-eval 0.4.13 wraps a config dict as TaskConfig's first field.
         self.dataset = {"test": docs}
         self._training_docs = self._fewshot_docs = self._instances = None

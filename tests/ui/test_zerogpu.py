@@ -38,7 +38,7 @@ class CrossingGPU:
     def __init__(self):
         self.decorated, self.asked = [], []
 
-    def GPU(self, duration):  # noqa: N802 (spaces' name)
+    def GPU(self, duration):  # spaces' name
         def decorate(task):
             self.decorated.append(task)
 

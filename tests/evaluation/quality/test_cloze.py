@@ -7,16 +7,16 @@ import os
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
+import pytest
+import torch
+from lm_eval.api.instance import Instance
 
-import prune  # noqa: E402
-from conftest import tiny_model  # noqa: E402
-from evaluation.quality import cloze, lm_eval_adapter  # noqa: E402
-from evaluation.quality.fast_lm import FastLM  # noqa: E402
-from evaluation.serving.backend import Backend  # noqa: E402
-from prune.core.errors import InvalidInput  # noqa: E402
+import prune
+from conftest import tiny_model
+from evaluation.quality import cloze, lm_eval_adapter
+from evaluation.quality.fast_lm import FastLM
+from evaluation.serving.backend import Backend
+from prune.core.errors import InvalidInput
 
 TASK = "cbt_style_cn"
 

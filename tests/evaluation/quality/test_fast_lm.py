@@ -7,13 +7,13 @@ import os
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.models.huggingface import HFLM  # noqa: E402
+import pytest
+from lm_eval.api.instance import Instance
+from lm_eval.models.huggingface import HFLM
 
-from evaluation.quality.fast_lm import FastLM, _split, distinct_pairs, make_fast, plan_batches  # noqa: E402
+from evaluation.quality.fast_lm import FastLM, _split, distinct_pairs, make_fast, plan_batches
 
-from conftest import TINY_CONFIGS, tiny_model  # noqa: E402
+from conftest import TINY_CONFIGS, tiny_model
 
 CONTEXTS = [
     "The cat sat on the",

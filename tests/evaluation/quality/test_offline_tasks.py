@@ -6,14 +6,14 @@ import os
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import json  # noqa: E402
+import json
 
-import pytest  # noqa: E402
+import pytest
 
-from evaluation.quality import offline_tasks as ot  # noqa: E402
-from prune.core import paths  # noqa: E402
-from evaluation.quality import task_sources  # noqa: E402
-from prune.core.errors import InvalidInput  # noqa: E402
+from evaluation.quality import offline_tasks as ot
+from prune.core import paths
+from evaluation.quality import task_sources
+from prune.core.errors import InvalidInput
 
 # Row counts from shared/benchdata/README.md.
 EXPECTED_DOCS = {

@@ -7,21 +7,21 @@ import os
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import math  # noqa: E402
+import math
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-from lm_eval.models.huggingface import HFLM  # noqa: E402
+import numpy as np
+import pytest
+from lm_eval.models.huggingface import HFLM
 
-import prune  # noqa: E402
-from evaluation.quality.fast_lm import FastLM, head_input, score_batch  # noqa: E402
-from evaluation.quality.reuse import make_fast_pair, score_cuts  # noqa: E402
-from evaluation.sweeps.cuts import (SweepResult, evaluate_loaded, load_task, rank_agreement,  # noqa: E402
+import prune
+from evaluation.quality.fast_lm import FastLM, head_input, score_batch
+from evaluation.quality.reuse import make_fast_pair, score_cuts
+from evaluation.sweeps.cuts import (SweepResult, evaluate_loaded, load_task, rank_agreement,
                                      sweep, sweeping, task_metrics)
-from prune.depth.result import blocks_from_layers  # noqa: E402
+from prune.depth.result import blocks_from_layers
 
-from conftest import tiny_model  # noqa: E402
-from test_fast_lm import _recorded, assert_same, requests_for  # noqa: E402
+from conftest import tiny_model
+from test_fast_lm import _recorded, assert_same, requests_for
 
 
 def token_requests(lm, requests):

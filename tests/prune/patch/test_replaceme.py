@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import prune  # noqa: F401  (registers the steps)
+import prune  # registers the steps
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows

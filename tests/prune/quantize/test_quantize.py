@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-import prune  # noqa: F401  (registers the steps)
+import prune  # registers the steps
 from evaluation.measure.memory import checkpoint_bytes, folder_bytes, save_checkpoint, weight_bytes
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core import parking
