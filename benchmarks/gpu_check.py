@@ -128,7 +128,7 @@ def run(args, rows: list) -> None:
         if m.name.startswith(("decode latency", "weight memory")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.1f} {m.unit}"))
     decode_modes(args, step, rows, backend, spec, compared["A"])
-    del backend, model
+    backend = model = None  # freed for the encoders (not del: pyflakes then flags the lambdas above that use them)
     encoders(args, step, rows, dtype)
 
 
@@ -235,7 +235,7 @@ def encoders(args, step, rows: list, dtype) -> None:
         for m in scores:
             if m.name == "cbt_style_cn acc":
                 rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))
-        del backend, model
+        backend = model = None  # freed before the next shape (as in run)
 
 
 def print_table(rows: list, args) -> None:

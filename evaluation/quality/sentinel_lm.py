@@ -11,7 +11,6 @@ blank is.
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from prune.core.devices import input_device

@@ -165,18 +165,18 @@ def zigzag_diagrams(
     num_layers = len(edge_sets)
     if num_layers == 0:
         return {dim: [] for dim in dims}
-    edges = [_checked_edges(es, l, num_vertices) for l, es in enumerate(edge_sets)]
+    edges = [_checked_edges(es, layer, num_vertices) for layer, es in enumerate(edge_sets)]
     if triangle_sets is None:
         triangles = [clique_triangles(es) for es in edges]
     else:
         if len(triangle_sets) != num_layers:
             raise ValueError("edge_sets and triangle_sets must have one entry per layer.")
-        triangles = [_checked_triangles(ts, l, edges[l]) for l, ts in enumerate(triangle_sets)]
+        triangles = [_checked_triangles(ts, layer, edges[layer]) for layer, ts in enumerate(triangle_sets)]
 
     present: dict[tuple[int, ...], list[int]] = {}
-    for l in range(num_layers):
-        for s in edges[l] | triangles[l]:
-            present.setdefault(s, []).append(l)
+    for layer in range(num_layers):
+        for s in edges[layer] | triangles[layer]:
+            present.setdefault(s, []).append(layer)
 
     d = _dionysus()
     simplices: list[list[int]] = [[v] for v in range(num_vertices)]

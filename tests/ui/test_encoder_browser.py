@@ -9,8 +9,10 @@ import torch
 import transformers
 
 from conftest import build_tiny_tokenizer
-from test_browser import ASSETS, VIEWPORT, banner, browser, cloze_row, page, settled_text, tab  # noqa: F401 (fixtures)
+import test_browser
+from test_browser import ASSETS, VIEWPORT, banner, cloze_row, settled_text, tab
 
+browser, page = test_browser.browser, test_browser.page  # the fixtures: pytest finds them here by these names
 pytestmark = pytest.mark.slow
 
 

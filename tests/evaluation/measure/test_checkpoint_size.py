@@ -12,7 +12,7 @@ import transformers
 import prune
 from evaluation.measure.memory import checkpoint_bytes, checkpoint_files, folder_bytes, safetensors_bytes
 
-from conftest import TINY_CONFIGS, tied_llama, tiny_model
+from conftest import tied_llama, tiny_model
 
 
 MODELS = {

@@ -16,9 +16,11 @@ from evaluation.quality.masked_lm import MaskedLM
 from evaluation.quality.sentinel_lm import SentinelLM
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import zero_fraction
-from test_cloze import TASK, known_answers  # noqa: F401 (the fixture)
+import test_cloze
+from test_cloze import TASK
 from test_cloze_sweep_cli import LEVELS, sweep_by_cli
 
+known_answers = test_cloze.known_answers  # the fixture: pytest finds it here by this name
 _COMMON = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64)
 ENCODERS = {  # the seed's encoder first
     "electra": lambda v, pad: transformers.ElectraConfig(vocab_size=v, embedding_size=16, max_position_embeddings=256,

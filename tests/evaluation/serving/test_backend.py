@@ -127,7 +127,9 @@ def test_generation_streams_three_models_and_greedy_matches_generate(backend, sp
 
 
 def test_sampling_is_reproducible_with_a_seed(backend, spec):
-    run = lambda seed: list(backend.generate(spec, CUT, "Once", max_new_tokens=10, temperature=1.0, top_p=0.9, seed=seed))[-1]
+    def run(seed):
+        return list(backend.generate(spec, CUT, "Once", max_new_tokens=10, temperature=1.0, top_p=0.9, seed=seed))[-1]
+
     first = run(3)
     assert run(3)["original"]["text"] == first["original"]["text"]
     assert run(3)["pruned"]["text"] == first["pruned"]["text"]

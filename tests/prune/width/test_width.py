@@ -22,7 +22,7 @@ from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe, recipe_of
 from prune.width.step import WidthPrune
 
-from conftest import _COMMON, REPO, TINY_CONFIGS, tiny_model
+from conftest import _COMMON, TINY_CONFIGS, tiny_model
 
 CAL = Calibration(source="text", text=BUILTIN_TEXTS[0].read_text()[:6000], n_samples=6, seq_len=32)
 PROMPT = torch.tensor([[5, 17, 42, 9, 120, 77, 3, 250]])
