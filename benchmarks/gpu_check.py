@@ -194,7 +194,8 @@ def encoders(args, step, rows: list, dtype) -> None:
     from prune.sparsity.step import Sparsify
 
     tokenizer = transformers.AutoTokenizer.from_pretrained(default_checkpoint())
-    tokenizer.add_special_tokens({"mask_token": "[MASK]", "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
+    tokenizer.add_special_tokens({"mask_token": "[MASK]",
+                                  "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
     vocab, small = len(tokenizer), args.small
     shapes = {
         "BERT-large shape": lambda: transformers.AutoModelForMaskedLM.from_config(transformers.BertConfig(
@@ -203,8 +204,8 @@ def encoders(args, step, rows: list, dtype) -> None:
             num_attention_heads=16, intermediate_size=4096))), dtype=dtype),
         "T5-base shape": lambda: transformers.AutoModelForSeq2SeqLM.from_config(transformers.T5Config(
             vocab_size=vocab, decoder_start_token_id=0, pad_token_id=0, **(dict(d_model=64, d_kv=16, d_ff=128,
-            num_layers=2, num_heads=4) if small else dict(d_model=768, d_kv=64, d_ff=3072, num_layers=12, num_heads=12))),
-            dtype=dtype),
+            num_layers=2, num_heads=4) if small else dict(d_model=768, d_kv=64, d_ff=3072, num_layers=12,
+            num_heads=12))), dtype=dtype),
     }
     for label, build in shapes.items():
         def load(build=build, label=label):
@@ -222,8 +223,9 @@ def encoders(args, step, rows: list, dtype) -> None:
         layers = result.num_layers
         start, end = result.best_block(max(1, layers // 4))
         compared = {"A": Recipe.block(layers, start, end), "B": Recipe((Sparsify.of("wanda", 0.5),))}
-        step(f"{label}: cut and Wanda 50 % built", lambda: ([backend.model(spec, r) for r in compared.values()],
-                                                           f"A: block [{start}, {end}) of {layers} layers; B: Wanda 50 %"))
+        step(f"{label}: cut and Wanda 50 % built", lambda: (
+            [backend.model(spec, r) for r in compared.values()],
+            f"A: block [{start}, {end}) of {layers} layers; B: Wanda 50 %"))
         found = step(f"{label}: one pass timed", lambda: (backend.speed(
             spec, compared, batch_sizes=(8,), prompt_len=128, new_tokens=(2,), repeats=3), "batch 8, 128 tokens"))
         for m in found:
@@ -239,7 +241,8 @@ def encoders(args, step, rows: list, dtype) -> None:
 
 
 def print_table(rows: list, args) -> None:
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") and torch.cuda.is_available() else args.device
+    cuda = args.device.startswith("cuda") and torch.cuda.is_available()
+    device = torch.cuda.get_device_name() if cuda else args.device
     print(f"\nLayerCut GPU check on {device} (torch {torch.__version__})\n")
     print("| step | seconds | peak GPU memory (GiB) | note |\n|---|---|---|---|")
     for name, seconds, peak, note in rows:

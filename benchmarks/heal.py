@@ -7,8 +7,8 @@ heals it with its default steps on WikiText-2 *validation* (its last windows hel
 held-out loss). Perplexity is on WikiText-2 *test* (never trained on), the first windows of 128
 tokens; "gap won" is the share of the perplexity lost to the cut that healing won back. hellaswag
 acc_norm on the first N questions is a zero-shot task healing on WikiText does not target. Each
-heal's wall time includes its held-out evaluations; steps/s is given on it and on the training steps alone. Everything goes through the Backend the app
-uses; results go to a fresh cache.
+heal's wall time includes its held-out evaluations; steps/s is given on it and on the training steps alone.
+Everything goes through the Backend the app uses; results go to a fresh cache.
 """
 
 from __future__ import annotations

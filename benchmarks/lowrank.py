@@ -9,9 +9,9 @@ Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tok
 split (evaluation/perplexity.py, no BOS), the same windows for every model. Calibration (feature space):
 LayerCut's default, WikiText-2 validation, 32 windows × 128 tokens (the authors: one batch of 512 task texts
 padded to 128 tokens). Every linear map of every layer is decomposed at the same fraction of its break-even rank
-d·k/(d+k) (prune.lowrank.decomposition's uniform rule). Speed: evaluation/speed.py, the dense and the factored models taking
-turns run by run, decode latency per token after a 128-token prompt, beside the ideal speedup (the ratio of
-matmul FLOPs per token, LM head and attention included). Then one matrix alone (a SmolLM2 MLP projection,
+d·k/(d+k) (prune.lowrank.decomposition's uniform rule). Speed: evaluation/speed.py, the dense and the factored
+models taking turns run by run, decode latency per token after a 128-token prompt, beside the ideal speedup (the
+ratio of matmul FLOPs per token, LM head and attention included). Then one matrix alone (a SmolLM2 MLP projection,
 1536 × 576), dense against factored at ranks around break-even: the time ratio against d·k / (r·(d + k)).
 Last, the surgical rank search (prune.lowrank.rank_search) over the last ``--search-layers`` layers, as the app runs it
 (evaluation.sweeps.search_splits): ``--search-on wikitext2`` (test windows of 256 tokens; the authors' bound,

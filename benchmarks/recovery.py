@@ -87,7 +87,8 @@ def run(args) -> None:
     rows["wall time to build (s)"] = {k: f"{s:.1f}" for k, s in timing.items()}
     rows["gradient steps"] = {k: str(r.get("steps_done", 0)) for k, r in records.items()}
     rows["held-out next-token loss (before → after)"] = {
-        k: f"{r['heldout_loss'][0]:.3f} → {r['heldout_loss'][-1]:.3f}" for k, r in records.items() if "heldout_loss" in r}
+        k: f"{r['heldout_loss'][0]:.3f} → {r['heldout_loss'][-1]:.3f}"
+        for k, r in records.items() if "heldout_loss" in r}
     rows["patch fit error ‖XT − Y‖/‖Y‖ (plain cut)"] = {
         k: " ".join(f"{b['error']:.3f} ({b['unpatched_error']:.3f})" for b in r["blocks"])
         for k, r in records.items() if "blocks" in r}

@@ -61,7 +61,8 @@ def versions(bin_dir: Path) -> dict:
     """The installed versions that matter here, read from the venv's metadata."""
     script = ("import importlib.metadata as m, json, sys\nout = {}\nfor n in sys.argv[1:]:\n"
               "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(out))")
-    done = subprocess.run([str(bin_dir / "python"), "-c", script, *VERSIONS], capture_output=True, text=True, check=True)
+    done = subprocess.run([str(bin_dir / "python"), "-c", script, *VERSIONS],
+                          capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 

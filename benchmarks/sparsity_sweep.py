@@ -7,8 +7,8 @@ sparsity level, for magnitude, Wanda and SparseGPT, and the time each method tak
     PYTHONPATH=. .venv/bin/python benchmarks/sparsity_sweep.py --task cbt_style_cn --methods magnitude,wanda
 
 Everything goes through ``Backend.sparsity_sweep``, as the app and the CLI's ``--sparsity_sweep``
-do: the task's primary metric (acc_norm for arc_easy and hellaswag, the cloze rule's acc for cbt_*) on its first ``--limit``
-documents, WikiText-2 test perplexity over the first ``--windows`` windows of ``--seq-len`` tokens
+do: the task's primary metric (acc_norm for arc_easy and hellaswag, the cloze rule's acc for cbt_*) on its
+first ``--limit`` documents, WikiText-2 test perplexity over the first ``--windows`` windows of ``--seq-len`` tokens
 (no BOS), Wanda and SparseGPT calibrated on the default calibration (WikiText-2 validation, 32 ×
 128 tokens). Points are cached as usual, so an interrupted run resumes; a cached point keeps the
 times measured when it was computed (``--no_cache`` recomputes everything).
@@ -24,7 +24,8 @@ import time
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="arc_easy", help="a task with an accuracy (arc_easy, hellaswag, cbt_style_cn, …)")
+    parser.add_argument("--task", default="arc_easy",
+                        help="a task with an accuracy (arc_easy, hellaswag, cbt_style_cn, …)")
     parser.add_argument("--limit", type=int, default=100, help="documents of the task")
     parser.add_argument("--levels", default="0,0.1,0.5,0.9,0.99", help="comma list of sparsity fractions")
     parser.add_argument("--methods", default="magnitude,wanda,sparsegpt", help="comma list of sparsity methods")

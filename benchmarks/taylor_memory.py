@@ -73,16 +73,19 @@ def report(label: str, model, tokenizer, reference: bool) -> None:
     print(f"\n{label}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters, "
           f"weights {weights / 2**20:,.0f} MiB")
     whole, extra, seconds = peak_while(lambda: whole_sequence_taylor(model, tokenizer))
-    print(f"  whole-seq. logits  peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
+    print(f"  whole-seq. logits  peak {(weights + extra) / 2**20:8,.0f} MiB = "
+          f"{(weights + extra) / weights:.2f}x weights"
           f"  ({seconds:.0f} s)  (measured first: a process's first peak runs higher)")
     result, extra, seconds = peak_while(lambda: prune.score(model, tokenizer, "taylor", use_cache=False))
-    print(f"  Taylor+            peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
+    print(f"  Taylor+            peak {(weights + extra) / 2**20:8,.0f} MiB = "
+          f"{(weights + extra) / weights:.2f}x weights"
           f"  ({seconds:.0f} s)  best 6-layer block {result.best_block(6)}")
     print(f"  the same scores both ways: {np.allclose(whole.layer_scores, result.layer_scores, rtol=1e-4)}")
     if reference:
         ids = prune.Context(model, tokenizer, prune.Calibration()).input_ids[:result.params["max_samples"]]
         plain, extra, seconds = peak_while(lambda: plain_saliency(model, ids))
-        print(f"  plain full backward peak {(weights + extra) / 2**20:8,.0f} MiB = {(weights + extra) / weights:.2f}x weights"
+        print(f"  plain full backward peak {(weights + extra) / 2**20:8,.0f} MiB = "
+              f"{(weights + extra) / weights:.2f}x weights"
               f"  ({seconds:.0f} s)  max relative difference {np.max(np.abs(result.layer_scores / plain - 1)):.1e}")
 
 

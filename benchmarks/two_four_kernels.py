@@ -4,9 +4,10 @@
 
 For each weight shape of a Llama-2-7B layer (4096 → 4096, 4096 → 11008, 11008 → 4096) and each number of
 input rows (tokens × batch: 1, 4, 8, 16, 32 as one-token decode steps, then 128, 1024, 4096), a bfloat16 weight
-is pruned to 2:4 by magnitude and the product timed side by side in one run (CUDA events, median of 50 after 10 warm-ups): dense ``F.linear``, and
-LayerCut's ``TwoFourLinear`` (the sparse weight fed a 2-D input) with each of PyTorch's two backends, cuSPARSELt
-(its default) and CUTLASS. It also checks that the sparse product equals the dense product of the pruned weight
+is pruned to 2:4 by magnitude and the product timed side by side in one run (CUDA events, median of 50 after 10
+warm-ups): dense ``F.linear``, and LayerCut's ``TwoFourLinear`` (the sparse weight fed a 2-D input) with each of
+PyTorch's two backends, cuSPARSELt (its default) and CUTLASS. It also checks that the sparse product equals the
+dense product of the pruned weight
 (bfloat16 tolerance), and whether a plain ``nn.Linear`` holding the sparse weight takes the 3-D input a model
 gives it. The figures go to ``benchmarks/results/two_four_kernels.json`` (this GPU's run replaces an earlier run on
 a GPU of the same name), which the speed tab reads: it times the 2:4 kernels only at batch sizes where they won here

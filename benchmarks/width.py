@@ -9,7 +9,8 @@ LLM-Pruner's Taylor criterion); the depth side removes
 both on the default calibration (WikiText-2 validation). Everything is measured through the
 Backend the app uses, the three models side by side in one run: WikiText-2 test perplexity on
 the first windows of 128 tokens, decode speed at batch 1 and 8 after a 128-token prompt (the
-models take turns run by run) with the FLOPs and parameter ideals, and hellaswag acc_norm on the first N questions. Results go to a fresh cache.
+models take turns run by run) with the FLOPs and parameter ideals, and hellaswag acc_norm on the first N questions.
+Results go to a fresh cache.
 """
 
 from __future__ import annotations

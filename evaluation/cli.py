@@ -3,7 +3,7 @@
 Modes (one of):
   --full                                        the unpruned model only
   --personalized --start_block S --end_block E  cut layers S…E, E inclusive ("last layer that will be cut")
-  --persistence                                 the zigzag-persistence cuts "10%" and "20%" (thresholds r ≥ 0.9 / 0.8·max r)
+  --persistence                                 the zigzag-persistence cuts "10%" and "20%" (r ≥ 0.9 / 0.8·max r)
       [--zigzag_output FILE [--dry_run] [--num_hidden_layers N]]   … read from the authors' CSV
   --method NAME --num_layers K [--selection paper|block]
                                                 K layers by any method: as its paper picks them (default), or
@@ -117,13 +117,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="layercut-benchmark", description="Benchmark a model and a depth-pruned version of it with lm-eval.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Tasks: {', '.join(lm_eval_adapter.TASKS)} (cbt_style_*: CBT-style, not CBT).\nMethods: {', '.join(METHODS)}.",
+        epilog=f"Tasks: {', '.join(lm_eval_adapter.TASKS)} (cbt_style_*: CBT-style, not CBT).\n"
+               f"Methods: {', '.join(METHODS)}.",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--full", action="store_true", help="evaluate the unpruned model")
     mode.add_argument("--personalized", action="store_true", help="cut layers --start_block … --end_block")
     mode.add_argument("--persistence", action="store_true",
-                      help="the zigzag-persistence cuts \"10%%\" and \"20%%\": layers with r ≥ 0.9 / 0.8·max r, however many")
+                      help="the zigzag-persistence cuts \"10%%\" and \"20%%\": layers with r ≥ 0.9 / 0.8·max r, "
+                           "however many")
     mode.add_argument("--method", metavar="NAME", help="cut --num_layers layers chosen by this method")
     mode.add_argument("--sweep", type=int, metavar="K",
                       help="measure every block of K layers on the first --task, and how well each method predicts it")
@@ -159,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         for option in family.options:
             parser.add_argument(option.flag, **option.keywords)
     parser.add_argument("--levels", default=None,
-                        help=f"with --sparsity_sweep: comma-separated fractions (default {output.joined(DEFAULT_LEVELS)})")
+                        help="with --sparsity_sweep: comma-separated fractions "
+                             f"(default {output.joined(DEFAULT_LEVELS)})")
     parser.add_argument("--methods", default=None,
                         help=f"with --sparsity_sweep: comma-separated methods (default {','.join(SPARSITY_METHODS)})")
     parser.add_argument("--axis", default=None, choices=list(AXES),
@@ -175,15 +178,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "is the frontier's. On bytes and ms a model neither smaller in bytes nor faster than "
                              "the original (sparsity stored densely) is never the best")
     parser.add_argument("--ppl_seq_len", type=int, default=PERPLEXITY.seq_len,
-                        help="with --sparsity_sweep, --frontier or --heal: tokens per WikiText-2 perplexity window (default "
-                             f"{PERPLEXITY.seq_len})")
+                        help="with --sparsity_sweep, --frontier or --heal: tokens per WikiText-2 perplexity window "
+                             f"(default {PERPLEXITY.seq_len})")
     parser.add_argument("--ppl_windows", type=int, default=PERPLEXITY.windows,
                         help="with --sparsity_sweep, --frontier or --heal: WikiText-2 perplexity windows (default "
                              f"{PERPLEXITY.windows})")
     parser.add_argument("--model", default=None,
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
-    parser.add_argument("--limit", type=int, default=None, help="examples per task (per subject for mmlu; default: all)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="examples per task (per subject for mmlu; default: all)")
     parser.add_argument("--num_fewshot", type=int, default=0, help="few-shot examples (offline: arc_*, mmlu only)")
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--output_folder", default="results", help="where results and tables go (default ./results)")
@@ -204,8 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "slice of the calibration text (with a cut mode or a step)")
     parser.add_argument("--speed", action="store_true",
                         help="also measure speed and memory as the page does (batch-1 prefill and decode with the "
-                             "bytes each token reads, the floor at this device's bandwidth and the share of it reached; "
-                             "weight memory, peak memory, checkpoint size) into the report and speed_memory.json")
+                             "bytes each token reads, the floor at this device's bandwidth and the share of it "
+                             "reached; weight memory, peak memory, checkpoint size) into the report and "
+                             "speed_memory.json")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
                         help="with --export_dir: also write the model as one GGUF file of this type in the folder")
@@ -254,8 +259,8 @@ def check_mode(args) -> None:
         raise InvalidInput("--axis, --sizes and --target go with --frontier.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
-    search_options = (args.search_on != WIKITEXT or args.tolerance != RANK_SEARCH.tolerance or args.search_limit != RANK_SEARCH.limit
-                      or args.search_layers is not None)
+    search_options = (args.search_on != WIKITEXT or args.tolerance != RANK_SEARCH.tolerance
+                      or args.search_limit != RANK_SEARCH.limit or args.search_layers is not None)
     if search_options and args.rank_search is None:
         raise InvalidInput("--search_on, --tolerance, --search_limit and --search_layers go with --rank_search.")
     if args.rank_search is not None and (args.search_limit < 0 or args.tolerance < 0 or
@@ -280,12 +285,14 @@ def check_mode(args) -> None:
 def check_frontier(args) -> None:
     """--frontier's options, checked before anything loads (``args.target`` becomes a Target)."""
     if args.frontier not in METHODS:
-        raise InvalidInput(f"Unknown method {quoted(args.frontier)} for --frontier. Known methods: {', '.join(METHODS)}.")
+        raise InvalidInput(f"Unknown method {quoted(args.frontier)} for --frontier. "
+                           f"Known methods: {', '.join(METHODS)}.")
     if args.target is not None:
         args.target = check_target(args.target)
         if args.axis not in (None, args.target.axis):
             raise InvalidInput(f"--target {args.target.axis}=… measures by {args.target.axis}: leave out --axis.")
-    check_plan(args.axis or DEFAULT_AXIS, DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes), args.frontier)
+    check_plan(args.axis or DEFAULT_AXIS, DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes),
+               args.frontier)
     if args.export_dir and args.target is None:
         raise InvalidInput("--frontier saves a model with --target (the best under it) and --export_dir.")
     if args.explain:
@@ -316,7 +323,8 @@ def _with_steps(cuts: dict[str, Recipe], steps: list) -> dict[str, Recipe]:
         return cuts
     suffix = "_".join(safe_name(s.short()) for s in steps)
     if not cuts:
-        return {suffix: reduce(Recipe.then, steps, Recipe(origin="--full with " + " and ".join(s.short() for s in steps)))}
+        origin = "--full with " + " and ".join(s.short() for s in steps)
+        return {suffix: reduce(Recipe.then, steps, Recipe(origin=origin))}
     return {f"{mode}_{suffix}": reduce(Recipe.then, steps, recipe) for mode, recipe in cuts.items()}
 
 

@@ -79,8 +79,8 @@ def explain_report(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str
         record[mode] = {"cut": recipe.describe(), "recipe": recipe.to_json(), **found.to_json()}
     slice_ = explain.feedback_slice(calibration)
     write_json(out_dir / "explain.json", {
-        "model": info.name, "num_layers": info.num_layers, "slice": {"source": slice_.source, "windows": slice_.n_samples,
-                                                                    "seq_len": slice_.seq_len},
+        "model": info.name, "num_layers": info.num_layers,
+        "slice": {"source": slice_.source, "windows": slice_.n_samples, "seq_len": slice_.seq_len},
         "kl": "KL(original || compressed), nats per token", "cuts": record, "layercut_version": prune.__version__})
     print(to_markdown(measurements))
     print(f"Results in {out_dir}", file=sys.stderr)

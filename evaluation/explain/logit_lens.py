@@ -31,7 +31,7 @@ LAST_POSITIONS = 24  # columns shown by default: the prompt's last tokens (a cha
 class LogitLens:
     """A layers × positions table of the top next token read from the residual stream."""
 
-    layers: tuple[int | None, ...]  # per row: None for the embeddings' output, else the original layer it is the output of
+    layers: tuple[int | None, ...]  # per row: None for the embeddings' output, else the original layer it comes out of
     positions: tuple[str, ...]  # per column: the input token there (decoded)
     start: int  # index in the prompt's ids of the first column
     token_ids: tuple[tuple[int, ...], ...]  # [row][column] the most likely next token
@@ -59,7 +59,8 @@ def logit_lens(model: nn.Module, tokenizer, ids: Sequence[int], *, layers: Seque
     weight = model.get_output_embeddings().weight
     rows = []
     for hidden in stream[:-1]:  # [1, T, D]; the last row is the model's own head input
-        rows.append(torch.softmax(head_logits(model, norm(hidden[0, start:].to(weight.device, weight.dtype))).float(), -1))
+        normed = norm(hidden[0, start:].to(weight.device, weight.dtype))
+        rows.append(torch.softmax(head_logits(model, normed).float(), -1))
     rows.append(torch.softmax(head_logits(model, head_in).float(), -1))
     probs, top = torch.stack(rows).max(dim=-1)  # [R, P]
     kept = list(range(len(stream) - 1)) if layers is None else list(layers)

@@ -105,7 +105,8 @@ def mergekit_yaml(recipe: Recipe, base_name: str, dtype=None) -> str:
     num_layers = recipe.steps[0].num_layers
     kept = [i for i in range(num_layers) if i not in removed]
     model = _hub_id(base_name) or str(base_name)
-    config = {"slices": [{"sources": [{"model": model, "layer_range": [start, end]}]} for start, end in index_runs(kept)],
+    config = {"slices": [{"sources": [{"model": model, "layer_range": [start, end]}]}
+                         for start, end in index_runs(kept)],
               "merge_method": "passthrough"}
     name = str(dtype).removeprefix("torch.") if dtype is not None else ""
     if name in _MERGEKIT_DTYPES:
@@ -165,7 +166,8 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     hub = _hub_id(base_name)
     tags, how = [], "."
     if removed is not None:
-        tags, how = ["depth-pruning"], (": whole decoder layers removed, the kept layers unchanged." if not _altering(recipe)
+        tags, how = ["depth-pruning"], (": whole decoder layers removed, the kept layers unchanged."
+                                        if not _altering(recipe)
                                         else ": whole decoder layers removed, then some kept layers changed (below).")
     elif drops is not None:
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
@@ -223,8 +225,9 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
                   f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
     elif not tools_read(model):
-        lines += [f"mergekit's passthrough merge and llama.cpp's `--prune-layers` number a decoder-only model's layers; "
-                  f"this is {KIND_WORDS[kind_of(model)]}, so `{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
+        lines += ["mergekit's passthrough merge and llama.cpp's `--prune-layers` number a decoder-only model's "
+                  f"layers; this is {KIND_WORDS[kind_of(model)]}, so `{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not "
+                  "written.", ""]
     else:
         lines += [*(f"**{line}**\n" for line in _not_carried(recipe).splitlines()),
                   "Both read the base model's own files: the result equals this folder only when those hold the "

@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --persistence: take the cuts from this zigzag CSV (dimension,birth,death, as the "
                              "authors' run_fast_zigzag.py writes it) instead of computing them")
     parser.add_argument("--dry_run", action="store_true",
-                        help="with --zigzag_output: print the cuts as JSON (0-based layers) and stop, loading no weights")
+                        help="with --zigzag_output: print the cuts as JSON (0-based layers) and stop, "
+                             "loading no weights")
     parser.add_argument("--num_hidden_layers", type=int, default=None, metavar="N",
                         help="the model's depth for --zigzag_output when the model is not at hand")
 
@@ -94,7 +95,8 @@ def persistence_cuts(args, backend, spec, depth: int, progress) -> dict[str, Rec
     """Mode → the cut for ``--persistence``: from ``--zigzag_output`` if given, else LayerCut's own analysis."""
     if args.zigzag_output:
         if args.num_hidden_layers not in (None, depth):
-            raise InvalidInput(f"--num_hidden_layers {args.num_hidden_layers} disagrees with the model's {depth} layers.")
+            raise InvalidInput(f"--num_hidden_layers {args.num_hidden_layers} disagrees with the model's "
+                               f"{depth} layers.")
         result = result_from_csv(args.zigzag_output, depth)
     else:
         result = backend.analyze(spec, "zigzag", progress=progress)

@@ -173,8 +173,8 @@ class FrontierResult:
     @classmethod
     def from_json(cls, data: dict) -> FrontierResult:
         return cls(RENAMED_AXES.get(data["axis"], data["axis"]), tuple(data["sizes"]), data["method"], data["task"],
-                   data["metric"], data["limit"], data["ppl_seq_len"], data["ppl_windows"], Point.from_json(data["dense"]),
-                   tuple(Point.from_json(p) for p in data["points"]),
+                   data["metric"], data["limit"], data["ppl_seq_len"], data["ppl_windows"],
+                   Point.from_json(data["dense"]), tuple(Point.from_json(p) for p in data["points"]),
                    {(w["family"], w["size"]): w["why"] for w in data["why"]}, data.get("pending", 0))
 
 

@@ -11,8 +11,9 @@ FLOPs per byte: their ideal stays a FLOPs ratio (``evaluation.measure.speed``).
 * **Bytes per decoded token** (:func:`decode_bytes`): every tensor the model holds as it stores it (parameters and
   buffers; a quantized weight's integers and scales, a 2:4 kernel form's kept half and metadata), each storage
   once, but the input embedding, of which a token reads one row per sequence (a head tied to it is read whole:
-  counted once, rows included); plus the KV cache at that context: keys and values of every layer that has attention, per
-  sequence. A model whose weights are read from disk layer by layer has no such floor (its reads are the disk's).
+  counted once, rows included); plus the KV cache at that context: keys and values of every layer that has
+  attention, per sequence. A model whose weights are read from disk layer by layer has no such floor (its reads are
+  the disk's).
 """
 
 from __future__ import annotations

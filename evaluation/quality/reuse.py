@@ -160,7 +160,8 @@ def paired_scorers(model: nn.Module, tokenizer, sides, missing: dict[str, tuple]
         return {}
     for side in sides[1:]:
         cut = side.recipe.depth_cut
-        if len(side.recipe.steps) == 1 and cut is not None and cut.span and missing[side.label] == missing[sides[0].label]:
+        if (len(side.recipe.steps) == 1 and cut is not None and cut.span
+                and missing[side.label] == missing[sides[0].label]):
             original, pruned = make_fast_pair(model, tokenizer, *cut.span, batch_size)
             return {sides[0].label: original, side.label: pruned}
     return {}

@@ -344,8 +344,9 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
             return out
 
     def benchmark_results(self, spec: ModelSpec, variants: Variants, request: lm_eval_adapter.TaskRequest, *,
-                          batch_size: int = BATCH_SIZE, scorer: str = DEFAULT_SCORER, seed: int = 0, use_cache: bool = True,
-                          progress: Progress | None = None, owner: str | None = None) -> dict[str, dict[str, dict]]:
+                          batch_size: int = BATCH_SIZE, scorer: str = DEFAULT_SCORER, seed: int = 0,
+                          use_cache: bool = True, progress: Progress | None = None,
+                          owner: str | None = None) -> dict[str, dict[str, dict]]:
         """lm-eval results per compared model and standard task name (see ``lm_eval_adapter.evaluate``).
 
         With the fast scorer, a variant that is one contiguous cut resumes from the original's

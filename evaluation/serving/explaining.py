@@ -51,7 +51,8 @@ class Explaining:
         if (cached := store.get(key)) is not None:
             return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
         # a base parked off the device comes back under the device lock, as for any other job
-        resumes = explain.resume_layer(recipe, base.info.num_layers) is not None and not self.residency.waiting(base.model)
+        resumes = (explain.resume_layer(recipe, base.info.num_layers) is not None
+                   and not self.residency.waiting(base.model))
         with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
             def check():
                 job.check()

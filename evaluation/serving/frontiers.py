@@ -90,5 +90,6 @@ class Frontiers:
                                      for c in found],
                       "why": [{"family": f, "size": s, "why": w} for (f, s), w in why.items()]}
             store.put(key, cached)
-        return ([Candidate(tuple(c["families"]), c["size"], Recipe.from_json(c["recipe"])) for c in cached["candidates"]],
+        return ([Candidate(tuple(c["families"]), c["size"], Recipe.from_json(c["recipe"]))
+                 for c in cached["candidates"]],
                 {(w["family"], w["size"]): w["why"] for w in cached["why"]})

@@ -3,7 +3,8 @@
 A job names the models it computes with (:meth:`Residency.ready`). A base model, or a variant built into files of its
 own, that waits off the device is brought back whole for it (:mod:`prune.core.parking`); if it does not fit,
 the models used least recently by no other running job leave first (:func:`prune.core.parking.park`: beside a GPU to
-CPU memory, on a CPU to a memory-mapped file of its own), until it does, within the memory budget and the device's free memory.
+CPU memory, on a CPU to a memory-mapped file of its own), until it does, within the memory budget and the device's
+free memory.
 Depth cuts and drops are views of their base and come with it; a variant built in memory stays where it was built.
 When it cannot fit even then, nothing moves, and the model computes as it is, reading each layer's weights for its
 pass. Jobs run one at a time per device (:mod:`evaluation.serving.jobs`), which is when this runs.
@@ -74,8 +75,8 @@ class Residency:
         self.last: Swap | None = None
 
     def ready(self, models: dict[str, nn.Module], job: Job) -> bool:
-        """Bring ``models`` ({name: model}) whole onto the device for ``job``, parking others as needed; whether they all
-        are now (if not, nothing moved: they compute as they are)."""
+        """Bring ``models`` ({name: model}) whole onto the device for ``job``, parking others as needed; whether they
+        all are now (if not, nothing moved: they compute as they are)."""
         with self._guard:
             pairs = [(self._unit(model, name, job), model) for name, model in models.items()]
             waiting = [(unit, model) for unit, model in pairs if unit.is_away(model)]
@@ -91,7 +92,8 @@ class Residency:
             for unit, model in victims:
                 if need * MEMORY_HEADROOM <= self._room():
                     break
-                job.update(0.0, f"Making room on {self.device}: a model not computing now moves to {_where(self.device)}…")
+                job.update(0.0, f"Making room on {self.device}: "
+                                f"a model not computing now moves to {_where(self.device)}…")
                 left.append(parking.placed_bytes([model], self.device))
                 self._park(unit, model)
             for unit, model in waiting:

@@ -51,9 +51,9 @@ class Training:
     """Jobs that train or search and stream as they go."""
 
     def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
-                    tolerance: float = RANK_SEARCH.tolerance, limit: int | None = RANK_SEARCH.limit, layers=None, projections=None, steps: int = 10,
-                    calibration: Calibration | None = None, progress: Progress | None = None,
-                    owner: str | None = None) -> Iterator[Point | RankSearchDone]:
+                    tolerance: float = RANK_SEARCH.tolerance, limit: int | None = RANK_SEARCH.limit, layers=None,
+                    projections=None, steps: int = 10, calibration: Calibration | None = None,
+                    progress: Progress | None = None, owner: str | None = None) -> Iterator[Point | RankSearchDone]:
         """The surgical rank search on the original (:mod:`prune.lowrank.rank_search`) as it goes, one job of ``owner``.
 
         Yields the original's :class:`~prune.lowrank.rank_search.Point`, one after each projection (scored on

@@ -265,7 +265,8 @@ def format_table(result: SparsitySweepResult) -> str:
     with_ppl = math.isfinite(result.dense_perplexity)
     ppl = (f" / WikiText-2 test perplexity ({result.ppl_windows} × {result.ppl_seq_len} tokens, no BOS)" if with_ppl
            else " (no perplexity: not a causal LM)")
-    dense = f"{result.scale * result.dense_accuracy:.2f}{unit}" + (f" / {result.dense_perplexity:.2f}" if with_ppl else "")
+    dense = (f"{result.scale * result.dense_accuracy:.2f}{unit}"
+             + (f" / {result.dense_perplexity:.2f}" if with_ppl else ""))
     head = f"{result.task} {result.metric}{unit} (first {result.limit or 'all'} documents){ppl}; dense: {dense}"
     lines = [head, "", "| method | " + " | ".join(f"{100 * level:g} %" for level in result.levels)
              + " | time (s): prune + measure |",
