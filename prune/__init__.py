@@ -40,5 +40,5 @@ from prune.quantize.step import Quantize
 from prune.core.family import FAMILIES
 
 __all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal", "ImportanceResult",
-           "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop", "WidthPrune", "cut", "decompose", "heal", "load_model",
-           "remove_layers", "score", "shrink_width", "sparsify"]
+           "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop", "WidthPrune", "cut",
+           "decompose", "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]

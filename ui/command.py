@@ -8,7 +8,8 @@ import argparse
 import sys
 
 APP_HELP = "serve the web UI (the default): [--model NAME] [--shared]; host/port from GRADIO_SERVER_NAME / _PORT"
-BENCH_HELP = "benchmark a model and its cuts with lm-eval, export them (`layercut bench --help`; alias layercut-benchmark)"
+BENCH_HELP = ("benchmark a model and its cuts with lm-eval, export them "
+              "(`layercut bench --help`; alias layercut-benchmark)")
 
 
 def parser() -> argparse.ArgumentParser:

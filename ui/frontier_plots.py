@@ -13,8 +13,9 @@ from ui.plots import FONT, styled
 
 # a colour and a marker per family: depth cuts share a hue, a repair is its hollow twin
 _LOOKS = dict(zip(FAMILIES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-open"), (OKABE_ITO[1], "square"),
-                             (OKABE_ITO[1], "square-open"), (OKABE_ITO[7], "triangle-up"), (OKABE_ITO[7], "triangle-down"),
-                             (OKABE_ITO[3], "diamond"), (OKABE_ITO[2], "cross"), (OKABE_ITO[5], "x"),
+                             (OKABE_ITO[1], "square-open"), (OKABE_ITO[7], "triangle-up"),
+                             (OKABE_ITO[7], "triangle-down"), (OKABE_ITO[3], "diamond"), (OKABE_ITO[2], "cross"),
+                             (OKABE_ITO[5], "x"),
                              (OKABE_ITO[5], "star-triangle-up"), (BLACK, "hexagon"), (GREY, "hexagon-open")]))
 
 

@@ -40,16 +40,21 @@ _TEMPLATE = r"""${(() => {
   const what = !cut ? `Cut layers ${a}…${b - 1} = <code>[${a}, ${b})</code>` :
     removed.length ? `Cut layers ${removed.join(', ')}` : 'No whole layer cut';
   const cells = Array.from({length: L}, (_, i) =>
-    `<div class="lc-cell${isCut(i) ? ' cut' : ''}" title="layer ${i}${isCut(i) ? ' (removed)' : ''}">${i}</div>`).join('');
+    `<div class="lc-cell${isCut(i) ? ' cut' : ''}"` +
+    ` title="layer ${i}${isCut(i) ? ' (removed)' : ''}">${i}</div>`).join('');
   const thumb = 22;
-  const fill = cut || none ? '' : `<div class="lc-fill" style="left: calc(${a / L} * (100% - ${thumb}px) + ${thumb / 2}px); width: calc(${(b - a) / L} * (100% - ${thumb}px))"></div>`;
+  const fill = cut || none ? '' : `<div class="lc-fill" style="left: calc(${a / L} * (100% - ${thumb}px) + ` +
+    `${thumb / 2}px); width: calc(${(b - a) / L} * (100% - ${thumb}px))"></div>`;
   const summary = none ? note :
     `${what} · <b>${removed.length}</b> of ${L} layers · <b>${fmt(p)}</b> parameters (<b>${pct.toFixed(1)} %</b>)`;
-  return `<div class="lc-range${none ? ' lc-none' : ''}" data-start="${none ? '' : a}" data-end="${none ? '' : b}" data-removed="${removed.length}">
+  return `<div class="lc-range${none ? ' lc-none' : ''}" data-start="${none ? '' : a}" data-end="${none ? '' : b}"` +
+    ` data-removed="${removed.length}">
     <div class="lc-summary">${summary}</div>
     <div class="lc-track">${fill}
-      <input type="range" class="lc-lo" min="0" max="${L}" step="1" value="${a}" aria-label="start: first layer removed">
-      <input type="range" class="lc-hi" min="0" max="${L}" step="1" value="${b}" aria-label="end: first layer kept after the block">
+      <input type="range" class="lc-lo" min="0" max="${L}" step="1" value="${a}"` +
+    ` aria-label="start: first layer removed">
+      <input type="range" class="lc-hi" min="0" max="${L}" step="1" value="${b}"` +
+    ` aria-label="end: first layer kept after the block">
     </div>
     <div class="lc-cells" style="grid-template-columns: repeat(${L}, 1fr)">${cells}</div>
   </div>`;
@@ -68,7 +73,8 @@ _CSS = r"""
   background: none; pointer-events: none; -webkit-appearance: none; appearance: none; }
 .lc-track input[type=range]::-webkit-slider-runnable-track { background: none; height: 34px; }
 .lc-track input[type=range]::-webkit-slider-thumb { -webkit-appearance: none; pointer-events: auto; width: 22px;
-  height: 22px; margin-top: 6px; border-radius: 50%; background: #fff; border: 3px solid HANDLE_COLOUR; cursor: ew-resize; }
+  height: 22px; margin-top: 6px; border-radius: 50%; background: #fff; border: 3px solid HANDLE_COLOUR;
+  cursor: ew-resize; }
 .lc-track input[type=range]::-moz-range-thumb { pointer-events: auto; width: 16px; height: 16px; border-radius: 50%;
   background: #fff; border: 3px solid HANDLE_COLOUR; cursor: ew-resize; }
 .lc-track input[type=range]:focus-visible::-webkit-slider-thumb { outline: 3px solid #4c78a8; }

@@ -126,8 +126,8 @@ def model_markdown(info, step_s: float | None = None) -> str:
         sources = f"{cpu:.2f} GiB from CPU memory" + (f" and {files:.2f} GiB from its files" if files >= 0.005 else "")
         streamed = (f" · moved to {info.device} layer by layer ({held:.2f} of {total:.2f} GiB there; each pass brings "
                     f"the other {sources}{cost})")
-    encoder = {CAUSAL: "", MASKED: " · an encoder (masked LM): it answers cloze tasks and can be sparsified and cut; it "
-                                   "generates nothing here and has no perplexity",
+    encoder = {CAUSAL: "", MASKED: " · an encoder (masked LM): it answers cloze tasks and can be sparsified and cut; "
+                                   "it generates nothing here and has no perplexity",
                SEQ2SEQ: " · an encoder-decoder: it answers cloze tasks; its layers, the encoder's then the decoder's, "
                         "can be cut and sparsified; it generates nothing here and has no perplexity"}[info.kind]
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
@@ -152,7 +152,8 @@ def server_memory_markdown(found, turns: str = "") -> str:
     """The server's resident memory beside what the variant cache holds (``evaluation.serving.allocator.ServerMemory``),
     and, once models have taken turns on the device, which are on it and what the last swap cost (``turns``)."""
     return (f"Server memory: {found.rss_bytes / 2**30:.2f} GiB resident · compressed models cached "
-            f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB" + (f" · {turns}" if turns else ""))
+            f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB"
+            + (f" · {turns}" if turns else ""))
 
 
 def column_label(label: str, variants: dict) -> str:
@@ -418,7 +419,8 @@ def heal_objective(options: dict) -> str:
 
     if "teacher" not in options:
         return "next-token loss"
-    share = "" if options["kd_ratio"] == 1 else f" × {options['kd_ratio']:g} + next-token loss × {1 - options['kd_ratio']:g}"
+    ratio = options["kd_ratio"]
+    share = "" if ratio == 1 else f" × {ratio:g} + next-token loss × {1 - ratio:g}"
     return f"{NAMES[options['teacher']]} to the original{share}"
 
 

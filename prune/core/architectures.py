@@ -18,7 +18,8 @@ from torch import nn
 
 from prune.core.errors import InvalidCut, UnsupportedArchitecture, quoted
 
-# What a model's head predicts: the next token, the tokens at [MASK] positions, or a target sequence from an encoded input
+# What a model's head predicts: the next token, the tokens at [MASK] positions, or a target sequence from an encoded
+# input
 CAUSAL, MASKED, SEQ2SEQ = "causal", "masked", "seq2seq"
 KIND_WORDS = {MASKED: "an encoder (a masked LM)", SEQ2SEQ: "an encoder-decoder"}  # how messages name the kinds
 ATTENTION, MLP = "attention", "mlp"  # the two blocks of a decoder layer (what a sub-layer drop removes)
@@ -112,13 +113,15 @@ ARCHITECTURES: dict[str, Architecture] = {
         ("self_attn.q_norm", "out q"), ("self_attn.k_norm", "out kv")))),
     "granite": replace(_DECODER, sublayers=SubLayers(residual_scale="residual_multiplier")),
     "smollm3": _DECODER,
-    # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia too)
+    # post_attention_layernorm; with Pythia's parallel residual it normalises the layer's input (the authors' Pythia
+    # too)
     "gpt_neox": Architecture(layers="gpt_neox.layers", final_norm="gpt_neox.final_layer_norm",
                              sublayers=SubLayers(attention="attention", parallel_flag="use_parallel_residual"),
                              width=Width(channels=(("mlp.dense_h_to_4h", "out c"), ("mlp.dense_4h_to_h", "in c")))),
     "gpt2": Architecture(layers="transformer.h", final_norm="transformer.ln_f", ffn_norm="ln_2",
                          sublayers=SubLayers(attention="attn"),
-                         width=Width(channels=(("mlp.c_fc", "out c"), ("mlp.c_proj", "in c")), channel_field="n_inner")),
+                         width=Width(channels=(("mlp.c_fc", "out c"), ("mlp.c_proj", "in c")),
+                                     channel_field="n_inner")),
     # OPT-350m normalises after each sublayer; there the per-layer final_layer_norm is the layer's output
     "opt": Architecture(layers="model.decoder.layers", final_norm="model.decoder.final_layer_norm",
                         ffn_norm="final_layer_norm", sublayers=SubLayers(mlp=None, mlp_out="fc2"),
@@ -126,11 +129,13 @@ ARCHITECTURES: dict[str, Architecture] = {
     "bert": _encoder("bert"),
     "roberta": _encoder("roberta"),
     "electra": _encoder("electra"),
-    # two pre-norm stacks; each block's layer.0 is self-attention, the decoder's layer.1 cross-attention, the last the MLP
+    # two pre-norm stacks; each block's layer.0 is self-attention, the decoder's layer.1 cross-attention, the last the
+    # MLP
     "t5": Architecture(layers="encoder.block", final_norm="encoder.final_layer_norm", ffn_norm=None,
                        sublayers=SubLayers(attention="layer.0", mlp=None), width=None, kind=SEQ2SEQ,
                        stacks=("encoder.block", "decoder.block"), stack_fields=("num_layers", "num_decoder_layers"),
-                       first_layer_owns=("layer.0.SelfAttention", "relative_attention_bias", "has_relative_attention_bias")),
+                       first_layer_owns=("layer.0.SelfAttention", "relative_attention_bias",
+                                         "has_relative_attention_bias")),
 }
 
 # Config fields that hold one entry per layer besides the generic "list as long as the

@@ -38,7 +38,8 @@ def user_error(err: BaseException, doing: str) -> LayerCutError | None:
         return BrokenModel(f"During {doing}, a weight file turned out damaged or incomplete ({reason}). {_SAVE_AGAIN}")
     if "Couldn't instantiate the backend tokenizer" in text:
         return BrokenModel(f"During {doing}, no usable tokenizer was found: the folder needs its tokenizer files "
-                           "(tokenizer.json and tokenizer_config.json) next to config.json. Save the tokenizer there too.")
+                           "(tokenizer.json and tokenizer_config.json) next to config.json. "
+                           "Save the tokenizer there too.")
     if isinstance(err, OSError) and "no file named" in text:
         return BrokenModel(f"During {doing}, no weight file was found ({reason}). {_SAVE_AGAIN}")
     return None
@@ -65,7 +66,8 @@ def _out_of_memory(err: BaseException, text: str) -> bool:
     """CPU allocators say "can't allocate memory" / "not enough memory"; CUDA and MPS say "out of memory"."""
     if isinstance(err, (MemoryError, torch.OutOfMemoryError)):
         return True
-    return isinstance(err, RuntimeError) and bool(re.search(r"DefaultCPUAllocator|out of memory|Cannot allocate memory", text))
+    return isinstance(err, RuntimeError) and bool(
+        re.search(r"DefaultCPUAllocator|out of memory|Cannot allocate memory", text))
 
 
 def _tried(text: str) -> str:

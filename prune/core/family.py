@@ -62,7 +62,8 @@ class Family:
     build: Callable | None = None  # (choice name, level %, pattern, calibration) → step
     options: tuple[Option, ...] = ()
     from_args: Callable | None = None  # (parsed arguments, calibration, data folder) → step or None
-    check_args: Callable | None = None  # (parsed arguments) → None, or a one-line message for options that do not go together
+    # (parsed arguments) → None, or a one-line message for options that do not go together
+    check_args: Callable | None = None
     stage: int = 0  # where flags' steps go in a recipe built from the CLI (the order steps may follow each other)
     # Loading a saved variant: for a config that needs modules of another shape, what reshapes a model built from
     # it before its weights are read (None: a standard model); and what restores the family's form after loading.

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from prune.core.devices import input_device
-from prune.core.architectures import SEQ2SEQ, architecture_of, decoder_layers, final_norm, get_path, kind_of, layer_stacks
+from prune.core.architectures import (SEQ2SEQ, architecture_of, decoder_layers, final_norm, get_path, kind_of,
+                                      layer_stacks)
 from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
 
 
@@ -42,7 +43,8 @@ def forward_inputs(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch
     """What a forward pass over ``input_ids`` is given: an encoder-decoder's decoder reads them too, shifted right as
     its training targets are, so that every token reaches both stacks."""
     if kind_of(model) == SEQ2SEQ:
-        return {"input_ids": input_ids, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=input_ids)}
+        return {"input_ids": input_ids,
+                "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=input_ids)}
     return {"input_ids": input_ids}
 
 
@@ -62,7 +64,8 @@ def residual_streams(model: nn.Module, input_ids: torch.Tensor, batch_size: int 
                 lambda _m, args, kwargs, found=found: found.append(keep(_hidden_arg(args, kwargs)).float().cpu()),
                 with_kwargs=True))
             hooks += [layer.register_forward_hook(
-                lambda _m, _a, out, found=found: found.append(keep(_hidden_out(out)).float().cpu())) for layer in layers]
+                lambda _m, _a, out, found=found: found.append(keep(_hidden_out(out)).float().cpu()))
+                for layer in layers]
         try:
             model(**forward_inputs(model, batch.to(input_device(model))), use_cache=False)
         finally:

@@ -1,4 +1,5 @@
-"""Load any Hugging Face causal LM (or a BERT-style masked LM, or T5), or the embedded default that works with no network."""
+"""Load any Hugging Face causal LM (or a BERT-style masked LM, or T5), or the embedded default that works with no
+network."""
 
 from __future__ import annotations
 
@@ -138,7 +139,8 @@ def _source_and_config(name_or_path, hub: dict):
     return source, config, hub
 
 
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json",
+                 "pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def in_local_cache(name: str) -> bool:

@@ -41,8 +41,8 @@ def check_offloadable(source: str, name: str, needed: int, budget: int) -> None:
     folder = Path(source)
     if folder.is_dir() and not any(folder.glob("*.safetensors")):
         raise ModelTooLarge(f"{name} needs about {needed / 2**30:.1f} GiB for its weights, {budget / 2**30:.1f} GiB "
-                            "are free for them (the memory budget, or less where less is free), and its folder holds no "
-                            ".safetensors files to read layer by layer: raise LAYERCUT_MEMORY_BUDGET, free memory, "
+                            "are free for them (the memory budget, or less where less is free), and its folder holds "
+                            "no .safetensors files to read layer by layer: raise LAYERCUT_MEMORY_BUDGET, free memory, "
                             "or save the model as safetensors.")
 
 

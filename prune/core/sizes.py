@@ -38,7 +38,8 @@ class LayerShape:
 
 @dataclass(frozen=True)
 class Size:
-    """A model's parameter count as recipes change it: each decoder layer's and the rest (embeddings, final norm, LM head)."""
+    """A model's parameter count as recipes change it: each decoder layer's and the rest (embeddings, final norm, LM
+    head)."""
 
     other: int
     layers: tuple[int, ...]

@@ -76,7 +76,8 @@ def block_stability(context: Context, method: str, block_size: int, *, resamples
     stability = dict(method=method, block_size=block_size, chosen=chosen, windows=count)
     if not every.reads_windows():
         return Stability(**stability, wins=(), resamples=0,
-                         reason=f"{method} reads whole texts, not the windows, so resampling them cannot move its choice")
+                         reason=f"{method} reads whole texts, not the windows, "
+                                "so resampling them cannot move its choice")
     wins = Counter(spec.func(context.resample(draw), **options).best_block(block_size)
                    for draw in resample_indices(count, resamples, seed))
     ranked = tuple(sorted(wins.items(), key=lambda item: (-item[1], item[0])))

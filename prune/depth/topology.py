@@ -295,7 +295,8 @@ def bars_from_authors_rows(rows: Iterable[Sequence[int]], representations: int) 
     if last != end:
         found = "no bars" if last is None else f"{last // 2 - 1} layers + the final norm (last death {last})"
         raise InvalidInput(f"The zigzag file describes {found}, but the model has {representations - 1} "
-                           f"layers + the final norm (last death {end}); give the model (or depth) it was computed for.")
+                           f"layers + the final norm (last death {end}); "
+                           "give the model (or depth) it was computed for.")
     bad = (rows[:, 1] < 1) | (rows[:, 1] >= rows[:, 2])
     if bad.any():
         dim, birth, death = rows[np.argmax(bad)].tolist()

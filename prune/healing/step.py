@@ -142,7 +142,8 @@ FAMILY = register_family(Family(
                                         "final norm and LM head (Lu et al. 2024), on WikiText-2 validation; test "
                                         "perplexity is never trained on")),
              Option("--heal_steps", dict(type=int, default=None,
-                                         help=f"with --heal: optimizer steps (default: lora {DEFAULTS['lora']['steps']}, "
+                                         help="with --heal: optimizer steps "
+                                              f"(default: lora {DEFAULTS['lora']['steps']}, "
                                               f"last_layers {DEFAULTS['last_layers']['steps']})")),
              Option("--heal_budget_s", dict(type=float, default=None,
                                             help="with --heal: stop after the step that crosses this many seconds")),

@@ -119,11 +119,13 @@ def check_options(method: str, steps: int | None, budget_s: float | None, option
 def heal(model: nn.Module, tokenizer, *, method: str = "lora", steps: int | None = None, budget_s: float | None = None,
          text: Calibration | str | None = None, callback: Report | None = None, progress: Progress | None = None,
          original: nn.Module | None = None, **options) -> nn.Module:
-    """A healed copy of ``model`` (a plain transformers model, LoRA merged); ``model`` and what it shares stay untouched.
+    """A healed copy of ``model`` (a plain transformers model, LoRA merged); ``model`` and what it shares stay
+    untouched.
 
     ``text``: a :class:`Calibration` naming the source (its window settings are not used), an inline
     string, or None for WikiText-2 validation from the data folder. ``budget_s`` stops after the
-    step that crosses it (the learning-rate schedule spans ``steps``, so it stops part-way). ``callback(step, steps, train_loss, heldout_loss)`` is called at step 0
+    step that crosses it (the learning-rate schedule spans ``steps``, so it stops part-way).
+    ``callback(step, steps, train_loss, heldout_loss)`` is called at step 0
     (before training) and after every step; ``progress(fraction, message)`` too (raising cancels).
     The healed config's ``layercut_healed`` records the method, options and steps done. With the option ``teacher``
     (``forward_kl`` or ``reverse_kl``, see :mod:`prune.healing.distill`), ``original`` is the teacher.
@@ -153,8 +155,9 @@ def heal(model: nn.Module, tokenizer, *, method: str = "lora", steps: int | None
     healed.eval()
     for old, new in zip(model.parameters(), healed.parameters()):
         new.requires_grad_(old.requires_grad)
-    setattr(healed.config, HEALED_FIELD, {"method": method, "steps": steps, "budget_s": budget_s, **record,
-                                          "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}})
+    setattr(healed.config, HEALED_FIELD, {
+        "method": method, "steps": steps, "budget_s": budget_s, **record,
+        "options": {k: list(v) if isinstance(v, tuple) else v for k, v in opts.items()}})
     return healed
 
 
@@ -238,7 +241,8 @@ def _last_layers(model: nn.Module, opts: dict) -> list[nn.Parameter]:
 
 
 def _final_norm(model: nn.Module) -> nn.Module | None:
-    """The norm after the last layer (``model.norm``, ``transformer.ln_f``, …): the last norm module outside the layers."""
+    """The norm after the last layer (``model.norm``, ``transformer.ln_f``, …): the last norm module outside the
+    layers."""
     inside = {id(m) for m in decoder_layers(model).modules()}
     norms = [m for name, m in model.named_modules() if id(m) not in inside and "norm" in type(m).__name__.lower()
              or name.endswith(("ln_f", "final_layer_norm"))]

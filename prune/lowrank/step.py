@@ -1,4 +1,5 @@
-"""The low-rank family's recipe step, and what the family is: projections as two linear maps (feature or weight space)."""
+"""The low-rank family's recipe step, and what the family is: projections as two linear maps (feature or weight
+space)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from prune.lowrank.decomposition import (DESCRIPTIONS, FACTORED_FIELD, SPACES, c
 @step("lowrank")
 @dataclass(frozen=True, eq=False)
 class Decompose(Step):
-    """Replace projections by two low-rank linear maps, in feature or weight space (see :mod:`prune.lowrank.decomposition`).
+    """Replace projections by two low-rank linear maps, in feature or weight space
+    (see :mod:`prune.lowrank.decomposition`).
 
     The derived model owns its factors. ``ranks`` is one whole number for every chosen projection, or
     ``((layer, path, rank), …)`` naming its own projections (a rank search's result). An inline

@@ -107,7 +107,8 @@ class Patch(Step):
         blocks = "; ".join(f"block [{b['block'][0]}, {b['block'][1]}) folded into layer {b['block'][0] - 1}'s down "
                            f"projection (fit error {b['error']:.3f}, plain cut {b['unpatched_error']:.3f})"
                            for b in found.get("blocks", []))
-        return (f"- Linear patch: ReplaceMe ({NAMES[self.method]}, Shopkhoev et al. 2025){': ' + blocks if blocks else ''}. "
+        return (f"- Linear patch: ReplaceMe ({NAMES[self.method]}, Shopkhoev et al. 2025)"
+                f"{': ' + blocks if blocks else ''}. "
                 f"The patched layers' weights differ from the base model's.")
 
     def describe(self) -> str:

@@ -13,7 +13,8 @@ from prune.core.family import Choice, Family, Level, Option, register_family
 from prune.core.sizes import Size, size_of
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
-from prune.sparsity.masks import MAX_SPARSITY, METHODS, PATTERNS, check_request, sparse_copy_bytes, sparsify, zero_fraction
+from prune.sparsity.masks import (MAX_SPARSITY, METHODS, PATTERNS, check_request, sparse_copy_bytes, sparsify,
+                                  zero_fraction)
 
 NAMES = {"magnitude": "magnitude", "wanda": "Wanda", "sparsegpt": "SparseGPT"}
 
@@ -77,7 +78,9 @@ class Sparsify(Step):
 
     def short(self) -> str:
         """A column title: 'wanda 50%' or 'sparsegpt 2:4'."""
-        return f"{self.method} {100 * self.sparsity:g}%" if self.pattern == "unstructured" else f"{self.method} {self.pattern}"
+        if self.pattern == "unstructured":
+            return f"{self.method} {100 * self.sparsity:g}%"
+        return f"{self.method} {self.pattern}"
 
 
 def build(name: str, level: float, pattern: str, calibration: Calibration) -> Sparsify:

@@ -34,7 +34,8 @@ def weight_dim(module: nn.Module, axis: str) -> int:
 
 
 def axis_index(sizes: list[int], units: list[int], kept: list[torch.Tensor]) -> torch.Tensor:
-    """Indices along an axis made of segments (a block of ``size`` per unit each), keeping the ``kept`` units in order."""
+    """Indices along an axis made of segments (a block of ``size`` per unit each), keeping the ``kept`` units in
+    order."""
     parts, offset = [], 0
     for size, count, keep in zip(sizes, units, kept):
         parts.append((offset + keep[:, None] * size + torch.arange(size)[None, :]).flatten())

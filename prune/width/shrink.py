@@ -207,7 +207,8 @@ def _input_squares(model: nn.Module, width: Width, input_ids: torch.Tensor, batc
 
 def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration: Calibration | None = None,
                  progress: Progress | None = None, batch_size: int = 8, criterion: str = WANDA_SP) -> nn.Module:
-    """A copy of ``model`` keeping about ``param_ratio`` of its parameters, its heads and channels fewer; ``model`` is untouched.
+    """A copy of ``model`` keeping about ``param_ratio`` of its parameters, its heads and channels fewer; ``model`` is
+    untouched.
 
     ``calibration`` (None: the built-in text) feeds the importance, ``criterion`` (:data:`CRITERIA`): Wanda-sp's
     weight × activation, or LLM-Pruner's weight × gradient (:mod:`prune.width.taylor`); nothing is read when

@@ -35,8 +35,8 @@ from prune.core.sizes import LayerShape
 from prune.width.layout import Scores, unit_sizes, weight_dim
 
 IMPORTANCE = "LLM-Pruner"
-DESCRIPTION = ("LLM-Pruner's criterion, as the authors' code: Σ |W · ∂L/∂W| over each KV group's and MLP channel's rows "
-               "and columns (q/k/v/o; gate/up/down), one backward pass. Every layer loses the same share (a "
+DESCRIPTION = ("LLM-Pruner's criterion, as the authors' code: Σ |W · ∂L/∂W| over each KV group's and MLP channel's "
+               "rows and columns (q/k/v/o; gate/up/down), one backward pass. Every layer loses the same share (a "
                "standard config), where their code skips the first and last layers.")
 
 

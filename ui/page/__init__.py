@@ -1,6 +1,7 @@
 """LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search,
-healing and sharing), "Generate", "Speed & memory" and "Benchmarks" (with the frontier). Each part lays out its components in a
-dataclass, its handlers return updates keyed by those components, and it wires its own events; here they are put
+healing and sharing), "Generate", "Speed & memory" and "Benchmarks" (with the frontier). Each part lays out its
+components in a dataclass, its handlers return updates keyed by those components, and it wires its own events; here
+they are put
 together, with what spans the page: after each change of the cut its numbers, the buttons' slots, the estimates
 and the results' notes; Stop; the memory line; a closed page.
 """

@@ -1,7 +1,7 @@
 """The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 perplexity (one results table), the
 cut sweep (every block of K layers measured as it goes, beside the analysis's method; the others ranked on request),
-the sparsity sweep and the frontier (``ui.page.frontier``). The defaults are small, so that they finish quickly on a CPU (``benchmarks/default_jobs.py``
-times them); each button shows an estimate beside it (``ui.page.estimates``)."""
+the sparsity sweep and the frontier (``ui.page.frontier``). The defaults are small, so that they finish quickly on a
+CPU (``benchmarks/default_jobs.py`` times them); each button shows an estimate beside it (``ui.page.estimates``)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,8 @@ class BenchmarksTab:
             bench_estimate = gr.Markdown(elem_id="bench-estimate")
             with gr.Accordion("Perplexity (WikiText-2)", open=False):
                 with gr.Row(equal_height=True):
-                    ppl_len = gr.Dropdown(["128", "512", "2048"], value=str(PERPLEXITY.seq_len), label="Window (tokens)")
+                    ppl_len = gr.Dropdown(["128", "512", "2048"], value=str(PERPLEXITY.seq_len),
+                                          label="Window (tokens)")
                     ppl_windows = NumberInput(2, label=f"Windows ({limit_words})", minimum=0, elem_id="ppl-windows")
                     ppl_btn = gr.Button("Measure perplexity", elem_id="ppl-btn")
                 ppl_estimate = gr.Markdown(elem_id="ppl-estimate")

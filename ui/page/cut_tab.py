@@ -85,8 +85,9 @@ class CutTab:
             search = SearchBox.layout(context)
             heal = HealBox.layout()
             share = ShareBox.layout()
-        return cls(slot=slot, clear_btn=clear_btn, patch_btn=patch_btn, layer_range=layer_range, feedback_md=feedback_md,
-                   convention=convention, heatmap=heatmap, **side, search=search, heal=heal, share=share)
+        return cls(slot=slot, clear_btn=clear_btn, patch_btn=patch_btn, layer_range=layer_range,
+                   feedback_md=feedback_md, convention=convention, heatmap=heatmap, **side, search=search, heal=heal,
+                   share=share)
 
 
 def _side_column() -> dict:

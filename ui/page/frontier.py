@@ -52,8 +52,8 @@ class FrontierBox:
             with gr.Row(equal_height=True):
                 settings = dict(
                     axis=gr.Radio(AXIS_CHOICES, value=DEFAULT_AXIS, label="Size by", elem_id="frontier-axis"),
-                    sizes=gr.Textbox(", ".join(f"{100 * s:g}" for s in DEFAULT_SIZES), label="Sizes (% of the original)",
-                                     elem_id="frontier-sizes"),
+                    sizes=gr.Textbox(", ".join(f"{100 * s:g}" for s in DEFAULT_SIZES),
+                                     label="Sizes (% of the original)", elem_id="frontier-sizes"),
                     task=gr.Dropdown(text.task_choices(), value="hellaswag", label="Task", elem_id="frontier-task"),
                     limit=NumberInput(20, label=f"Questions ({limit_words})", minimum=0, elem_id="frontier-limit"),
                     windows=NumberInput(2, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1,
@@ -94,7 +94,8 @@ class FrontierHandlers:
             else DEFAULT_METHOD
         chosen = check_sizes(sizes or "")
         if len(chosen) > MAX_SIZES:
-            raise InvalidInput(f"Give at most {MAX_SIZES} sizes at once: each adds a dozen models to build and measure.")
+            raise InvalidInput(f"Give at most {MAX_SIZES} sizes at once: "
+                               "each adds a dozen models to build and measure.")
         box = self.box
         for result in backend.frontiering(
                 session.spec, task_request, axis=axis, sizes=chosen, method=method,

@@ -104,8 +104,8 @@ class GenerateTab:
                         lens_cut = PlotView(plots.empty_figure("The edited slot's lens"), height=760,
                                             elem_id="lens-cut")
         return cls(prompt=prompt, gen_btn=gen_btn, gen_stop=gen_stop, estimate=estimate, **sampling, measured=measured,
-                   columns=columns, answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot, lens_btn=lens_btn,
-                   lens_original=lens_original, lens_cut=lens_cut, kind_note=kind_note, body=body)
+                   columns=columns, answers=answers, divergence_md=divergence_md, divergence_plot=divergence_plot,
+                   lens_btn=lens_btn, lens_original=lens_original, lens_cut=lens_cut, kind_note=kind_note, body=body)
 
     def answer_outputs(self) -> list:
         """The generation's outputs: every column's answer and stats, the answers' token ids, the marked

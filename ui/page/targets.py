@@ -1,5 +1,5 @@
-"""What Build, Heal, the rank search and the patch will write, said on their buttons before they run: the slot each writes
-and what that slot holds now. Redrawn after every change of the slots (and of Build's "after the cut" box)."""
+"""What Build, Heal, the rank search and the patch will write, said on their buttons before they run: the slot each
+writes and what that slot holds now. Redrawn after every change of the slots (and of Build's "after the cut" box)."""
 
 from __future__ import annotations
 

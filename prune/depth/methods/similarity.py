@@ -25,7 +25,8 @@ def block_matrix(streams: list[torch.Tensor],
         if len(streams) > 1:
             blocks[:, offset: offset + count] = np.inf
         for n in range(1, count + 1 if len(streams) == 1 else count):  # of two stacks, each keeps a layer
-            blocks[n - 1, offset: offset + count - n + 1] = compare(stream[: count + 1 - n], stream[n:]).double().numpy()
+            found = compare(stream[: count + 1 - n], stream[n:])
+            blocks[n - 1, offset: offset + count - n + 1] = found.double().numpy()
         offset += count
     for n in range(1, total + 1):
         blocks[n - 1, total - n + 1:] = np.nan  # past the last layer

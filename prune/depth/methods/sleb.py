@@ -53,7 +53,8 @@ def sleb(ctx, *, num_removals: int = 8, max_samples: int = 2, protect_ends: bool
     candidates = count - len(protected)
     if candidates < 1 or count < 2:
         raise InvalidInput(f"A {count}-layer model has no layer SLEB may remove"
-                           + (" (it keeps the first and last: protect_ends=False lifts that)." if protect_ends else "."))
+                           + (" (it keeps the first and last: protect_ends=False lifts that)." if protect_ends
+                              else "."))
     steps = min(num_removals, candidates, count - 1)
     warnings = [] if steps == num_removals else [
         f"Only {steps} of the {num_removals} removals asked for were possible on a {count}-layer model."]

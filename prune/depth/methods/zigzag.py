@@ -20,7 +20,7 @@ from prune.depth.methods import register
 @register("zigzag", "Zigzag persistence (Gardinazzi et al. 2024)",
           allowed={"texts": range(2, 20_001), "max_tokens": range(1, 8193), "k": range(1, 101)})
 def zigzag(ctx, *, texts: int = 256, max_tokens: int = 32, k: int = 5) -> ImportanceResult:
-    """The authors' zigzag persistence (last token after each layer's post-attention norm, k-NN clique complexes, H1 inter-layer persistence r; cuts "10%"/"20%" = layers with r ≥ 0.9/0.8·max r, any number of them), on one point per line of the calibration text instead of their SST sentences or Pile documents; by default 256 texts cut at 32 tokens, so it takes under a minute on a CPU (the authors: thousands, up to 2048 tokens — set texts and max_tokens)."""
+    """The authors' zigzag persistence (last token after each layer's post-attention norm, k-NN clique complexes, H1 inter-layer persistence r; cuts "10%"/"20%" = layers with r ≥ 0.9/0.8·max r, any number of them), on one point per line of the calibration text instead of their SST sentences or Pile documents; by default 256 texts cut at 32 tokens, so it takes under a minute on a CPU (the authors: thousands, up to 2048 tokens — set texts and max_tokens)."""  # noqa: E501 (register() makes the first line the method's description: one line)
     diagrams, params, notes = text_diagrams(ctx, texts=texts, max_tokens=max_tokens, k=k)
     return persistence_result(diagrams[1], params["representations"] - 1, params=params, warnings=notes)
 
