@@ -30,7 +30,8 @@ def wheel(tmp_path_factory):
     source, out = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("wheels")
     for name in SOURCES:
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
-        copy(REPO / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
+        copy(REPO / name, source / name,
+             **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)], check=True)
     return next(out.glob("layercut-*.whl"))

@@ -60,7 +60,8 @@ def test_every_event_is_a_named_endpoint_off_the_api_page(client):
 def test_load_analyze_cut_generate_benchmark(client):
     model_md, block_size, layer_range, banner, *_ = client.predict("", "", False, "auto", api_name="/load_model")
     assert "SmolLM2-135M-Instruct" in model_md and "30 layers" in model_md
-    assert block_size["value"] == 3 and "**A** (editing): empty" in banner and "**B**: empty" in banner  # updates are dicts
+    # updates are dicts
+    assert block_size["value"] == 3 and "**A** (editing): empty" in banner and "**B**: empty" in banner
     assert layer_range["props"]["layers"] == 30 and len(layer_range["props"]["layer_params"]) == 30, layer_range
 
     _range, banner, heatmap, bars, _greedy, _named, _slot, _feedback, status = client.predict(

@@ -337,7 +337,8 @@ def test_two_visitors_keep_their_own_cuts_and_stop_only_their_own_job(browser, p
         other.goto(page.url)
         other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
         other.get_by_role("radio", name="Cut B").click()
-        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B (editing)')", timeout=30_000)
+        other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('B (editing)')",
+                                timeout=30_000)
         other.wait_for_timeout(1000)  # the heatmap redraws for B
         click_cell(other, 2, 3)
         other.wait_for_function("document.querySelector('#cut-banner').innerText.includes('[2, 5)')", timeout=30_000)

@@ -22,8 +22,9 @@ def encoder_folder(tmp_path_factory):
     tokenizer = build_tiny_tokenizer()
     tokenizer.add_special_tokens({"mask_token": "[MASK]"})
     torch.manual_seed(0)
-    config = transformers.ElectraConfig(vocab_size=len(tokenizer), embedding_size=16, hidden_size=32, num_hidden_layers=4,
-                                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=256)
+    config = transformers.ElectraConfig(vocab_size=len(tokenizer), embedding_size=16, hidden_size=32,
+                                        num_hidden_layers=4, num_attention_heads=4, intermediate_size=64,
+                                        max_position_embeddings=256)
     folder = tmp_path_factory.mktemp("tiny-electra")
     transformers.AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

@@ -76,7 +76,8 @@ def test_either_slot_exports_as_one_zip_that_loads_and_no_message_names_a_server
     assert "mergekit" in cuts.export(session, "cut-a", "A")[box.status]  # a depth cut: the tools' configs too
     default = cuts.export(session, "", None)  # the edited slot, under the default name
     name = default_export_name("tiny-llama", session.cut("B"))
-    assert Path(default[box.files][0]).name == f"{name}.zip" and default[box.status].startswith(f"Saved **B** as `{name}")
+    assert Path(default[box.files][0]).name == f"{name}.zip"
+    assert default[box.status].startswith(f"Saved **B** as `{name}")
 
 
 def test_an_empty_slot_or_an_unknown_one_is_a_message(served, page, tmp_path):

@@ -28,7 +28,8 @@ def visitor(tiny_tokenizer, data_dir, page):
 def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slot(visitor, page):
     searches, session = visitor
     search_box, view = page.cut.search, page.view
-    others = [*view.outputs(), *page.cut.rank_map.outputs()]  # the search event's outputs beside its own two (the view: 9)
+    # the search event's outputs beside its own two (the view: 9)
+    others = [*view.outputs(), *page.cut.rank_map.outputs()]
     outputs = list(searches.rank_search(session, "feature", "wikitext2", 1.0, 10, 1, "", *CAL_INPUTS))
     *live, final = outputs
     assert len(live) == 1 + 7  # the original, then each projection of the last layer

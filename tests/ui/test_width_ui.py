@@ -158,8 +158,8 @@ def test_width_against_depth_fills_both_slots_with_the_same_size(visitor, page):
     assert width.steps[0].criterion == "wanda-sp"
     *_, last = run(handlers.steps.width_vs_depth(session, 80, "block", *CAL_INPUTS, "auto", "width-llm-pruner"))
     after = last[page.view.session]
-    assert after.cut("A") == depth and after.cut("B").steps[0] == WidthPrune.of(0.8, after.cut("B").steps[0].calibration,
-                                                                                 "llm-pruner")
+    assert after.cut("A") == depth
+    assert after.cut("B").steps[0] == WidthPrune.of(0.8, after.cut("B").steps[0].calibration, "llm-pruner")
     taylor = backend.model(session.spec, after.cut("B"))
     assert sum(p.numel() for p in taylor.parameters()) == sizes["B"]  # the same plan, other structures
     assert any(not torch.equal(a, b) for a, b in zip(taylor.parameters(), built.parameters()))
@@ -223,8 +223,8 @@ def test_the_two_four_copy_timed_feeds_matrices_and_falls_back_to_dense_when_ref
 
     class Refusing(DenseStandIn):
         def forward(self, x):
-            raise NotImplementedError("SparseSemiStructuredTensorCUSPARSELT only supports a specific set of operations, "
-                                      "can't perform requested op (expand.default)\nmore")
+            raise NotImplementedError("SparseSemiStructuredTensorCUSPARSELT only supports a specific set of "
+                                      "operations, can't perform requested op (expand.default)\nmore")
 
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=320, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -112,8 +112,8 @@ def test_a_recipe_that_changes_every_layer_runs_whole():
     assert found.resumed_at is None and not found.resumed
     full = _full(Recipe(), variant)
     torch.testing.assert_close(states.logits(recipe, variant)[0], full)
-    assert found.kl == pytest.approx(agreement.kl_divergence(_full(Recipe(), model)[:, :-1], full[:, :-1]).mean().item(),
-                                     rel=1e-4)
+    expected = agreement.kl_divergence(_full(Recipe(), model)[:, :-1], full[:, :-1]).mean().item()
+    assert found.kl == pytest.approx(expected, rel=1e-4)
 
 
 def test_resuming_never_touches_the_original_and_ignores_its_hooks():
@@ -125,7 +125,8 @@ def test_resuming_never_touches_the_original_and_ignores_its_hooks():
     def foreign(*_):  # another job's hook on a shared module (fast_lm stops its passes at the head like this)
         raise RuntimeError("a hook of another job ran")
 
-    handles = [model.lm_head.register_forward_pre_hook(foreign), decoder_layers(model)[3].register_forward_hook(foreign)]
+    handles = [model.lm_head.register_forward_pre_hook(foreign),
+               decoder_layers(model)[3].register_forward_hook(foreign)]
     try:
         assert numbers(explain.feedback(explain.States(model, IDS), Recipe.block(4, 1, 3))) == alone
         assert len(model.lm_head._forward_pre_hooks) == 1 and len(decoder_layers(model)[0]._forward_pre_hooks) == 0

@@ -24,7 +24,7 @@ def _graphs() -> int:
     return counters["stats"]["unique_graphs"]  # dynamo's count of the graphs it has compiled in this process
 
 
-@pytest.mark.slow  # inductor builds C++ kernels: 23–45 s on a busy 2-core machine with a cold inductor cache, 2–4 s warm
+@pytest.mark.slow  # inductor builds C++ kernels: 23–45 s on a busy 2-core machine with a cold cache, 2–4 s warm
 def test_the_compiled_mode_decodes_the_eager_tokens_and_compiles_only_in_its_first_run_at_a_shape():
     model = tiny_model("llama")
     prompt = torch.tensor([[5, 17, 3, 99, 42, 7], [1, 2, 3, 4, 5, 6]])  # [2, 6]

@@ -20,7 +20,8 @@ LEVELS = [0.0, 0.1, 0.5, 0.9, 0.99]
 
 
 def sweep_by_cli(folder, data_dir, tmp_path, capsys, *extra) -> tuple[dict, str]:
-    """``--sparsity_sweep`` of the cloze task at LEVELS by magnitude and Wanda: (the JSON's sweep, the printed table)."""
+    """``--sparsity_sweep`` of the cloze task at LEVELS by magnitude and Wanda: (the JSON's sweep, the printed
+    table)."""
     code = benchmark.main([str(a) for a in (
         "--sparsity_sweep", "--levels", ",".join(map(str, LEVELS)), "--methods", "magnitude,wanda", "--task", TASK,
         "--model", folder, "--batch_size", 4, "--data_dir", data_dir, "--no_cache", "--output_folder", tmp_path / "out",

@@ -71,7 +71,8 @@ def test_batches_respect_the_token_budget_and_split_long_groups():
     assert all(b.input_ids.shape[1] <= 70 for b in batches)
     assert all(b.num_tokens <= 100 or b.input_ids.shape[0] == 1 for b in batches)
     for b in batches:  # the shared context's last position is scored once per row
-        assert len(b.positions) == len(set(b.positions.tolist())) == len(b.targets) - len(b.spans) + b.input_ids.shape[0]
+        scored = len(b.targets) - len(b.spans) + b.input_ids.shape[0]
+        assert len(b.positions) == len(set(b.positions.tolist())) == scored
 
 
 def test_batch_split_minimises_padding():

@@ -25,7 +25,8 @@ _COMMON = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, inter
 ENCODERS = {  # the seed's encoder first
     "electra": lambda v, pad: transformers.ElectraConfig(vocab_size=v, embedding_size=16, max_position_embeddings=256,
                                                          pad_token_id=pad, **_COMMON),
-    "bert": lambda v, pad: transformers.BertConfig(vocab_size=v, max_position_embeddings=256, pad_token_id=pad, **_COMMON),
+    "bert": lambda v, pad: transformers.BertConfig(vocab_size=v, max_position_embeddings=256, pad_token_id=pad,
+                                                   **_COMMON),
     "roberta": lambda v, pad: transformers.RobertaConfig(vocab_size=v, max_position_embeddings=258, pad_token_id=pad,
                                                          **_COMMON),
 }
@@ -35,7 +36,8 @@ ENCODERS = {  # the seed's encoder first
 def masked_tokenizer():
     """The tiny BPE tokenizer with a mask token and T5's first two sentinels."""
     tokenizer = build_tiny_tokenizer()
-    tokenizer.add_special_tokens({"mask_token": "[MASK]", "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
+    tokenizer.add_special_tokens({"mask_token": "[MASK]",
+                                  "additional_special_tokens": ["<extra_id_0>", "<extra_id_1>"]})
     return tokenizer
 
 
@@ -54,7 +56,8 @@ def score_by_hand(model, tokenizer, left: str, candidate: str, right: str) -> fl
     """The rule on one plain forward pass of the whole model (its full head): the three parts tokenized apart and
     joined (the left's trailing space goes with the candidate, as byte-level BPE splits words), the candidate's tokens
     masked, the end kept when too long (the first token stays)."""
-    ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in (left.rstrip(" "), " " + candidate, right)]
+    ids = [tokenizer(text, add_special_tokens=False)["input_ids"]
+           for text in (left.rstrip(" "), " " + candidate, right)]
     whole, start = ids[0] + ids[1] + ids[2], len(ids[0])
     where = list(range(start, start + len(ids[1])))
     limit = model.config.max_position_embeddings - 2
@@ -97,7 +100,8 @@ def test_an_encoder_scores_each_candidate_in_the_blank_by_the_rule(arch, masked_
     lm = make_fast(model, masked_tokenizer, batch_size=3)
     assert isinstance(lm, SentinelLM if arch == "t5" else MaskedLM)
     question = cloze.questions(TASK)[0]
-    requests = [Instance("cloze", question, cloze.parts(question, option), i) for i, option in enumerate(question["options"])]
+    requests = [Instance("cloze", question, cloze.parts(question, option), i)
+                for i, option in enumerate(question["options"])]
     scores = lm.cloze(requests)  # batched, padded, the head at the masked positions only
     expected = [by_hand(model, masked_tokenizer, *r.args) for r in requests]
     assert scores == pytest.approx(expected, rel=1e-4, abs=1e-9)

@@ -1,4 +1,5 @@
-"""The sparsity sweep on a tiny model: each point is the model its recipe derives, measured as by hand; cached per point."""
+"""The sparsity sweep on a tiny model: each point is the model its recipe derives, measured as by hand; cached per
+point."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def _measured_by_hand(model, tokenizer, backend, request_):
 def test_level_zero_is_the_dense_model_for_every_method(backend, spec, request_, result):
     base = backend.pool.peek(spec)
     accuracy, ppl = _measured_by_hand(base.model, base.tokenizer, backend, request_)
-    assert result.metric == "acc_norm" and result.levels == (0.0, 0.5) and result.methods == prune.sparsity.masks.METHODS
+    assert result.metric == "acc_norm" and result.levels == (0.0, 0.5)
+    assert result.methods == prune.sparsity.masks.METHODS
     assert result.dense_accuracy == accuracy and result.dense_perplexity == pytest.approx(ppl, rel=1e-6)
     for method in result.methods:
         assert result.accuracy[method][0] == accuracy
@@ -154,7 +156,8 @@ def _hand_made():
         task="arc_easy", metric="acc_norm", limit=100, levels=(0.0, 0.5), methods=("magnitude", "wanda"),
         accuracy={"magnitude": (0.5, 0.25), "wanda": (0.5, 0.375)},
         perplexity={"magnitude": (20.0, 400.0), "wanda": (20.0, 50.0)}, dense_accuracy=0.5, dense_perplexity=20.0,
-        prune_s={"magnitude": (0.0, 2.0), "wanda": (0.0, 10.0)}, measure_s={"magnitude": (3.0, 4.0), "wanda": (3.0, 5.0)})
+        prune_s={"magnitude": (0.0, 2.0), "wanda": (0.0, 10.0)},
+        measure_s={"magnitude": (3.0, 4.0), "wanda": (3.0, 5.0)})
 
 
 def test_the_table_has_one_row_per_method():

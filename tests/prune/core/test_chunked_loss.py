@@ -47,7 +47,8 @@ def test_small_logits_go_in_one_pass_and_large_ones_in_chunks_of_the_byte_budget
     model = tiny_model("llama", 2)
     calls = []
     real = chunked_loss._chunk_nll
-    monkeypatch.setattr(chunked_loss, "_chunk_nll", lambda m, h, t, head=None: calls.append(len(t)) or real(m, h, t, head))
+    monkeypatch.setattr(chunked_loss, "_chunk_nll",
+                        lambda m, h, t, head=None: calls.append(len(t)) or real(m, h, t, head))
     expected = model(input_ids=IDS, labels=IDS, use_cache=False).loss
     torch.testing.assert_close(mean_loss(model, IDS), expected)  # 60 × 320 floats: far under the whole-pass bound
     assert calls == [60]

@@ -30,7 +30,8 @@ _COMMON = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, inter
 CONFIGS = {
     "electra": lambda v: transformers.ElectraConfig(vocab_size=v, embedding_size=16, **_COMMON),
     "bert": lambda v: transformers.BertConfig(vocab_size=v, **_COMMON),
-    "roberta": lambda v: transformers.RobertaConfig(vocab_size=v, pad_token_id=0, **{**_COMMON, "max_position_embeddings": 66}),
+    "roberta": lambda v: transformers.RobertaConfig(vocab_size=v, pad_token_id=0,
+                                                    **{**_COMMON, "max_position_embeddings": 66}),
 }
 
 
@@ -118,7 +119,8 @@ def test_an_encoders_speed_run_is_one_pass_and_its_estimate_counts_only_those(ar
 
     model = tiny_t5(tokenizer) if arch == "t5" else encoder(arch, tokenizer)
     passes = []
-    model.register_forward_hook(lambda _m, args, kwargs, _out: passes.append(kwargs["input_ids"].shape), with_kwargs=True)
+    model.register_forward_hook(lambda _m, args, kwargs, _out: passes.append(kwargs["input_ids"].shape),
+                                with_kwargs=True)
     measure_speed({"original": model}, batch_sizes=(2,), prompt_len=8, new_tokens=(16,), repeats=2, warmup=1)
     assert passes == [(2, 8)] * 3  # the warm-up and two runs, each one pass over the prompt, no one-token passes
     rates = estimate.Rates(forward_tokens_per_s=100.0, decode_s_per_token=0.5)
@@ -135,7 +137,8 @@ def test_what_needs_a_causal_lm_refuses_an_encoder_in_one_line(tokenizer):
                 lambda: prune.score(model, tokenizer, "taylor", use_cache=False)):
         with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' is an encoder \\(a masked LM\\)[^\n]*$"):
             run()
-    with pytest.raises(UnsupportedArchitecture, match="^[^\n]*'bert' \\(the width of an encoder \\(a masked LM\\) is not"):
+    with pytest.raises(UnsupportedArchitecture,
+                       match="^[^\n]*'bert' \\(the width of an encoder \\(a masked LM\\) is not"):
         width_of(model)
 
 
@@ -201,7 +204,8 @@ def test_what_t5_cannot_do_refuses_in_one_line(tokenizer, data_dir):
         lm_eval_adapter.evaluate(model, tokenizer, request)
     for run, words in ((lambda: prune.score(model, tokenizer, "taylor", use_cache=False),
                         "^Taylor\\+ \\(Shortened LLaMA\\) needs a causal .* 't5' is an encoder-decoder"),
-                       (lambda: check_seq_lens(model, (16,)), "^Perplexity needs a causal .* 't5' is an encoder-decoder"),
+                       (lambda: check_seq_lens(model, (16,)),
+                        "^Perplexity needs a causal .* 't5' is an encoder-decoder"),
                        (lambda: next(stream_side_by_side({"original": model}, tokenizer, "Hello", max_new_tokens=2)),
                         "^Generation needs a causal .* 't5' is an encoder-decoder")):
         with pytest.raises(UnsupportedArchitecture, match=words):

@@ -17,8 +17,8 @@ from prune.core.failures import as_user_errors, user_error
 from conftest import tiny_model
 
 # The messages torch really raises (alloc_cpu.cpp; CUDACachingAllocator.cpp; MapAllocator.cpp).
-CPU_OOM = ("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: you tried to allocate "
-           "17179869184 bytes. Error code 12 (Cannot allocate memory)")
+CPU_OOM = ("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: "
+           "you tried to allocate 17179869184 bytes. Error code 12 (Cannot allocate memory)")
 CUDA_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.06 GiB "
             "is free. Of the allocated memory 75.3 GiB is allocated by PyTorch.")
 MMAP = "unable to mmap 268435456 bytes from file </models/x/model.safetensors>: No such device (19)"

@@ -69,7 +69,8 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
 @pytest.mark.parametrize("argv, message", [
     (["--full", "--sparsity", "0.5"], "--sparsity and --pattern go with --sparsify METHOD."),
     (["--full", "--param_ratio", "0.5"], "--decompose feature|weight and --param_ratio R go together."),
-    (["--full", "--heal_steps", "3"], "--heal_steps, --heal_budget_s and --heal_teacher go with --heal lora|last_layers."),
+    (["--full", "--heal_steps", "3"],
+     "--heal_steps, --heal_budget_s and --heal_teacher go with --heal lora|last_layers."),
     (["--full", "--heal", "lora", "--kd_ratio", "0.5"],
      "--kd_ratio and --kd_temperature go with --heal_teacher forward_kl|reverse_kl."),
     (["--sweep", "2", "--width", "0.8"],
@@ -149,7 +150,8 @@ print("family ok")
 
 
 def test_a_new_family_is_one_declaration_the_picker_the_cli_and_recipes_read(tmp_path):
-    """A family written in one file (here: a script) reaches the picker, its level, the CLI, recipe JSON and the card."""
+    """A family written in one file (here: a script) reaches the picker, its level, the CLI, recipe JSON and the
+    card."""
     script = tmp_path / "family.py"
     script.write_text(NEW_FAMILY)
     done = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300,

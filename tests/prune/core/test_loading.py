@@ -27,7 +27,8 @@ def test_default_model_is_the_embedded_smollm2_and_answers(default_model):
                                         add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=12, do_sample=False)
-    assert tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True) == "The capital of France is Paris."
+    answer = tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert answer == "The capital of France is Paris."
 
 
 def test_default_checkpoint_is_cached_safetensors(default_model):
@@ -101,7 +102,8 @@ def test_calibration_is_deterministic_and_offline(tiny_tokenizer, tmp_path):
     text_file = tmp_path / "cal.txt"
     text_file.write_text("hello world " * 50)
     from_file = token_windows(tiny_tokenizer, Calibration(source="file", path=str(text_file), n_samples=2, seq_len=8))
-    from_text = token_windows(tiny_tokenizer, Calibration(source="text", text="hello world " * 50, n_samples=2, seq_len=8))
+    from_text = token_windows(tiny_tokenizer,
+                              Calibration(source="text", text="hello world " * 50, n_samples=2, seq_len=8))
     assert torch.equal(from_file, from_text)
     assert Calibration().key() != Calibration(n_samples=3).key()
 

@@ -231,7 +231,8 @@ def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_token
     assert places == {"cpu", "disk"} and is_offloaded(part)
     assert resident_bytes(whole := model) > resident_bytes(part) > 0
     torch.testing.assert_close(logits(part), logits(whole), rtol=0, atol=0)
-    found, expected = (prune.score(m, tiny_tokenizer, "angular", calibration=CAL, use_cache=False) for m in (part, whole))
+    found, expected = (prune.score(m, tiny_tokenizer, "angular", calibration=CAL, use_cache=False)
+                       for m in (part, whole))
     np.testing.assert_array_equal(found.layer_scores, expected.layer_scores)
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
     recipe = Recipe.block(6, found.best_block(2)[0], found.best_block(2)[1]).then(LAYERWISE["wanda 2:4"])
@@ -254,7 +255,8 @@ def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_fold
         "files)" in model_markdown(info)
     assert "read from disk" not in model_markdown(whole.load(spec))
     compared = {"A": Recipe.block(4, 1, 2), "B": Recipe.drop(4, (0,), (2,))}
-    answers = [[state["token_ids"] for state in list(b.generate(spec, compared, "Hello", max_new_tokens=5))[-1].values()]
+    answers = [[state["token_ids"]
+                for state in list(b.generate(spec, compared, "Hello", max_new_tokens=5))[-1].values()]
                for b in (whole, tight)]
     assert answers[0] == answers[1]
     sparse = {"A": Recipe.block(4, 1, 2), "B": Recipe((Sparsify.of("wanda", None, "2:4", CAL),))}  # B: from its files

@@ -54,7 +54,8 @@ def test_a_parked_model_waits_in_a_mapped_file_and_it_and_its_cuts_compute_the_s
 
 
 def test_parking_beside_a_gpu_copies_to_cpu_memory_once(model):
-    """The copy a GPU's model waits in (run here on a CPU model: the copy, not the move to a GPU, is what is checked)."""
+    """The copy a GPU's model waits in (run here on a CPU model: the copy, not the move to a GPU, is what is
+    checked)."""
     expected = logits(model)
     before = {id(t): t.data_ptr() for t in tensors(model)}
     stored = park(model, torch.device("cuda", 0))

@@ -79,7 +79,8 @@ def test_a_decoder_layer_that_adds_nothing_is_the_most_removable(tokenizer):
     model = t5(tokenizer)
     block = model.decoder.block[1]
     with torch.no_grad():  # each sub-layer's write to the residual stream is zero: the layer passes its input on
-        for linear in (block.layer[0].SelfAttention.o, block.layer[1].EncDecAttention.o, block.layer[2].DenseReluDense.wo):
+        for linear in (block.layer[0].SelfAttention.o, block.layer[1].EncDecAttention.o,
+                       block.layer[2].DenseReluDense.wo):
             linear.weight.zero_()
     for method in ("angular", "block_influence", "relative_magnitude"):
         result = prune.score(model, tokenizer, method, calibration=CAL, use_cache=False)
@@ -99,7 +100,8 @@ def rebuilt_by_hand(model, removed: list[int]):
     for name, indices in kept.items():
         for new, old in enumerate(indices):
             prefix = f"{name}.block.{old}."
-            weights.update({f"{name}.block.{new}.{k[len(prefix):]}": v for k, v in state.items() if k.startswith(prefix)})
+            weights.update({f"{name}.block.{new}.{k[len(prefix):]}": v
+                            for k, v in state.items() if k.startswith(prefix)})
         bias = f"{name}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
         weights[bias] = state[bias]
     fresh.load_state_dict(weights, strict=True)

@@ -91,7 +91,8 @@ def test_best_layers_are_the_first_removals_and_the_curve_starts_at_the_baseline
     with pytest.raises(prune.core.errors.InvalidCut, match="num_removals=4"):
         chosen_layers(result, 4)
     recipe = chosen_recipe(result, 2, "paper", origin="SLEB on test")
-    assert recipe.depth_cut.layers == tuple(sorted(order[:2])) and recipe.origin == "SLEB on test: first 2 greedy removals"
+    assert recipe.depth_cut.layers == tuple(sorted(order[:2]))
+    assert recipe.origin == "SLEB on test: first 2 greedy removals"
     start, end = result.best_block(2)
     assert chosen_layers(result, 2, "block") == [start, start + 1] and end == start + 2
 

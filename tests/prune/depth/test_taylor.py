@@ -48,8 +48,8 @@ def test_scores_equal_a_plain_backward_pass(arch, tiny_tokenizer):
     if arch != "llama":  # llama has no biases: elsewhere, counting them would be a visible difference
         with_biases = copy.deepcopy(model)
         with_biases(input_ids=ids, labels=ids).loss.backward()
-        bias_part = sum(float((p.detach() * p.grad).abs().sum()) for n, p in decoder_layers(with_biases)[2].named_parameters()
-                        if n.endswith("bias"))
+        bias_part = sum(float((p.detach() * p.grad).abs().sum())
+                        for n, p in decoder_layers(with_biases)[2].named_parameters() if n.endswith("bias"))
         assert bias_part > 1e-3 * result.layer_scores[2]
     assert all(p.grad is None and p.requires_grad for p in model.parameters())
 
@@ -125,7 +125,8 @@ def test_no_choice_ever_includes_a_protected_layer(result):
 
 
 def test_best_layers_without_protection_ranks_every_layer():
-    result = ImportanceResult("x", blocks_from_layers([3.0, 1.0, 2.0, 0.5]), "s", layer_scores=np.array([3.0, 1.0, 2.0, 0.5]))
+    result = ImportanceResult("x", blocks_from_layers([3.0, 1.0, 2.0, 0.5]), "s",
+                              layer_scores=np.array([3.0, 1.0, 2.0, 0.5]))
     assert result.best_layers(2) == [1, 3] and result.best_layers(4) == [0, 1, 2, 3]
 
 

@@ -9,7 +9,8 @@ import pytest
 from conftest import REPO
 from evaluation.exports.zigzag_csv import read_bars_csv, result_from_csv, write_bars_csv
 from prune.core.errors import InvalidInput, MissingDependency
-from prune.depth.topology import (authors_rows, bars_from_authors_rows, betti_numbers, clique_triangles, inter_layer_persistence, knn_edges, knn_zigzag, persistence_cuts, zigzag_bars)
+from prune.depth.topology import (authors_rows, bars_from_authors_rows, betti_numbers, clique_triangles,
+                                  inter_layer_persistence, knn_edges, knn_zigzag, persistence_cuts, zigzag_bars)
 
 SHARED = REPO.parent / "shared" / "zigzag"  # two of the authors' released diagrams (see its README)
 

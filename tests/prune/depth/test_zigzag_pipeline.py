@@ -40,9 +40,11 @@ def test_norm_states_are_what_the_feed_forward_block_reads(arch):
     for n, ids in enumerate(TEXTS):
         seen = []
         hooks = [get_path(layer, FFN_ENTRY[arch]).register_forward_pre_hook(
-            lambda _m, args: seen.append(args[0].reshape(-1, args[0].shape[-1])[-1])) for layer in decoder_layers(model)]
+            lambda _m, args: seen.append(args[0].reshape(-1, args[0].shape[-1])[-1]))
+            for layer in decoder_layers(model)]
         try:
-            h_last = residual_streams(model, torch.tensor([ids]), last_token_only=True)[0][-1]  # [1, D], one text unpadded
+            # [1, D], one text unpadded
+            h_last = residual_streams(model, torch.tensor([ids]), last_token_only=True)[0][-1]
         finally:
             for hook in hooks:
                 hook.remove()

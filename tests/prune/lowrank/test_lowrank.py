@@ -94,8 +94,10 @@ def test_feature_space_keeps_the_directions_the_outputs_need_by_hand(bias):
     cross moments). With a bias (which can carry the mean) the covariance's top two eigenvectors are the first two
     axes: rank 2 keeps diag(1, 1, 0) and the bias takes the third axis' mean, (0, 0, 50). Without one the second
     moment's are the third (50² + 0.1²) and the first (10²): diag(1, 0, 1)."""
-    signs = torch.tensor([[1.0, 1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]], dtype=torch.float64)
-    x = signs * torch.tensor([10.0, 3.0, 0.1], dtype=torch.float64) + torch.tensor([0.0, 0.0, 50.0], dtype=torch.float64)
+    signs = torch.tensor([[1.0, 1.0, 1.0], [-1.0, 1.0, -1.0], [1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]],
+                         dtype=torch.float64)
+    x = (signs * torch.tensor([10.0, 3.0, 0.1], dtype=torch.float64)
+         + torch.tensor([0.0, 0.0, 50.0], dtype=torch.float64))
     layer = nn.Linear(3, 3, bias=bias).double()
     layer.weight.data = torch.eye(3, dtype=torch.float64)
     if bias:
@@ -186,7 +188,8 @@ def test_each_architecture_meets_the_ratio_counts_by_arithmetic_and_leaves_the_o
             kept -= d * k - rank * (d + k)
     assert count(derived) == kept == lowrank.resized(size, ranks).total
     assert kept <= 0.7 * count(model)
-    steps = sum(d + k for layer in decoder_layers(model) for d, k in (rows_of(m).shape for m in matrices(layer).values()))
+    steps = sum(d + k for layer in decoder_layers(model)
+                for d, k in (rows_of(m).shape for m in matrices(layer).values()))
     assert 0.7 * count(model) - kept < steps  # one more rank in every matrix would not fit
     assert all(torch.equal(before[n][0], t) and before[n][1] == t.data_ptr() for n, t in model.state_dict().items())
     assert torch.equal(logits(model), reference)
@@ -207,7 +210,8 @@ def test_the_uniform_ratio_gives_every_matrix_the_same_fraction_of_its_break_eve
 
 def test_full_rank_through_the_model_reproduces_its_logits(tiny_tokenizer):
     model = tiny_model("mistral", 2)
-    full = {(i, p): min(rows_of(m).shape) for i, layer in enumerate(decoder_layers(model)) for p, m in matrices(layer).items()}
+    full = {(i, p): min(rows_of(m).shape)
+            for i, layer in enumerate(decoder_layers(model)) for p, m in matrices(layer).items()}
     for space in lowrank.SPACES:
         derived = lowrank.decompose(model, tiny_tokenizer, space=space, ranks=full,
                                     calibration=Calibration(source="builtin", n_samples=16, seq_len=128))
@@ -251,7 +255,8 @@ def test_the_merged_export_reloads_in_plain_transformers_and_the_factored_one_in
     derived = recipe.apply(model, tiny_tokenizer)
     out = logits(derived)
     saved = {form: exports.export(derived, tiny_tokenizer, recipe, base_name="tiny", num_layers=3,
-                                  target=tmp_path / form, factored=form == "factored") for form in ("merged", "factored")}
+                                  target=tmp_path / form, factored=form == "factored")
+             for form in ("merged", "factored")}
 
     plain = AutoModelForCausalLM.from_pretrained(saved["merged"]).eval()
     assert not any(isinstance(m, Factored) for m in plain.modules()) and count(plain) == count(model)
@@ -326,7 +331,8 @@ def test_a_recipe_refuses_an_order_that_undoes_or_cannot_follow_a_step_and_keeps
     with pytest.raises(InvalidInput, match="decompose first"):
         Recipe.from_json({"steps": saved["steps"][::-1]})
     sparse_factors = Recipe((low, sparse)).apply(model)  # the factors themselves lose half their weights
-    weights = [m.weight for layer in decoder_layers(sparse_factors) for m in layer.modules() if isinstance(m, nn.Linear)]
+    weights = [m.weight for layer in decoder_layers(sparse_factors)
+               for m in layer.modules() if isinstance(m, nn.Linear)]
     assert sum(int((w == 0).sum()) for w in weights) == pytest.approx(sum(w.numel() for w in weights) / 2, rel=0.02)
     assert count(Recipe((width, low)).apply(model, tiny_tokenizer)) < count(model)
 
@@ -374,6 +380,7 @@ def test_bad_requests_are_refused_clearly(tiny_tokenizer):
     with pytest.raises(InvalidInput, match="already decomposed"):
         lowrank.decompose(lowrank.decompose(model, None, space="weight", ranks=2), None, space="weight", ranks=2)
     for kwargs in (dict(space="x", param_ratio=0.5), dict(space="weight"), dict(space="weight", ranks=-1),
-                   dict(space="weight", ranks=[(0, "q_proj", 0)]), dict(space="weight", ranks={(0, "q"): 2}, layers=[0])):
+                   dict(space="weight", ranks=[(0, "q_proj", 0)]),
+                   dict(space="weight", ranks={(0, "q"): 2}, layers=[0])):
         with pytest.raises(InvalidInput):
             Decompose.of(**kwargs)

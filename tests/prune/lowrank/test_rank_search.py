@@ -101,7 +101,8 @@ def test_a_perplexity_search_on_disjoint_splits_keeps_the_bound_and_the_original
     result = surgical_search(model, tiny_tokenizer, search=perplexity(search_ids), test=perplexity(test_ids),
                              tolerance=tolerance, calibration=CAL, test_each_layer=True)
     assert result.ranks and result.params[1] < result.params[0]
-    assert result.search[1] <= result.search[0] * 1.002 ** 14 and result.search[1] == perplexity(search_ids)(result.model)
+    assert result.search[1] <= result.search[0] * 1.002 ** 14
+    assert result.search[1] == perplexity(search_ids)(result.model)
     assert result.test == (perplexity(test_ids)(model), perplexity(test_ids)(result.model))
     assert [p.test is not None for p in result.points] == [False] * 6 + [True] + [False] * 6 + [True]
     for visited, point in enumerate(result.points, start=1):

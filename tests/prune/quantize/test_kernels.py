@@ -1,6 +1,6 @@
 """The kernel form of quantized weights: torchao's integers and scales kept (int4's scales rounded to bfloat16), the
-int4 packing read back exactly, each kernel's product within the bound that bfloat16 activations allow, the fallback off the
-kernels' shapes, and nothing that holds an autograd graph."""
+int4 packing read back exactly, each kernel's product within the bound that bfloat16 activations allow, the fallback
+off the kernels' shapes, and nothing that holds an autograd graph."""
 
 from __future__ import annotations
 

@@ -83,7 +83,8 @@ def test_a_quantized_head_holds_int8_by_hand_and_a_tied_original_stays_tied_and_
     assert model.lm_head.weight is model.model.embed_tokens.weight and torch.equal(model.lm_head.weight, head)
     assert not variant.config.tie_word_embeddings and model.config.tie_word_embeddings
     assert getattr(variant.config, QUANTIZED_FIELD)["head"] and "LM head in int8" in step.describe()
-    assert step.short() == ("int8+head" if bits == 8 else "int4 g32+head") and Quantize.from_record(step.record()) == step
+    assert step.short() == ("int8+head" if bits == 8 else "int4 g32+head")
+    assert Quantize.from_record(step.record()) == step
     assert "and the LM head (int8" in step.card_line(variant)
     assert torch.allclose(logits(variant), logits(model), atol=0.05)  # a close approximation, not the same numbers
     assert not torch.equal(logits(variant), logits(Quantize.of(bits).apply(model)))  # the head's rounding shows

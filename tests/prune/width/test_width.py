@@ -102,7 +102,8 @@ def test_wanda_sp_scores_and_the_kept_rows_equal_a_hand_computation(tiny_tokeniz
             seen[name] = seen.get(name, 0) + (x * x).sum(0)
         return hook
 
-    handles = [layer.self_attn.o_proj.register_forward_hook(keep("o")), layer.mlp.down_proj.register_forward_hook(keep("down"))]
+    handles = [layer.self_attn.o_proj.register_forward_hook(keep("o")),
+               layer.mlp.down_proj.register_forward_hook(keep("down"))]
     with torch.no_grad():
         model(input_ids=token_windows(tiny_tokenizer, CAL))
     for handle in handles:
