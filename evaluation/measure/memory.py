@@ -210,7 +210,7 @@ def folder_bytes(folder: Path) -> int:
 
 
 # safetensors' dtype names in the order of its Rust ``Dtype`` enum: a file holds its tensors by
-# descending dtype, then by name (checked against the library by tests/test_checkpoint_size.py).
+# descending dtype, then by name (checked against the library by tests/evaluation/measure/test_checkpoint_size.py).
 _SAFETENSORS_DTYPES = {
     torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.float8_e5m2: "F8_E5M2",
     torch.float8_e4m3fn: "F8_E4M3", torch.float8_e8m0fnu: "F8_E8M0", torch.float8_e4m3fnuz: "F8_E4M3FNUZ",
