@@ -15,7 +15,6 @@ and the floor are the speed step's own (``evaluation.measure.bandwidth``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -25,9 +24,9 @@ import torch
 from evaluation.measure import bandwidth as limit, compiled, speed
 from evaluation.measure.memory import weight_bytes
 from prune.core.devices import input_device
+from record import write_result  # beside this script
 
 _MIB = 2**20
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def decode_row(label: str, model, mode: str, *, prompt_len: int, new_tokens: int, repeats: int,
@@ -78,10 +77,12 @@ def decode_rows(models: dict, *, modes=("eager", "compiled"), prompt_len: int = 
 
 
 def write(found: dict, name: str) -> Path:
-    """The figures as JSON under benchmarks/results/."""
-    path = RESULTS / name
-    path.write_text(json.dumps(found, indent=2) + "\n")
-    return path
+    """The figures as JSON under benchmarks/results/ (``name``: the file's name)."""
+    figures = {key: value for key, value in found.items() if key != "device"}
+    return write_result(name.removesuffix(".json"), figures, device=found["device"],
+                        how=f"batch 1, a {found['prompt_len']}-token prompt then {found['new_tokens']} greedy tokens, "
+                            f"median of {found['repeats']}; the floor: the bytes a decode step reads over the "
+                            "bandwidth measured here")
 
 
 def table(found: dict) -> str:

@@ -71,5 +71,6 @@ def main() -> None:
             print(f"{label:<11} {acc.value:>19.1f} {dec.value:>16.1f} {base.value / dec.value:>7.2f}× {ideal:>5.2f}× "
                   f"{(f'{kv.value:.2f} {kv.unit}') if kv else '—':>12}")
 
+
 if __name__ == "__main__":
     main()
