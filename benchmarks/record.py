@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shlex
@@ -32,7 +33,8 @@ IF_IMPORTED = {"lm_eval": "lm_eval", "gradio": "gradio", "torchao": "torchao", "
 def write_result(name: str, figures: dict, *, how: str, model: str | None = None, device=None,
                  folder: Path | str | None = None) -> Path:
     """Write ``<folder>/<name>.json`` (``name`` may hold a subfolder: ``gpu/<run>``): ``figures``, then ``model``,
-    ``how`` and the provenance (:func:`provenance`). ``device``: as :func:`device_name` reads it."""
+    ``how`` and the provenance (:func:`provenance`). ``device``: as :func:`device_name` reads it. NaN is written as
+    null, and anything JSON cannot hold as its ``str``."""
     stamp = provenance(device)
     clash = sorted(set(figures) & {"model", "how", *stamp})
     if clash:
@@ -40,7 +42,7 @@ def write_result(name: str, figures: dict, *, how: str, model: str | None = None
     found = {**figures, **({"model": model} if model is not None else {}), "how": how, **stamp}
     path = Path(folder or results_dir()) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(found, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(_finite(found), indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
     return path
 
 
@@ -100,6 +102,18 @@ def command() -> str:
     if Path(argv[0]).is_file() and Path(argv[0]).resolve().is_relative_to(REPO):
         argv[0] = str(Path(argv[0]).resolve().relative_to(REPO))
     return shlex.join(["python", *argv])
+
+
+def _finite(value):
+    """``value`` with NaN and infinities as null (JSON has none), tuples as lists, keys JSON cannot hold as text."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key if isinstance(key, (str, int, float, bool)) or key is None else str(key): _finite(item)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _git(*args: str) -> str:
