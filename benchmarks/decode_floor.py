@@ -25,6 +25,7 @@ from evaluation.measure import bandwidth as limit, compiled, speed
 from evaluation.measure.memory import weight_bytes
 from prune.core.devices import input_device
 from record import write_result  # beside this script
+from tables import decode_floor as table  # the rows as a Markdown table, as the docs render them
 
 _MIB = 2**20
 
@@ -83,26 +84,6 @@ def write(found: dict, name: str) -> Path:
                         how=f"batch 1, a {found['prompt_len']}-token prompt then {found['new_tokens']} greedy tokens, "
                             f"median of {found['repeats']}; the floor: the bytes a decode step reads over the "
                             "bandwidth measured here")
-
-
-def table(found: dict) -> str:
-    """The rows as a Markdown table."""
-    lines = [f"{found['device']}, bandwidth measured {found['bandwidth_gb_s']:.0f} GB/s, batch 1, "
-             f"{found['prompt_len']} + {found['new_tokens']} tokens", "",
-             "| model | mode | decode ms/token | floor ms | share of floor | compile s | weights MiB | KV cache MiB | "
-             "peak above resident MiB |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in found["rows"]:
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['mode']} | failed: {r['error']} | | | | | | |")
-            continue
-        lines.append(f"| {r['model']} | {r['mode']} | {r['decode_ms']:.2f} | {r['floor_ms']:.3f} | "
-                     f"{r['floor_share']:.1%} | {_shown(r.get('compile_s'), '.1f')} | {r['weights_mib']:,.1f} | "
-                     f"{r['kv_cache_mib']:,.2f} | {_shown(r.get('peak_above_resident_mib'), ',.0f')} |")
-    return "\n".join(lines)
-
-
-def _shown(value, spec: str) -> str:
-    return "" if value is None else format(value, spec)
 
 
 def main() -> None:
