@@ -30,6 +30,8 @@ import time
 
 import torch
 
+from record import device_name, write_result  # beside this script
+
 _GIB = 2**30
 
 
@@ -248,8 +250,6 @@ def encoders(args, step, rows: list, dtype) -> None:
 def write_run(rows: list, args, finished: bool):
     """This run's table as JSON, one file per run: ``benchmarks/results/gpu/<date>-<time>-<card>.json`` (``--small``:
     ``gpu_check_dry_run.json``)."""
-    from record import device_name, write_result  # beside this script
-
     cuda_missing = args.device.startswith("cuda") and not torch.cuda.is_available()
     device = args.device if cuda_missing else device_name(args.device)
     card = re.sub(r"[^\w.-]+", "_", device).strip("_")

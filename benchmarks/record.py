@@ -53,11 +53,16 @@ def results_dir() -> Path:
 
 def provenance(device=None) -> dict:
     """Where, when and from what a run came: machine, device, versions, commit (and whether the work tree differed
-    from it, results aside), date and command line."""
-    commit = _git("rev-parse", "--short", "HEAD") or None
-    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+    from it, results aside) as the script started, date and command line."""
+    commit, dirty = CODE
     return {"machine": machine(), "device": device_name(device), "versions": versions(), "commit": commit,
-            "dirty": bool(changed), "date": time.strftime("%Y-%m-%d"), "command": command()}
+            "dirty": dirty, "date": time.strftime("%Y-%m-%d"), "command": command()}
+
+
+def code() -> tuple[str | None, bool]:
+    """The checkout's commit, and whether tracked files (results aside) differ from it."""
+    changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+    return _git("rev-parse", "--short", "HEAD") or None, bool(changed)
 
 
 def machine() -> str:
@@ -121,3 +126,6 @@ def _git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=60).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return ""
+
+
+CODE = code()  # read when a benchmark imports this module, before it runs: the code that ran, not a later commit

@@ -23,11 +23,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-REGENERATE = "python benchmarks/tables.py"
+REGENERATE = ".venv/bin/python benchmarks/tables.py"
 BLOCK = re.compile(r"^(?P<indent>[ \t]*)<!-- results: (?P<name>\S+) -->[ \t]*\n"
                    r"(?P<body>(?:(?!<!-- results: ).)*?)"  # another block's opening marker: this one is unclosed
                    r"^[ \t]*<!-- /results -->[ \t]*$", re.M | re.S)
-OPENING = re.compile(r"<!-- results: \S+ -->")
+FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?^[ \t]*\1[ \t]*$", re.M | re.S)  # fenced code: shown, not generated
+OPENING = re.compile(r"^[ \t]*<!-- results: \S+ -->", re.M)  # a marker begins its line: one in prose is text
 _MIB = 2**20
 
 RENDERERS: dict[str, Callable[[dict], str]] = {}  # a result's name, or a pattern of names → its Markdown
@@ -69,10 +70,10 @@ def renderer(name: str, found: dict) -> Callable[[dict], str] | None:
     return generic if _flat(found.get("columns")) else None
 
 
-def rewrite(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:
-    """``text`` with every marked block rendered again from its JSON, and the problems found (a block that cannot be
-    rendered is left as it is)."""
-    problems = []
+def rewrite(text: str, results: Path = RESULTS) -> tuple[str, list[str], list[str]]:
+    """``text`` with every marked block rendered again from its JSON (markers inside fenced code are text); the
+    names of the blocks that changed, and the problems found (a block that cannot be rendered is left as it is)."""
+    changed, problems = [], []
 
     def again(match: re.Match) -> str:
         indent, name = match["indent"], match["name"]
@@ -82,13 +83,22 @@ def rewrite(text: str, results: Path = RESULTS) -> tuple[str, list[str]]:
             problems.append(f"block '{name}': {type(error).__name__}: {error}")
             return match[0]
         lines = [indent + line if line else "" for line in body.splitlines()]
-        return "\n".join([f"{indent}<!-- results: {name} -->", *lines, "", f"{indent}<!-- /results -->"])
+        block = "\n".join([f"{indent}<!-- results: {name} -->", *lines, "", f"{indent}<!-- /results -->"])
+        changed.extend([name] if block != match[0] else [])
+        return block
 
-    new = BLOCK.sub(again, text)
-    unclosed = len(OPENING.findall(text)) - len(BLOCK.findall(text))
-    if unclosed:
-        problems.append(f"{unclosed} '<!-- results: NAME -->' marker(s) without a '<!-- /results -->' after them")
-    return new, problems
+    def outside_code(part: str) -> str:
+        new = BLOCK.sub(again, part)
+        unclosed = len(OPENING.findall(part)) - len(BLOCK.findall(part))
+        if unclosed:
+            problems.append(f"{unclosed} '<!-- results: NAME -->' marker(s) without a '<!-- /results -->' after them")
+        return new
+
+    parts, last = [], 0
+    for fence in FENCE.finditer(text):
+        parts += [outside_code(text[last:fence.start()]), fence[0]]
+        last = fence.end()
+    return "".join([*parts, outside_code(text[last:])]), changed, problems
 
 
 def check(root: Path = REPO, results: Path | None = None) -> list[str]:
@@ -96,12 +106,10 @@ def check(root: Path = REPO, results: Path | None = None) -> list[str]:
     results = results or root / "benchmarks" / "results"
     problems = []
     for path in documents(root):
-        text = path.read_text(encoding="utf-8")
-        new, trouble = rewrite(text, results)
+        _new, changed, trouble = rewrite(path.read_text(encoding="utf-8"), results)
         where = path.relative_to(root)
         problems += [f"{where}: {problem}" for problem in trouble]
-        differs = [old["name"] for old, now in zip(BLOCK.finditer(text), BLOCK.finditer(new)) if old[0] != now[0]]
-        problems += [f"{where}: block '{name}' differs from what {name}.json renders" for name in differs]
+        problems += [f"{where}: block '{name}' differs from what {name}.json renders" for name in changed]
     return problems
 
 
@@ -111,7 +119,7 @@ def regenerate(root: Path = REPO, results: Path | None = None) -> tuple[list[Pat
     changed, problems = [], []
     for path in documents(root):
         text = path.read_text(encoding="utf-8")
-        new, trouble = rewrite(text, results)
+        new, _changed, trouble = rewrite(text, results)
         problems += [f"{path.relative_to(root)}: {problem}" for problem in trouble]
         if new != text:
             path.write_text(new, encoding="utf-8")

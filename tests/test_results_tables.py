@@ -59,6 +59,13 @@ def test_a_block_inside_a_list_item_keeps_its_indent(tmp_path):
     assert all(line.startswith("  ") or not line for line in lines[2:-1]) and lines[-1] == "- next"
 
 
+def test_a_marker_shown_in_fenced_code_or_named_in_prose_is_text(tmp_path):
+    text = ("Put a table between `<!-- results: NAME -->` and `<!-- /results -->`:\n\n```markdown\n"
+            "<!-- results: budget_cli -->\n<!-- /results -->\n```\n")
+    _docs(tmp_path, text)
+    assert tables.check(tmp_path) == [] and tables.regenerate(tmp_path)[0] == []
+
+
 def test_a_block_naming_a_result_without_json_or_without_renderer_fails(tmp_path):
     results = _docs(tmp_path, "<!-- results: budget_cli -->\nunclosed\n<!-- results: nowhere -->\n<!-- /results -->\n\n"
                               "<!-- results: odd -->\n<!-- /results -->\n")
@@ -89,7 +96,7 @@ def test_a_result_carries_its_provenance_and_refuses_figures_that_would_hide_it(
     assert found["model"] == "tiny" and found["how"] == "a test" and found["device"] == "CPU"
     assert "CPU cores" in found["machine"]
     assert {"python", "torch", "transformers"} <= set(found["versions"])
-    assert len(found["commit"]) >= 7 and isinstance(found["dirty"], bool) and found["date"].count("-") == 2
+    assert found["commit"] == record.CODE[0] and found["dirty"] == record.CODE[1] and found["date"].count("-") == 2
     assert found["command"].startswith("python ")
     with pytest.raises(ValueError, match="commit"):
         record.write_result("clash", {"commit": "mine"}, how="a test", folder=tmp_path)
