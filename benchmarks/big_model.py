@@ -9,7 +9,8 @@ it (layer by layer, into files of its own), and compares the original with two v
 best 4-layer cut, which shares its weights; B: the Wanda 2:4 variant, read from its own files) in generation,
 speed, memory and a 20-question ARC-Easy benchmark. Each step prints its seconds and the process's peak resident
 memory so far (VmHWM, memory-mapped file pages included). The embedded model's tokenizer feeds it (its ids lie
-inside the larger vocabulary). ``--small`` runs the same on a small model, to check the script.
+inside the larger vocabulary). ``--small`` runs the same on a small model, to check the script. Writes
+``benchmarks/results/big_model.json`` (``--small``: ``big_model_dry_run.json``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import argparse
 import os
 import time
 from pathlib import Path
+
+from record import write_result  # beside this script
 
 _GIB = 2**30
 
@@ -115,9 +118,20 @@ def main() -> None:
     for name, seconds, peak, gpu in rows:
         print(f"| {name} | {seconds:.0f} | {peak:.2f} | {gpu:.2f} |")
     print("\ntokens per column:", {label: state["tokens"] for label, state in answers.items()})
-    for m in [*speeds, *memory, *scores]:
-        if m.name.startswith(("decode latency", "peak memory", "arc_easy acc")) and "norm" not in m.name:
-            print(f"  {m.model}: {m.name} = {m.value:,.2f} {m.unit}")
+    shown = [m for m in [*speeds, *memory, *scores]
+             if m.name.startswith(("decode latency", "peak memory", "arc_easy acc")) and "norm" not in m.name]
+    for m in shown:
+        print(f"  {m.model}: {m.name} = {m.value:,.2f} {m.unit}")
+    figures = {"budget": args.budget, "cut": [start, end], "weights_GiB": round(info.weight_bytes / _GIB, 2),
+               "resident_GiB": round(info.resident_bytes / _GIB, 2),
+               "steps": [{"step": name, "seconds": round(seconds, 1), "peak_resident_GiB": round(peak, 2),
+                          "peak_gpu_GiB": round(gpu, 2)} for name, seconds, peak, gpu in rows],
+               "tokens": {label: state["tokens"] for label, state in answers.items()},
+               "measurements": [m.to_dict() for m in shown]}
+    write_result("big_model_dry_run" if args.small else "big_model", figures, device=args.device,
+                 model="random Llama, Llama-3-8B's shape, bfloat16" if not args.small else "random small Llama",
+                 how="in one process with LAYERCUT_MEMORY_BUDGET at the budget; peaks: VmHWM (and the GPU's) so far; "
+                     "A: the angular method's best 4-layer cut, B: Wanda 2:4 from its own files")
 
 
 if __name__ == "__main__":

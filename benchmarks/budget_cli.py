@@ -13,7 +13,6 @@ analysis and both models' answers to 2 ARC-Easy questions. Writes ``benchmarks/r
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from offload import write_model  # beside this script
+from record import write_result
 
 REPO = Path(__file__).resolve().parents[1]
 _GIB = 2**30
@@ -66,16 +66,12 @@ def main() -> None:
     args.folder.mkdir(parents=True, exist_ok=True)
     write_model(args.folder, shape)
     runs = [run(args.folder, None), run(args.folder, args.budget)]
-    result = {"what": "CLI --method angular --num_layers 4 --task arc_easy --limit 2, fresh process and cache; "
-                      "RssAnon sampled every 5 ms from outside",
-              "model": "random Llama, hidden 2048, 16 layers, MLP 5632, vocabulary 49152; bfloat16 on disk, loaded "
-                       "in float32 (3.44 GiB)",
-              "runs": runs, "machine": f"{os.cpu_count()} CPU cores", "date": time.strftime("%Y-%m-%d"),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True).stdout.strip()}
-    path = REPO / "benchmarks" / "results" / "budget_cli.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    result = {"what": "CLI --method angular --num_layers 4 --task arc_easy --limit 2, fresh process and cache",
+              "runs": runs}
+    path = write_result("budget_cli", result, how="RssAnon of the CLI's process sampled every 5 ms from outside",
+                        model="random Llama, hidden 2048, 16 layers, MLP 5632, vocabulary 49152; bfloat16 on disk, "
+                              "loaded in float32 (3.44 GiB)")
+    print(path.read_text())
 
 
 if __name__ == "__main__":

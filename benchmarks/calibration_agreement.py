@@ -7,7 +7,8 @@ text; --samples/--seq_len/--source override it) it prints each method's analysis
 best block of --block layers, how often that block wins over bootstrap resamples of the
 windows, and its Spearman ρ against the measured quality of every such cut; then angular's
 opening cut (a tenth of the layers, as the app opens) and whether it still answers "What is
-the capital of France?" with Paris. The sweep takes minutes on 2 cores and is cached.
+the capital of France?" with Paris. The sweep takes minutes on 2 cores and is cached. Writes
+``benchmarks/results/calibration_agreement.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import argparse
 import os
 import time
 from dataclasses import replace
+
+from record import write_result  # beside this script
 
 PROMPT = "What is the capital of France?"
 
@@ -58,7 +61,8 @@ def run(args) -> None:
     context = prune.Context(model, tokenizer, calibration)
     started = time.perf_counter()
     context.residual  # computed once, shared by every method below
-    print(f"residual stream: {time.perf_counter() - started:.1f} s")
+    residual_s = time.perf_counter() - started
+    print(f"residual stream: {residual_s:.1f} s")
 
     names = args.methods.split(",") if args.methods else list(prune.METHODS)
     results, stabilities = {}, {}
@@ -76,11 +80,17 @@ def run(args) -> None:
           f"[{best}, {best + args.block}), baseline {sweep.baseline[sweep.primary_metric]:.3f}")
     print(f"{'method':<20}{'time (s)':>9}  {'best ' + str(args.block):<10}{'measured':>9}{'ρ':>8}  stability")
     loss = dict(zip(sweep.starts, sweep.quality_loss()))
+    found = {"calibration": f"{calibration.source}, {windows[0]} windows of {windows[1]} tokens",
+             "residual_s": round(residual_s, 1), "task": sweep.task, "limit": sweep.limit, "block": args.block,
+             "metric": sweep.primary_metric, "baseline": sweep.baseline[sweep.primary_metric],
+             "measured_best": [best, best + args.block], "methods": {}}
     for name, result in results.items():
         start, end = result.best_block(args.block)
         stable = stabilities[name].summary() if name in stabilities else ""
         print(f"{name:<20}{result.elapsed_s:>9.1f}  [{start}, {end}){'':<{10 - len(f'[{start}, {end})')}}"
               f"{-loss[start]:>+9.3f}{rho[name]:>+8.3f}  {stable}")
+        found["methods"][name] = {"time_s": round(result.elapsed_s, 2), "best_block": [start, end],
+                                  "measured": -loss[start], "rho": rho[name], "stability": stable}
 
     if "angular" in results:
         size = default_block_size(count)  # the app opens on angular's best block of a tenth of the layers
@@ -89,6 +99,11 @@ def run(args) -> None:
         stable = block_stability(context, "angular", size, resamples=args.resamples).summary() if args.resamples else ""
         print(f"\nopening cut (angular, {size} layers): [{start}, {end})  {stable}")
         print(f"  {PROMPT!r} → {answer!r}  {'Paris: yes' if 'Paris' in answer else 'Paris: NO'}")
+        found["opening_cut"] = {"layers": size, "block": [start, end], "stability": stable, "prompt": PROMPT,
+                                "answer": answer, "paris": "Paris" in answer}
+    write_result("calibration_agreement", found, model=f"{getattr(model, 'layercut_name', 'default model')}, "
+                 f"{count} layers", how="each method's best block on the calibration against the measured sweep of "
+                 f"every {args.block}-layer cut (Spearman ρ); stability: bootstrap resamples of the windows")
 
 
 def cached_sweep(model, tokenizer, task: str, block: int, limit: int, data_dir):

@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/compare.py [--start 20 --end 26] [--ppl_windows 8] [--batch_sizes 1,8]
 
-Everything goes through the same Backend the app and the CLI use, and prints the same tables.
+Everything goes through the same Backend the app and the CLI use, and prints the same tables. Writes
+``benchmarks/results/compare.json``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from evaluation.measure.measurement import to_markdown
 from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
 from prune.core.recipe import Recipe
+from record import write_result  # beside this script
 
 
 def main() -> None:
@@ -36,7 +38,13 @@ def main() -> None:
     speed = backend.speed(spec, compared, batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
                           new_tokens=(args.new_tokens,), repeats=args.repeats)
     print(to_markdown(speed))
-    print(to_markdown(backend.memory(spec, compared)))
+    memory = backend.memory(spec, compared)
+    print(to_markdown(memory))
+    write_result("compare", {"cut": [args.start, args.end], "perplexity": [m.to_dict() for m in ppl],
+                             "speed": [m.to_dict() for m in speed], "memory": [m.to_dict() for m in memory]},
+                 model=f"{info.name}, {info.num_layers} layers",
+                 how=f"the app's Backend; perplexity: WikiText-2, {args.ppl_windows or 'all'} windows per length; "
+                     f"speed: batch {args.batch_sizes}, {args.new_tokens} new tokens, {args.repeats} repeats")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ and the floor are the speed step's own (``evaluation.measure.bandwidth``).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -25,9 +24,10 @@ import torch
 from evaluation.measure import bandwidth as limit, compiled, speed
 from evaluation.measure.memory import weight_bytes
 from prune.core.devices import input_device
+from record import write_result  # beside this script
+from tables import decode_floor as table  # the rows as a Markdown table, as the docs render them
 
 _MIB = 2**20
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def decode_row(label: str, model, mode: str, *, prompt_len: int, new_tokens: int, repeats: int,
@@ -78,30 +78,12 @@ def decode_rows(models: dict, *, modes=("eager", "compiled"), prompt_len: int = 
 
 
 def write(found: dict, name: str) -> Path:
-    """The figures as JSON under benchmarks/results/."""
-    path = RESULTS / name
-    path.write_text(json.dumps(found, indent=2) + "\n")
-    return path
-
-
-def table(found: dict) -> str:
-    """The rows as a Markdown table."""
-    lines = [f"{found['device']}, bandwidth measured {found['bandwidth_gb_s']:.0f} GB/s, batch 1, "
-             f"{found['prompt_len']} + {found['new_tokens']} tokens", "",
-             "| model | mode | decode ms/token | floor ms | share of floor | compile s | weights MiB | KV cache MiB | "
-             "peak above resident MiB |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in found["rows"]:
-        if "error" in r:
-            lines.append(f"| {r['model']} | {r['mode']} | failed: {r['error']} | | | | | | |")
-            continue
-        lines.append(f"| {r['model']} | {r['mode']} | {r['decode_ms']:.2f} | {r['floor_ms']:.3f} | "
-                     f"{r['floor_share']:.1%} | {_shown(r.get('compile_s'), '.1f')} | {r['weights_mib']:,.1f} | "
-                     f"{r['kv_cache_mib']:,.2f} | {_shown(r.get('peak_above_resident_mib'), ',.0f')} |")
-    return "\n".join(lines)
-
-
-def _shown(value, spec: str) -> str:
-    return "" if value is None else format(value, spec)
+    """The figures as JSON under benchmarks/results/ (``name``: the file's name)."""
+    figures = {key: value for key, value in found.items() if key != "device"}
+    return write_result(name.removesuffix(".json"), figures, device=found["device"],
+                        how=f"batch 1, a {found['prompt_len']}-token prompt then {found['new_tokens']} greedy tokens, "
+                            f"median of {found['repeats']}; the floor: the bytes a decode step reads over the "
+                            "bandwidth measured here")
 
 
 def main() -> None:

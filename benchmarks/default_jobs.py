@@ -7,7 +7,8 @@ The backend and the page are built as ``app.py`` builds them, the page opened (i
 stability), then each job run through the page's own handler with the values its inputs start with: once right
 after launch (cold; a fresh results cache, so nothing is read back) and once more (warm: what a visitor who
 presses the button again waits; benchmarks, perplexity and the sweep then come from the results cache). Each line
-prints the seconds measured, the page's estimate (``ui.page.estimates``) and estimate / measured.
+prints the seconds measured, the page's estimate (``ui.page.estimates``) and estimate / measured. Writes
+``benchmarks/results/default_jobs.json`` (``--training``: ``default_jobs_training.json``).
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def main() -> None:
 
     from evaluation.serving.backend import Backend
     from prune.core.recipe import Recipe
+    from record import write_result  # beside this script
     from ui.page import build_page
     from ui.session import Session
 
@@ -105,7 +107,8 @@ def main() -> None:
     began = time.perf_counter()
     session = run_all(handlers.pick.startup(Session(), page.header.method.value, progress=quiet_progress))[
         page.view.session]
-    print(f"page opened (load, analysis, stability) in {time.perf_counter() - began:.1f} s; torch threads "
+    opened = time.perf_counter() - began
+    print(f"page opened (load, analysis, stability) in {opened:.1f} s; torch threads "
           f"{torch.get_num_threads()}; rates {backend.rates(session.spec)}; {session.result.method} "
           f"{session.result.timing()}")
     start, end = session.result.best_block(6)
@@ -120,12 +123,18 @@ def main() -> None:
             began = time.perf_counter()
             call(session)
             timed[name].append(time.perf_counter() - began)
+    found = {}
     for name, _call, estimate in todo:
         cold, warm = timed[name]
         guess = estimate(session)
         ratios = "".join(f"{guess / t:>10.2f}" if guess is not None and t > 0 else f"{'—':>10}" for t in (cold, warm))
         print(f"{name:<44}{cold:>9.1f}{warm:>9.1f}{'—' if guess is None else f'{guess:.1f}':>12}{ratios}")
-
+        found[name] = {"cold_s": round(cold, 2), "warm_s": round(warm, 2), "estimate_s": guess}
+    figures = {"page_open_s": round(opened, 1), "threads": torch.get_num_threads(), "jobs": found,
+               "compared": {label: recipe.short() for label, recipe in session.variants().items()}}
+    write_result("default_jobs_training" if args.training else "default_jobs", figures, model=session.info.name,
+                 how="each default job through the page's own handler with its starting values, once after launch "
+                     "(cold, a fresh results cache) and once more (warm); estimate: ui.page.estimates")
 
 if __name__ == "__main__":
     main()

@@ -19,14 +19,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
-import platform
-import subprocess
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from record import write_result  # beside this script
+
 _MIB = 2**20
 
 
@@ -123,20 +119,15 @@ def main() -> None:
                                         "compile_s": round(compile_s[label], 1)}
     found["int4"]["layer_weights_vs_int8"] = round(found["int4"]["layer_weights_MiB"] /
                                                    found["int8"]["layer_weights_MiB"], 3)
-    result = {"model": args.model if args.model == "default" else f"random Llama-3.2-1B shape, {args.layers} layers",
-              "dtype": str(next(original.parameters()).dtype).removeprefix("torch."), "columns": found,
-              "how": "measure_speed: batch 1, 128-token prompt, 32 new tokens, columns taking turns, median of "
-                     f"{args.repeats}; memory: VmHWM rise over VmRSS during one more timed generation",
-              "build_s": round(built_s, 1), "threads": torch.get_num_threads(),
-              "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
-              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True).stdout.strip()}
+    result = {"dtype": str(next(original.parameters()).dtype).removeprefix("torch."), "columns": found,
+              "build_s": round(built_s, 1), "threads": torch.get_num_threads()}
     name = args.model if args.model == "default" else f"{args.model}_{args.layers}layers"
-    path = REPO / "benchmarks" / "results" / f"deployed_{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    path = write_result(f"deployed_{name}", result,
+                        model=args.model if args.model == "default" else
+                        f"random Llama-3.2-1B shape, {args.layers} layers",
+                        how="measure_speed: batch 1, 128-token prompt, 32 new tokens, columns taking turns, median of "
+                            f"{args.repeats}; memory: VmHWM rise over VmRSS during one more timed generation")
+    print(path.read_text())
 
 
 if __name__ == "__main__":

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from record import write_result  # beside this script
+
 PROMPT, NEW = 128, 32
 PAIRS = {"original": "F16", "int8+head": "Q8_0", "int4+head": "Q4_0"}
 
@@ -155,21 +153,18 @@ def main() -> None:
             "llama_cpp_share_of_floor": round(limit.floor_ms(other_bytes) / other, 3),
             "samples_ms": {"layercut": [round(s, 2) for s in ours[label]],
                            "llama_cpp": [round(s, 2) for s in theirs[label]]}}
-    result = {"model": "SmolLM2-135M-Instruct (embedded)" if args.model == "default" else
-              f"random Llama of Llama-3.2-1B's width, {args.layers} layers, vocabulary {model.config.vocab_size}",
-              "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "columns": found,
-              "how": f"batch 1, {PROMPT}-token prompt then {NEW - 1} single-token decode steps, median of "
-                     f"{args.repeats} turns, columns and engines taking turns; {threads} threads each",
+    result = {"dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "columns": found,
               "bandwidth_GBps": round(limit.bytes_per_s / 1e9, 1), "bandwidth_how": limit.how,
-              "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
-              "torch": torch.__version__, "llama_cpp_python": subprocess.run(
+              "llama_cpp_python": subprocess.run(
                   [args.llama_python, "-c", "import llama_cpp; print(llama_cpp.__version__)"], capture_output=True,
-                  text=True).stdout.strip(),
-              "date": time.strftime("%Y-%m-%d"),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True).stdout.strip()}
-    path = REPO / "benchmarks" / "results" / f"engines_{args.model}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
+                  text=True).stdout.strip()}
+    path = write_result(f"engines_{args.model}", result,
+                        model="SmolLM2-135M-Instruct (embedded)" if args.model == "default" else
+                        f"random Llama of Llama-3.2-1B's width, {args.layers} layers, vocabulary "
+                        f"{model.config.vocab_size}",
+                        how=f"batch 1, {PROMPT}-token prompt then {NEW - 1} single-token decode steps, median of "
+                            f"{args.repeats} turns, columns and engines taking turns; {threads} threads each")
+    result = json.loads(path.read_text())
     print(json.dumps({k: v for k, v in result.items() if k != "columns"}, indent=2))
     for label, row in found.items():
         print(f"{label:8} LayerCut {row['layercut_tokens_per_s']:7.1f} tok/s ({row['layercut_share_of_floor']:.0%} of "

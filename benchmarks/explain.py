@@ -8,7 +8,8 @@ original, mean KL, top-1 agreement on the slice), the original's residual stream
 the same ids (what the feedback would cost without resuming), and their ratio; each cut three times,
 alternating. Target: median ≤ 2 s on 2 CPU cores (the first release of each cut). Wall and
 process-CPU seconds are both printed, with the load average: on a shared machine the wall time also
-counts other people's work, and the best of three is the least disturbed.
+counts other people's work, and the best of three is the least disturbed. Writes
+``benchmarks/results/explain.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from evaluation.explain import cut as explain
 from evaluation.serving.backend import Backend
 from prune.core.calibration import token_windows
 from prune.core.recipe import Recipe
+from record import write_result  # beside this script
 
 CUTS = [(13, 16), (15, 21), (2, 8), (20, 26), (5, 9), (10, 14), (24, 30), (0, 4), (17, 19), (8, 12)]
 SHOWN = [(13, 16), (15, 21), (2, 8)]
@@ -111,6 +113,18 @@ def main() -> None:
         if (start, end) in SHOWN:
             print(f"| [{start}, {end}) | {found.perplexity:.2f} | {found.original_perplexity:.2f} | {found.kl:.3f} | "
                   f"{found.agreement_pct:.1f} % | layer {found.resumed_at} |")
+    cuts = [{"cut": [start, end], "release_wall_s": [round(r.wall, 3) for r in releases],
+             "release_cpu_s": [round(r.cpu, 3) for r in releases],
+             "full_forward_wall_s": [round(f.wall, 3) for f in fulls], "feedback": found.to_json()}
+            for start, end, found, releases, fulls in rows]
+    write_result("explain", {"one_off_wall_s": round(once.wall, 2), "one_off_cpu_s": round(once.cpu, 2),
+                             "first_release_median_s": round(statistics.median(first), 3),
+                             "target_met": statistics.median(first) <= 2, "threads": torch.get_num_threads(),
+                             "load_average_end": os.getloadavg()[0], "cuts": cuts},
+                 model=f"{spec.label}, {num_layers} layers",
+                 how=f"Backend.cut_feedback with the cache off on the feedback slice ({cal.source}, {ids.shape[0]} × "
+                     f"{ids.shape[1]} tokens), beside a full forward of the cut; {args.repeats} of each per cut, "
+                     "alternating")
 
 
 if __name__ == "__main__":

@@ -6,13 +6,13 @@
 Targets (issue 5): fast ≤ 0.5× HFLM's time with identical accuracy; the sweep over every
 start ≤ 0.55× evaluating each cut on its own (both sides use the fast scorer, so the
 ratio measures only the reuse of the original's hidden states). Wall-clock and process
-CPU seconds are both printed; torch runs one thread unless --threads says otherwise.
+CPU seconds are both printed; torch runs one thread unless --threads says otherwise. Writes
+``benchmarks/results/fast_scorer.json`` (``--quick``: ``fast_scorer_dry_run.json``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -30,6 +30,7 @@ import prune
 from prune.core.architectures import num_layers as len_layers
 from evaluation.quality.fast_lm import FastLM
 from evaluation.sweeps.cuts import evaluate_loaded, load_task, sweep, task_metrics
+from record import write_result  # beside this script
 
 
 class Clock:
@@ -141,7 +142,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (0: torch's default). One by default: on a shared machine "
                              "oversubscribed OpenMP threads make wall times swing several-fold")
-    parser.add_argument("--json", type=Path, help="also write the numbers here")
+    parser.add_argument("--json", type=Path, help="write the numbers here instead of benchmarks/results/")
     args = parser.parse_args(argv)
     if args.quick:
         args.limit, args.naive_every = min(args.limit, 20), max(args.naive_every, 4)
@@ -157,8 +158,11 @@ def main(argv=None) -> None:
     if not args.skip_sweep:
         report["sweep"] = compare_sweep(model, tokenizer, loaded, name, args.task, args.limit, args.block_size,
                                         args.batch_size, args.naive_every, report["scorer"])
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
+    name = args.json.stem if args.json else "fast_scorer_dry_run" if args.quick else "fast_scorer"
+    write_result(name, report, folder=args.json.parent if args.json else None,
+                 model=f"{model.layercut_name}, {len_layers(model)} layers",
+                 how=f"{args.task}, first {args.limit} documents; HFLM first, then the fast scorer, a warm-up before "
+                     f"both; torch threads {torch.get_num_threads()}")
 
 
 if __name__ == "__main__":

@@ -13,9 +13,7 @@ Writes benchmarks/results/first_screen.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -24,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from record import write_result
 from space_build import free_port, wait_up  # beside this script
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "first_screen.json"
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -84,14 +82,10 @@ def main() -> None:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     found = {"what": "python app.py → server answers → page opened → heatmap drawn (headless Chromium)",
-             "cold": cold, "warm_restart": warm,
-             "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
-             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
-             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                      text=True).stdout.strip()}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(found, indent=2) + "\n")
-    print(json.dumps(found, indent=2))
+             "cold": cold, "warm_restart": warm}
+    path = write_result("first_screen", found, how=f"two launches in one run, cold cache then warm; {args.reopens} "
+                        "more pages opened on each")
+    print(path.read_text())
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ PNG through Debian's Chromium (plotly's own JavaScript, offline).
 machine's load falls on every model alike: the frontier times each point in turns with the original only, when it
 is measured, and a busy machine moves those times between points. ``--also`` adds the points of another axis's
 run (sparsity and 2:4 from ``--axis params``, int8 and int4 from a run by bytes; an older ``frontier_mib.json``
-reads as one by bytes) to the figure and the re-timing.
+reads as one by bytes) to the figure and the re-timing. Writes ``benchmarks/results/frontier.json``.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from evaluation.serving.backend import Backend
 from evaluation.serving.models import ModelSpec
 from evaluation.frontier.run import SPEED
 from evaluation.measure import speed
+from record import write_result  # beside this script
 from ui.frontier_plots import frontier_figure
 
 
@@ -107,6 +108,11 @@ def main() -> None:
     measure = sum(p.measure_s for p in result.everything())
     print(f"\n{len(result.points)} points beside the original: building {build:.0f} s, measuring {measure:.0f} s "
           f"(analyses and loading not included).")
+    write_result("frontier", {"frontier": result.to_json(), "build_s": round(build, 1), "measure_s": round(measure, 1),
+                              "read_from": [args.source, args.also], "retimed": args.retime},
+                 model=prune.DEFAULT_MODEL, how=f"as the CLI's --frontier: WikiText-2 test perplexity over 16 × 512 "
+                 f"tokens, {args.task}'s first {args.limit}, decode at batch 1 timed in turns with the original"
+                 + ("; every point timed again in one run, taking turns (5 runs each)" if args.retime else ""))
     if args.png:
         draw(result, Path(args.png))
         print(f"Figure: {args.png}")

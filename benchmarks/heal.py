@@ -8,7 +8,8 @@ held-out loss). Perplexity is on WikiText-2 *test* (never trained on), the first
 tokens; "gap won" is the share of the perplexity lost to the cut that healing won back. hellaswag
 acc_norm on the first N questions is a zero-shot task healing on WikiText does not target. Each
 heal's wall time includes its held-out evaluations; steps/s is given on it and on the training steps alone.
-Everything goes through the Backend the app uses; results go to a fresh cache.
+Everything goes through the Backend the app uses; results go to a fresh cache. Writes
+``benchmarks/results/heal.json``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import time
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from record import write_result
 from repair_rows import print_table, quality_rows
 
 
@@ -70,6 +72,12 @@ def run(args) -> None:
         k: " → ".join(f"{v:.3f}" for v in r["train_loss"]) for k, (_, r) in timing.items()}
 
     print_table(rows, [ORIGINAL, "cut", *timing])
+    write_result("heal", {"cut": [args.start, args.end], "columns": [ORIGINAL, "cut", *timing], "rows": rows,
+                          "healing": {k: {"wall_s": round(s, 1), **r} for k, (s, r) in timing.items()},
+                          "threads": torch.get_num_threads()},
+                 model=f"{info.name}, {info.num_layers} layers",
+                 how=f"WikiText-2 test perplexity, first {args.ppl_windows} windows of 128 tokens; hellaswag acc_norm "
+                     f"± stderr on the first {args.hellaswag}; each method's default steps on WikiText-2 validation")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ Last, the surgical rank search (prune.lowrank.rank_search) over the last ``--sea
 (evaluation.sweeps.search_splits): ``--search-on wikitext2`` (test windows of 256 tokens; the authors' bound,
 perplexity ≤ original · (1 + tolerance %)^n after n projections) or a task's accuracy (at least the original's
 minus ``--tolerance`` points), the first 20 % of ``--search-limit`` windows or shuffled documents the search
-split, the rest the test split.
+split, the rest the test split. Writes ``benchmarks/results/lowrank.json``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import statistics
 import time
 
 import torch
+
+from record import write_result  # beside this script
 
 
 def main() -> None:
@@ -67,21 +69,27 @@ def main() -> None:
           f"{args.seq_len} tokens of WikiText-2 test", flush=True)
 
     ratios = [float(r) for r in args.ratios.split(",")]
+    found = {"parameters": total, "threads": torch.get_num_threads()}
     if "quality" in parts:
-        factored = quality(model, tokenizer, ids, calibration, ratios, args.windows, args.seq_len, total)
+        factored = quality(model, tokenizer, ids, calibration, ratios, args.windows, args.seq_len, total, found)
     else:  # speed alone: the factors' shapes are the same in both spaces, and weight space reads no data
         factored = {f"factored {100 * ratio:g}%": lowrank.decompose(model, None, space="weight", param_ratio=ratio)
                     for ratio in ratios} if "speed" in parts else {}
     if "speed" in parts:
-        decode_speed(model, factored, args.repeats, speed)
-        matrix_speed()
+        found["decode"] = decode_speed(model, factored, args.repeats, speed)
+        found["one_matrix"] = matrix_speed()
     if "search" in parts and args.search_layers:
-        rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_on, args.search_limit,
-                    args.tolerance)
+        found["rank_search"] = rank_search(model, tokenizer, data_dir, calibration, args.search_layers, args.search_on,
+                                           args.search_limit, args.tolerance)
+    write_result("lowrank", found, model=getattr(model, "layercut_name", "default model"),
+                 how=f"perplexity: {args.windows} windows × {args.seq_len} tokens of WikiText-2 test; calibration "
+                     f"{calibration.source}, {calibration.n_samples} × {calibration.seq_len} tokens; speed: models "
+                     f"taking turns, median of {args.repeats}")
 
 
-def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: int, total: int) -> dict:
-    """Perplexity and time to decompose of the dense model and both spaces at each ratio; the feature-space models."""
+def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: int, total: int, found: dict) -> dict:
+    """Perplexity and time to decompose of the dense model and both spaces at each ratio (into ``found``); the
+    feature-space models."""
     from evaluation.quality import perplexity
     from prune.lowrank import decomposition as lowrank
 
@@ -111,27 +119,35 @@ def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: i
     first = {path: rank for (layer, path), rank in ranks.items() if layer == 0}
     print(f"\nranks in every layer at {next(iter(factored))}: " + ", ".join(f"{p.rpartition('.')[2]} {r}"
                                                                         for p, r in first.items()))
+    found["quality"] = [{"space": space, "asked": asked, "parameters": params, "decompose_s": round(seconds, 1),
+                         "perplexity": round(value, 3)} for space, asked, params, seconds, value in rows]
+    found["ranks_per_layer"] = {next(iter(factored)): first}
     return factored
 
 
-def decode_speed(model, factored: dict, repeats: int, speed) -> None:
+def decode_speed(model, factored: dict, repeats: int, speed) -> list[dict]:
     """Decode latency per token of the dense and factored models side by side, with the FLOPs ideal."""
     found = speed.measure_speed({"dense": model, **factored}, batch_sizes=(1, 8), prompt_len=128, new_tokens=(32,),
                                 repeats=repeats)
     print(f"\nDecode latency per token after a 128-token prompt (median of {repeats} alternating runs, IQR):")
     print("| batch | model | ms / token | measured speedup | FLOPs ideal speedup |")
     print("|---:|---|---:|---:|---:|")
+    rows = []
     for batch in (1, 8):
         decode = {m.model: m for m in found if m.name.startswith(f"decode latency per token (batch {batch},")}
         dense = decode["dense"]
         print(f"| {batch} | dense | {dense.value:.1f} ± {dense.spread:.1f} | 1.00× | 1.00× |")
+        rows.append({"batch": batch, "model": "dense", "ms_per_token": dense.value, "iqr_ms": dense.spread})
         for label, derived in factored.items():
             (ideal,) = speed.with_ideal(model, derived, [dense], [decode[label]])
             print(f"| {batch} | {label} | {ideal.value:.1f} ± {ideal.spread:.1f} | {dense.value / ideal.value:.2f}× "
                   f"| {ideal.details['ideal_speedup']:.2f}× |")
+            rows.append({"batch": batch, "model": label, "ms_per_token": ideal.value, "iqr_ms": ideal.spread,
+                         "speedup": dense.value / ideal.value, "ideal_speedup": ideal.details["ideal_speedup"]})
+    return rows
 
 
-def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> None:
+def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> list[dict]:
     """One [outputs, inputs] matrix against its two factors, at ranks around break-even d·k/(d + k)."""
     torch.manual_seed(0)
     weight = torch.randn(outputs, inputs)
@@ -139,6 +155,7 @@ def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> 
     print(f"\nOne {outputs} × {inputs} matrix (break-even rank {even:.0f}), median of {repeats} alternating runs:")
     print("| tokens | rank | rank / break-even | dense (µs) | factored (µs) | measured speedup | FLOPs ideal |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for tokens in (1, 128):
         x = torch.randn(tokens, inputs)
         for share in (0.125, 0.25, 0.5, 0.75, 1.0, 1.25):
@@ -156,12 +173,18 @@ def matrix_speed(outputs: int = 1536, inputs: int = 576, repeats: int = 200) -> 
             d, f = statistics.median(dense) * 1e6, statistics.median(split) * 1e6
             print(f"| {tokens} | {rank} | {share:g} | {d:.1f} | {f:.1f} | {d / f:.2f}× | "
                   f"{outputs * inputs / (rank * (outputs + inputs)):.2f}× |")
+            rows.append({"matrix": [outputs, inputs], "tokens": tokens, "rank": rank, "rank_over_break_even": share,
+                         "dense_us": round(d, 2), "factored_us": round(f, 2),
+                         "ideal_speedup": outputs * inputs / (rank * (outputs + inputs))})
+    return rows
 
 
 def rank_search(model, tokenizer, data_dir, calibration, layers: int, criterion: str, limit: int,
-                tolerance: float) -> None:
+                tolerance: float) -> dict:
     """The authors' search over the last ``layers`` layers (evaluation.sweeps.search_splits' criterion, as the app's),
     reported on the disjoint test split."""
+    from dataclasses import asdict
+
     from evaluation.sweeps.search_splits import criterion_splits, format_search
     from prune.core.architectures import decoder_layers
     from prune.lowrank.rank_search import surgical_search
@@ -176,6 +199,10 @@ def rank_search(model, tokenizer, data_dir, calibration, layers: int, criterion:
     print(f"\nSurgical rank search over layers {count - layers}–{count - 1} on {criterion} ({limit} windows or "
           f"documents, 20 % search / 80 % test; tolerance {tolerance:g}), {seconds:.0f} s:")
     print(format_search(result, criterion))
+    return {"layers": [count - layers, count], "criterion": criterion, "limit": limit, "tolerance": tolerance,
+            "seconds": round(seconds, 1), "params": list(result.params), "search": list(result.search),
+            "test": list(result.test), "points": [asdict(point) for point in result.points],
+            "ranks": {f"{layer} {path}": rank for (layer, path), rank in result.ranks.items()}}
 
 
 if __name__ == "__main__":

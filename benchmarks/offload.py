@@ -9,7 +9,7 @@ runs the same work in two fresh processes, one loading it whole and one with ``L
 data folder is absent), and a depth cut's logits on one window. Each process reports its peak resident memory
 (the kernel's VmHWM, memory-mapped file pages included), its peak anonymous memory (RssAnon, read every 2 ms:
 without the mapped pages), its weights in memory, and the time of each step. The table prints both side by side,
-with whether the scores and the cut's logits are equal.
+with whether the scores and the cut's logits are equal. Writes ``benchmarks/results/offload.json``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from record import write_result  # beside this script
 
 _GIB = 2**30
 
@@ -143,6 +145,15 @@ def main() -> None:
         subprocess.run(command, check=True, env={**clean, **env, "PYTHONPATH": str(Path(__file__).parents[1])})
         runs[name] = json.loads(out.read_text())
     print_table(runs, weights)
+    first, second = runs.values()
+    write_result("offload", {
+        "shape": {key: getattr(args, key) for key in ("hidden", "layers", "intermediate", "vocab", "dtype")},
+        "budget": args.budget, "weights_bytes": weights, "scores_equal": first["scores"] == second["scores"],
+        "logits_equal": first["logits"] == second["logits"],
+        "runs": {name: {k: v for k, v in run.items() if k != "logits"} for name, run in runs.items()}},
+        model="random Llama", how=f"the same work in two fresh processes, whole and under the budget: load, angular "
+        f"analysis on {args.windows} × {args.seq_len} tokens, a cut's logits on one window; peak: VmHWM; anonymous "
+        "peak: RssAnon read every 2 ms; bytes")
 
 
 def print_table(runs: dict, weights: int) -> None:

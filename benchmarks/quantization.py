@@ -7,7 +7,8 @@ Rows: WikiText-2 test perplexity (the first windows of 128 tokens), hellaswag ac
 the weights' real bytes (a quantized weight's int8 values and scales; the embeddings and head are not quantized),
 the bytes a variant owns beside the original, and decode latency per token at batch 1 (32 new tokens after a
 128-token prompt; the nine models take turns run by run, so the machine's load falls on all alike; the median of
-``--repeats`` runs). Everything goes through the Backend the app uses, in a fresh cache.
+``--repeats`` runs). Everything goes through the Backend the app uses, in a fresh cache. Writes
+``benchmarks/results/quantization.json``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import time
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from record import write_result
 from repair_rows import print_table
 
 
@@ -96,6 +98,18 @@ def run(args) -> None:
     rows["decode speed against dense"] = {k: f"{decode['dense'].value / m.value:.2f}×" for k, m in decode.items()}
     rows["build time (s)"] = {k: f"{s:.1f}" for k, s in built.items()}
     print_table(rows, list(chosen))
+    columns = {k: {"weight_MiB": round(weight_bytes(m) / 2**20, 1), "owned_MiB": round(own_bytes(m, base) / 2**20, 1),
+                   "wikitext2_ppl": ppl.get(k), "decode_ms_per_token": decode[k].value,
+                   "decode_iqr_ms": decode[k].spread, "speed_vs_dense": decode["dense"].value / decode[k].value,
+                   "build_s": round(built[k], 1),
+                   **({"hellaswag_acc_norm": [acc[k].value, acc[k].spread]} if args.hellaswag else {})}
+               for k, m in models.items()}
+    write_result("quantization", {"columns": columns, "recipes": {k: r.describe() for k, r in chosen.items()},
+                                  "threads": torch.get_num_threads()},
+                 model=f"{info.name}, {info.num_layers} layers",
+                 how=f"WikiText-2 test perplexity, first {args.ppl_windows} windows of 128 tokens; hellaswag acc_norm "
+                     f"± stderr on the first {args.hellaswag}; decode at batch 1, 128-token prompt, 32 new tokens, "
+                     f"models taking turns, median of {args.repeats}")
 
 
 if __name__ == "__main__":

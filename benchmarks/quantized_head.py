@@ -13,16 +13,9 @@ Everything goes through the Backend the app uses, in a fresh cache. Speed is ``b
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import subprocess
-import time
-from pathlib import Path
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
-
-REPO = Path(__file__).resolve().parents[1]
+from record import write_result
 
 
 def main() -> None:
@@ -64,18 +57,12 @@ def run(args) -> None:
         for m in backend.benchmarks(spec, pair, request, batch_size=16):
             if m.name == "hellaswag acc_norm":
                 found[m.model]["hellaswag_acc_norm"] = [round(m.value, 1), round(m.spread, 1)]
-    result = {"model": "SmolLM2-135M-Instruct (embedded), float32", "columns": {k: found[k] for k in
-                                                                                 [ORIGINAL, *names]},
-              "how": f"WikiText-2 test perplexity, first {args.ppl_windows} windows of 128 tokens; hellaswag "
-                     f"acc_norm ± stderr on the first {args.hellaswag}; bytes as stored and read per decoded token",
-              "threads": torch.get_num_threads(),
-              "machine": f"{os.cpu_count()} CPU cores, {platform.processor() or platform.machine()}",
-              "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True).stdout.strip()}
-    path = REPO / "benchmarks" / "results" / "quantized_head.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
+    result = {"columns": {k: found[k] for k in [ORIGINAL, *names]}, "threads": torch.get_num_threads()}
+    path = write_result("quantized_head", result, model="SmolLM2-135M-Instruct (embedded), float32",
+                        how=f"WikiText-2 test perplexity, first {args.ppl_windows} windows of 128 tokens; hellaswag "
+                            f"acc_norm ± stderr on the first {args.hellaswag}; bytes as stored and read per decoded "
+                            "token")
+    print(path.read_text())
 
 
 if __name__ == "__main__":

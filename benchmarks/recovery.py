@@ -14,7 +14,7 @@ The cut removes layers ``[start, end)`` (end exclusive). Each column repairs tha
 Perplexity is on WikiText-2 *test* (never trained or fitted on), the first windows of 128 tokens; "gap won" is the
 share of the perplexity lost to the cut that the repair won back. hellaswag acc_norm on the first N questions.
 Everything goes through the Backend the app uses; results go to a fresh cache. The held-out next-token loss of each
-trained column is printed every 10 steps (the curves).
+trained column is printed every 10 steps (the curves). Writes ``benchmarks/results/recovery.json``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import argparse
 import time
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from record import write_result
 from repair_rows import print_table, quality_rows
 
 
@@ -94,6 +95,14 @@ def run(args) -> None:
         for k, r in records.items() if "blocks" in r}
 
     print_table(rows, [ORIGINAL, "cut", *timing])
+    write_result("recovery", {"cut": [args.start, args.end], "steps": args.steps,
+                              "columns": [ORIGINAL, "cut", *timing], "rows": rows,
+                              "repairs": {k: {"wall_s": round(s, 1), **records[k]} for k, s in timing.items()},
+                              "threads": torch.get_num_threads()},
+                 model=f"{info.name}, {info.num_layers} layers",
+                 how=f"WikiText-2 test perplexity, first {args.ppl_windows} windows of 128 tokens; hellaswag acc_norm "
+                     f"± stderr on the first {args.hellaswag}; trained columns: {args.steps} steps of 4 × 256 tokens "
+                     "of WikiText-2 validation")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ settled: after the last job. "glibc defaults" makes ``configure`` and ``release`
 other cases time every ``release`` (malloc_trim after each job); ``--mmap-kib`` adds a case per
 size with glibc's mmap threshold also fixed there (the setting evaluation/allocator.py leaves
 alone). Build time is CPU-seconds per build (the process's CPU time over the jobs, so other work on
-the machine inflates it less).
+the machine inflates it less). Writes ``benchmarks/results/server_memory.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from record import write_result  # beside this script
 
 CASES = ("glibc defaults", "LayerCut allocator")
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
@@ -47,12 +49,19 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HF_HUB_OFFLINE": "1"}
     print(f"rounds of {args.rounds} visitors, variant budget {args.budget_gib:g} GiB, default model, CPU; MiB")
     print(f"{'case':<36}{'baseline':>10}{'peak':>10}{'settled':>10}{'held':>10}{'build':>9}  release (malloc_trim)")
+    cases = {}
     for case, kib in [(case, []) for case in CASES] + [(CASES[1], [kib]) for kib in args.mmap_kib]:
         command = [sys.executable, __file__, "--case", case, "--rounds", *map(str, args.rounds),
                    "--budget-gib", str(args.budget_gib), "--mmap-kib", *map(str, kib)]
         found = json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True)
                            .stdout.splitlines()[-1])
-        print(row(f"{case}, mmap ≥ {kib[0]} KiB" if kib else case, found), flush=True)
+        label = f"{case}, mmap ≥ {kib[0]} KiB" if kib else case
+        print(row(label, found), flush=True)
+        cases[label] = found
+    write_result("server_memory", {"rounds": args.rounds, "budget_gib": args.budget_gib, "cases": cases},
+                 model="default model", how="each case in a process of its own; bytes: baseline VmRSS after loading, "
+                 "peak VmHWM, settled VmRSS after the last job, held by the variant cache; build: CPU-seconds per "
+                 "build; trims: seconds per malloc_trim")
 
 
 def measure(case: str, threshold: int | None, rounds: list[int], budget: int) -> dict:

@@ -9,7 +9,8 @@ remote code under the model root, uploads over the limit, bad export names), and
 visitors (cuts, results, Stop, exports of the same name), the file route without a session and ``/config``.
 Each reply is classed: ok, a one-line message, the catch-all "Something went wrong", Gradio's bare error, a
 traceback, a server path, a crash (the server stops answering). Prints counts per class and per endpoint, every
-failing input, and one summary line. Always exits 0: it is a measurement.
+failing input, and one summary line, and writes them to ``benchmarks/results/shared_probe.json`` (``--quick`` or
+``--only``: ``shared_probe_partial.json``). Always exits 0: it is a measurement.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gradio_client.exceptions import AppError
 
 import probe_inputs as pi
 from probe_server import TRACEBACK, Server
+from record import write_result
 
 LIGHT_WAIT_S, MEDIUM_WAIT_S, HEAVY_WAIT_S, STOP_WAIT_S = 30, 10, 4, 60
 CATCH_ALL = "Something went wrong"
@@ -415,7 +417,8 @@ def plant_remote_code(server: Server) -> None:
     (server.model_root / "link-out").symlink_to(server.outside / "evil", target_is_directory=True)
 
 
-def report(probe: Probe, seconds: float, every: bool) -> None:
+def report(probe: Probe, seconds: float, every: bool) -> dict:
+    """Print the probe's findings; return them as figures."""
     replies = probe.replies
     if every:
         print("\n== Every reply")
@@ -460,6 +463,19 @@ def report(probe: Probe, seconds: float, every: bool) -> None:
           f"errors, {int(probe.server.marker.exists())} marker files; also {flagged['accepted']} accepted, "
           f"{flagged['hang']} hangs, {flagged['long message']} long messages, {failed} failed checks, "
           f"{len(logged)} server-log tracebacks; {seconds:.0f} s")
+    return {"summary": {"inputs": n, "tracebacks": flagged["traceback"], "server_paths": paths,
+                        "crashes": probe.crashes + flagged["crash"], "catch_all": flagged["catch-all"],
+                        "bare_errors": flagged["bare error"], "marker_files": int(probe.server.marker.exists()),
+                        "accepted": flagged["accepted"], "hangs": flagged["hang"],
+                        "long_messages": flagged["long message"], "failed_checks": failed,
+                        "server_log_tracebacks": len(logged), "seconds": round(seconds)},
+            "by_class": dict(Counter(r.verdict for r in replies)),
+            "by_endpoint": {endpoint: dict(Counter(r.verdict for r in replies if r.case.endpoint == endpoint))
+                            for endpoint in probe.endpoints()},
+            "failing": [{"endpoint": r.case.endpoint, "input": pi.describe(r.case),
+                         "verdict": "/".join(sorted(r.flags)) or r.kind, "reply": short(r.text, 160)} for r in failing],
+            "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail} for c in probe.checks],
+            "server_log": dict(Counter(logged))}
 
 
 def main() -> None:
@@ -477,7 +493,11 @@ def main() -> None:
         probe = Probe(server, args.quick, {name for name in args.only.split(",") if name})
         probe.run()
         server.stop()
-        report(probe, time.monotonic() - began, args.all)
+        found = report(probe, time.monotonic() - began, args.all)
+        write_result("shared_probe_partial" if args.quick or args.only else "shared_probe", found,
+                     how="app.py --shared in a subprocess, probed by gradio_client visitors with probe_inputs.py's "
+                         f"hostile inputs{' (every fourth: --quick)' if args.quick else ''}"
+                         + (f", endpoints {args.only}" if args.only else ""))
     finally:
         server.stop() if args.keep else server.cleanup()
 

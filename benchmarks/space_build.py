@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import socket
 import subprocess
@@ -22,6 +21,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from record import provenance, results_dir, write_result  # beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 SPACE_PYTHON = "/root/.pyenv/versions/3.12.1/bin/python3.12"  # the README's python_version
@@ -181,27 +182,24 @@ def package(work: Path) -> dict:
             "builtin_calibration_chars": int(chars), "versions": versions(bin_dir), **figures}
 
 
-def machine() -> dict:
-    return {"platform": platform.platform(), "cpus": os.cpu_count(), "processor": platform.processor() or None}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=("space", "package"), default=None)
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "space_build.json"))
+    parser.add_argument("--out", default=None, help="the JSON file (default: benchmarks/results/space_build.json)")
     args = parser.parse_args(argv)
-    out = Path(args.out)
-    result = json.loads(out.read_text()) if args.only and out.is_file() else {}  # --only: the other part kept
-    result["machine"] = machine()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout
+    out = Path(args.out) if args.out else results_dir() / "space_build.json"
+    before = json.loads(out.read_text()) if args.only and out.is_file() else {}  # --only: the other part kept
+    result = {name: before[name] for name in ("space", "package") if name in before}
+    stamp = provenance()  # each part's own commit and date: --only keeps the other part's
     for name, build in (("space", space), ("package", package)):
         if args.only in (None, name):
             with tempfile.TemporaryDirectory(prefix=f"layercut-{name}-build-") as work:
-                result[name] = {"commit": commit.strip(), "date": time.strftime("%Y-%m-%d"), **build(Path(work))}
+                result[name] = {key: stamp[key] for key in ("commit", "dirty", "date")} | build(Path(work))
                 print(json.dumps({name: result[name]}, indent=1), flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    path = write_result(out.stem, result, folder=out.parent,
+                        how="each build replayed in a fresh venv, its server started and waited for (and the "
+                            "default heatmap in headless Chromium)")
+    print(f"wrote {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ papers read the whole split in 2048-token windows, which takes about 7 minutes p
 busy CPU cores, so the default reads 16 × 512 tokens.
 Calibration: LayerCut's default, WikiText-2 validation, 32 windows × 128 tokens
 (the papers: 128 × 2048 tokens of C4). Speed: evaluation/speed.py, the dense model and a
-dense-with-zeros one taking turns run by run; ratio = dense latency / sparse latency.
+dense-with-zeros one taking turns run by run; ratio = dense latency / sparse latency. Writes
+``benchmarks/results/sparsity.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import os
 import time
 
 import torch
+
+from record import write_result  # beside this script
 
 
 def main() -> None:
@@ -80,11 +83,22 @@ def main() -> None:
           f"{args.repeats} alternating runs, IQR):")
     print("| batch | dense (ms) | dense with zeros (ms) | speed ratio (dense / zeros) |")
     print("|---:|---:|---:|---:|")
+    decode = []
     for batch in (1, 8):
         pair = {m.model: m for m in found if m.name.startswith(speed.DECODE) and m.details["batch"] == batch}
         dense, zeros = pair["dense"], pair["dense with zeros"]
         print(f"| {batch} | {dense.value:.1f} ± {dense.spread:.1f} | {zeros.value:.1f} ± {zeros.spread:.1f} "
               f"| {dense.value / zeros.value:.2f}× |")
+        decode.append({"batch": batch, "dense_ms": dense.value, "dense_iqr_ms": dense.spread,
+                       "zeros_ms": zeros.value, "zeros_iqr_ms": zeros.spread, "ratio": dense.value / zeros.value})
+    write_result("sparsity", {
+        "rows": [{"method": method, "sparsity": what, "prune_s": round(seconds, 1), "zero_fraction": zeros,
+                  "perplexity": value, "windows": windows} for method, what, seconds, zeros, value, windows in rows],
+        "decode": decode, "threads": torch.get_num_threads()},
+        model="SmolLM2-135M-Instruct (embedded)",
+        how=f"perplexity: the first {args.windows} windows of {args.seq_len} tokens of WikiText-2 test; calibration "
+            f"{calibration.source}, {calibration.n_samples} × {calibration.seq_len} tokens; decode: dense and Wanda "
+            f"50 % stored densely taking turns, median of {args.repeats}")
 
 
 if __name__ == "__main__":

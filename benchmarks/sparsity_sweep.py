@@ -11,7 +11,8 @@ do: the task's primary metric (acc_norm for arc_easy and hellaswag, the cloze ru
 first ``--limit`` documents, WikiText-2 test perplexity over the first ``--windows`` windows of ``--seq-len`` tokens
 (no BOS), Wanda and SparseGPT calibrated on the default calibration (WikiText-2 validation, 32 ×
 128 tokens). Points are cached as usual, so an interrupted run resumes; a cached point keeps the
-times measured when it was computed (``--no_cache`` recomputes everything).
+times measured when it was computed (``--no_cache`` recomputes everything). Writes
+``benchmarks/results/sparsity_sweep_<task>.json``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import argparse
 import os
 import sys
 import time
+
+from record import write_result  # beside this script
 
 
 def main() -> None:
@@ -72,6 +75,13 @@ def main() -> None:
         cells = [f"{p:.0f} + {m:.0f}" for p, m in zip(result.prune_s[method], result.measure_s[method])]
         print(f"| {method} | " + " | ".join(cells) + f" | {result.seconds(method):.0f} |")
     print(f"\nThis run: {wall:.0f} s wall clock (cached points cost nothing).")
+    figures = {"sweep": result.to_json(), "wall_s": round(wall, 1), "threads": torch.get_num_threads()}
+    write_result(f"sparsity_sweep_{args.task}", figures,
+                 model=f"{info.name}, {info.num_layers} layers",
+                 how=f"Backend.sparsity_sweep: {args.task}'s primary metric on its first {args.limit} documents, "
+                     f"WikiText-2 test perplexity over {args.windows} windows of {args.seq_len} tokens; calibration "
+                     f"{cal.source}, {cal.n_samples} × {cal.seq_len} tokens; cached points keep the times measured "
+                     "when they were computed")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@
 The cost table of ``evaluation.measure.estimate`` (``TASKS``) is this script's output: per task, the packed
 tokens per document (contexts once, continuations behind them, padding included), the documents one unit of
 the page's question limit takes (MMLU: one of each of its 57 subjects) and the documents of the whole test set.
-Nothing runs the model: requests are recorded, then planned.
+Nothing runs the model: requests are recorded, then planned. Writes ``benchmarks/results/task_tokens.json``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from evaluation.sweeps.cuts import evaluate_loaded
 from evaluation.settings import BATCH_SIZE
 from prune.core.errors import InvalidInput
 from prune.core.paths import default_data_dir
+from record import write_result  # beside this script
 
 
 class Recorder(FastLM):
@@ -51,11 +52,13 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=40)
     args = parser.parse_args()
     model, tokenizer = prune.load_model()
+    found = {}
     for task in lm_eval_adapter.TASKS:
         try:
             request = lm_eval_adapter.check_request([task], limit=args.limit, data_dir=default_data_dir())
         except InvalidInput as err:  # the hub's CBT, offline
             print(f"    # {task}: {err}")
+            found[task] = {"skipped": str(err)}
             continue
         lm = Recorder(model, tokenizer, BATCH_SIZE)
         loaded = lm_eval_adapter.load_tasks(request)
@@ -63,6 +66,11 @@ def main() -> None:
         parts = [len(t.eval_docs) for t in loaded["tasks"].values()]
         read = sum(min(args.limit, n) for n in parts)
         print(f'    "{task}": Task({packed_tokens(lm) / read:.0f}, {len(parts)}, {sum(parts)}),')
+        found[task] = {"tokens_per_document": packed_tokens(lm) / read, "documents_per_unit": len(parts),
+                       "documents": sum(parts)}
+    write_result("task_tokens", {"limit": args.limit, "tasks": found}, model="the default model's tokenizer",
+                 how=f"lm-eval's requests for the first {args.limit} documents of each task, 0-shot, recorded and "
+                     "packed as the fast scorer packs them (padding included); nothing runs the model")
 
 
 if __name__ == "__main__":

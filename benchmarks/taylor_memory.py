@@ -10,7 +10,9 @@ embeddings), random weights, float32; the calibration is the default one. ``--re
 also runs the textbook computation (one backward keeping every gradient and activation) and
 checks that the scores agree. Each model is also scored with the loss from whole-sequence logits (the
 computation before ``prune.core.chunked_loss``), side by side; ``--folder`` measures one model folder
-(Gemma 3 270M's 262k-token vocabulary is where the chunks matter most).
+(Gemma 3 270M's 262k-token vocabulary is where the chunks matter most). Writes
+``benchmarks/results/taylor_memory.json`` (``--only``: ``taylor_memory_<only>.json``; ``--folder``:
+``taylor_memory_folder.json``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import time
 
 import numpy as np
 import torch
+
+from record import write_result  # beside this script
 
 
 def main() -> None:
@@ -37,19 +41,25 @@ def main() -> None:
     from prune.core.loading import default_checkpoint
 
     print(f"torch threads: {torch.get_num_threads()}")
+    found = {}
+    chosen = () if args.folder else (args.only,) if args.only else ("1b", "default")
     if args.folder:
         model, tokenizer = prune.load_model(args.folder, device="cpu", dtype="float32")
-        report(args.folder, model, tokenizer, args.reference)
-        return
-    if args.only in (None, "1b"):
+        found[args.folder] = report(args.folder, model, tokenizer, args.reference)
+    if "1b" in chosen:
         tokenizer = AutoTokenizer.from_pretrained(default_checkpoint())
         model = one_billion_llama(len(tokenizer))
-        report("1B-class random Llama", model, tokenizer, args.reference)
+        found["1B-class random Llama"] = report("1B-class random Llama", model, tokenizer, args.reference)
         del model
         gc.collect()
-    if args.only in (None, "default"):
+    if "default" in chosen:
         model, tokenizer = prune.load_model()
-        report("default model (SmolLM2-135M)", model, tokenizer, args.reference)
+        found["default model (SmolLM2-135M)"] = report("default model (SmolLM2-135M)", model, tokenizer,
+                                                       args.reference)
+    write_result("taylor_memory_folder" if args.folder else f"taylor_memory{'_' + args.only if args.only else ''}",
+                 {"models": found, "threads": torch.get_num_threads()},
+                 how="peak: VmHWM after /proc/self/clear_refs, over the scoring alone; weights + that growth, over the "
+                     "weights; the default calibration")
 
 
 def one_billion_llama(vocab_size: int):
@@ -65,7 +75,7 @@ def one_billion_llama(vocab_size: int):
     return model
 
 
-def report(label: str, model, tokenizer, reference: bool) -> None:
+def report(label: str, model, tokenizer, reference: bool) -> dict:
     import prune
     from evaluation.measure.memory import weight_bytes
 
@@ -73,10 +83,17 @@ def report(label: str, model, tokenizer, reference: bool) -> None:
     print(f"\n{label}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters, "
           f"weights {weights / 2**20:,.0f} MiB")
     whole, extra, seconds = peak_while(lambda: whole_sequence_taylor(model, tokenizer))
+    found = {"parameters": sum(p.numel() for p in model.parameters()), "weights_MiB": round(weights / 2**20, 1),
+             "whole_sequence_logits": {"peak_MiB": round((weights + extra) / 2**20), "seconds": round(seconds, 1),
+                                       "peak_over_weights": round((weights + extra) / weights, 3)}}
     print(f"  whole-seq. logits  peak {(weights + extra) / 2**20:8,.0f} MiB = "
           f"{(weights + extra) / weights:.2f}x weights"
           f"  ({seconds:.0f} s)  (measured first: a process's first peak runs higher)")
     result, extra, seconds = peak_while(lambda: prune.score(model, tokenizer, "taylor", use_cache=False))
+    found["taylor"] = {"peak_MiB": round((weights + extra) / 2**20), "seconds": round(seconds, 1),
+                       "peak_over_weights": round((weights + extra) / weights, 3),
+                       "best_6_layer_block": list(result.best_block(6))}
+    found["same_scores"] = bool(np.allclose(whole.layer_scores, result.layer_scores, rtol=1e-4))
     print(f"  Taylor+            peak {(weights + extra) / 2**20:8,.0f} MiB = "
           f"{(weights + extra) / weights:.2f}x weights"
           f"  ({seconds:.0f} s)  best 6-layer block {result.best_block(6)}")
@@ -87,6 +104,10 @@ def report(label: str, model, tokenizer, reference: bool) -> None:
         print(f"  plain full backward peak {(weights + extra) / 2**20:8,.0f} MiB = "
               f"{(weights + extra) / weights:.2f}x weights"
               f"  ({seconds:.0f} s)  max relative difference {np.max(np.abs(result.layer_scores / plain - 1)):.1e}")
+        found["plain_backward"] = {"peak_MiB": round((weights + extra) / 2**20), "seconds": round(seconds, 1),
+                                   "peak_over_weights": round((weights + extra) / weights, 3),
+                                   "max_relative_difference": float(np.max(np.abs(result.layer_scores / plain - 1)))}
+    return found
 
 
 def whole_sequence_taylor(model, tokenizer):

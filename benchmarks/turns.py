@@ -12,7 +12,7 @@ B, which cannot fit beside it and so is built into files of its own. Then, in on
   (on a CPU into a memory-mapped file of its own; beside a GPU into CPU memory) and B is brought in whole to answer.
 
 It prints each one's decode speed, the swap's seconds and bytes, the process's resident memory after each, and the
-ratios. The embedded model's tokenizer feeds it.
+ratios. The embedded model's tokenizer feeds it. Writes ``benchmarks/results/turns.json``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from record import write_result  # beside this script
 
 _GIB = 2**30
 
@@ -79,38 +81,55 @@ def main() -> None:
     spec = ModelSpec(str(folder))
     started = time.perf_counter()
     info = backend.load(spec)
-    print(f"load {time.perf_counter() - started:.1f} s: {info.resident_bytes / _GIB:.2f} GiB in memory")
+    found = {"weights_GiB": weights / _GIB, "budget_GiB": 1.3 * weights / _GIB, "tokens": args.tokens,
+             "load_s": time.perf_counter() - started, "loaded_resident_GiB": info.resident_bytes / _GIB}
+    print(f"load {found['load_s']:.1f} s: {info.resident_bytes / _GIB:.2f} GiB in memory")
     recipe = Recipe((Sparsify.of("wanda", None, "2:4", Calibration(n_samples=4, seq_len=64)),))
     started = time.perf_counter()
     print(f"B into files: {backend.built_into_files(spec, recipe)}")
     backend.build(spec, recipe)
     base = backend.pool.get(spec)
     b = backend.variants.get(base, recipe)
-    print(f"B built in {time.perf_counter() - started:.1f} s; B holds {resident_bytes(b) / _GIB:.2f} GiB in memory; "
-          f"rss {rss():.2f} GiB")
+    found["B"] = {"build_s": time.perf_counter() - started, "resident_GiB": resident_bytes(b) / _GIB, "rss_GiB": rss()}
+    print(f"B built in {found['B']['build_s']:.1f} s; B holds {found['B']['resident_GiB']:.2f} GiB in memory; "
+          f"rss {found['B']['rss_GiB']:.2f} GiB")
     prompt = "The history of the city begins"
 
     states = list(generation.stream_side_by_side({"B": b}, base.tokenizer, prompt, max_new_tokens=args.tokens))[-1]
     streamed = states["B"]
+    found["streamed"] = {"tokens_per_s": streamed["tokens_per_s"], "ttft_s": streamed["ttft_s"], "rss_GiB": rss()}
     print(f"streamed: B decodes {streamed['tokens_per_s']:.2f} tokens/s (first token {streamed['ttft_s']:.2f} s); "
-          f"rss {rss():.2f} GiB")
+          f"rss {found['streamed']['rss_GiB']:.2f} GiB")
 
     started = time.perf_counter()
     states = list(backend.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
     took = time.perf_counter() - started
     turn, swap = states["B"], backend.residency.last
+    found["turns"] = {"original_tokens_per_s": states["original"]["tokens_per_s"], "tokens_per_s": turn["tokens_per_s"],
+                      "ttft_s": turn["ttft_s"], "swap_s": swap.seconds, "brought_GiB": swap.brought_bytes / _GIB,
+                      "parked_GiB": swap.parked_bytes / _GIB, "all_s": took, "rss_GiB": rss(),
+                      "same_answer": turn["token_ids"] == streamed["token_ids"],
+                      "over_streamed": turn["tokens_per_s"] / streamed["tokens_per_s"]}
     print(f"turns: original {states['original']['tokens_per_s']:.2f} tokens/s, then B {turn['tokens_per_s']:.2f} "
           f"tokens/s (first token {turn['ttft_s']:.2f} s); swap {swap.seconds:.2f} s "
           f"({swap.brought_bytes / _GIB:.2f} GiB in, {swap.parked_bytes / _GIB:.2f} GiB out); all {took:.1f} s; "
-          f"rss {rss():.2f} GiB")
+          f"rss {found['turns']['rss_GiB']:.2f} GiB")
     print(f"same answer: {turn['token_ids'] == streamed['token_ids']}")
     print(f"B's decode speed, turns ÷ streamed: {turn['tokens_per_s'] / streamed['tokens_per_s']:.2f} ×")
     print(backend.residency.summary())
     started = time.perf_counter()
     again = list(backend.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
     swap = backend.residency.last
-    print(f"again: all {time.perf_counter() - started:.1f} s; swap {swap.seconds:.2f} s; rss {rss():.2f} GiB; "
-          f"same answers: {[s['token_ids'] for s in again.values()] == [s['token_ids'] for s in states.values()]}")
+    found["again"] = {"all_s": time.perf_counter() - started, "swap_s": swap.seconds, "rss_GiB": rss(),
+                      "same_answers": [s["token_ids"] for s in again.values()] == [s["token_ids"]
+                                                                                   for s in states.values()]}
+    print(f"again: all {found['again']['all_s']:.1f} s; swap {swap.seconds:.2f} s; rss {found['again']['rss_GiB']:.2f} "
+          f"GiB; same answers: {found['again']['same_answers']}")
+    write_result("turns", found, device=args.device,
+                 model="random Llama, hidden 1024, 12 layers, MLP 2816, vocabulary 49152, float32",
+                 how="LAYERCUT_MEMORY_BUDGET at 1.3 × the weights; B: Wanda 2:4, built into files of its own; "
+                     "streamed: B reads each layer from its files every pass; turns: the original steps aside and B "
+                     "is brought in whole")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,14 @@ import torch.nn.functional as F
 from torch import nn
 from torch.sparse import SparseSemiStructuredTensor
 
-from evaluation.measure.sparse_kernels import RESULTS, TwoFourLinear
+from evaluation.measure.sparse_kernels import TwoFourLinear
 from prune.sparsity.masks import _magnitude_mask
+from record import provenance, results_dir, write_result  # beside this script
 
 SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))  # (in, out)
+ABOUT = ("benchmarks/two_four_kernels.py: per GPU, per weight shape (in → out) and number of input rows, the median ms "
+         "of dense F.linear and of TwoFourLinear (cuSPARSELt). evaluation.measure.sparse_kernels.measured_wins reads "
+         "it: the 2:4 kernels are timed only at batch sizes where they won on a GPU of the same name.")
 ROWS = (1, 4, 8, 16, 32, 128, 1024, 4096)  # the speed tab's batch sizes (1–32: a decode step's rows), then prefills
 
 
@@ -87,17 +91,19 @@ def main() -> None:
                       f"{plain_note} |")
     if cutlass_note:
         print(f"\nCUTLASS: {cutlass_note}")
-    record({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cusparselt": str(cusparselt.version()) if cusparselt and cusparselt.is_available() else None,
-            "rows": measured})
+    record({**provenance("cuda"), "cusparselt": str(cusparselt.version()) if cusparselt and cusparselt.is_available()
+            else None, "rows": measured})
 
 
 def record(run: dict) -> None:
     """This GPU's run into the results file, in place of an earlier run on a GPU of the same name."""
-    found = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"runs": []}
-    found["runs"] = [r for r in found["runs"] if r["device"] != run["device"]] + [run]
-    RESULTS.write_text(json.dumps(found, indent=2) + "\n")
-    print(f"\nwritten to {RESULTS}")
+    path = results_dir() / "two_four_kernels.json"
+    found = json.loads(path.read_text()) if path.is_file() else {}
+    runs = [r for r in found.get("runs", []) if r["device"] != run["device"]] + [run]
+    path = write_result("two_four_kernels", {"about": found.get("about", ABOUT), "runs": runs}, device="cuda",
+                        how="per run: CUDA events, median of 50 after 10 warm-ups; this GPU's run replaces an earlier "
+                            "run on a GPU of the same name")
+    print(f"\nwritten to {path}")
 
 
 if __name__ == "__main__":

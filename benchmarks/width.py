@@ -10,7 +10,7 @@ both on the default calibration (WikiText-2 validation). Everything is measured 
 Backend the app uses, the three models side by side in one run: WikiText-2 test perplexity on
 the first windows of 128 tokens, decode speed at batch 1 and 8 after a 128-token prompt (the
 models take turns run by run) with the FLOPs and parameter ideals, and hellaswag acc_norm on the first N questions.
-Results go to a fresh cache.
+Results go to a fresh cache. Writes ``benchmarks/results/width.json``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import time
 
 from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
+from record import write_result
 
 
 def main() -> None:
@@ -117,6 +118,12 @@ def run(args) -> None:
     print("|---|" + "---|" * len(columns))
     for name, row in rows.items():
         print(f"| {name} | " + " | ".join(row.get(c, "") for c in columns) + " |")
+    write_result("width", {"ratio": args.ratio, "columns": {c: labels[c] for c in columns}, "rows": rows,
+                           "parameters": params, "prune_s": {"depth": depth_s, **width_s}},
+                 model=f"{info.name}, {info.num_layers} layers",
+                 how=f"the app's Backend, in a fresh cache; WikiText-2 test perplexity, first {args.ppl_windows} "
+                     f"windows of {args.ppl_len} tokens; decode after a 128-token prompt, 32 new tokens, models "
+                     f"taking turns, median of {args.repeats}; hellaswag acc_norm on the first {args.hellaswag}")
 
 
 if __name__ == "__main__":

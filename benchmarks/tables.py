@@ -1,0 +1,332 @@
+"""The docs' figure tables, generated from what the benchmarks wrote (issue 42). In README.md and the pages under
+docs/, a generated table sits between two markers::
+
+    <!-- results: deployed_default -->
+    (a caption naming the file, model, machine, date and commit, then the table)
+    <!-- /results -->
+
+and is rendered from ``benchmarks/results/deployed_default.json`` by the renderer registered for that result.
+
+    python benchmarks/tables.py           # rewrite every marked block from its JSON
+    python benchmarks/tables.py --check   # exit 1, naming each block that differs from what its JSON renders
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+REGENERATE = ".venv/bin/python benchmarks/tables.py"
+BLOCK = re.compile(r"^(?P<indent>[ \t]*)<!-- results: (?P<name>\S+) -->[ \t]*\n"
+                   r"(?P<body>(?:(?!<!-- results: ).)*?)"  # another block's opening marker: this one is unclosed
+                   r"^[ \t]*<!-- /results -->[ \t]*$", re.M | re.S)
+FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,}).*?^[ \t]*\1[ \t]*$", re.M | re.S)  # fenced code: shown, not generated
+OPENING = re.compile(r"^[ \t]*<!-- results: \S+ -->", re.M)  # a marker begins its line: one in prose is text
+_MIB = 2**20
+
+RENDERERS: dict[str, Callable[[dict], str]] = {}  # a result's name, or a pattern of names → its Markdown
+
+
+def renders(*patterns: str):
+    """Register a renderer for the results whose names match ``patterns`` (``fnmatch``: ``deployed_*``)."""
+    def register(function: Callable[[dict], str]) -> Callable[[dict], str]:
+        RENDERERS.update(dict.fromkeys(patterns, function))
+        return function
+    return register
+
+
+# ---------------------------------------------------------------- the generator
+
+
+def documents(root: Path = REPO) -> list[Path]:
+    """The Markdown files that may hold marked tables: those at the top of the repository and under docs/."""
+    return sorted({*root.glob("*.md"), *(root / "docs").rglob("*.md")})
+
+
+def render(name: str, results: Path = RESULTS) -> str:
+    """A marked block's content for result ``name``: its caption and table. LookupError: no JSON, no renderer."""
+    path = results / f"{name}.json"
+    if not path.is_file():
+        raise LookupError(f"no results file {path.name} in {results}")
+    found = json.loads(path.read_text(encoding="utf-8"))
+    function = renderer(name, found)
+    if function is None:
+        raise LookupError(f"no renderer for '{name}': register one in benchmarks/tables.py")
+    return f"{caption(name, found)}\n\n{function(found)}\n"
+
+
+def renderer(name: str, found: dict) -> Callable[[dict], str] | None:
+    """The renderer registered for ``name``; else the generic one when its figures are a flat table; else None."""
+    for pattern, function in RENDERERS.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return function
+    return generic if _flat(found.get("columns")) else None
+
+
+def rewrite(text: str, results: Path = RESULTS) -> tuple[str, list[str], list[str]]:
+    """``text`` with every marked block rendered again from its JSON (markers inside fenced code are text); the
+    names of the blocks that changed, and the problems found (a block that cannot be rendered is left as it is)."""
+    changed, problems = [], []
+
+    def again(match: re.Match) -> str:
+        indent, name = match["indent"], match["name"]
+        try:
+            body = render(name, results)
+        except (LookupError, KeyError, TypeError, ValueError, ZeroDivisionError) as error:
+            problems.append(f"block '{name}': {type(error).__name__}: {error}")
+            return match[0]
+        lines = [indent + line if line else "" for line in body.splitlines()]
+        block = "\n".join([f"{indent}<!-- results: {name} -->", *lines, "", f"{indent}<!-- /results -->"])
+        changed.extend([name] if block != match[0] else [])
+        return block
+
+    def outside_code(part: str) -> str:
+        new = BLOCK.sub(again, part)
+        unclosed = len(OPENING.findall(part)) - len(BLOCK.findall(part))
+        if unclosed:
+            problems.append(f"{unclosed} '<!-- results: NAME -->' marker(s) without a '<!-- /results -->' after them")
+        return new
+
+    parts, last = [], 0
+    for fence in FENCE.finditer(text):
+        parts += [outside_code(text[last:fence.start()]), fence[0]]
+        last = fence.end()
+    return "".join([*parts, outside_code(text[last:])]), changed, problems
+
+
+def check(root: Path = REPO, results: Path | None = None) -> list[str]:
+    """Each marked block that differs from what its JSON renders, or cannot be rendered, named with its file."""
+    results = results or root / "benchmarks" / "results"
+    problems = []
+    for path in documents(root):
+        _new, changed, trouble = rewrite(path.read_text(encoding="utf-8"), results)
+        where = path.relative_to(root)
+        problems += [f"{where}: {problem}" for problem in trouble]
+        problems += [f"{where}: block '{name}' differs from what {name}.json renders" for name in changed]
+    return problems
+
+
+def regenerate(root: Path = REPO, results: Path | None = None) -> tuple[list[Path], list[str]]:
+    """Rewrite every marked block; the files changed and the problems found."""
+    results = results or root / "benchmarks" / "results"
+    changed, problems = [], []
+    for path in documents(root):
+        text = path.read_text(encoding="utf-8")
+        new, _changed, trouble = rewrite(text, results)
+        problems += [f"{path.relative_to(root)}: {problem}" for problem in trouble]
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed, problems
+
+
+def caption(name: str, found: dict) -> str:
+    """Where the figures came from: the file, the model, the machine (and device), the date, the commit."""
+    machine = found.get("machine")
+    if isinstance(machine, dict):  # an older space_build.json
+        machine = f"{machine.get('cpus')} CPU cores, {machine.get('processor') or machine.get('platform')}"
+    commit = found.get("commit")
+    parts = [found.get("model") if isinstance(found.get("model"), str) else None,
+             machine or "machine not recorded",
+             found["device"] if found.get("device") not in (None, "CPU") else None,
+             found.get("date") or "date not recorded",
+             f"commit {commit}{' with uncommitted changes' if found.get('dirty') else ''}" if commit else
+             "commit not recorded"]
+    return f"*`benchmarks/results/{name}.json`: {'; '.join(p for p in parts if p)}.*"
+
+
+# ---------------------------------------------------------------- Markdown helpers
+
+
+def table(header: list[str], rows: list[list], align: str = "") -> str:
+    """A Markdown table; ``align``: one letter a column, ``l`` or ``r`` (default: the first left, the rest right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def num(value, spec: str = ".1f", missing: str = "—") -> str:
+    """``value`` formatted, or ``missing`` when absent."""
+    return missing if value is None else format(value, spec)
+
+
+def pct(share) -> str:
+    return "—" if share is None else f"{100 * share:.0f} %"
+
+
+def _flat(columns) -> bool:
+    return isinstance(columns, dict) and bool(columns) and all(isinstance(c, dict) for c in columns.values())
+
+
+def generic(found: dict) -> str:
+    """The fallback for results without a renderer of their own whose "columns" map names to flat figures: a row
+    per column of the results, a column per figure (a nested figure shown as JSON)."""
+    columns = found["columns"]
+    keys = list(dict.fromkeys(key for row in columns.values() for key in row))
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "—" if value is None else json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) \
+            else str(value)
+
+    return table(["", *keys], [[label, *(cell(row.get(key)) for key in keys)] for label, row in columns.items()])
+
+
+# ---------------------------------------------------------------- one renderer per kind of result
+
+
+@renders("deployed_*")
+def deployed(found: dict) -> str:
+    """benchmarks/deployed.py: each column's batch-1 decode against the bandwidth floor, eager and compiled."""
+    columns = found["columns"]
+    bandwidth = next(iter(columns.values())).get("bandwidth_GBps")
+    rows = []
+    for label, c in columns.items():
+        compiled = c.get("compiled")
+        rows.append([label, num(c["decode_ms_per_token"]), num(c["speed_vs_original"], ".2f"),
+                     num(c["bytes_per_token"] / _MIB, ",.0f"), num(c["floor_ms"]), pct(c["limit_share"]),
+                     f"{compiled['decode_ms_per_token']:.1f} ({compiled['speed_vs_original']:.2f})" if compiled
+                     else "—", f"{c['timing_memory']['rise_MiB']} ({c['timing_memory']['kv_cache_MiB']})"
+                     if c.get("timing_memory", {}).get("rise_MiB") is not None else "—"])
+    return (f"{found['dtype']}; the bandwidth probe read {num(bandwidth, '.0f')} GB/s.\n\n" +
+            table(["column", "decode ms/token", "× original", "MiB read/token", "floor ms", "share of limit",
+                   "compiled ms (× orig.)", "timing memory rise MiB (KV cache)"], rows))
+
+
+@renders("engines_*")
+def engines(found: dict) -> str:
+    """benchmarks/engines.py: each column in LayerCut beside its GGUF export in llama.cpp."""
+    rows = [[f"{label} ↔ {c['llama_cpp_type']}",
+             f"{c['layercut_tokens_per_s']:.1f} ({pct(c['layercut_share_of_floor'])})",
+             f"{c['llama_cpp_tokens_per_s']:.1f} ({pct(c['llama_cpp_share_of_floor'])})",
+             num(c["layercut_over_llama_cpp_speed"], ".2f")] for label, c in found["columns"].items()]
+    return (f"{found['dtype']} in LayerCut; llama-cpp-python {found.get('llama_cpp_python') or '?'}; the bandwidth "
+            f"probe read {num(found.get('bandwidth_GBps'), '.0f')} GB/s.\n\n" +
+            table(["pair", "LayerCut tok/s (share of floor)", "llama.cpp tok/s (share of floor)",
+                   "LayerCut ÷ llama.cpp"], rows))
+
+
+@renders("quantized_head")
+def quantized_head(found: dict) -> str:
+    """benchmarks/quantized_head.py: quality and bytes of int8 and int4, each with and without an int8 head."""
+    columns = found["columns"]
+
+    def accuracy(c) -> str:
+        value = c.get("hellaswag_acc_norm")
+        return "—" if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    rows = [["WikiText-2 perplexity", *(num(c.get("wikitext2_ppl"), ".2f") for c in columns.values())],
+            ["hellaswag acc_norm", *(accuracy(c) for c in columns.values())],
+            ["MiB stored", *(num(c["weights_MiB"]) for c in columns.values())],
+            ["MiB read a token", *(num(c["read_per_token_MiB"]) for c in columns.values())]]
+    return table(["", *columns], rows)
+
+
+@renders("budget_cli")
+def budget_cli(found: dict) -> str:
+    """benchmarks/budget_cli.py: the CLI's anonymous memory peak, whole and under a budget."""
+    rows = [[run["budget"] or "none (loaded whole)", num(run["peak_anonymous_GiB"], ".2f"), num(run["wall_s"])]
+            for run in found["runs"]]
+    return table(["memory budget", "peak anonymous memory (GiB)", "wall time (s)"], rows)
+
+
+@renders("first_screen")
+def first_screen(found: dict) -> str:
+    """benchmarks/first_screen.py: from ``python app.py`` to the heatmap, cold and warm."""
+    rows = []
+    for label, key in (("cold cache", "cold"), ("warm restart", "warm_restart")):
+        run = found[key]
+        again = run.get("page_open_to_heatmap_s") or {}
+        rows.append([label, num(run["launch_to_server_up_s"]), num(run["launch_to_heatmap_s"]),
+                     num(run["first_page_open_to_heatmap_s"], ".2f"),
+                     f"{num(again.get('median'), '.2f')} ({num(again.get('max'), '.2f')})"])
+    return table(["launch", "server up (s)", "heatmap drawn (s)", "first page open → heatmap (s)",
+                  "page open → heatmap, median (max) (s)"], rows)
+
+
+@renders("space_build")
+def space_build(found: dict) -> str:
+    """benchmarks/space_build.py: the Space's build and the package's, each timed step by step."""
+    rows = []
+    for label, key in (("Space (requirements.txt)", "space"), ("package (pip install .)", "package")):
+        part = found.get(key)
+        if part:
+            rows.append([label, Path(part["python"]).name, num(part.get("apt_s")), num(part["pip_s"]),
+                         num(part.get("venv_mib"), ","), num(part.get("launch_to_server_up_s")),
+                         num(part.get("launch_to_heatmap_s")), f"{part.get('date')}, {part.get('commit')}"])
+    return table(["build", "Python", "apt (s)", "pip (s)", "venv (MiB)", "server up (s)", "heatmap drawn (s)",
+                  "built on"], rows, "llrrrrrl")
+
+
+@renders("two_four_kernels")
+def two_four_kernels(found: dict) -> str:
+    """benchmarks/two_four_kernels.py: dense against 2:4 products per GPU, weight shape and input rows."""
+    rows = []
+    for run in found["runs"]:
+        torch = run.get("torch") or run.get("versions", {}).get("torch")
+        for r in run["rows"]:
+            rows.append([f"{run['device']} (torch {torch})", f"{r['in']} → {r['out']}", r["rows"],
+                         num(r["dense_ms"], ".3f"), num(r["sparse_ms"], ".3f"),
+                         num(r["dense_ms"] / r["sparse_ms"], ".2f")])
+    notes = "".join(f"\n\n{run['device']}: {run['source']}." for run in found["runs"] if run.get("source"))
+    return table(["GPU", "in → out", "input rows", "dense (ms)", "2:4 (ms)", "dense ÷ 2:4"], rows, "llrrrr") + notes
+
+
+@renders("decode_floor_dry_run", "gpu_decode_*")
+def decode_floor(found: dict) -> str:
+    """benchmarks/decode_floor.py (gpu_check.py's decode step): batch-1 decode, eager and compiled, against the
+    floor."""
+    rows = []
+    for r in found["rows"]:
+        if "error" in r:
+            rows.append([r["model"], r["mode"], f"failed: {r['error']}", *[""] * 6])
+            continue
+        rows.append([r["model"], r["mode"], num(r["decode_ms"], ".2f"), num(r["floor_ms"], ".3f"),
+                     f"{r['floor_share']:.1%}", num(r.get("compile_s"), ".1f", ""), num(r["weights_mib"], ",.1f"),
+                     num(r["kv_cache_mib"], ",.2f"), num(r.get("peak_above_resident_mib"), ",.0f", "")])
+    return (f"{found['device']}, bandwidth measured {found['bandwidth_gb_s']:.0f} GB/s, batch 1, "
+            f"{found['prompt_len']} + {found['new_tokens']} tokens\n\n" +
+            table(["model", "mode", "decode ms/token", "floor ms", "share of floor", "compile s", "weights MiB",
+                   "KV cache MiB", "peak above resident MiB"], rows, "lllllllll"))
+
+
+@renders("gpu/*", "gpu_check_dry_run")
+def gpu_check(found: dict) -> str:
+    """benchmarks/gpu_check.py: one run's steps, each with its seconds and peak GPU memory."""
+    rows = [[s["step"], num(s["seconds"], ".1f", ""), num(s["peak_gpu_GiB"], ".2f", ""), s["note"]]
+            for s in found["steps"]]
+    return table(["step", "seconds", "peak GPU memory (GiB)", "note"], rows, "llll") + \
+        ("" if found.get("finished", True) else "\n\nThe run stopped before its last step.")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
+    args = parser.parse_args()
+    if args.check:
+        problems = check()
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        if problems:
+            sys.exit(f"{len(problems)} generated table(s) out of date or broken; regenerate with: {REGENERATE}")
+        print("every generated table matches its JSON")
+        return
+    changed, problems = regenerate()
+    for path in changed:
+        print(f"rewrote {path.relative_to(REPO)}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
