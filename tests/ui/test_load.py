@@ -1,5 +1,8 @@
 """Many visitors at once: 20 gradio_client sessions on one server, each with its own cut.
 
+The server's model is a tiny random Llama of 30 layers (the default model's count, so the same 20 cuts): what is
+tested is the sharing between sessions, not the model, and on the 135 M model this test took about three minutes.
+
 Each session opens the page (startup), cuts its own block, generates and measures memory.
 Loopback only; bounded in count (20 sessions, one pass each) and time (each call times
 out). What is asserted: no errors, every result describes its own session's cut, and the
@@ -15,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import free_port
+from conftest import free_port, tiny_model
 from evaluation.measure import memory as memory_module
 
 pytestmark = pytest.mark.slow
@@ -28,13 +31,16 @@ def _peak_rss_bytes() -> int:
     return memory_module._proc_status("VmHWM") or 0
 
 
-def test_twenty_visitors_each_measure_their_own_cut(capsys):
+def test_twenty_visitors_each_measure_their_own_cut(capsys, tmp_path, tiny_tokenizer):
     import app
     from evaluation.serving.backend import Backend
+    from evaluation.serving.models import ModelSpec
     from gradio_client import Client
 
+    tiny_model("llama", 30).save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
     backend = Backend(device="cpu")
-    demo = app.build_demo(backend)
+    demo = app.build_demo(backend, default_model=ModelSpec(str(tmp_path)))
     port = free_port()
     demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
                 **app.launch_options())
