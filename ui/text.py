@@ -428,6 +428,11 @@ def patch_started(step, source: str, target: str) -> str:
     return f"Patching {source}'s cut into {target}: {step.describe()}…"
 
 
+def patch_refused(source: str, err: Exception) -> str:
+    """The status line when the patch could not be made: why, in one line ({target} is left as it was)."""
+    return f"**{source}'s cut was not patched:** {err}"
+
+
 def patch_line(record: dict, found, source: str, target: str) -> str:
     """The status line after the one-click patch, its numbers first (the line is cut at the screen's edge; the
     Benchmarks tab's table holds them all)."""

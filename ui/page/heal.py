@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from evaluation.serving.healing import LossPoint
-from prune.core.errors import InvalidInput
+from prune.core.errors import InvalidInput, LayerCutError
 from prune.healing.step import LABELS as HEAL_LABELS, Heal
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, LABELS as PATCH_LABELS, Patch
 
@@ -140,8 +140,12 @@ class HealHandlers:
         step = Patch.of(method, replace(self.context.default_calibration, **PATCH_CALIBRATION))
         target = session.other
         yield {status_md: text.patch_started(step, session.editing, target)}
-        done = self.context.backend.patch(session.spec, recipe, step, progress=reporter(progress),
-                                          owner=owner(request))
+        try:
+            done = self.context.backend.patch(session.spec, recipe, step, progress=reporter(progress),
+                                              owner=owner(request))
+        except LayerCutError as err:  # the status says why, not "Patching…" left behind; the error shows too
+            yield {status_md: text.patch_refused(session.editing, err)}
+            raise
         replaced = session.cut(target)
         session = session.with_cut(done.recipe, target)
         shown = self.view.show(session)
