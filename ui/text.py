@@ -429,7 +429,7 @@ def patch_started(step, source: str, target: str) -> str:
 
 
 def patch_refused(source: str, err: Exception) -> str:
-    """The status line when the patch could not be made: why, in one line ({target} is left as it was)."""
+    """The status line when the patch could not be made: why, in one line (the other slot is left as it was)."""
     return f"**{source}'s cut was not patched:** {err}"
 
 
