@@ -27,7 +27,6 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
         "--disable-sync", "--no-first-run"]
 VIEWPORT = {"width": 1280, "height": 720}  # a projector's screen: the first one must tell the story
 TIMINGS: dict[str, float] = {}
-DEFAULT_NAME = "SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="module")
@@ -458,54 +457,7 @@ def test_sparsity_sweep_plots_each_method_against_the_level(page):
     page.locator("#sparse-plot").screenshot(path=str(ASSETS / "screenshot-sparsity-sweep.png"))
 
 
-# The frontier runs on the default model, before the long jobs' tiny one: on the tiny 30-layer Llama it did not
-# finish within 15 minutes (on the default model it takes about 4).
-def test_the_frontier_plots_every_family_and_puts_the_best_under_a_target_into_a(page):
-    tab(page, "Benchmarks")
-    page.get_by_text("Frontier: what should I cut?").click()
-    page.fill("#frontier-sizes textarea", "90")
-    page.fill("#frontier-limit input", "2")
-    page.fill("#frontier-windows input", "1")
-    page.click("#frontier-btn")
-    summary = settled_text(page, "#frontier-summary", "Pareto front", timeout=900_000)
-    assert summary.startswith("Measured ")
-    table = page.inner_text("#frontier-table")
-    for family in ("original", "depth, paper", "MLP drop", "width", "low-rank", "sparsity", "2:4"):
-        assert family in table
-    page.wait_for_selector("#frontier-plot .lc-plot .scatterlayer", timeout=30_000)
-    page.fill("#frontier-target textarea", "params=0.9")
-    page.click("#frontier-best-btn")
-    best = settled_text(page, "#frontier-best", "Now in A")
-    assert best.startswith("Best under 90 % of the parameters:")
-    wait_banner(page, "frontier")
-    page.wait_for_timeout(500)
-    page.locator("#frontier-box").screenshot(path=str(ASSETS / "screenshot-frontier.png"))  # the README's
-
-
-@pytest.fixture(scope="module")
-def long_jobs_model(page, tmp_path_factory, tiny_tokenizer):
-    """The model the long jobs below run on: a tiny random Llama of 30 layers (the default model's count), loaded
-    through the model box, where the jobs' pages are the point rather than the 135 M model's numbers (on it these
-    three tests took about 3.5 minutes). Refreshing the screenshots (LAYERCUT_SCREENSHOTS=assets) keeps the default."""
-    if os.environ.get("LAYERCUT_SCREENSHOTS") == "assets":
-        return DEFAULT_NAME
-    from conftest import tiny_model
-
-    folder = tmp_path_factory.mktemp("tiny-llama-30")
-    tiny_model("llama", 30).save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    tab(page, "Analyze & cut")
-    page.fill("#model input", str(folder))
-    page.keyboard.press("Enter")
-    page.get_by_role("button", name="Load model").click()
-    # the default model has 30 layers too: what tells the tiny one is its banner's count in thousands of parameters
-    # (the load may wait in the queue behind the job the test before left running)
-    wait_banner(page, "k parameters", timeout=600_000)
-    page.wait_for_selector("#heatmap .lc-plot .hm", timeout=120_000)
-    return str(folder)
-
-
-def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page, long_jobs_model):
+def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
     """The surgical rank search of the last layer: progress lines while it runs, then the searched model in A."""
     tab(page, "Analyze & cut")
     page.get_by_role("radio", name="Cut A").click()
@@ -529,7 +481,7 @@ def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page, long_
     page.locator("#search-box").screenshot(path=str(ASSETS / "screenshot-rank-search.png"))
 
 
-def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page, long_jobs_model):
+def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
     """A cut in A healed by LoRA for a few steps into B; the three columns' held-out perplexity follows."""
     tab(page, "Analyze & cut")
     page.get_by_role("radio", name="Cut A").click()
@@ -552,7 +504,7 @@ def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page, long_jobs_m
     page.locator("#heal-box").screenshot(path=str(ASSETS / "screenshot-heal.png"))
 
 
-def test_one_click_patches_the_cut_into_the_other_slot(page, long_jobs_model):
+def test_one_click_patches_the_cut_into_the_other_slot(page):
     """A's cut patched by ReplaceMe's least squares into B from the button beside the range; perplexity follows."""
     tab(page, "Analyze & cut")
     page.get_by_role("radio", name="Cut A").click()
@@ -560,13 +512,6 @@ def test_one_click_patches_the_cut_into_the_other_slot(page, long_jobs_model):
     wait_banner(page, "removed")
     page.wait_for_function("document.querySelector('#patch-btn').innerText.includes('Patch the cut → B')",
                            timeout=30_000)
-    if long_jobs_model != DEFAULT_NAME:  # the tiny model's best block starts at layer 0: nothing to fold a patch into
-        assert "block [0," in banner(page)
-        page.click("#patch-btn")
-        refused = settled_text(page, "#analysis-info", "was not patched")
-        assert "Keep layer 0" in refused and "Patching" not in refused  # one line, not a stuck "Patching…"
-        click_cell(page, 10, 4)
-        wait_banner(page, "[10, 14)")
     page.click("#patch-btn")
     page.wait_for_function("document.querySelector('#analysis-info').innerText.includes('test ppl original')",
                            timeout=300_000)
@@ -578,3 +523,25 @@ def test_one_click_patches_the_cut_into_the_other_slot(page, long_jobs_model):
     page.evaluate("window.scrollTo(0, 0)")  # the status line, the banner naming B's patch, the button
     page.wait_for_timeout(500)
     page.screenshot(path=str(ASSETS / "screenshot-patch.png"), clip={"x": 0, "y": 0, "width": 1280, "height": 390})
+
+
+def test_the_frontier_plots_every_family_and_puts_the_best_under_a_target_into_a(page):
+    tab(page, "Benchmarks")
+    page.get_by_text("Frontier: what should I cut?").click()
+    page.fill("#frontier-sizes textarea", "90")
+    page.fill("#frontier-limit input", "2")
+    page.fill("#frontier-windows input", "1")
+    page.click("#frontier-btn")
+    summary = settled_text(page, "#frontier-summary", "Pareto front", timeout=900_000)
+    assert summary.startswith("Measured ")
+    table = page.inner_text("#frontier-table")
+    for family in ("original", "depth, paper", "MLP drop", "width", "low-rank", "sparsity", "2:4"):
+        assert family in table
+    page.wait_for_selector("#frontier-plot .lc-plot .scatterlayer", timeout=30_000)
+    page.fill("#frontier-target textarea", "params=0.9")
+    page.click("#frontier-best-btn")
+    best = settled_text(page, "#frontier-best", "Now in A")
+    assert best.startswith("Best under 90 % of the parameters:")
+    wait_banner(page, "frontier")
+    page.wait_for_timeout(500)
+    page.locator("#frontier-box").screenshot(path=str(ASSETS / "screenshot-frontier.png"))  # the README's
