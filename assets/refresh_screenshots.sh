@@ -4,4 +4,4 @@
 # its screenshots go to a temporary folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LAYERCUT_SCREENSHOTS=assets .venv/bin/python -m pytest -q tests/ui/test_browser.py tests/ui/test_encoder_browser.py "$@"
+LAYERCUT_SCREENSHOTS=assets .venv/bin/python -m pytest -q tests/ui/test_browser.py tests/ui/test_browser_jobs.py tests/ui/test_encoder_browser.py "$@"
