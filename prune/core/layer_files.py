@@ -38,6 +38,7 @@ from prune.core.surgery import clone_layers
 FOLDER = "variants"  # under the cache: one folder per variant built from disk, named "<pid>-…"
 INDEX = "model.safetensors.index.json"
 _MARK = "layercut_files"  # on a variant built into files: its folder
+COLLECT_FROM_BYTES = 32 * 2**20  # a layer's weights from which its build is followed by a full garbage collection
 
 
 def own_files(model: nn.Module) -> bool:
@@ -83,10 +84,13 @@ class Rebuild:
         """Layer ``index`` is final (the one given, or a new one built from it): written to the variant's folder
         when it is built into files, else put in the clone."""
         if self._files is not None:
+            layer_bytes = offload.resident_bytes(layer)
             self._files.write(index, layer)
             # what a layer's work leaves in reference cycles goes now, not layers later (on an 8B-shaped model the
-            # build's anonymous memory peaked at 8.29 GiB without this, 2.38 GiB with it)
-            gc.collect()
+            # build's anonymous memory peaked at 8.29 GiB without this, 2.38 GiB with it); a full collection costs
+            # about half a second in a process holding torch and transformers, which a small layer does not repay
+            if layer_bytes >= COLLECT_FROM_BYTES:
+                gc.collect()
         else:
             decoder_layers(self.source)[index] = layer
 
