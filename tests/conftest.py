@@ -184,6 +184,19 @@ def tiny_folder(tmp_path_factory, tiny_tokenizer):
     return str(folder)
 
 
+@pytest.fixture(scope="session")
+def tiny_llama_30(tmp_path_factory, tiny_tokenizer):
+    """A tiny random Llama of 30 layers (the default model's count) and its tokenizer as a folder, its positions
+    widened to 2048 (the frontier's and healing's windows of 512 tokens): a server's model where the pages are the
+    point, not the 135 M model's numbers."""
+    model = tiny_model("llama", 30)
+    model.config.max_position_embeddings = 2048
+    folder = tmp_path_factory.mktemp("tiny-llama-30")
+    model.save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
 @pytest.fixture(scope="module")
 def spec(tiny_folder):
     """The tiny folder as a model spec (a module may define its own)."""

@@ -11,7 +11,6 @@ import re
 
 import pytest
 
-from conftest import tiny_model
 import test_browser
 from test_browser import ASSETS, banner, click_cell, open_page, settled_text, tab, wait_banner
 
@@ -21,18 +20,11 @@ ON_DEFAULT = os.environ.get("LAYERCUT_SCREENSHOTS") == "assets"
 
 
 @pytest.fixture(scope="module")
-def page(browser, tmp_path_factory, tiny_tokenizer):
+def page(browser, tiny_llama_30):
+    """A page on a server of the tiny Llama (the default model's when refreshing the screenshots)."""
     from evaluation.serving.models import ModelSpec
 
-    if ON_DEFAULT:
-        yield from open_page(browser)
-        return
-    model = tiny_model("llama", 30)
-    model.config.max_position_embeddings = 2048  # the frontier's and healing's windows of 512 tokens
-    folder = tmp_path_factory.mktemp("tiny-llama-30")
-    model.save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
-    yield from open_page(browser, ModelSpec(str(folder)))
+    yield from open_page(browser, None if ON_DEFAULT else ModelSpec(tiny_llama_30))
 
 
 def pick_method(page, name: str) -> None:

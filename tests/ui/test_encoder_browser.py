@@ -9,10 +9,12 @@ import torch
 import transformers
 
 from conftest import build_tiny_tokenizer
-import test_browser
+import test_browser_jobs
 from test_browser import ASSETS, VIEWPORT, banner, cloze_row, settled_text, tab
 
-browser, page = test_browser.browser, test_browser.page  # the fixtures: pytest finds them here by these names
+# the fixtures (pytest finds them here by these names): a server of the tiny 30-layer Llama, which an encoder
+# replaces on one page and not on another's
+browser, page = test_browser_jobs.browser, test_browser_jobs.page
 pytestmark = pytest.mark.slow
 
 
@@ -32,11 +34,11 @@ def encoder_folder(tmp_path_factory):
 
 
 def test_an_encoder_shows_what_it_does_and_answers_its_cloze_task(browser, page, encoder_folder):
-    other = browser.new_page(viewport=VIEWPORT)  # a second visitor, on the default model throughout
+    other = browser.new_page(viewport=VIEWPORT)  # a second visitor, on the server's model throughout
     other.goto(page.url)
     other.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
     tab(page, "Generate")
-    assert page.is_visible("#prompt") and not page.is_visible("#generate-kind-note")  # the default model generates
+    assert page.is_visible("#prompt") and not page.is_visible("#generate-kind-note")  # the server's model generates
     page.fill("#model input", encoder_folder)
     page.keyboard.press("Enter")
     page.get_by_role("button", name="Load model").click()
