@@ -44,7 +44,7 @@ def verdict(messages: list[dict]) -> str:
     if "[The Start of Assistant A's Answer]" in user:
         return "Compared. " + preferred(PAIR["A"].search(user).group(1), PAIR["B"].search(user).group(1))
     found = SINGLE.search(user) or SINGLE_2.search(user)
-    return rating(found.group(1).split("### Assistant A:\n")[-1])
+    return "What is asked?" if found is None else rating(found.group(1).split("### Assistant A:\n")[-1])
 
 
 class Judge:
@@ -82,7 +82,7 @@ def scripted_judge():
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1", state
