@@ -391,7 +391,7 @@ def run(args, progress=None) -> Path | None:
     standard, own = cli_tasks.split(args.task)
     request = None if own and not standard else lm_eval_adapter.check_request(
         standard, num_fewshot=args.num_fewshot, limit=args.limit, data_dir=backend.data_dir)
-    judged = cli_tasks.mt_request(args, backend)  # MT-Bench's data and judge, checked before the model loads
+    judged = cli_tasks.prepare(args, backend)  # C4's shard, MT-Bench's data and judge: before the model loads
     out_dir = Path(args.output_folder).expanduser().resolve()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -56,9 +56,13 @@ def check(args) -> None:
         raise InvalidInput("--judge_model names the model an endpoint serves: give the endpoint's URL as --judge.")
 
 
-def mt_request(args, backend: Backend) -> MtBenchRequest | None:
-    """The MT-Bench request the flags make (None without ``--task mt_bench``), checked before any model loads."""
-    if mt_bench.TASK not in split(args.task)[1]:
+def prepare(args, backend: Backend) -> MtBenchRequest | None:
+    """Before any model loads: C4's shard found, and the MT-Bench request the flags make (None without
+    ``--task mt_bench``)."""
+    own = split(args.task)[1]
+    if c4.TASK in own:
+        c4.shard(backend.data_dir)
+    if mt_bench.TASK not in own:
         return None
     choice = judges.choose(args.judge, remote_model=args.judge_model or MT_BENCH.remote_model)
     return check_request(backend.data_dir, limit=args.limit, turns=args.turns or MT_BENCH.turns, judge=choice,

@@ -26,8 +26,8 @@ class MtBench:
     """MT-Bench, small enough by default for a CPU (FastChat answers up to 1024 tokens and asks GPT-4 for 2048)."""
 
     turns: int = 1  # the user turns answered and judged (MT-Bench has 2)
-    answer_tokens: int = 256  # an answer's cap (greedy)
-    judge_tokens: int = 256  # a local judge's cap (greedy)
+    answer_tokens: int = 128  # an answer's cap (greedy; FastChat's is 1024)
+    judge_tokens: int = 128  # a local judge's cap (greedy)
     remote_tokens: int = 2048  # an endpoint's max_tokens (FastChat's, at temperature 0)
     remote_model: str = "gpt-4"  # the model an endpoint is asked for (FastChat's judge)
     key_env: str = "LAYERCUT_JUDGE_API_KEY"  # the endpoint's key, sent as a Bearer token, never stored

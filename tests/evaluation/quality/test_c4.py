@@ -1,7 +1,5 @@
 """C4 perplexity by SparseGPT's and Wanda's rule, on a small C4-format shard built here."""
 
-import gzip
-import json
 import math
 
 import pytest
@@ -10,17 +8,10 @@ from tokenizers.processors import TemplateProcessing
 
 from conftest import build_tiny_tokenizer, tiny_model
 from evaluation.quality import c4
+from own_tasks import write_shard
 from prune.core.errors import InvalidInput
 
 SEQ = 128
-
-
-def write_shard(path, texts):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "wt", encoding="utf-8") as f:
-        for i, text in enumerate(texts):
-            f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:57:54Z", "url": f"https://x/{i}"}) + "\n")
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 from evaluation.quality import chat
 from evaluation.quality.judge import SELF_JUDGED, HttpJudge, JudgeChoice, choose, endpoint
 from prune.core.errors import InvalidInput
-from scripted_judge import chat_tokenizer, scripted_judge
+from own_tasks import chat_tokenizer, scripted_judge
 
 MESSAGES = [{"role": "system", "content": "Judge well."}, {"role": "user", "content": "Rate this."}]
 

@@ -13,7 +13,7 @@ from evaluation.serving.judging import check_request
 from evaluation.serving.models import ModelSpec
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
-from scripted_judge import chat_folder, greedy_by_hand, preferred, score, scripted_judge
+from own_tasks import chat_folder, greedy_by_hand, preferred, score, scripted_judge
 
 SECRET = "sk-test-SECRET-0123456789"
 CUT = {"cut": Recipe.block(4, 1, 3)}

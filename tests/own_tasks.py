@@ -1,4 +1,5 @@
-"""A scripted OpenAI-compatible judge on loopback (stdlib http.server in a thread), and a tiny chat model folder.
+"""Test helpers for the tasks beside lm-eval's: a scripted OpenAI-compatible judge on loopback (stdlib http.server
+in a thread), a tiny chat model folder, and a C4-format shard.
 
 The judge is consistent and reads only the answers in its prompt, so every verdict is known by hand:
 - single grading: "Rating: [[n]]" with n = 1 + (characters of the graded answer) mod 10, but no rating at all
@@ -8,6 +9,7 @@ The judge is consistent and reads only the answers in its prompt, so every verdi
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import threading
@@ -118,3 +120,12 @@ def greedy_by_hand(model, tokenizer, messages: list[dict], max_new_tokens: int) 
                 break
             new.append(token)
     return tokenizer.decode(new, skip_special_tokens=True).strip()
+
+
+def write_shard(path, texts):
+    """A C4-format shard (gzipped JSON lines with ``text``, ``timestamp``, ``url``) at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"text": text, "timestamp": "2019-04-25T12:57:54Z", "url": f"https://x/{i}"}) + "\n")
+    return path
