@@ -65,9 +65,9 @@ def prepare(args, backend: Backend) -> MtBenchRequest | None:
     if mt_bench.TASK not in own:
         return None
     choice = judges.choose(args.judge, remote_model=args.judge_model or MT_BENCH.remote_model)
-    return check_request(backend.data_dir, limit=args.limit, turns=args.turns or MT_BENCH.turns, judge=choice,
-                         answer_tokens=args.answer_tokens or MT_BENCH.answer_tokens,
-                         judge_tokens=args.judge_tokens or MT_BENCH.judge_tokens)
+    given = {name: getattr(args, name) for name in ("turns", "answer_tokens", "judge_tokens")}
+    return check_request(backend.data_dir, limit=args.limit, judge=choice,
+                         **{name: getattr(MT_BENCH, name) if value is None else value for name, value in given.items()})
 
 
 def run(args, backend: Backend, spec: ModelSpec, cuts: dict, results: dict[str, dict], request: MtBenchRequest | None,
@@ -89,15 +89,16 @@ def run(args, backend: Backend, spec: ModelSpec, cuts: dict, results: dict[str, 
 
 
 def say_estimate(request: MtBenchRequest, info, variants: int) -> None:
-    """The run's size and, with this machine's rates, its time at most, on stderr before it starts."""
-    local = request.judge.url is None
+    """The run's size and, with this machine's rates, its time at most, on stderr before it starts (a judge other
+    than the original is not counted: its speed here is not known yet)."""
+    local = request.judge.url is None and request.judge.model is None
     models = 1 + variants
     judgments = request.turns * (models + 2 * variants)
     seconds = None if info.rates is None else estimate.mt_bench(
         info.rates, [1.0] * models, questions=len(request.questions), turns=request.turns,
         answer_tokens=request.answer_tokens, judge_tokens=request.judge_tokens if local else None)
     when = "" if seconds is None else (f"; at most about {seconds / 60:.0f} min here (every answer and verdict to its "
-                                       f"cap{'' if local else ', the endpoint not counted'}; cached ones are free)")
+                                       f"cap{'' if local else ', the judge not counted'}; cached ones are free)")
     print(f"MT-Bench: {len(request.questions)} questions × {request.turns} turn(s), {models} model(s), judged by "
           f"{request.judge.words()}: {len(request.questions) * request.turns * models} answers and "
           f"{len(request.questions) * judgments} judgments{when}.", file=sys.stderr, flush=True)

@@ -79,6 +79,8 @@ def test_c4_offline_without_the_file_is_one_line(tmp_path, capsys, folder):
 @pytest.mark.parametrize("args, reason", [
     (["--full", "--judge", "default"], "--judge go with --task mt_bench"),
     (["--full", "--task", "mt_bench", "--turns", 3], "MT-Bench has 2 turns"),
+    (["--full", "--task", "mt_bench", "--turns", 0], "MT-Bench has 2 turns"),
+    (["--full", "--task", "mt_bench", "--judge_tokens", 0], "A judge's token cap must be 1…"),
     (["--full", "--task", "mt_bench", "--judge_model", "gpt-4"], "--judge_model names the model an endpoint serves"),
     (["--sweep", 2, "--task", "mt_bench"], "goes with a comparison"),
     (["--full", "--task", "mt_bench", "--judge", "https://user:pw@host/v1"], "without a user, password or query"),
