@@ -6,8 +6,8 @@ first 1100 documents joined with ``' '``, tokenized once as a whole *with* the t
 tokenizer puts one BOS at the very start), cut to 256 × seqlen tokens, and scored as non-overlapping windows of
 seqlen tokens (as many as fit: 256 when the text is long enough); in each window every token after the first is
 predicted, and perplexity = exp(total NLL / predicted tokens), which is the papers' mean of per-window mean losses
-since every window predicts as many tokens. seqlen is the model's length in the papers (SparseGPT sets 2048,
-Wanda ``max_position_embeddings``); LayerCut takes 2048, or the model's positions if fewer.
+since every window predicts as many tokens. seqlen is the model's length: both scripts set 2048 (LLaMA's);
+LayerCut takes 2048, or the model's positions if fewer.
 
 The shard comes from the data folder (``c4/c4-validation.00000-of-00008.json.gz``), else from the Hub; offline
 without the file, one line says where to put it. The papers tokenize with the slow tokenizer (``use_fast=False``);
