@@ -107,7 +107,7 @@ from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.serving.models import ModelSpec
 from evaluation.sweeps.search_splits import WIKITEXT, format_search
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS
-from evaluation import cli_output as output
+from evaluation import cli_output as output, cli_tasks
 from evaluation.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
 
 DEFAULT_TASKS = "arc_easy"
@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="layercut-benchmark", description="Benchmark a model and a depth-pruned version of it with lm-eval.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Tasks: {', '.join(lm_eval_adapter.TASKS)} (cbt_style_*: CBT-style, not CBT).\n"
+        epilog=f"Tasks: {', '.join((*lm_eval_adapter.TASKS, *cli_tasks.TASKS))} (cbt_style_*: CBT-style, not CBT; "
+               "c4: perplexity by SparseGPT's and Wanda's rule; mt_bench: FastChat's judged answers).\n"
                f"Methods: {', '.join(METHODS)}.",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -187,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Hugging Face id or folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--task", default=DEFAULT_TASKS, help=f"comma-separated tasks (default {DEFAULT_TASKS})")
     parser.add_argument("--limit", type=int, default=None,
-                        help="examples per task (per subject for mmlu; default: all)")
+                        help="examples per task (per subject for mmlu; c4: windows; mt_bench: the first questions, "
+                             "default one of each category; default: all)")
     parser.add_argument("--num_fewshot", type=int, default=0, help="few-shot examples (offline: arc_*, mmlu only)")
     parser.add_argument("--batch_size", type=int, default=BATCH_SIZE)
     parser.add_argument("--output_folder", default="results", help="where results and tables go (default ./results)")
@@ -214,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
                         help="with --export_dir: also write the model as one GGUF file of this type in the folder")
+    cli_tasks.add_arguments(parser)
     zigzag_output.add_arguments(parser)
     return parser
 
@@ -280,6 +283,7 @@ def check_mode(args) -> None:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
         raise InvalidInput("--batch_size must be at least 1.")
+    cli_tasks.check(args)
 
 
 def check_frontier(args) -> None:
@@ -384,8 +388,10 @@ def run(args, progress=None) -> Path | None:
     progress = progress or _Printer()
     recorded = recipe_file.read(args.recipe) if args.recipe else None  # checked before anything loads
     backend = Backend(data_dir=args.data_dir, device=args.device, model_budget_bytes=args.memory_budget)
-    request = lm_eval_adapter.check_request(args.task.split(","), num_fewshot=args.num_fewshot, limit=args.limit,
-                                            data_dir=backend.data_dir)
+    standard, own = cli_tasks.split(args.task)
+    request = None if own and not standard else lm_eval_adapter.check_request(
+        standard, num_fewshot=args.num_fewshot, limit=args.limit, data_dir=backend.data_dir)
+    judged = cli_tasks.prepare(args, backend)  # C4's shard, MT-Bench's data and judge: before the model loads
     out_dir = Path(args.output_folder).expanduser().resolve()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -411,12 +417,16 @@ def run(args, progress=None) -> Path | None:
     if args.explain:
         return output.explain_report(args, backend, spec, info, cuts, out_dir, progress)
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
-              "tasks": list(request.names), "limit": args.limit, "num_fewshot": args.num_fewshot,
+              "tasks": [*standard, *own], "limit": args.limit, "num_fewshot": args.num_fewshot,
               "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
               "data_dir": str(backend.data_dir) if backend.data_dir else "hub",
               "layercut_version": prune.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    results = backend.benchmark_results(spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer,
-                                        seed=args.seed, use_cache=not args.no_cache, progress=progress)
+    if judged is not None:
+        config["mt_bench"] = {**judged.judge.to_json(), "turns": judged.turns, "questions": len(judged.questions)}
+    results = {label: {} for label in (ORIGINAL, *cuts)} if request is None else backend.benchmark_results(
+        spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer, seed=args.seed,
+        use_cache=not args.no_cache, progress=progress)
+    judged_report = cli_tasks.run(args, backend, spec, cuts, results, judged, info, out_dir, progress)
     output.write_json(out_dir / "results_full.json",
                 output.results_json(results[ORIGINAL], {**config, "mode": "full", "removed_layers": []}))
     measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
@@ -444,9 +454,11 @@ def run(args, progress=None) -> Path | None:
     header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
     header += "".join(f"- {mode}: {recipe.describe()}\n" for mode, recipe in cuts.items())
     table = to_markdown(measurements)
-    (out_dir / "comparison.md").write_text(header + "\n" + table)
+    (out_dir / "comparison.md").write_text(header + "\n" + table + ("\n" + judged_report if judged_report else ""))
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
     print(table)
+    if judged_report:
+        print(judged_report)
     if args.heal:
         output.print_healing(args, backend, spec, cuts)
     print(f"Results in {out_dir}", file=sys.stderr)

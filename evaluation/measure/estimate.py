@@ -119,6 +119,22 @@ def perplexity(rates: Rates, columns: Sequence[float], *, seq_len: int, windows:
     return sum(forward_s(rates, seq_len * windows, c) for c in columns)
 
 
+JUDGE_PROMPT_TOKENS = 400  # an MT-Bench judge prompt's own words (FastChat's instructions, the question)
+
+
+def mt_bench(rates: Rates, columns: Sequence[float], *, questions: int, turns: int, answer_tokens: int,
+             judge_tokens: int | None) -> float:
+    """``Backend.mt_bench`` at most (answers and verdicts that end sooner take less): every model answers each turn
+    up to its cap; a local judge (``judge_tokens``; None: an endpoint, not counted) with this machine's rates reads
+    each graded answer's prompt and each compressed model's games in both orders, and writes up to its cap."""
+    answering = sum(turns * decode_s(rates, answer_tokens, 1, c) for c in columns)
+    if judge_tokens is None:
+        return questions * answering
+    judgments = turns * (len(columns) + 2 * (len(columns) - 1))
+    read = JUDGE_PROMPT_TOKENS + 2 * turns * answer_tokens  # a game shows both models' answers
+    return questions * (answering + judgments * (forward_s(rates, read) + decode_s(rates, judge_tokens)))
+
+
 def cut_sweep(rates: Rates, *, num_layers: int, block_size: int, task: str, limit: int | None) -> float:
     """``evaluation.sweeps.cuts``: the original once, then each cut [s, s + K) runs only the layers after it."""
     tokens = task_tokens(task, limit)

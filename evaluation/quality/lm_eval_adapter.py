@@ -30,7 +30,7 @@ TASKS: tuple[str, ...] = (*offline_tasks.SUPPORTED_TASKS, *cloze.CLOZE_TASKS)
 # Tasks whose few-shot pool is the hub's split when run offline (see offline_tasks).
 FEWSHOT_FAITHFUL_OFFLINE = ("arc_easy", "arc_challenge", "mmlu")
 # Metrics reported in percent (their stderr too); everything else keeps lm-eval's unit.
-PERCENT_METRICS = ("acc", "acc_norm", "exact_match", "f1", "mc1", "mc2")
+PERCENT_METRICS = ("acc", "acc_norm", "exact_match", "f1", "mc1", "mc2", "win_rate", "win_rate_adjusted")
 # lm-eval's seeds when ours is 0 (simple_evaluate's defaults: random 0, the others 1234).
 _BASE_SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed": 1234, "fewshot_random_seed": 1234}
 

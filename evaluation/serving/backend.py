@@ -35,7 +35,7 @@ from evaluation.serving import allocator
 from evaluation.explain import cut as explain
 from evaluation.measure import compiled as compiled_mode, generation, memory, sparse_kernels, speed
 from evaluation.measure.estimate import Rates
-from evaluation.quality import lm_eval_adapter, perplexity, reuse
+from evaluation.quality import c4, lm_eval_adapter, perplexity, reuse
 from evaluation.serving.jobs import building, cancellable, Job, JobRunner, Progress
 from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
 from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
@@ -47,6 +47,7 @@ from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own
 from evaluation.settings import BATCH_SIZE
 from evaluation.serving.explaining import Explaining
 from evaluation.serving.frontiers import Frontiers
+from evaluation.serving.judging import Judging
 from evaluation.serving.sweeping import Sweeping
 from evaluation.serving.training import Training
 
@@ -58,7 +59,7 @@ MEMORY_PROMPT_TOKENS = 128
 _CONTEXTS_KEPT = 2  # residual streams kept in memory (each is [L+1, N, T, D] floats)
 
 
-class Backend(Sweeping, Frontiers, Explaining, Training):
+class Backend(Sweeping, Frontiers, Explaining, Training, Judging):
     """Shared base models, cached variants, and measurements of any comparison; see the module docstring.
 
     ``data_dir``: the benchmark data folder; None → ``LAYERCUT_DATA_DIR`` or ../shared/benchdata,
@@ -416,6 +417,31 @@ class Backend(Sweeping, Frontiers, Explaining, Training):
                         store.put(key, cached)
                     out += [replace(m, model=side.label) for m in from_json_list(cached)]  # this caller's label
             job.update(1.0, "Perplexity measured.")
+        return out
+
+    def c4_results(self, spec: ModelSpec, variants: Variants, *, limit: int | None = None, use_cache: bool = True,
+                   progress: Progress | None = None, owner: str | None = None) -> dict[str, dict]:
+        """C4 perplexity by SparseGPT's and Wanda's rule (``evaluation.quality.c4``) of every compared model, as a
+        results entry in lm-eval's layout per label; ``limit``: the first windows only."""
+        texts = c4.documents(c4.shard(self.data_dir))
+        store = ResultStore(enabled=use_cache)
+        with self.jobs.run("the C4 perplexity", progress, owner=owner) as job:
+            base, sides = self._sides(spec, variants, job)
+            perplexity.check_seq_lens(base.model, (2,))  # a causal model
+            seq_len, chunks, out = c4.seq_len_for(base.model), None, {}
+            for i, side in enumerate(sides):
+                key = {"kind": c4.TASK, **self._key(base, side.recipe), "seq_len": seq_len, "limit": limit,
+                       "text": digest(texts)}
+                if (entry := store.get(key)) is None:
+                    self._ready(base, [side], job)
+                    chunks = c4.windows(base.tokenizer, texts, seq_len)[:limit] if chunks is None else chunks
+                    sub = job.sub(i / len(sides), (i + 1) / len(sides))
+                    nll, count = perplexity.mean_nll(side.model, chunks, report=lambda done: sub.update(
+                        min(done, 1.0), f"{side.label}: C4 perplexity over {len(chunks)} windows of {seq_len}"))
+                    entry = c4.entry(nll, count, len(chunks), seq_len)
+                    store.put(key, entry)
+                out[side.label] = entry
+            job.update(1.0, "C4 perplexity measured.")
         return out
 
 
