@@ -158,6 +158,8 @@ def test_sessions_are_independent_values():
 def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(tiny_folder, monkeypatch, reachable,
                                                                                 words, page):
     monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: reachable)
+    # no request for the id (on this offline machine ~20 s of retries): huggingface_hub fails it at once, as unknown
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     monkeypatch.chdir(Path(tiny_folder).parent)
     picks = handlers_on(page, Backend(device="cpu"), SHARED).pick
     local = Path(tiny_folder).name  # a bare name that exists here as a folder
