@@ -98,7 +98,7 @@ class MtBenchBox:
                                  interactive=False, wrap=True, elem_id="mt-table")
             question = gr.Dropdown([], label="Question", elem_id="mt-question")
             asked = gr.Markdown(elem_id="mt-asked")
-            with gr.Row(equal_height=True):
+            with gr.Row():  # each column's answer, then the judge's verdicts under it, at the same heights
                 columns = {label: _column(label) for label in COLUMNS}
         return cls(**settings, judge=judge, remote_model=remote_model, button=button, estimate=estimate,
                    summary=summary, measured=measured, table=table, question=question, asked=asked, columns=columns,
