@@ -143,6 +143,11 @@ def tiny_tokenizer():
     return build_tiny_tokenizer()
 
 
+# A minimal chat template for the tiny tokenizer: each message between role and end-of-text marks
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
 def build_tiny_tokenizer():
     """A byte-level BPE tokenizer (320 tokens) trained on the built-in calibration text."""
     from prune.core.calibration import BUILTIN_TEXTS
@@ -185,15 +190,17 @@ def tiny_folder(tmp_path_factory, tiny_tokenizer):
 
 
 @pytest.fixture(scope="session")
-def tiny_llama_30(tmp_path_factory, tiny_tokenizer):
-    """A tiny random Llama of 30 layers (the default model's count) and its tokenizer as a folder, its positions
-    widened to 2048 (the frontier's and healing's windows of 512 tokens): a server's model where the pages are the
-    point, not the 135 M model's numbers."""
+def tiny_llama_30(tmp_path_factory):
+    """A tiny random Llama of 30 layers (the default model's count) and its tokenizer, with a minimal chat template
+    (MT-Bench talks to a chat model), as a folder, its positions widened to 2048 (the frontier's and healing's windows
+    of 512 tokens): a server's model where the pages are the point, not the 135 M model's numbers."""
     model = tiny_model("llama", 30)
     model.config.max_position_embeddings = 2048
+    tokenizer = build_tiny_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
     folder = tmp_path_factory.mktemp("tiny-llama-30")
     model.save_pretrained(folder)
-    tiny_tokenizer.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return str(folder)
 
 

@@ -18,10 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
-from conftest import build_tiny_tokenizer, tiny_model
+from conftest import CHAT_TEMPLATE, build_tiny_tokenizer, tiny_model
 
-CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|endoftext|>{% endfor %}"
-                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 SINGLE = re.compile(r"\[The Start of Assistant's Answer\]\n(.*)\n\[The End of Assistant's Answer\]", re.S)
 SINGLE_2 = re.compile(r"### Assistant A:\n(.*)\n\n<\|The End of Assistant A's Conversation", re.S)
 PAIR = {side: re.compile(rf"\[The Start of Assistant {side}'s Answer\]\n(.*)\n\[The End of Assistant {side}'s Answer\]",

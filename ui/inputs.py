@@ -16,6 +16,9 @@ from pathlib import Path
 
 import prune
 from evaluation.comparison_file import MAX_BYTES as COMPARISON_BYTES, Comparison
+from evaluation.quality import judge as judges
+from evaluation.quality.judge import JudgeChoice
+from evaluation.settings import MT_BENCH
 from evaluation.serving.models import ModelSpec
 from prune.core.calibration import BOS_CHOICES, SOURCES, hub_dataset
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, ModelNotFound, quoted
@@ -270,6 +273,24 @@ def _step_calibration(cal: prune.Calibration, what: str, policy: Policy, default
     detail = None if own_data else {"text": cal.text, "file": cal.path, "wikitext2": cal.path, "hub": cal.dataset}.get(
         cal.source)
     _calibration(cal.source, detail, None, cal.n_samples, cal.seq_len, policy, default)
+
+
+def judge(text, remote_model, policy: Policy) -> JudgeChoice:
+    """MT-Bench's judge as typed: empty for the original itself, a model (loaded as a visitor's model is: on a
+    shared server no folder outside the model root), or an endpoint's URL where this server allows one."""
+    if not all(value is None or isinstance(value, str) for value in (text, remote_model)):
+        raise InvalidInput("The judge is named by text: a model, an endpoint's URL, or nothing (the original).")
+    text = (text or "").strip()
+    if text and "://" not in text and text != judges.DEFAULT:
+        text = model_spec(text, None, False, None, policy).name  # the checks a visitor's model passes
+    return judges.choose(text, remote_model=(remote_model or "").strip() or MT_BENCH.remote_model,
+                         shared=policy.shared)
+
+
+def without_folder(message: str, folder: Path | None) -> str:
+    """``message`` with this server's ``folder`` (the data folder) named as "<data folder>": no message names a
+    folder of the server."""
+    return message if folder is None else message.replace(str(folder), "<data folder>")
 
 
 def task_names(text) -> list[str]:

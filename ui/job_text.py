@@ -29,6 +29,7 @@ def estimate_line(seconds: float | None, *, at_most: bool = False) -> str:
 
 SWEEP_OTHERS_COST = "; plus a first analysis of each other method, a minute or more each"
 CACHED = " (at once if measured before: results are kept)"
+JUDGE_NOT_COUNTED = "; the judge not counted (its speed here is not known before it loads)"
 
 
 def beyond_ideal_note(measurements) -> str:

@@ -9,8 +9,9 @@ import math
 import gradio as gr
 import pandas as pd
 
-from evaluation.measure.measurement import to_dataframe
-from ui import text
+from evaluation.measure.measurement import ORIGINAL, to_dataframe
+from evaluation.quality.mt_bench import LOSS, TIE, WIN
+from ui import judge_text, text
 
 WRAPPED_CHARS = 22  # a longer cell (a metric's name) wraps at its spaces instead of widening its column
 ONE_LINE_HEADER = 14  # a header up to this long stays on one line; a longer one wraps between its words
@@ -49,3 +50,22 @@ def _chars(header: str, cells: pd.Series) -> int:
     words = len(header) if len(header) <= ONE_LINE_HEADER else max(map(len, header.split()))
     longest_cell = max((len(str(cell)) for cell in cells), default=0)
     return max(words, min(longest_cell, WRAPPED_CHARS))
+
+
+def mt_bench_table(tally: dict[str, dict[str, dict]], titles: dict[str, str]) -> dict:
+    """MT-Bench's tally (``MtBenchRun.tally``) as rows grouped by category, then turn, then overall: each model's
+    mean score, its unparsable ratings, and a compressed model's games against the original."""
+    groups = list(dict.fromkeys(group for found in tally.values() for group in found))
+    rows = []
+    for group in groups:
+        for label, found in tally.items():
+            if (t := found.get(group)) is None:
+                continue
+            games = label != ORIGINAL
+            rows.append([group, titles.get(label, label), judge_text.score(t["score"], t["score_stderr"]),
+                         f"{t['unparsable_scores']} of {t['scored'] + t['unparsable_scores']}",
+                         f"{t[WIN]} / {t[TIE]} / {t[LOSS]}" if games else "—",
+                         judge_text.percent(t["win_rate"]), judge_text.percent(t["win_rate_adjusted"]),
+                         str(t["unparsable_games"]) if games else "—"])
+    table = pd.DataFrame(rows, columns=list(judge_text.MT_BENCH_HEADERS))
+    return gr.update(value=table, column_widths=column_widths(table))

@@ -102,6 +102,12 @@ BENCH_HELP = (
     "The `cbt_style_*` questions are built from the book LayerCut ships, in CBT's format: **CBT-style, not CBT**."
 )
 
+C4_HELP = (
+    "*C4* is scored as SparseGPT and Wanda score it: the first 1,100 documents of allenai/c4's English validation "
+    "shard, in windows of 2,048 tokens (the model's length if shorter; the window above is WikiText-2's). Offline it "
+    "reads `c4/c4-validation.00000-of-00008.json.gz` from the benchmark data folder."
+)
+
 
 def human_count(count: float) -> str:
     """134515008 → '134.5 M'."""

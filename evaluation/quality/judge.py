@@ -56,12 +56,18 @@ def choose(text: str | None, *, remote_model: str = MT_BENCH.remote_model, share
         return JudgeChoice()
     if "://" not in text:
         return JudgeChoice(model=text)
-    if shared and os.environ.get(MT_BENCH.allow_url_env, "") in ("", "0"):
+    if not urls_allowed(shared):
         raise InvalidInput(f"This shared server calls no judge endpoint (its operator can allow it with "
                            f"{MT_BENCH.allow_url_env}=1): choose a model to judge.")
     if not remote_model.strip():
         raise InvalidInput("Name the model the judge endpoint serves (--judge_model).")
     return JudgeChoice(url=endpoint(text), remote_model=remote_model.strip())
+
+
+def urls_allowed(shared: bool) -> bool:
+    """Whether a judge endpoint may be called here: always on one's own machine, on a shared server when its
+    operator allows it."""
+    return not shared or os.environ.get(MT_BENCH.allow_url_env, "") not in ("", "0")
 
 
 def endpoint(url: str) -> str:

@@ -214,3 +214,36 @@ def test_the_frontier_plots_every_family_and_puts_the_best_under_a_target_into_a
     wait_banner(page, "frontier")
     page.wait_for_timeout(500)
     page.locator("#frontier-box").screenshot(path=str(ASSETS / "screenshot-frontier.png"))  # the README's
+
+
+def test_mt_bench_self_judged_fills_its_table_and_shows_each_columns_answer(page):
+    """Two questions, the first turn, tiny caps, the original judging: the table per category fills, and the viewer
+    shows each filled column's answer beside the judge's verdicts, for the question picked."""
+    tab(page, "Benchmarks")
+    page.get_by_text("Judged answers (MT-Bench)").click()
+    page.fill("#mt-limit input", "2")
+    page.fill("#mt-answer-tokens input", "8")
+    page.fill("#mt-judge-tokens input", "8")
+    page.wait_for_function("document.querySelector('#mt-estimate').innerText.startsWith('Estimate: at most')",
+                           timeout=30_000)
+    page.locator("#mt-btn").scroll_into_view_if_needed()
+    page.click("#mt-btn")
+    summary = settled_text(page, "#mt-summary", "Judged by", timeout=300_000)
+    assert "the original itself (self-judged)" in summary and "Self-judged" in summary
+    assert "2 question(s) × 1 turn(s)" in summary
+    table = page.inner_text("#mt-table")
+    assert "writing" in table and "overall" in table and "Original model" in table
+    filled = [label for label in ("original", "A", "B") if page.locator(f"#mt-answer-{label}").is_visible()]
+    assert filled[0] == "original" and len(filled) >= 2  # the earlier tests left at least A filled
+    for label in filled:
+        assert page.input_value(f"#mt-verdict-{label} textarea").startswith("Turn 1: ")
+        assert page.locator(f"#mt-answer-{label} textarea").count() == 1
+    assert page.input_value("#mt-question input").startswith("81 · writing · ")
+    assert "Question 81 · writing" in page.inner_text("#mt-asked")
+    page.locator("#mt-question input").click()
+    page.get_by_role("option", name="82 · writing", exact=False).click()
+    page.wait_for_function("document.querySelector('#mt-asked').innerText.includes('Question 82')", timeout=30_000)
+    assert page.input_value("#mt-verdict-original textarea").startswith("Turn 1: ")
+    page.locator("#mt-bench-box").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#mt-bench-box").screenshot(path=str(ASSETS / "screenshot-mt-bench.png"))

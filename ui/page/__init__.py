@@ -1,10 +1,8 @@
-"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search,
-healing and sharing), "Generate", "Speed & memory" and "Benchmarks" (with the frontier). Each part lays out its
+"""LayerCut's page, built part by part: the header, then the tabs "Analyze & cut" (with the rank search, healing and
+sharing), "Generate", "Speed & memory" and "Benchmarks" (with MT-Bench and the frontier). Each part lays out its
 components in a dataclass, its handlers return updates keyed by those components, and it wires its own events; here
-they are put
-together, with what spans the page: after each change of the cut its numbers, the buttons' slots, the estimates
-and the results' notes; Stop; the memory line; a closed page.
-"""
+they are put together, with what spans the page: after each change of the cut its numbers, the buttons' slots, the
+estimates and the results' notes; Stop; the memory line; a closed page."""
 
 from __future__ import annotations
 
@@ -17,7 +15,8 @@ from evaluation.serving.models import ModelSpec
 from ui import api
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, estimates, frontier, generate, header, heal, search, share, speed, stale
+from ui.page import benchmarks, cut_tab, estimates, frontier, generate, header, heal, mt_bench, search, share, speed, \
+    stale
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
@@ -29,6 +28,7 @@ from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
 from ui.page.header import Header
 from ui.page.heal import HealHandlers
+from ui.page.mt_bench import MtBenchHandlers
 from ui.page.pick_handlers import PickHandlers
 from ui.page.search import SearchHandlers
 from ui.page.share import ShareHandlers
@@ -48,7 +48,7 @@ BUILDS = ("build", "width_vs_depth", "patch")  # their status line says what the
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal", "patch", "open_comparison", "frontier")
+        "logit_lens", "heal", "patch", "open_comparison", "frontier", "mt_bench")
 
 
 @dataclass
@@ -64,6 +64,7 @@ class PageHandlers:
     generate: GenerateHandlers
     speed: SpeedHandlers
     benchmarks: BenchmarkHandlers
+    mt_bench: MtBenchHandlers
     frontier: FrontierHandlers
     share: ShareHandlers
     estimates: EstimateHandlers
@@ -75,7 +76,8 @@ class PageHandlers:
         pick = PickHandlers(context, page)
         return cls(context, pick, StepHandlers(context, page), CutHandlers(context, page),
                    SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), FrontierHandlers(context, page),
+                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), MtBenchHandlers(context, page),
+                   FrontierHandlers(context, page),
                    ShareHandlers(context, page, pick),
                    EstimateHandlers(context, page), Durations(Seconds(context)))
 
@@ -98,7 +100,8 @@ class Page:
     @property
     def measured(self) -> list[Measured]:
         """The result areas that name the models they measured and turn out of date when those change."""
-        return [self.generate.measured, self.speed.speed_measured, self.speed.memory_measured]
+        return [self.generate.measured, self.speed.speed_measured, self.speed.memory_measured,
+                self.benchmarks.mt_bench.measured]
 
 
 def build_demo(backend=None, *, policy: Policy | None = None, default_model: ModelSpec | None = None) -> gr.Blocks:
@@ -142,7 +145,7 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
 def _wire(page: Page, handlers: PageHandlers) -> None:
     """Each part's events, then what spans the page."""
     events = {}
-    for part in (header, cut_tab, generate, speed, benchmarks, frontier, search, heal, share):
+    for part in (header, cut_tab, generate, speed, benchmarks, mt_bench, frontier, search, heal, share):
         events.update(part.wire(page, handlers))
     # Every change of the edited slot's model is followed by its numbers against the original (a newer one
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.

@@ -1,7 +1,8 @@
-"""The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 perplexity (one results table), the
-cut sweep (every block of K layers measured as it goes, beside the analysis's method; the others ranked on request),
-the sparsity sweep and the frontier (``ui.page.frontier``). The defaults are small, so that they finish quickly on a
-CPU (``benchmarks/default_jobs.py`` times them); each button shows an estimate beside it (``ui.page.estimates``)."""
+"""The "Benchmarks" tab: every compared model on lm-eval tasks and WikiText-2 or C4 perplexity (one results table),
+judged answers (MT-Bench, ``ui.page.mt_bench``), the cut sweep (every block of K layers measured as it goes, beside
+the analysis's method; the others ranked on request), the sparsity sweep and the frontier (``ui.page.frontier``).
+The defaults are small, so that they finish quickly on a CPU (``benchmarks/default_jobs.py`` times them); each
+button shows an estimate beside it (``ui.page.estimates``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 import prune
-from evaluation.quality import lm_eval_adapter
+from evaluation.quality import c4, lm_eval_adapter
 from evaluation.sweeps.sparsity import format_table
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
@@ -20,12 +21,16 @@ from evaluation.settings import PERPLEXITY
 from ui import inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
-from ui.page.events import DEVICE, by_name, gpu
+from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.page.frontier import FrontierBox
+from ui.page.mt_bench import MtBenchBox
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
 from ui.tables import agreement_rows, comparison_table
 from ui.session import Session
+
+WIKITEXT2 = "wikitext2"
+PPL_TEXTS = [("WikiText-2", WIKITEXT2), ("C4", c4.TASK)]
 
 
 @dataclass
@@ -78,10 +83,12 @@ class BenchmarksTab:
     fewshot: NumberInput
     bench_btn: gr.Button
     bench_stop: gr.Button
-    ppl_len: gr.Dropdown
+    ppl_text: gr.Radio  # WikiText-2 or C4
+    ppl_len: gr.Dropdown  # WikiText-2's window (C4's is the papers')
     ppl_windows: NumberInput
     ppl_btn: gr.Button
     results: Results
+    mt_bench: MtBenchBox
     sweep: Sweep
     sparsity: SparsitySweep
     frontier: FrontierBox
@@ -103,22 +110,25 @@ class BenchmarksTab:
                 bench_btn = gr.Button("Run benchmarks", variant="primary", elem_id="bench-btn")
                 bench_stop = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=100)
             bench_estimate = gr.Markdown(elem_id="bench-estimate")
-            with gr.Accordion("Perplexity (WikiText-2)", open=False):
+            with gr.Accordion("Perplexity (WikiText-2 or C4)", open=False):
                 with gr.Row(equal_height=True):
+                    ppl_text = gr.Radio(PPL_TEXTS, value=WIKITEXT2, label="Text", elem_id="ppl-text")
                     ppl_len = gr.Dropdown(["128", "512", "2048"], value=str(PERPLEXITY.seq_len),
                                           label="Window (tokens)")
                     ppl_windows = NumberInput(2, label=f"Windows ({limit_words})", minimum=0, elem_id="ppl-windows")
                     ppl_btn = gr.Button("Measure perplexity", elem_id="ppl-btn")
                 ppl_estimate = gr.Markdown(elem_id="ppl-estimate")
+                gr.Markdown(text.C4_HELP)
             results = Results(gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
                                            elem_id="bench-table"),
                               PlotView(plots.empty_figure("Run a benchmark to compare"), height=420,
                                        elem_id="bench-plot"))
+            judged = MtBenchBox.layout(context)
             sweep = _sweep(limit_words)
             sparsity = _sparsity_sweep(limit_words)
             frontier = FrontierBox.layout(limit_words)
-        return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_len, ppl_windows, ppl_btn, results, sweep,
-                   sparsity, frontier, bench_estimate, ppl_estimate)
+        return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_text, ppl_len, ppl_windows, ppl_btn, results,
+                   judged, sweep, sparsity, frontier, bench_estimate, ppl_estimate)
 
 
 def _sweep(limit_words: str) -> Sweep:
@@ -194,13 +204,25 @@ class BenchmarkHandlers:
         return self._results_shown(session.with_results(found))
 
     @user_errors
-    def perplexity(self, session: Session, seq_len, max_windows, request: gr.Request = None, progress=gr.Progress()):
+    def perplexity(self, session: Session, seq_len, max_windows, source=WIKITEXT2, request: gr.Request = None,
+                   progress=gr.Progress()):
+        """WikiText-2 perplexity at the chosen window, or C4's by the pruning papers' rule
+        (``evaluation.quality.c4``)."""
         need_model(session)
-        found = self.context.backend.perplexity(
-            session.spec, session.variants(),
-            seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),),
-            max_windows=self.context.policy.limit(max_windows, "Windows"), progress=reporter(progress),
-            owner=owner(request))
+        backend, windows = self.context.backend, self.context.policy.limit(max_windows, "Windows")
+        if source not in dict(PPL_TEXTS).values():
+            raise InvalidInput(f"Measure perplexity on {' or '.join(name for name, _ in PPL_TEXTS)}.")
+        if source == c4.TASK:
+            c4_shard(backend.data_dir)
+            entries = backend.c4_results(session.spec, session.variants(), limit=windows,
+                                         progress=reporter(progress), owner=owner(request))
+            found = [m for label, entry in entries.items()
+                     for m in lm_eval_adapter.to_measurements({c4.TASK: entry}, model=label)]
+        else:
+            found = backend.perplexity(
+                session.spec, session.variants(),
+                seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),),
+                max_windows=windows, progress=reporter(progress), owner=owner(request))
         return self._results_shown(session.with_results(found))
 
     def _results_shown(self, session: Session) -> dict:
@@ -243,14 +265,30 @@ class BenchmarkHandlers:
             yield {sparsity.plot: plots.sparsity_sweep_figure(result), sparsity.table: format_table(result)}
 
 
+def c4_shard(data_dir) -> None:
+    """C4's shard is at hand (the data folder's, else the Hub's), or one line on what to put where, naming no folder
+    of the server."""
+    try:
+        c4.shard(data_dir)
+    except InvalidInput:
+        raise InvalidInput(c4.missing(None)) from None
+
+
+def window_for(source: str):
+    """The window is WikiText-2's to choose; C4's is the papers' (2048, or the model's positions if fewer)."""
+    return gr.update(interactive=source != c4.TASK)
+
+
 def wire(page, handlers) -> dict:
     tab = page.benchmarks
     runs, session, results = handlers.benchmarks, page.session, [*tab.results.outputs(), page.session]
     durations = handlers.durations
     bench = tab.bench_btn.click(gpu(runs.benchmarks, durations.benchmarks),
                                 [session, tab.tasks, tab.limit, tab.fewshot], results, api_name="benchmarks", **DEVICE)
-    ppl = tab.ppl_btn.click(gpu(runs.perplexity, durations.perplexity), [session, tab.ppl_len, tab.ppl_windows],
-                            results, api_name="perplexity", **DEVICE)
+    ppl = tab.ppl_btn.click(gpu(runs.perplexity, durations.perplexity),
+                            [session, tab.ppl_len, tab.ppl_windows, tab.ppl_text], results, api_name="perplexity",
+                            **DEVICE)
+    tab.ppl_text.change(window_for, [tab.ppl_text], [tab.ppl_len], api_name="perplexity_text", **LIGHT)
     sweep = tab.sweep.button.click(gpu(runs.sweep, durations.sweep),
                                    [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit, tab.sweep.others],
                                    [tab.sweep.plot, tab.sweep.table, tab.sweep.summary], api_name="sweep",

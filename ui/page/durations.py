@@ -48,8 +48,14 @@ class Durations:
     def benchmarks(self, session, tasks, limit, fewshot, *_):
         return asked(self.seconds.benchmarks(session, tasks, limit, fewshot))
 
-    def perplexity(self, session, seq_len, windows, *_):
-        return asked(self.seconds.perplexity(session, seq_len, windows))
+    def perplexity(self, session, seq_len, windows, source=None, *_):
+        return asked(self.seconds.perplexity(session, seq_len, windows, source))
+
+    def mt_bench(self, session, limit, turns, judge, remote_model, answer_tokens, judge_tokens, *_):
+        seconds = self.seconds.mt_bench(session, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
+        if seconds is None or not (judge or "").strip():
+            return asked(seconds)
+        return asked(seconds + LOAD_S)  # another judge: its load (a model) or its answers (an endpoint) not counted
 
     def sweep(self, session, task, block_size, limit, others, *_):
         return asked(self.seconds.sweep(session, task, block_size, limit, others))

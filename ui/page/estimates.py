@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 from evaluation.measure import estimate
+from evaluation.quality import c4
 from evaluation.quality.lm_eval_adapter import TASKS
 from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
-from evaluation.settings import PERPLEXITY
+from evaluation.settings import C4_PERPLEXITY, PERPLEXITY
 from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
 from evaluation.sweeps.sparsity import check_plan
 from prune.core.architectures import CAUSAL
@@ -29,9 +30,10 @@ from prune.patch.step import CALIBRATION as PATCH_CALIBRATION
 
 from ui import inputs, text
 from ui.handlers import Context
-from ui.job_text import CACHED, ESTIMATE, SWEEP_OTHERS_COST, estimate_line
+from ui.job_text import CACHED, ESTIMATE, JUDGE_NOT_COUNTED, SWEEP_OTHERS_COST, estimate_line
 from ui.page.events import LIGHT
 from ui.page.generate import max_new
+from ui.page import mt_bench as judged
 from ui.page.heal import PATCH, PPL_SEQ_LEN, PPL_WINDOWS, heal_limits
 from ui.page.speed import MEMORY_NEW_TOKENS, speed_settings
 from ui.session import Session
@@ -105,11 +107,24 @@ class Seconds:
                                                                    maximum=25))
 
     @quiet
-    def perplexity(self, session, rates, seq_len, windows):
+    def perplexity(self, session, rates, seq_len, windows, source=None):
         count = self._limit(windows, "Windows")
+        if source == c4.TASK:  # the papers' windows (at most 2048 tokens: fewer where the model's positions are)
+            return estimate.perplexity(rates, columns(session), seq_len=C4_PERPLEXITY.seq_len,
+                                       windows=count or C4_PERPLEXITY.windows)
         return estimate.perplexity(rates, columns(session),
                                    seq_len=inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),
                                    windows=count or estimate.TASKS["wikitext"].documents)
+
+    @quiet
+    def mt_bench(self, session, rates, limit, turns, judge, remote_model, answer_tokens, judge_tokens):
+        if session.info.kind != CAUSAL:
+            return None
+        request = judged.check(self.context, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
+        local = request.judge.url is None and request.judge.model is None  # the original: its rates are known
+        return estimate.mt_bench(rates, columns(session), questions=len(request.questions), turns=request.turns,
+                                 answer_tokens=request.answer_tokens,
+                                 judge_tokens=request.judge_tokens if local else None)
 
     @quiet
     def sweep(self, session, rates, task, block_size, limit, _others):
@@ -199,6 +214,17 @@ def _at_most(seconds: float | None, _values: tuple) -> str:
     return estimate_line(seconds, at_most=True)
 
 
+def _cached_at_most(seconds: float | None, _values: tuple) -> str:
+    line = estimate_line(seconds, at_most=True)
+    return line + CACHED if line else line
+
+
+def _mt_bench_line(seconds: float | None, values: tuple) -> str:
+    """At most (answers and verdicts may end before their caps); a judge other than the original not counted."""
+    line = _cached_at_most(seconds, values)
+    return line + JUDGE_NOT_COUNTED if line and (values[2] or "").strip() else line
+
+
 class EstimateHandlers:
     """The lines beside the long jobs' buttons: each after its own settings change, all after a model or cut did."""
 
@@ -235,7 +261,8 @@ def _lines(page) -> list[Line]:
         Line("speed", speed.speed_estimate, [speed.batches, speed.prompt_len, speed.new_tokens, speed.repeats]),
         Line("memory", speed.memory_estimate, []),
         Line("benchmarks", bench.bench_estimate, [bench.tasks, bench.limit, bench.fewshot], _cached),
-        Line("perplexity", bench.ppl_estimate, [bench.ppl_len, bench.ppl_windows], _cached),
+        Line("perplexity", bench.ppl_estimate, [bench.ppl_len, bench.ppl_windows, bench.ppl_text], _cached),
+        Line("mt_bench", bench.mt_bench.estimate, bench.mt_bench.settings(), _mt_bench_line),
         Line("sweep", sweep.estimate, [sweep.task, sweep.block_size, sweep.limit, sweep.others], _sweep_line),
         Line("sparsity", sparse.estimate, [sparse.task, sparse.levels, sparse.methods, sparse.limit, sparse.windows],
              _cached),
