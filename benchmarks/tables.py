@@ -308,6 +308,25 @@ def gpu_check(found: dict) -> str:
         ("" if found.get("finished", True) else "\n\nThe run stopped before its last step.")
 
 
+@renders("explain")
+def explain(found: dict) -> str:
+    """benchmarks/explain.py: each cut's feedback on the slice, its first release's seconds and a full forward's."""
+    rows = []
+    for c in found["cuts"]:
+        f = c["feedback"]
+        release, full = min(c["release_wall_s"]), min(c["full_forward_wall_s"])
+        rows.append([f"[{c['cut'][0]}, {c['cut'][1]})", f"{f['perplexity']:,.1f}", num(f["kl"], ".3f"),
+                     f"{f['agreement_pct']:.1f} %", num(c["release_wall_s"][0], ".2f"), num(release, ".2f"),
+                     num(full, ".2f"), num(release / full, ".2f")])
+    original = found["cuts"][0]["feedback"]["original_perplexity"] if found["cuts"] else None
+    return (f"The original's slice perplexity {num(original)}; its one-off states "
+            f"{num(found['one_off_wall_s'], '.2f')} s; the first release of a cut: median "
+            f"{num(found['first_release_median_s'], '.2f')} s (target ≤ 2 s). Wall seconds; \"best\": the best of "
+            f"{len(found['cuts'][0]['release_wall_s']) if found['cuts'] else 0}, alternating.\n\n" +
+            table(["cut", "slice perplexity", "KL (nats/token)", "top-1 agreement", "first release (s)",
+                   "best release (s)", "full forward (s)", "release ÷ forward"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
