@@ -162,6 +162,10 @@ def pct(share) -> str:
     return "—" if share is None else f"{100 * share:.0f} %"
 
 
+def pct_1(share) -> str:
+    return "—" if share is None else f"{100 * share:.1f} %"
+
+
 def _flat(columns) -> bool:
     return isinstance(columns, dict) and bool(columns) and all(isinstance(c, dict) for c in columns.values())
 
@@ -325,6 +329,60 @@ def explain(found: dict) -> str:
             f"{len(found['cuts'][0]['release_wall_s']) if found['cuts'] else 0}, alternating.\n\n" +
             table(["cut", "slice perplexity", "KL (nats/token)", "top-1 agreement", "first release (s)",
                    "best release (s)", "full forward (s)", "release ÷ forward"], rows))
+
+
+@renders("sparsity")
+def sparsity(found: dict) -> str:
+    """benchmarks/sparsity.py: each method's perplexity and prune time at 50 % and 2:4; decode with zeros stored."""
+    rows = [[r["method"], r["sparsity"], "—" if r["method"] == "dense" else num(r["prune_s"], ".0f"),
+             pct_1(r["zero_fraction"]), num(r["perplexity"], ".2f")] for r in found["rows"]]
+    decode = [[d["batch"], f"{d['dense_ms']:.1f} ± {d['dense_iqr_ms']:.1f}", f"{d['zeros_ms']:.1f} ± "
+               f"{d['zeros_iqr_ms']:.1f}", f"{d['ratio']:.2f}×"] for d in found.get("decode", [])]
+    return (table(["method", "sparsity", "prune time (s)", "zero weights in layers", "WikiText-2 perplexity"], rows,
+                  "llrrr") + "\n\nDecode latency per token, dense against Wanda 50 % stored densely (median ± IQR):"
+            "\n\n" + table(["batch", "dense (ms)", "dense with zeros (ms)", "dense / zeros"], decode, "rrrr"))
+
+
+@renders("turns")
+def turns(found: dict) -> str:
+    """benchmarks/turns.py: variant B streamed from its files beside the original, against B brought in (turns)."""
+    streamed, turn, again = found["streamed"], found["turns"], found.get("again") or {}
+    rows = [["B's decode speed (tokens/s)", num(streamed["tokens_per_s"], ".2f"),
+             f"{turn['tokens_per_s']:.2f} ({turn['over_streamed']:.2f} ×)"],
+            ["B's first token (s)", num(streamed["ttft_s"], ".2f"), num(turn["ttft_s"], ".2f")],
+            ["the swap (s)", "—", f"{turn['swap_s']:.2f} the first time, which writes the original's file; "
+                                  f"{num(again.get('swap_s'), '.2f')} the second time"],
+            [f"process memory after (GiB, RSS; budget {found['budget_GiB']:.2f})", num(streamed["rss_GiB"], ".2f"),
+             num(turn["rss_GiB"], ".2f")]]
+    same = "the same" if turn.get("same_answer") else "NOT the same"
+    return (table(["", "B streamed from its files", "B brought in (turns)"], rows, "lll") +
+            f"\n\nB's answers streamed and in turns are {same} token for token.")
+
+
+@renders("lowrank")
+def lowrank(found: dict) -> str:
+    """benchmarks/lowrank.py: weight against feature space at each ratio: parameters, time, perplexity."""
+    total = found["parameters"]
+
+    def perplexity(value) -> str:
+        return "—" if value is None else f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
+
+    rows = [[r["space"], r["asked"], f"{r['parameters']:,} ({100 * r['parameters'] / total:.1f} %)",
+             "—" if r["space"] == "dense" else num(r["decompose_s"]), perplexity(r["perplexity"])]
+            for r in found["quality"]]
+    return table(["space", "asked", "parameters", "decompose time (s)", "WikiText-2 perplexity"], rows, "lrrrr")
+
+
+@renders("sublayer_vs_layers")
+def sublayer_vs_layers(found: dict) -> str:
+    """benchmarks/sublayer_vs_layers.py: an attention drop against the whole-layer cuts that bracket its size."""
+    rows = []
+    for label, c in found["columns"].items():
+        acc, kv = c["hellaswag_acc_norm"], c.get("kv_cache")
+        rows.append([c.get("recipe") or label, f"{acc[0]:.1f} ± {acc[1]:.1f}" if acc[1] is not None else num(acc[0]),
+                     f"{c['speedup']:.2f}× ({c['ideal_speedup']:.2f}×)", num(c["decode_ms_per_token"]),
+                     f"{kv[0]:.2f} {kv[1]}" if kv else "—"])
+    return table(["", "hellaswag acc_norm", "decode speedup (ideal)", "decode ms/token", "KV cache"], rows, "lrrrr")
 
 
 def main() -> None:
