@@ -385,6 +385,31 @@ def sublayer_vs_layers(found: dict) -> str:
     return table(["", "hellaswag acc_norm", "decode speedup (ideal)", "decode ms/token", "KV cache"], rows, "lrrrr")
 
 
+@renders("quantization")
+def quantization(found: dict) -> str:
+    """benchmarks/quantization.py: dense, Wanda 50 % and a cut, each without, with int8 and with int4 weights."""
+    columns = found["columns"]
+    names = {"dense": "dense", "wanda50": "Wanda 50 %", "cut": "cut"}
+
+    def label(key: str) -> str:
+        base, _, bits = key.partition("+")
+        return f"{names.get(base, base)} {bits}".strip() if base != "wanda50" or not bits else f"Wanda {bits}"
+
+    def accuracy(c: dict) -> str:
+        value = c.get("hellaswag_acc_norm")
+        return "—" if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    rows = [["WikiText-2 test perplexity", *(num(c.get("wikitext2_ppl"), ".2f") for c in columns.values())]]
+    if any(c.get("hellaswag_acc_norm") for c in columns.values()):
+        rows.append(["hellaswag acc_norm", *(accuracy(c) for c in columns.values())])
+    rows += [["weight memory, MiB (real bytes)", *(num(c["weight_MiB"]) for c in columns.values())],
+             ["owned beside the original, MiB", *(num(c["owned_MiB"], ".1f") for c in columns.values())],
+             ["decode ms/token (batch 1)", *(num(c["decode_ms_per_token"]) for c in columns.values())],
+             ["decode speed against dense", *(f"{c['speed_vs_dense']:.2f}×" for c in columns.values())],
+             ["build time (s)", *(num(c.get("build_s")) for c in columns.values())]]
+    return table(["", *(label(k) for k in columns)], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
