@@ -334,7 +334,7 @@ def explain(found: dict) -> str:
 @renders("sparsity")
 def sparsity(found: dict) -> str:
     """benchmarks/sparsity.py: each method's perplexity and prune time at 50 % and 2:4; decode with zeros stored."""
-    rows = [[r["method"], r["sparsity"], "—" if r["method"] == "dense" else num(r["prune_s"], ".0f"),
+    rows = [[r["method"], r["sparsity"], "—" if r["method"] == "dense" else num(r["prune_s"]),
              pct_1(r["zero_fraction"]), num(r["perplexity"], ".2f")] for r in found["rows"]]
     decode = [[d["batch"], f"{d['dense_ms']:.1f} ± {d['dense_iqr_ms']:.1f}", f"{d['zeros_ms']:.1f} ± "
                f"{d['zeros_iqr_ms']:.1f}", f"{d['ratio']:.2f}×"] for d in found.get("decode", [])]
