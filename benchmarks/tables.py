@@ -410,6 +410,15 @@ def quantization(found: dict) -> str:
     return table(["", *(label(k) for k in columns)], rows)
 
 
+@renders("width", "heal")
+def printed_rows(found: dict) -> str:
+    """benchmarks/width.py and heal.py: the table they print, its rows already formatted, a column per model."""
+    columns = found["columns"]
+    labels = columns if isinstance(columns, dict) else {c: c for c in columns}
+    rows = [[name, *(row.get(key, "") for key in labels)] for name, row in found["rows"].items()]
+    return table(["", *labels.values()], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
