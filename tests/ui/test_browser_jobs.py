@@ -27,6 +27,13 @@ def page(browser, tiny_llama_30):
     yield from open_page(browser, None if ON_DEFAULT else ModelSpec(tiny_llama_30))
 
 
+def shoot(page, selector: str, name: str) -> None:
+    """A screenshot of one part of the page, scrolled into view and settled, into ASSETS."""
+    page.locator(selector).scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator(selector).screenshot(path=str(ASSETS / name))
+
+
 def pick_method(page, name: str) -> None:
     tab(page, "Analyze & cut")
     page.locator("#method input").click()
@@ -99,9 +106,7 @@ def test_width_against_depth_and_a_sparse_build_fill_the_columns(page):
     wait_built(page, "weight 80%")
     assert "weight-space low-rank decomposition to 80 % of the parameters" in banner(page)
     page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
-    page.locator("#rank-map").scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    page.locator("#rank-map").screenshot(path=str(ASSETS / "screenshot-ranks.png"))
+    shoot(page, "#rank-map", "screenshot-ranks.png")
 
 
 def test_width_against_depth_by_llm_pruners_criterion(page):
@@ -138,9 +143,7 @@ def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
     assert "WikiText-2 perplexity" in summary and "It is now A" in summary
     assert "weight-space low-rank decomposition at" in banner(page) and "searched ranks" in banner(page)
     page.wait_for_selector("#rank-map .lc-plot .hm", timeout=30_000)
-    page.locator("#search-box").scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    page.locator("#search-box").screenshot(path=str(ASSETS / "screenshot-rank-search.png"))
+    shoot(page, "#search-box", "screenshot-rank-search.png")
 
 
 def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
@@ -161,9 +164,7 @@ def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
     status = page.inner_text("#heal-status")
     assert "B is now A healed" in status and "original" in status and "B " in status
     assert "LoRA healing" in banner(page)
-    page.locator("#heal-box").scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    page.locator("#heal-box").screenshot(path=str(ASSETS / "screenshot-heal.png"))
+    shoot(page, "#heal-box", "screenshot-heal.png")
 
 
 def test_one_click_patches_the_cut_into_the_other_slot(page):
@@ -244,6 +245,4 @@ def test_mt_bench_self_judged_fills_its_table_and_shows_each_columns_answer(page
     page.get_by_role("option", name="82 · writing", exact=False).click()
     page.wait_for_function("document.querySelector('#mt-asked').innerText.includes('Question 82')", timeout=30_000)
     assert page.input_value("#mt-verdict-original textarea").startswith("Turn 1: ")
-    page.locator("#mt-bench-box").scroll_into_view_if_needed()
-    page.wait_for_timeout(500)
-    page.locator("#mt-bench-box").screenshot(path=str(ASSETS / "screenshot-mt-bench.png"))
+    shoot(page, "#mt-bench-box", "screenshot-mt-bench.png")
