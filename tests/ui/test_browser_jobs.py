@@ -1,8 +1,8 @@
 """The app's long jobs in a real browser, on a server of their own whose model is a tiny random Llama of 30 layers
 (the default model's count): width against depth, a sparse and a low-rank build, the rank search, healing, the
-one-click patch and the frontier. Their pages are the point here, not the 135 M model's numbers (on it these tests
-took about 10 minutes). ``LAYERCUT_SCREENSHOTS=assets`` (assets/refresh_screenshots.sh) runs them on the default
-model, whose pages the README shows."""
+one-click patch, the frontier and MT-Bench judged. Their pages are the point here, not the 135 M model's numbers
+(on it these tests took about 10 minutes). ``LAYERCUT_SCREENSHOTS=assets`` (assets/refresh_screenshots.sh) runs
+them on the default model, whose pages the README shows."""
 
 from __future__ import annotations
 
