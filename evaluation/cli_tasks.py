@@ -9,7 +9,6 @@ from pathlib import Path
 from prune.core.errors import InvalidInput
 
 from evaluation import cli_output as output
-from evaluation.measure import estimate
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import c4, judge as judges, mt_bench
 from evaluation.serving.backend import Backend
@@ -91,12 +90,10 @@ def run(args, backend: Backend, spec: ModelSpec, cuts: dict, results: dict[str, 
 def say_estimate(request: MtBenchRequest, info, variants: int) -> None:
     """The run's size and, with this machine's rates, its time at most, on stderr before it starts (a judge other
     than the original is not counted: its speed here is not known yet)."""
-    local = request.judge.url is None and request.judge.model is None
+    local = request.judge.self_judged
     models = 1 + variants
     judgments = request.turns * (models + 2 * variants)
-    seconds = None if info.rates is None else estimate.mt_bench(
-        info.rates, [1.0] * models, questions=len(request.questions), turns=request.turns,
-        answer_tokens=request.answer_tokens, judge_tokens=request.judge_tokens if local else None)
+    seconds = None if info.rates is None else request.seconds_at_most(info.rates, [1.0] * models)
     when = "" if seconds is None else (f"; at most about {seconds / 60:.0f} min here (every answer and verdict to its "
                                        f"cap{'' if local else ', the judge not counted'}; cached ones are free)")
     print(f"MT-Bench: {len(request.questions)} questions × {request.turns} turn(s), {models} model(s), judged by "
@@ -108,32 +105,20 @@ def report(found: MtBenchRun) -> str:
     """Per model and group (category, turn, overall): the mean score and, beside the original, wins, ties, losses
     and the win rate; unparsable verdicts counted; how long answering and judging took."""
     request = found.request
-    lines = [f"## MT-Bench, judged by {request.judge.words()}", "",
-             "| model | group | score (1–10) | unparsable scores | win / tie / loss vs original | win rate | "
-             "adjusted win rate | unparsable games |", "|---|---|---|---|---|---|---|---|"]
+    header = ("model", "group", *mt_bench.COLUMNS)
+    lines = [f"## MT-Bench, judged by {request.judge.words()}", "", f"| {' | '.join(header)} |",
+             "|" + "---|" * len(header)]
     for label, groups in found.tally().items():
         for group, t in groups.items():
-            games, unparsable = ("—", "—") if label == ORIGINAL else (f"{t['win']} / {t['tie']} / {t['loss']}",
-                                                                        t["unparsable_games"])
-            lines.append(f"| {label} | {group} | {_number(t['score'])} | {t['unparsable_scores']} of "
-                         f"{t['scored'] + t['unparsable_scores']} | {games} | {_percent(t['win_rate'])} | "
-                         f"{_percent(t['win_rate_adjusted'])} | {unparsable} |")
+            lines.append(f"| {' | '.join([label, group, *mt_bench.cells(t, games=label != ORIGINAL)])} |")
     answered, judged = found.done["answers"], found.done["judgments"]
     lines += ["", f"{len(request.questions)} questions, {request.turns} turn(s), answers up to {request.answer_tokens} "
               f"tokens (greedy). Generated now: {answered} answers ({_each(found.seconds['answering'], answered)}), "
               f"{judged} judgments ({_each(found.seconds['judging'], judged)}); the rest came from the cache."]
-    if request.judge.model is None and request.judge.url is None:
+    if request.judge.self_judged:
         lines.append("Self-judged: the original grades its own answers and the compressed model's; a small model's "
                      "verdicts mean little.")
     return "\n".join(lines) + "\n"
-
-
-def _number(value) -> str:
-    return "—" if value is None else f"{value:.2f}"
-
-
-def _percent(value) -> str:
-    return "—" if value is None else f"{100 * value:.1f} %"
 
 
 def _each(seconds: float, count: int) -> str:

@@ -21,8 +21,7 @@ SELF_JUDGED_PLACEHOLDER = SELF_JUDGED
 SELF_JUDGED_NOTE = ("**Self-judged**: the original grades its own answers and the compressed models'. A small model's "
                     "verdicts are mostly unparsable and mean little: judge with a strong model or an endpoint before "
                     "reading anything into the scores.")
-MT_BENCH_HEADERS = ("group", "model", "score (1–10)", "ratings unparsable", "win / tie / loss vs original", "win rate",
-                    "adjusted win rate", "games unparsable")
+MT_BENCH_HEADERS = ("group", "model", *mt_bench.COLUMNS)
 WINNERS = {"A": "A", "B": "B", "tie": "tie", None: "unparsable"}
 RULE = "\n\n" + "─" * 24 + "\n\n"
 
@@ -33,22 +32,12 @@ def judge_label(endpoints: bool) -> str:
     return f"Judge: empty = the original (self-judged), or a model (a Hugging Face id); {url}"
 
 
-def score(value, spread=None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.2f}" + ("" if spread is None else f" ± {spread:.2f}")
-
-
-def percent(value) -> str:
-    return "—" if value is None else f"{100 * value:.1f} %"
-
-
 def mt_bench_summary(run) -> str:
     """Who judged, what was asked, how many verdicts could not be read, and what was generated now."""
     request, tally = run.request, run.tally()
     lines = [f"**Judged by {request.judge.words()}** · {len(request.questions)} question(s) × {request.turns} "
              f"turn(s) · answers up to {request.answer_tokens} tokens (greedy)."]
-    if request.judge.model is None and request.judge.url is None:
+    if request.judge.self_judged:
         lines.append(SELF_JUDGED_NOTE)
     counts = []
     for label, groups in tally.items():

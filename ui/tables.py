@@ -10,7 +10,7 @@ import gradio as gr
 import pandas as pd
 
 from evaluation.measure.measurement import ORIGINAL, to_dataframe
-from evaluation.quality.mt_bench import LOSS, TIE, WIN
+from evaluation.quality import mt_bench
 from ui import judge_text, text
 
 WRAPPED_CHARS = 22  # a longer cell (a metric's name) wraps at its spaces instead of widening its column
@@ -61,11 +61,6 @@ def mt_bench_table(tally: dict[str, dict[str, dict]], titles: dict[str, str]) ->
         for label, found in tally.items():
             if (t := found.get(group)) is None:
                 continue
-            games = label != ORIGINAL
-            rows.append([group, titles.get(label, label), judge_text.score(t["score"], t["score_stderr"]),
-                         f"{t['unparsable_scores']} of {t['scored'] + t['unparsable_scores']}",
-                         f"{t[WIN]} / {t[TIE]} / {t[LOSS]}" if games else "—",
-                         judge_text.percent(t["win_rate"]), judge_text.percent(t["win_rate_adjusted"]),
-                         str(t["unparsable_games"]) if games else "—"])
+            rows.append([group, titles.get(label, label), *mt_bench.cells(t, games=label != ORIGINAL)])
     table = pd.DataFrame(rows, columns=list(judge_text.MT_BENCH_HEADERS))
     return gr.update(value=table, column_widths=column_widths(table))

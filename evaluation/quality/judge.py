@@ -39,6 +39,11 @@ class JudgeChoice:
     url: str | None = None  # the chat completions endpoint
     remote_model: str = MT_BENCH.remote_model
 
+    @property
+    def self_judged(self) -> bool:
+        """The original judges (neither another model nor an endpoint named)."""
+        return self.model is None and self.url is None
+
     def words(self) -> str:
         if self.url is not None:
             return f"{self.remote_model} at {self.url}"
@@ -51,9 +56,9 @@ class JudgeChoice:
 
 def choose(text: str | None, *, remote_model: str = MT_BENCH.remote_model, shared: bool = False) -> JudgeChoice:
     """The judge ``text`` names (None or "default": the original), checked once here."""
-    text = (text or "").strip()
-    if text in ("", DEFAULT):
+    if not names_a_judge(text):
         return JudgeChoice()
+    text = text.strip()
     if "://" not in text:
         return JudgeChoice(model=text)
     if not urls_allowed(shared):
@@ -62,6 +67,11 @@ def choose(text: str | None, *, remote_model: str = MT_BENCH.remote_model, share
     if not remote_model.strip():
         raise InvalidInput("Name the model the judge endpoint serves (--judge_model).")
     return JudgeChoice(url=endpoint(text), remote_model=remote_model.strip())
+
+
+def names_a_judge(text: str | None) -> bool:
+    """Whether ``text`` names a judge other than the original (empty and "default" name none)."""
+    return (text or "").strip() not in ("", DEFAULT)
 
 
 def urls_allowed(shared: bool) -> bool:

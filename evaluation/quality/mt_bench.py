@@ -260,6 +260,23 @@ class Tally:
                 "win_rate_adjusted": (self.outcomes[WIN] + 0.5 * self.outcomes[TIE]) / games if games else None}
 
 
+COLUMNS = ("score (1–10)", "ratings unparsable", "win / tie / loss vs original", "win rate", "adjusted win rate",
+           "games unparsable")  # a tally's cells (:func:`cells`), as the page and the command line show them
+
+
+def cells(found: dict, games: bool) -> list[str]:
+    """One group's tally (a value of :func:`tally`'s) as the :data:`COLUMNS`; ``games``: a compressed model's, whose
+    games against the original are counted ("—" for the original's)."""
+    def percent(value) -> str:
+        return "—" if value is None else f"{100 * value:.1f} %"
+
+    score = "—" if found["score"] is None else f"{found['score']:.2f}" + (
+        "" if found["score_stderr"] is None else f" ± {found['score_stderr']:.2f}")
+    return [score, f"{found['unparsable_scores']} of {found['scored'] + found['unparsable_scores']}",
+            f"{found[WIN]} / {found[TIE]} / {found[LOSS]}" if games else "—", percent(found["win_rate"]),
+            percent(found["win_rate_adjusted"]), str(found["unparsable_games"]) if games else "—"]
+
+
 def tally(items: Sequence[Graded | Game]) -> dict[str, dict[str, dict]]:
     """Per model: per category (in order of appearance), per turn and overall, the :class:`Tally` as JSON."""
     found: dict[str, dict[str, Tally]] = {}

@@ -18,6 +18,7 @@ from prune.core.errors import InvalidInput
 from prune.core.paths import digest
 from prune.core.recipe import Recipe
 
+from evaluation.measure import estimate
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import chat, judge as judges, mt_bench
 from evaluation.quality.judge import JudgeChoice
@@ -41,6 +42,13 @@ class MtBenchRequest:
     judge: JudgeChoice
     answer_tokens: int
     judge_tokens: int  # a local judge's cap (an endpoint's is MT_BENCH.remote_tokens)
+
+    def seconds_at_most(self, rates, weights: list[float]) -> float:
+        """``estimate.mt_bench`` of this request for compared models of ``weights`` (the original's 1) with this
+        machine's ``rates``: the judge counted only when it is the original, whose rates are known."""
+        return estimate.mt_bench(rates, weights, questions=len(self.questions), turns=self.turns,
+                                 answer_tokens=self.answer_tokens,
+                                 judge_tokens=self.judge_tokens if self.judge.self_judged else None)
 
 
 def check_request(data_dir, *, limit: int | None = None, turns: int = MT_BENCH.turns,

@@ -34,6 +34,14 @@ def shoot(page, selector: str, name: str) -> None:
     page.locator(selector).screenshot(path=str(ASSETS / name))
 
 
+def best_block_in_a(page) -> None:
+    """A edited, and the analysis's best block cut in it."""
+    tab(page, "Analyze & cut")
+    page.get_by_role("radio", name="Cut A").click()
+    page.click("#best-btn")
+    wait_banner(page, "removed")
+
+
 def pick_method(page, name: str) -> None:
     tab(page, "Analyze & cut")
     page.locator("#method input").click()
@@ -148,10 +156,7 @@ def test_a_rank_search_draws_its_live_plot_and_fills_the_edited_slot(page):
 
 def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
     """A cut in A healed by LoRA for a few steps into B; the three columns' held-out perplexity follows."""
-    tab(page, "Analyze & cut")
-    page.get_by_role("radio", name="Cut A").click()
-    page.click("#best-btn")
-    wait_banner(page, "removed")
+    best_block_in_a(page)
     page.get_by_text("Repair the edited slot's model into the other slot").click()
     page.fill("#heal-steps input", "3")
     page.locator("#heal-btn").scroll_into_view_if_needed()
@@ -169,10 +174,7 @@ def test_healing_draws_its_loss_curve_and_fills_the_other_slot(page):
 
 def test_one_click_patches_the_cut_into_the_other_slot(page):
     """A's cut patched by ReplaceMe's least squares into B from the button beside the range; perplexity follows."""
-    tab(page, "Analyze & cut")
-    page.get_by_role("radio", name="Cut A").click()
-    page.click("#best-btn")
-    wait_banner(page, "removed")
+    best_block_in_a(page)
     page.wait_for_function("document.querySelector('#patch-btn').innerText.includes('Patch the cut → B')",
                            timeout=30_000)
     if not ON_DEFAULT:  # the tiny model's best block starts at layer 0: nothing to fold a patch into

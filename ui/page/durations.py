@@ -6,6 +6,7 @@ none (:func:`ui.page.events.asked` adds the margin and clamps). Each method take
 from __future__ import annotations
 
 from evaluation.measure.compiled import COMPILE_ALLOWANCE_S
+from evaluation.quality.judge import names_a_judge
 from ui.page.estimates import Seconds
 from ui.page.events import asked, fixed
 
@@ -53,7 +54,7 @@ class Durations:
 
     def mt_bench(self, session, limit, turns, judge, remote_model, answer_tokens, judge_tokens, *_):
         seconds = self.seconds.mt_bench(session, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
-        if seconds is None or not (judge or "").strip():
+        if seconds is None or not names_a_judge(judge):
             return asked(seconds)
         return asked(seconds + LOAD_S)  # another judge: its load (a model) or its answers (an endpoint) not counted
 

@@ -16,6 +16,7 @@ import gradio as gr
 
 from evaluation.measure import estimate
 from evaluation.quality import c4
+from evaluation.quality.judge import names_a_judge
 from evaluation.quality.lm_eval_adapter import TASKS
 from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
 from evaluation.settings import C4_PERPLEXITY, PERPLEXITY
@@ -121,10 +122,7 @@ class Seconds:
         if session.info.kind != CAUSAL:
             return None
         request = judged.check(self.context, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
-        local = request.judge.url is None and request.judge.model is None  # the original: its rates are known
-        return estimate.mt_bench(rates, columns(session), questions=len(request.questions), turns=request.turns,
-                                 answer_tokens=request.answer_tokens,
-                                 judge_tokens=request.judge_tokens if local else None)
+        return request.seconds_at_most(rates, columns(session))
 
     @quiet
     def sweep(self, session, rates, task, block_size, limit, _others):
@@ -222,7 +220,7 @@ def _cached_at_most(seconds: float | None, _values: tuple) -> str:
 def _mt_bench_line(seconds: float | None, values: tuple) -> str:
     """At most (answers and verdicts may end before their caps); a judge other than the original not counted."""
     line = _cached_at_most(seconds, values)
-    return line + JUDGE_NOT_COUNTED if line and (values[2] or "").strip() else line
+    return line + JUDGE_NOT_COUNTED if line and names_a_judge(values[2]) else line
 
 
 class EstimateHandlers:
