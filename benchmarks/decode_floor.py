@@ -69,8 +69,16 @@ def decode_rows(models: dict, *, modes=("eager", "compiled"), prompt_len: int = 
     """Every model in every mode, with the bandwidth measured once on their device."""
     device = input_device(next(iter(models.values())))
     bytes_per_s = limit.bandwidth(device).bytes_per_s
-    rows = [decode_row(label, model, mode, prompt_len=prompt_len, new_tokens=new_tokens, repeats=repeats,
-                       bytes_per_s=bytes_per_s) for mode in modes for label, model in models.items()]
+    rows = []
+    try:
+        for mode in modes:
+            for label, model in models.items():
+                started = time.perf_counter()
+                rows.append(decode_row(label, model, mode, prompt_len=prompt_len, new_tokens=new_tokens,
+                                       repeats=repeats, bytes_per_s=bytes_per_s))
+    except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT (a 7B model's compile can run for minutes): the
+        rows.append({"model": label, "mode": mode,  # rows measured so far are kept, and this one says it stopped
+                     "error": f"interrupted after {time.perf_counter() - started:.0f} s"})
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} (torch threads: " \
         f"{torch.get_num_threads()})"
     return {"device": name, "torch": torch.__version__, "bandwidth_gb_s": bytes_per_s / 1e9, "batch": 1,

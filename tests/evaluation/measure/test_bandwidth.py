@@ -110,3 +110,28 @@ def test_the_floor_is_bytes_over_bandwidth_and_decode_rows_carry_it_with_their_i
     assert by["decode latency per token"] == ("bytes", pytest.approx(decode["original"].details["bytes_per_token"] /
                                                                      decode["A"].details["bytes_per_token"]))
     assert by["prefill latency"] == ("FLOPs", pytest.approx(1.0))  # the same matrices' FLOPs, stored smaller
+
+
+def test_an_interrupted_decode_step_keeps_the_rows_measured_before_it_and_says_where_it_stopped(monkeypatch):
+    """gpu_check.py's decode step on an H200: a 7B compile ran for minutes and the run's time limit (SIGINT) lost
+    the eager rows measured before it. Now they are kept, and the interrupted row says so."""
+    from conftest import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import decode_floor
+
+    monkeypatch.setattr(bandwidth, "_FOUND", {})
+    monkeypatch.setattr(bandwidth, "_probe", lambda device: bandwidth.Bandwidth(1e9, "a made-up 1 GB/s"))
+
+    def row(label, model, mode, **settings):
+        if (label, mode) == ("cut", "compiled"):
+            raise KeyboardInterrupt
+        return {"model": label, "mode": mode, "decode_ms": 1.0}
+
+    monkeypatch.setattr(decode_floor, "decode_row", row)
+    model = tiny_model("llama")
+    found = decode_floor.decode_rows({"original": model, "cut": model, "int8": model})
+    assert [(r["model"], r["mode"]) for r in found["rows"]] == [
+        ("original", "eager"), ("cut", "eager"), ("int8", "eager"), ("original", "compiled"), ("cut", "compiled")]
+    assert found["rows"][-1]["error"].startswith("interrupted after ")
+    assert all("error" not in r for r in found["rows"][:-1])

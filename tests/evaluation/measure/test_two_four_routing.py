@@ -38,6 +38,13 @@ def test_the_recorded_h100_figures_keep_every_batch_size_dense():
     assert sparse_kernels.kernel_batches((1, 8, 32), wins) == ()
 
 
+def test_the_recorded_h200_run_keeps_every_batch_size_dense():
+    """two_four_kernels.py on an H200 (2026-11-27): cuSPARSELt lost to dense at every row count it measured."""
+    wins = sparse_kernels.measured_wins("NVIDIA H200")
+    assert wins == dict.fromkeys((1, 4, 8, 16, 32, 128, 1024, 4096), False)
+    assert sparse_kernels.kernel_batches((1, 8, 32), wins) == ()
+
+
 def test_each_speed_row_says_which_kernel_ran_and_the_kernel_form_runs_only_at_winning_batches(backend, spec,
                                                                                              monkeypatch):
     monkeypatch.setattr(sparse_kernels, "unavailable", lambda model: None)  # as on a GPU with the kernels
