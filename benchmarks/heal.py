@@ -72,7 +72,9 @@ def run(args) -> None:
         k: " → ".join(f"{v:.3f}" for v in r["train_loss"]) for k, (_, r) in timing.items()}
 
     print_table(rows, [ORIGINAL, "cut", *timing])
-    write_result("heal", {"cut": [args.start, args.end], "columns": [ORIGINAL, "cut", *timing], "rows": rows,
+    labels = {"lora": "healed by LoRA", "last_layers": "healed, last layers"}
+    columns = {ORIGINAL: "original", "cut": f"cut [{args.start}, {args.end})", **{k: labels.get(k, k) for k in timing}}
+    write_result("heal", {"cut": [args.start, args.end], "columns": columns, "rows": rows,
                           "healing": {k: {"wall_s": round(s, 1), **r} for k, (s, r) in timing.items()},
                           "threads": torch.get_num_threads()},
                  model=f"{info.name}, {info.num_layers} layers",

@@ -41,6 +41,10 @@ def main() -> None:
     in_fresh_cache(lambda: run(args))
 
 
+LABELS = {"patch": "patch (least squares)", "patch-cos": "patch (cosine)", "lora": "LoRA, next-token loss",
+          "lora+kd": "LoRA + KD", "lora+kd0.5": "LoRA + KD, half next-token", "last-3+kd": "last layers + KD"}
+
+
 def repairs(steps: int, text, calibration) -> dict:
     from prune.healing.step import Heal
     from prune.patch.step import Patch
@@ -90,13 +94,16 @@ def run(args) -> None:
     rows["held-out next-token loss (before → after)"] = {
         k: f"{r['heldout_loss'][0]:.3f} → {r['heldout_loss'][-1]:.3f}"
         for k, r in records.items() if "heldout_loss" in r}
+    rows["training loss, first → last batch (KD columns: the divergence)"] = {
+        k: f"{r['train_loss'][0]:.3f} → {r['train_loss'][-1]:.3f}" for k, r in records.items() if "train_loss" in r}
     rows["patch fit error ‖XT − Y‖/‖Y‖ (plain cut)"] = {
         k: " ".join(f"{b['error']:.3f} ({b['unpatched_error']:.3f})" for b in r["blocks"])
         for k, r in records.items() if "blocks" in r}
 
     print_table(rows, [ORIGINAL, "cut", *timing])
     write_result("recovery", {"cut": [args.start, args.end], "steps": args.steps,
-                              "columns": [ORIGINAL, "cut", *timing], "rows": rows,
+                              "columns": {ORIGINAL: "original", "cut": f"cut [{args.start}, {args.end})",
+                                          **{k: LABELS.get(k, k) for k in timing}}, "rows": rows,
                               "repairs": {k: {"wall_s": round(s, 1), **records[k]} for k, s in timing.items()},
                               "threads": torch.get_num_threads()},
                  model=f"{info.name}, {info.num_layers} layers",

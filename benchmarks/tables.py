@@ -6,6 +6,7 @@ docs/, a generated table sits between two markers::
     <!-- /results -->
 
 and is rendered from ``benchmarks/results/deployed_default.json`` by the renderer registered for that result.
+``<!-- results: frontier#80 -->`` asks that result's renderer for a view of it (here the 80 % rows alone).
 
     python benchmarks/tables.py           # rewrite every marked block from its JSON
     python benchmarks/tables.py --check   # exit 1, naming each block that differs from what its JSON renders
@@ -19,6 +20,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,7 +53,9 @@ def documents(root: Path = REPO) -> list[Path]:
 
 
 def render(name: str, results: Path = RESULTS) -> str:
-    """A marked block's content for result ``name``: its caption and table. LookupError: no JSON, no renderer."""
+    """A marked block's content for result ``name``: its caption and table. ``NAME#VIEW`` hands the renderer a view
+    of its own (``frontier#80``: the 80 % rows). LookupError: no JSON, no renderer."""
+    name, _, view = name.partition("#")
     path = results / f"{name}.json"
     if not path.is_file():
         raise LookupError(f"no results file {path.name} in {results}")
@@ -59,7 +63,7 @@ def render(name: str, results: Path = RESULTS) -> str:
     function = renderer(name, found)
     if function is None:
         raise LookupError(f"no renderer for '{name}': register one in benchmarks/tables.py")
-    return f"{caption(name, found)}\n\n{function(found)}\n"
+    return f"{caption(name, found)}\n\n{function(found, view) if view else function(found)}\n"
 
 
 def renderer(name: str, found: dict) -> Callable[[dict], str] | None:
@@ -312,6 +316,15 @@ def gpu_check(found: dict) -> str:
         ("" if found.get("finished", True) else "\n\nThe run stopped before its last step.")
 
 
+@renders("frontier")
+def frontier(found: dict, view: str = "") -> str:
+    """benchmarks/frontier.py: the CLI's own frontier table; view ``80``: the original and the 80 % rows alone."""
+    from evaluation.frontier.result import FrontierResult, format_table
+
+    result = FrontierResult.from_json(found["frontier"])
+    return format_table(replace(result, sizes=(int(view) / 100,)) if view else result)
+
+
 @renders("explain")
 def explain(found: dict) -> str:
     """benchmarks/explain.py: each cut's feedback on the slice, its first release's seconds and a full forward's."""
@@ -410,9 +423,10 @@ def quantization(found: dict) -> str:
     return table(["", *(label(k) for k in columns)], rows)
 
 
-@renders("width", "heal")
+@renders("width", "heal", "recovery")
 def printed_rows(found: dict) -> str:
-    """benchmarks/width.py and heal.py: the table they print, its rows already formatted, a column per model."""
+    """benchmarks/width.py, heal.py and recovery.py: the table they print, its rows already formatted, a column per
+    model."""
     columns = found["columns"]
     labels = columns if isinstance(columns, dict) else {c: c for c in columns}
     rows = [[name, *(row.get(key, "") for key in labels)] for name, row in found["rows"].items()]
