@@ -6,7 +6,7 @@ docs/, a generated table sits between two markers::
     <!-- /results -->
 
 and is rendered from ``benchmarks/results/deployed_default.json`` by the renderer registered for that result.
-``<!-- results: frontier#80 -->`` asks that result's renderer for a view of it (here the 80 % rows alone).
+``<!-- results: frontier#bytes80 -->`` asks that result's renderer for a view of it (here: by bytes, the 80 % rows).
 
     python benchmarks/tables.py           # rewrite every marked block from its JSON
     python benchmarks/tables.py --check   # exit 1, naming each block that differs from what its JSON renders
@@ -318,11 +318,14 @@ def gpu_check(found: dict) -> str:
 
 @renders("frontier")
 def frontier(found: dict, view: str = "") -> str:
-    """benchmarks/frontier.py: the CLI's own frontier table; view ``80``: the original and the 80 % rows alone."""
+    """benchmarks/frontier.py: the CLI's own frontier table. A view names an axis, a size in percent or both:
+    ``80`` (the original and the 80 % rows), ``bytes`` (the same points sized by their bytes as stored), ``bytes80``."""
     from evaluation.frontier.result import FrontierResult, format_table
 
+    axis, size = re.fullmatch(r"(params|bytes|ms)?(\d*)", view).groups()
     result = FrontierResult.from_json(found["frontier"])
-    return format_table(replace(result, sizes=(int(view) / 100,)) if view else result)
+    result = replace(result, axis=axis) if axis else result
+    return format_table(replace(result, sizes=(int(size) / 100,)) if size else result)
 
 
 @renders("explain")

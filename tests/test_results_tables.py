@@ -15,7 +15,7 @@ RENDERED_NOW = ("deployed_default", "deployed_llama1b_8layers", "deployed_llama1
                 "engines_llama1b", "quantized_head", "budget_cli", "first_screen", "two_four_kernels", "space_build",
                 "explain", "turns", "lowrank", "sparsity", "quantization",
                 "sublayer_vs_layers", "width", "gpu_decode_NVIDIA_H200", "gpu/2026-11-27-0733-NVIDIA_H200",
-                "gpu/2026-11-27-0730-NVIDIA_H200")
+                "gpu/2026-11-27-0730-NVIDIA_H200", "frontier", "heal", "recovery")
 
 
 def test_every_generated_table_in_the_docs_matches_its_json():
@@ -109,3 +109,19 @@ def test_the_results_folder_can_be_moved_for_trial_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("LAYERCUT_RESULTS_DIR", str(tmp_path))
     assert record.write_result("trial", {"x": 1}, how="a test").parent == tmp_path
     assert record.device_name("NVIDIA H100 80GB HBM3") == "NVIDIA H100 80GB HBM3" and record.device_name("cpu") == "CPU"
+
+
+def test_a_view_of_the_frontier_keeps_the_original_and_its_size_alone_on_the_axis_it_names():
+    """The README's headline table is ``frontier#bytes80``: the frontier page's points sized by bytes, at 80 %."""
+    whole, view, by_bytes = (tables.render(name) for name in ("frontier", "frontier#80", "frontier#bytes80"))
+
+    def rows(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("| ") and line.split(" | ")[0].endswith("%")]
+
+    assert {row.split(" | ")[0] for row in rows(view)} == {"| 100 %", "| 80 %"}
+    assert {"| 90 %", "| 70 %"} <= {row.split(" | ")[0] for row in rows(whole)}
+    assert set(rows(view)) <= set(whole.splitlines())
+    assert "Frontier by parameters" in view and "Frontier by weight bytes" in by_bytes
+    family = {row.split(" | ")[1].split(" ")[0]: row for row in rows(by_bytes)}
+    assert "int8" in family and "int8" not in {row.split(" | ")[1].split(" ")[0] for row in rows(view)}
+    assert "sparsity" not in family  # its zeros are stored: by bytes it is no smaller than the original
