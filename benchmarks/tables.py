@@ -426,6 +426,60 @@ def quantization(found: dict) -> str:
     return table(["", *(label(k) for k in columns)], rows)
 
 
+@renders("taylor_memory", "taylor_memory_*")
+def taylor_memory(found: dict) -> str:
+    """benchmarks/taylor_memory.py: Taylor+'s peak memory over the weights, beside whole-sequence logits (and the
+    textbook backward with ``--reference``)."""
+    ways = {"taylor": "Taylor+ (chunked loss)", "whole_sequence_logits": "whole-sequence logits",
+            "plain_backward": "one plain backward, every gradient kept"}
+    rows = [[label, f"{m['parameters'] / 1e9:.3f} B", num(m["weights_MiB"], ",.0f"), name, num(w["peak_MiB"], ",.0f"),
+             f"{w['peak_over_weights']:.2f}×", num(w["seconds"], ".0f")]
+            for label, m in found["models"].items() for key, name in ways.items() if (w := m.get(key))]
+    same = "; ".join(f"{label}: {'the same' if m['same_scores'] else 'different'} scores both ways"
+                     for label, m in found["models"].items())
+    return table(["model", "parameters", "weights MiB", "computed as", "peak MiB", "peak ÷ weights", "seconds"],
+                 rows, "lrrlrrr") + f"\n\n{same}."
+
+
+@renders("calibration_agreement")
+def calibration_agreement(found: dict) -> str:
+    """benchmarks/calibration_agreement.py: each method's best block on the calibration against the measured
+    sweep; the opening cut."""
+    rows = [[name, num(m["time_s"], ".1f"), f"[{m['best_block'][0]}, {m['best_block'][1]})",
+             f"{m['measured']:+.3f}", f"{m['rho']:+.3f}", m["stability"] or "—"]
+            for name, m in found["methods"].items()]
+    best = found["measured_best"]
+    text = (f"Calibration: {found['calibration']} (residual stream {found['residual_s']:.1f} s); {found['task']}, "
+            f"first {found['limit']} documents, {found['metric']} {found['baseline']:.3f} uncut; the measured best "
+            f"{found['block']}-layer cut [{best[0]}, {best[1]}).\n\n")
+    text += table(["method", "analysis (s)", f"best {found['block']}", "measured change", "Spearman ρ", "stability"],
+                  rows, "lrlrrl")
+    if opening := found.get("opening_cut"):
+        text += (f"\n\nThe opening cut (angular, {opening['layers']} layers): [{opening['block'][0]}, "
+                 f"{opening['block'][1]}) {opening['stability']}; {opening['prompt']!r} → {opening['answer']!r}.")
+    return text
+
+
+@renders("fast_scorer", "fast_scorer_dry_run")
+def fast_scorer(found: dict) -> str:
+    """benchmarks/fast_scorer.py: the fast scorer against HFLM, and the cut sweep against each cut on its own."""
+    scorer, sweep = found["scorer"], found.get("sweep")
+    rows = [["fast scorer against HFLM", num(scorer["hflm_s"]), num(scorer["fast_s"]),
+             f"{scorer['fast_s'] / scorer['hflm_s']:.3f}", f"{scorer['fast_cpu_s'] / scorer['hflm_cpu_s']:.3f}",
+             "≤ 0.5", "identical" if scorer["identical"] else
+             f"differ (max Δ log-likelihood {scorer['max_ll_diff']:.1e})"]]
+    if sweep:
+        timed = len(sweep["naive_timed_starts"])
+        rows.append([f"the sweep against each cut on its own ({timed} cuts timed)", num(sweep["naive_s"]),
+                     num(sweep["sweep_s"]), f"{sweep['sweep_s'] / sweep['naive_s']:.3f}",
+                     f"{sweep['sweep_cpu_s'] / sweep['naive_cpu_s']:.3f}", "≤ 0.55",
+                     "identical" if not sweep["mismatches"] else f"differ at starts {sweep['mismatches']}"])
+    args = found.get("args", {})
+    return (f"{args.get('task', '')}, the first {args.get('limit', '')} documents, batch {args.get('batch_size', '')}, "
+            f"torch threads {args.get('threads', '')}:\n\n" +
+            table(["", "before (s)", "after (s)", "after ÷ before, wall", "CPU", "target", "metrics"], rows, "lrrrrrl"))
+
+
 @renders("width", "heal", "recovery")
 def printed_rows(found: dict) -> str:
     """benchmarks/width.py, heal.py and recovery.py: the table they print, its rows already formatted, a column per

@@ -118,7 +118,7 @@ def whole_sequence_taylor(model, tokenizer):
     import prune
 
     whole = lambda m, ids: m(input_ids=ids, labels=ids, use_cache=False).loss  # noqa: E731
-    with mock.patch("prune.depth.methods.taylor.mean_loss", whole):
+    with mock.patch("prune.core.gradients.mean_loss", whole):  # where Taylor+ (and LLM-Pruner) take the loss
         return prune.score(model, tokenizer, "taylor", use_cache=False)
 
 
