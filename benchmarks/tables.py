@@ -455,8 +455,9 @@ def calibration_agreement(found: dict) -> str:
     text += table(["method", "analysis (s)", f"best {found['block']}", "measured change", "Spearman ρ", "stability"],
                   rows, "lrlrrl")
     if opening := found.get("opening_cut"):
-        text += (f"\n\nThe opening cut (angular, {opening['layers']} layers): [{opening['block'][0]}, "
-                 f"{opening['block'][1]}) {opening['stability']}; {opening['prompt']!r} → {opening['answer']!r}.")
+        block = f"[{opening['block'][0]}, {opening['block'][1]})"
+        text += (f"\n\nThe opening cut (angular, {opening['layers']} layers): {opening['stability'] or block}; "
+                 f"{opening['prompt']!r} → {opening['answer']!r}.")
     return text
 
 
