@@ -18,11 +18,11 @@ prepare)
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
     grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >> .git/info/exclude
     # The image has torch, transformers 5.17 and most of the rest (.library/device/KINDS.md); these it lacks or
-    # holds in another version, at LayerCut's pins.
+    # holds in another version, each at the version installed here
     mkdir -p .whl
-    for pin in transformers==5.24.0 lm-eval==0.4.13 torchao==0.18.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
-        more-itertools==11.2.1 pytz==2026.6 chardet==6.0.0.post1 brotli==1.2.1 defusedxml==0.7.1 httpx2==2.16.2 \
-        httpcore2==2.16.2 truststore==0.10.5; do
+    for name in transformers lm-eval torchao datasets dill multiprocess more-itertools pytz chardet brotli defusedxml \
+        httpx2 httpcore2 truststore; do
+        pin="$name==$(.venv/bin/python -c "import importlib.metadata as m; print(m.version('$name'))")" || exit 1
         python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
             -d .whl "$pin" 2>/dev/null || { echo "could not download $pin"; exit 1; }

@@ -426,21 +426,6 @@ def quantization(found: dict) -> str:
     return table(["", *(label(k) for k in columns)], rows)
 
 
-@renders("taylor_memory", "taylor_memory_*")
-def taylor_memory(found: dict) -> str:
-    """benchmarks/taylor_memory.py: Taylor+'s peak memory over the weights, beside whole-sequence logits (and the
-    textbook backward with ``--reference``)."""
-    ways = {"taylor": "Taylor+ (chunked loss)", "whole_sequence_logits": "whole-sequence logits",
-            "plain_backward": "one plain backward, every gradient kept"}
-    rows = [[label, f"{m['parameters'] / 1e9:.3f} B", num(m["weights_MiB"], ",.0f"), name, num(w["peak_MiB"], ",.0f"),
-             f"{w['peak_over_weights']:.2f}×", num(w["seconds"], ".0f")]
-            for label, m in found["models"].items() for key, name in ways.items() if (w := m.get(key))]
-    same = "; ".join(f"{label}: {'the same' if m['same_scores'] else 'different'} scores both ways"
-                     for label, m in found["models"].items())
-    return table(["model", "parameters", "weights MiB", "computed as", "peak MiB", "peak ÷ weights", "seconds"],
-                 rows, "lrrlrrr") + f"\n\n{same}."
-
-
 @renders("calibration_agreement")
 def calibration_agreement(found: dict) -> str:
     """benchmarks/calibration_agreement.py: each method's best block on the calibration against the measured
@@ -485,8 +470,7 @@ def fast_scorer(found: dict) -> str:
 def printed_rows(found: dict) -> str:
     """benchmarks/width.py, heal.py and recovery.py: the table they print, its rows already formatted, a column per
     model."""
-    columns = found["columns"]
-    labels = columns if isinstance(columns, dict) else {c: c for c in columns}
+    labels = found["columns"]  # key → the column's name
     rows = [[name, *(row.get(key, "") for key in labels)] for name, row in found["rows"].items()]
     return table(["", *labels.values()], rows)
 
