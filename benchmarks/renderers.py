@@ -1,0 +1,360 @@
+"""The renderers of ``benchmarks/tables.py``: one per kind of result, each turning a benchmark's JSON into the
+Markdown of its table, and the few Markdown helpers they share. Register one with ``@renders("name_*")``."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+_MIB = 2**20
+
+RENDERERS: dict[str, Callable[[dict], str]] = {}  # a result's name, or a pattern of names → its Markdown
+
+
+def renders(*patterns: str):
+    """Register a renderer for the results whose names match ``patterns`` (``fnmatch``: ``deployed_*``)."""
+    def register(function: Callable[[dict], str]) -> Callable[[dict], str]:
+        RENDERERS.update(dict.fromkeys(patterns, function))
+        return function
+    return register
+
+
+def renderer(name: str, found: dict) -> Callable[[dict], str] | None:
+    """The renderer registered for ``name``; else the generic one when its figures are a flat table; else None."""
+    for pattern, function in RENDERERS.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            return function
+    return generic if _flat(found.get("columns")) else None
+
+
+# ---------------------------------------------------------------- Markdown helpers
+
+
+def table(header: list[str], rows: list[list], align: str = "") -> str:
+    """A Markdown table; ``align``: one letter a column, ``l`` or ``r`` (default: the first left, the rest right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def num(value, spec: str = ".1f", missing: str = "—") -> str:
+    """``value`` formatted, or ``missing`` when absent."""
+    return missing if value is None else format(value, spec)
+
+
+def pct(share) -> str:
+    return "—" if share is None else f"{100 * share:.0f} %"
+
+
+def pct_1(share) -> str:
+    return "—" if share is None else f"{100 * share:.1f} %"
+
+
+def _flat(columns) -> bool:
+    return isinstance(columns, dict) and bool(columns) and all(isinstance(c, dict) for c in columns.values())
+
+
+def generic(found: dict) -> str:
+    """The fallback for results without a renderer of their own whose "columns" map names to flat figures: a row
+    per column of the results, a column per figure (a nested figure shown as JSON)."""
+    columns = found["columns"]
+    keys = list(dict.fromkeys(key for row in columns.values() for key in row))
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        return "—" if value is None else json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) \
+            else str(value)
+
+    return table(["", *keys], [[label, *(cell(row.get(key)) for key in keys)] for label, row in columns.items()])
+
+
+# ---------------------------------------------------------------- one renderer per kind of result
+
+
+@renders("deployed_*")
+def deployed(found: dict) -> str:
+    """benchmarks/deployed.py: each column's batch-1 decode against the bandwidth floor, eager and compiled."""
+    columns = found["columns"]
+    bandwidth = next(iter(columns.values())).get("bandwidth_GBps")
+    rows = []
+    for label, c in columns.items():
+        compiled = c.get("compiled")
+        rows.append([label, num(c["decode_ms_per_token"]), num(c["speed_vs_original"], ".2f"),
+                     num(c["bytes_per_token"] / _MIB, ",.0f"), num(c["floor_ms"]), pct(c["limit_share"]),
+                     f"{compiled['decode_ms_per_token']:.1f} ({compiled['speed_vs_original']:.2f})" if compiled
+                     else "—", f"{c['timing_memory']['rise_MiB']} ({c['timing_memory']['kv_cache_MiB']})"
+                     if c.get("timing_memory", {}).get("rise_MiB") is not None else "—"])
+    return (f"{found['dtype']}; the bandwidth probe read {num(bandwidth, '.0f')} GB/s.\n\n" +
+            table(["column", "decode ms/token", "× original", "MiB read/token", "floor ms", "share of limit",
+                   "compiled ms (× orig.)", "timing memory rise MiB (KV cache)"], rows))
+
+
+@renders("engines_*")
+def engines(found: dict) -> str:
+    """benchmarks/engines.py: each column in LayerCut beside its GGUF export in llama.cpp."""
+    rows = [[f"{label} ↔ {c['llama_cpp_type']}",
+             f"{c['layercut_tokens_per_s']:.1f} ({pct(c['layercut_share_of_floor'])})",
+             f"{c['llama_cpp_tokens_per_s']:.1f} ({pct(c['llama_cpp_share_of_floor'])})",
+             num(c["layercut_over_llama_cpp_speed"], ".2f")] for label, c in found["columns"].items()]
+    return (f"{found['dtype']} in LayerCut; llama-cpp-python {found.get('llama_cpp_python') or '?'}; the bandwidth "
+            f"probe read {num(found.get('bandwidth_GBps'), '.0f')} GB/s.\n\n" +
+            table(["pair", "LayerCut tok/s (share of floor)", "llama.cpp tok/s (share of floor)",
+                   "LayerCut ÷ llama.cpp"], rows))
+
+
+@renders("quantized_head")
+def quantized_head(found: dict) -> str:
+    """benchmarks/quantized_head.py: quality and bytes of int8 and int4, each with and without an int8 head."""
+    columns = found["columns"]
+
+    def accuracy(c) -> str:
+        value = c.get("hellaswag_acc_norm")
+        return "—" if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    rows = [["WikiText-2 perplexity", *(num(c.get("wikitext2_ppl"), ".2f") for c in columns.values())],
+            ["hellaswag acc_norm", *(accuracy(c) for c in columns.values())],
+            ["MiB stored", *(num(c["weights_MiB"]) for c in columns.values())],
+            ["MiB read a token", *(num(c["read_per_token_MiB"]) for c in columns.values())]]
+    return table(["", *columns], rows)
+
+
+@renders("budget_cli")
+def budget_cli(found: dict) -> str:
+    """benchmarks/budget_cli.py: the CLI's anonymous memory peak, whole and under a budget."""
+    rows = [[run["budget"] or "none (loaded whole)", num(run["peak_anonymous_GiB"], ".2f"), num(run["wall_s"])]
+            for run in found["runs"]]
+    return table(["memory budget", "peak anonymous memory (GiB)", "wall time (s)"], rows)
+
+
+@renders("first_screen")
+def first_screen(found: dict) -> str:
+    """benchmarks/first_screen.py: from ``python app.py`` to the heatmap, cold and warm."""
+    rows = []
+    for label, key in (("cold cache", "cold"), ("warm restart", "warm_restart")):
+        run = found[key]
+        again = run.get("page_open_to_heatmap_s") or {}
+        rows.append([label, num(run["launch_to_server_up_s"]), num(run["launch_to_heatmap_s"]),
+                     num(run["first_page_open_to_heatmap_s"], ".2f"),
+                     f"{num(again.get('median'), '.2f')} ({num(again.get('max'), '.2f')})"])
+    return table(["launch", "server up (s)", "heatmap drawn (s)", "first page open → heatmap (s)",
+                  "page open → heatmap, median (max) (s)"], rows)
+
+
+@renders("space_build")
+def space_build(found: dict) -> str:
+    """benchmarks/space_build.py: the Space's build and the package's, each timed step by step."""
+    rows = []
+    for label, key in (("Space (requirements.txt)", "space"), ("package (pip install .)", "package")):
+        part = found.get(key)
+        if part:
+            rows.append([label, Path(part["python"]).name, num(part.get("apt_s")), num(part["pip_s"]),
+                         num(part.get("venv_mib"), ","), num(part.get("launch_to_server_up_s")),
+                         num(part.get("launch_to_heatmap_s")), f"{part.get('date')}, {part.get('commit')}"])
+    return table(["build", "Python", "apt (s)", "pip (s)", "venv (MiB)", "server up (s)", "heatmap drawn (s)",
+                  "built on"], rows, "llrrrrrl")
+
+
+@renders("two_four_kernels")
+def two_four_kernels(found: dict) -> str:
+    """benchmarks/two_four_kernels.py: dense against 2:4 products per GPU, weight shape and input rows."""
+    rows = []
+    for run in found["runs"]:
+        torch = run.get("torch") or run.get("versions", {}).get("torch")
+        for r in run["rows"]:
+            rows.append([f"{run['device']} (torch {torch})", f"{r['in']} → {r['out']}", r["rows"],
+                         num(r["dense_ms"], ".3f"), num(r["sparse_ms"], ".3f"),
+                         num(r["dense_ms"] / r["sparse_ms"], ".2f")])
+    notes = "".join(f"\n\n{run['device']}: {run['source']}." for run in found["runs"] if run.get("source"))
+    return table(["GPU", "in → out", "input rows", "dense (ms)", "2:4 (ms)", "dense ÷ 2:4"], rows, "llrrrr") + notes
+
+
+@renders("decode_floor_dry_run", "gpu_decode_*")
+def decode_floor(found: dict) -> str:
+    """benchmarks/decode_floor.py (gpu_check.py's decode step): batch-1 decode, eager and compiled, against the
+    floor."""
+    rows = []
+    for r in found["rows"]:
+        if "error" in r:
+            rows.append([r["model"], r["mode"], f"failed: {r['error']}", *[""] * 6])
+            continue
+        rows.append([r["model"], r["mode"], num(r["decode_ms"], ".2f"), num(r["floor_ms"], ".3f"),
+                     f"{r['floor_share']:.1%}", num(r.get("compile_s"), ".1f", ""), num(r["weights_mib"], ",.1f"),
+                     num(r["kv_cache_mib"], ",.2f"), num(r.get("peak_above_resident_mib"), ",.0f", "")])
+    return (f"{found['device']}, bandwidth measured {found['bandwidth_gb_s']:.0f} GB/s, batch 1, "
+            f"{found['prompt_len']} + {found['new_tokens']} tokens\n\n" +
+            table(["model", "mode", "decode ms/token", "floor ms", "share of floor", "compile s", "weights MiB",
+                   "KV cache MiB", "peak above resident MiB"], rows, "lllllllll"))
+
+
+@renders("gpu/*", "gpu_check_dry_run")
+def gpu_check(found: dict) -> str:
+    """benchmarks/gpu_check.py: one run's steps, each with its seconds and peak GPU memory."""
+    rows = [[s["step"], num(s["seconds"], ".1f", ""), num(s["peak_gpu_GiB"], ".2f", ""), s["note"]]
+            for s in found["steps"]]
+    return table(["step", "seconds", "peak GPU memory (GiB)", "note"], rows, "llll") + \
+        ("" if found.get("finished", True) else "\n\nThe run stopped before its last step.")
+
+
+@renders("frontier")
+def frontier(found: dict, view: str = "") -> str:
+    """benchmarks/frontier.py: the CLI's own frontier table. A view names an axis, a size in percent or both:
+    ``80`` (the original and the 80 % rows), ``bytes`` (the same points sized by their bytes as stored), ``bytes80``."""
+    from evaluation.frontier.result import FrontierResult, format_table
+
+    axis, size = re.fullmatch(r"(params|bytes|ms)?(\d*)", view).groups()
+    result = FrontierResult.from_json(found["frontier"])
+    result = replace(result, axis=axis) if axis else result
+    return format_table(replace(result, sizes=(int(size) / 100,)) if size else result)
+
+
+@renders("explain")
+def explain(found: dict) -> str:
+    """benchmarks/explain.py: each cut's feedback on the slice, its first release's seconds and a full forward's."""
+    rows = []
+    for c in found["cuts"]:
+        f = c["feedback"]
+        release, full = min(c["release_wall_s"]), min(c["full_forward_wall_s"])
+        rows.append([f"[{c['cut'][0]}, {c['cut'][1]})", f"{f['perplexity']:,.1f}", num(f["kl"], ".3f"),
+                     f"{f['agreement_pct']:.1f} %", num(c["release_wall_s"][0], ".2f"), num(release, ".2f"),
+                     num(full, ".2f"), num(release / full, ".2f")])
+    original = found["cuts"][0]["feedback"]["original_perplexity"] if found["cuts"] else None
+    return (f"The original's slice perplexity {num(original)}; its one-off states "
+            f"{num(found['one_off_wall_s'], '.2f')} s; the first release of a cut: median "
+            f"{num(found['first_release_median_s'], '.2f')} s (target ≤ 2 s). Wall seconds; \"best\": the best of "
+            f"{len(found['cuts'][0]['release_wall_s']) if found['cuts'] else 0}, alternating.\n\n" +
+            table(["cut", "slice perplexity", "KL (nats/token)", "top-1 agreement", "first release (s)",
+                   "best release (s)", "full forward (s)", "release ÷ forward"], rows))
+
+
+@renders("sparsity")
+def sparsity(found: dict) -> str:
+    """benchmarks/sparsity.py: each method's perplexity and prune time at 50 % and 2:4; decode with zeros stored."""
+    rows = [[r["method"], r["sparsity"], "—" if r["method"] == "dense" else num(r["prune_s"]),
+             pct_1(r["zero_fraction"]), num(r["perplexity"], ".2f")] for r in found["rows"]]
+    decode = [[d["batch"], f"{d['dense_ms']:.1f} ± {d['dense_iqr_ms']:.1f}", f"{d['zeros_ms']:.1f} ± "
+               f"{d['zeros_iqr_ms']:.1f}", f"{d['ratio']:.2f}×"] for d in found.get("decode", [])]
+    return (table(["method", "sparsity", "prune time (s)", "zero weights in layers", "WikiText-2 perplexity"], rows,
+                  "llrrr") + "\n\nDecode latency per token, dense against Wanda 50 % stored densely (median ± IQR):"
+            "\n\n" + table(["batch", "dense (ms)", "dense with zeros (ms)", "dense / zeros"], decode, "rrrr"))
+
+
+@renders("turns")
+def turns(found: dict) -> str:
+    """benchmarks/turns.py: variant B streamed from its files beside the original, against B brought in (turns)."""
+    streamed, turn, again = found["streamed"], found["turns"], found.get("again") or {}
+    rows = [["B's decode speed (tokens/s)", num(streamed["tokens_per_s"], ".2f"),
+             f"{turn['tokens_per_s']:.2f} ({turn['over_streamed']:.2f} ×)"],
+            ["B's first token (s)", num(streamed["ttft_s"], ".2f"), num(turn["ttft_s"], ".2f")],
+            ["the swap (s)", "—", f"{turn['swap_s']:.2f} the first time, which writes the original's file; "
+                                  f"{num(again.get('swap_s'), '.2f')} the second time"],
+            [f"process memory after (GiB, RSS; budget {found['budget_GiB']:.2f})", num(streamed["rss_GiB"], ".2f"),
+             num(turn["rss_GiB"], ".2f")]]
+    same = "the same" if turn.get("same_answer") else "NOT the same"
+    return (table(["", "B streamed from its files", "B brought in (turns)"], rows, "lll") +
+            f"\n\nB's answers streamed and in turns are {same} token for token.")
+
+
+@renders("lowrank")
+def lowrank(found: dict) -> str:
+    """benchmarks/lowrank.py: weight against feature space at each ratio: parameters, time, perplexity."""
+    total = found["parameters"]
+
+    def perplexity(value) -> str:
+        return "—" if value is None else f"{value:,.0f}" if value >= 1000 else f"{value:.2f}"
+
+    rows = [[r["space"], r["asked"], f"{r['parameters']:,} ({100 * r['parameters'] / total:.1f} %)",
+             "—" if r["space"] == "dense" else num(r["decompose_s"]), perplexity(r["perplexity"])]
+            for r in found["quality"]]
+    return table(["space", "asked", "parameters", "decompose time (s)", "WikiText-2 perplexity"], rows, "lrrrr")
+
+
+@renders("sublayer_vs_layers")
+def sublayer_vs_layers(found: dict) -> str:
+    """benchmarks/sublayer_vs_layers.py: an attention drop against the whole-layer cuts that bracket its size."""
+    rows = []
+    for label, c in found["columns"].items():
+        acc, kv = c["hellaswag_acc_norm"], c.get("kv_cache")
+        rows.append([c.get("recipe") or label, f"{acc[0]:.1f} ± {acc[1]:.1f}" if acc[1] is not None else num(acc[0]),
+                     f"{c['speedup']:.2f}× ({c['ideal_speedup']:.2f}×)", num(c["decode_ms_per_token"]),
+                     f"{kv[0]:.2f} {kv[1]}" if kv else "—"])
+    return table(["", "hellaswag acc_norm", "decode speedup (ideal)", "decode ms/token", "KV cache"], rows, "lrrrr")
+
+
+@renders("quantization")
+def quantization(found: dict) -> str:
+    """benchmarks/quantization.py: dense, Wanda 50 % and a cut, each without, with int8 and with int4 weights."""
+    columns = found["columns"]
+    names = {"dense": "dense", "wanda50": "Wanda 50 %", "cut": "cut"}
+
+    def label(key: str) -> str:
+        base, _, bits = key.partition("+")
+        return f"{names.get(base, base)} {bits}".strip() if base != "wanda50" or not bits else f"Wanda {bits}"
+
+    def accuracy(c: dict) -> str:
+        value = c.get("hellaswag_acc_norm")
+        return "—" if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    rows = [["WikiText-2 test perplexity", *(num(c.get("wikitext2_ppl"), ".2f") for c in columns.values())]]
+    if any(c.get("hellaswag_acc_norm") for c in columns.values()):
+        rows.append(["hellaswag acc_norm", *(accuracy(c) for c in columns.values())])
+    rows += [["weight memory, MiB (real bytes)", *(num(c["weight_MiB"]) for c in columns.values())],
+             ["owned beside the original, MiB", *(num(c["owned_MiB"], ".1f") for c in columns.values())],
+             ["decode ms/token (batch 1)", *(num(c["decode_ms_per_token"]) for c in columns.values())],
+             ["decode speed against dense", *(f"{c['speed_vs_dense']:.2f}×" for c in columns.values())],
+             ["build time (s)", *(num(c.get("build_s")) for c in columns.values())]]
+    return table(["", *(label(k) for k in columns)], rows)
+
+
+@renders("calibration_agreement")
+def calibration_agreement(found: dict) -> str:
+    """benchmarks/calibration_agreement.py: each method's best block on the calibration against the measured
+    sweep; the opening cut."""
+    rows = [[name, num(m["time_s"], ".1f"), f"[{m['best_block'][0]}, {m['best_block'][1]})",
+             f"{m['measured']:+.3f}", f"{m['rho']:+.3f}", m["stability"] or "—"]
+            for name, m in found["methods"].items()]
+    best = found["measured_best"]
+    text = (f"Calibration: {found['calibration']} (residual stream {found['residual_s']:.1f} s); {found['task']}, "
+            f"first {found['limit']} documents, {found['metric']} {found['baseline']:.3f} uncut; the measured best "
+            f"{found['block']}-layer cut [{best[0]}, {best[1]}).\n\n")
+    text += table(["method", "analysis (s)", f"best {found['block']}", "measured change", "Spearman ρ", "stability"],
+                  rows, "lrlrrl")
+    if opening := found.get("opening_cut"):
+        block = f"[{opening['block'][0]}, {opening['block'][1]})"
+        text += (f"\n\nThe opening cut (angular, {opening['layers']} layers): {opening['stability'] or block}; "
+                 f"{opening['prompt']!r} → {opening['answer']!r}.")
+    return text
+
+
+@renders("fast_scorer", "fast_scorer_dry_run")
+def fast_scorer(found: dict) -> str:
+    """benchmarks/fast_scorer.py: the fast scorer against HFLM, and the cut sweep against each cut on its own."""
+    scorer, sweep = found["scorer"], found.get("sweep")
+    rows = [["fast scorer against HFLM", num(scorer["hflm_s"]), num(scorer["fast_s"]),
+             f"{scorer['fast_s'] / scorer['hflm_s']:.3f}", f"{scorer['fast_cpu_s'] / scorer['hflm_cpu_s']:.3f}",
+             "≤ 0.5", "identical" if scorer["identical"] else
+             f"differ (max Δ log-likelihood {scorer['max_ll_diff']:.1e})"]]
+    if sweep:
+        timed = len(sweep["naive_timed_starts"])
+        rows.append([f"the sweep against each cut on its own ({timed} cuts timed)", num(sweep["naive_s"]),
+                     num(sweep["sweep_s"]), f"{sweep['sweep_s'] / sweep['naive_s']:.3f}",
+                     f"{sweep['sweep_cpu_s'] / sweep['naive_cpu_s']:.3f}", "≤ 0.55",
+                     "identical" if not sweep["mismatches"] else f"differ at starts {sweep['mismatches']}"])
+    args = found.get("args", {})
+    return (f"{args.get('task', '')}, the first {args.get('limit', '')} documents, batch {args.get('batch_size', '')}, "
+            f"torch threads {args.get('threads', '')}:\n\n" +
+            table(["", "before (s)", "after (s)", "after ÷ before, wall", "CPU", "target", "metrics"], rows, "lrrrrrl"))
+
+
+@renders("width", "heal", "recovery")
+def printed_rows(found: dict) -> str:
+    """benchmarks/width.py, heal.py and recovery.py: the table they print, its rows already formatted, a column per
+    model."""
+    labels = found["columns"]  # key → the column's name
+    rows = [[name, *(row.get(key, "") for key in labels)] for name, row in found["rows"].items()]
+    return table(["", *labels.values()], rows)
