@@ -358,3 +358,99 @@ def printed_rows(found: dict) -> str:
     labels = found["columns"]  # key → the column's name
     rows = [[name, *(row.get(key, "") for key in labels)] for name, row in found["rows"].items()]
     return table(["", *labels.values()], rows)
+
+
+@renders("taylor_memory", "taylor_memory_*")
+def taylor_memory(found: dict) -> str:
+    """benchmarks/taylor_memory.py: Taylor+'s peak memory over the weights, beside whole-sequence logits (and the
+    textbook backward with ``--reference``)."""
+    ways = {"whole_sequence_logits": "whole-sequence logits (run first)", "taylor": "Taylor+ as prune.score runs it",
+            "plain_backward": "one plain backward, every gradient kept"}
+    rows = [[label, f"{m['parameters'] / 1e9:.3f} B", num(m["weights_MiB"], ",.0f"), name, num(w["peak_MiB"], ",.0f"),
+             f"{w['peak_over_weights']:.2f}×", num(w["seconds"], ".0f")]
+            for label, m in found["models"].items() for key, name in ways.items() if (w := m.get(key))]
+    same = "; ".join(f"{label}: {'the same' if m['same_scores'] else 'different'} scores both ways"
+                     for label, m in found["models"].items())
+    return table(["model", "parameters", "weights MiB", "computed as", "peak MiB", "peak ÷ weights", "seconds"],
+                 rows, "lrrlrrr") + f"\n\n{same}."
+
+
+@renders("sparsity_sweep_*")
+def sparsity_sweep(found: dict) -> str:
+    """benchmarks/sparsity_sweep.py: the app's and the CLI's own sweep table, and the seconds of every point."""
+    from evaluation.sweeps.sparsity import SparsitySweepResult, format_table
+
+    result = SparsitySweepResult.from_json(found["sweep"])
+    rows = [[method, *(f"{p:.0f} + {m:.0f}" for p, m in zip(result.prune_s[method], result.measure_s[method]))]
+            for method in result.methods]
+    return (format_table(result) + f"\n\nSeconds per point, prune + measure (the dense point: measure only); the run "
+            f"took {found['wall_s'] / 60:.0f} min on {found['threads']} threads:\n\n" +
+            table(["method", *(f"{100 * level:g} %" for level in result.levels)], rows))
+
+
+@renders("default_jobs", "default_jobs_training")
+def default_jobs(found: dict) -> str:
+    """benchmarks/default_jobs.py: each default job of the page, cold and warm, beside the estimate it shows."""
+    def ratio(estimate, seconds) -> str:
+        return "—" if estimate is None or not seconds else f"{estimate / seconds:.2f}"
+
+    rows = [[name, num(j["cold_s"]), num(j["warm_s"]), num(j["estimate_s"]), ratio(j["estimate_s"], j["cold_s"]),
+             ratio(j["estimate_s"], j["warm_s"])] for name, j in found["jobs"].items()]
+    compared = "; ".join(f"{label}: {recipe}" for label, recipe in found["compared"].items())
+    return (f"The page opened (load, analysis, stability) in {found['page_open_s']:.1f} s on {found['threads']} "
+            f"threads; compared: {compared}. Warm: the same job again (benchmarks, perplexity and the sweeps read "
+            "back from the results cache).\n\n" +
+            table(["job", "cold (s)", "warm (s)", "estimate (s)", "estimate ÷ cold", "estimate ÷ warm"], rows))
+
+
+@renders("gguf_roundtrip")
+def gguf_roundtrip(found: dict) -> str:
+    """benchmarks/gguf_roundtrip.py: real GGUFs in, cut, and out in each type, read back against the folder."""
+    rows, notes = [], []
+    for m in found["models"].values():
+        cut = f"{m['gguf']}, [{m['cut'][0]}, {m['cut'][1]})"
+        for i, (kind, t) in enumerate(m["types"].items()):
+            rows.append([cut if i == 0 else "", kind, f"{t['export_s']:.1f} s", f"{t['gguf_MiB']:.1f} MiB",
+                         f"{t['max_logit_difference']:.3g}", f"{t['top1_agreement_pct']:.1f} %",
+                         f"{t['perplexity_folder']:.2f} → {t['perplexity_gguf']:.2f}"])
+        load = "converted into the cache" if m["converted"] else "already in the cache"
+        notes.append(f"{m['gguf']} ({m['layers']} layers): first load {m['first_load_s']:.1f} s ({load}), then "
+                     f"{m['cached_load_s']:.1f} s; uncut perplexity {m['uncut_perplexity']:.2f}; greedy from its "
+                     f"{m['greedy']['type']} file: {m['greedy']['text']!r}.")
+        if broken := m.get("broken_cut"):
+            said = f"refused: \"{broken['refused']}\"" if broken["refused"] else "NOT refused"
+            notes.append(f"The cut [{broken['cut'][0]}, {broken['cut'][1]}) of {m['gguf']}: {said}")
+    return (table(["model, cut", "type", "export", "GGUF size", "largest logit difference", "top-1 agreement",
+                   "perplexity: folder → GGUF"], rows, "llrrrrr") + "\n\n" + "\n\n".join(notes))
+
+
+@renders("shared_probe", "shared_probe_partial")
+def shared_probe(found: dict) -> str:
+    """benchmarks/shared_probe.py: what hostile visitors' inputs got from a shared server, and its isolation checks."""
+    s = found["summary"]
+    rows = [[s["inputs"], s["tracebacks"], s["server_paths"], s["crashes"], s["catch_all"], s["bare_errors"],
+             s["long_messages"], s["hangs"], "yes" if s["marker_files"] else "no", s["server_log_tracebacks"],
+             f"{s['seconds'] / 60:.0f} min"]]
+    checks = found["checks"]
+    failed = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
+    return (table(["inputs", "tracebacks", "server paths", "crashes", "catch-all", "bare \"Error\"", "long echoes",
+                   "hangs", "visitor code ran", "server-log tracebacks", "took"], rows, "r" * 11) +
+            f"\n\n{len(checks) - len(failed)} of {len(checks)} checks passed (isolation of cuts, results, Stop and "
+            "exports; `/config`; the file route without a session)" + (": failed: " + "; ".join(failed) if failed
+                                                                        else "."))
+
+
+@renders("big_model", "big_model_dry_run")
+def big_model(found: dict) -> str:
+    """benchmarks/big_model.py: each forward-only job on a model larger than the memory budget, with its peaks."""
+    gpu = found.get("device", "cpu") != "cpu"
+    rows = [[s["step"], num(s["seconds"], ".0f"), num(s["peak_resident_GiB"], ".2f"),
+             *([num(s["peak_gpu_GiB"], ".2f")] if gpu else [])] for s in found["steps"]]
+    shown = [[m["model"], m["name"], f"{m['value']:,.2f} {m['unit']}"] for m in found["measurements"]]
+    start, end = found["cut"]
+    return (f"Budget {found['budget']}; weights {found['weights_GiB']:.2f} GiB, {found['resident_GiB']:.2f} GiB of "
+            f"them in memory. A: the angular method's best 4-layer cut, layers [{start}, {end}); B: Wanda 2:4 "
+            "from its own files.\n\n" +
+            table(["step", "seconds", "peak resident so far (GiB, VmHWM)",
+                   *(["peak GPU memory so far (GiB)"] if gpu else [])], rows) + "\n\n" +
+            table(["model", "measured", "value"], shown, "llr"))
