@@ -394,13 +394,13 @@ def default_jobs(found: dict) -> str:
     def ratio(estimate, seconds) -> str:
         return "—" if estimate is None or not seconds else f"{estimate / seconds:.2f}"
 
-    rows = [[name, num(j["cold_s"]), num(j["warm_s"]), num(j["estimate_s"]), ratio(j["estimate_s"], j["cold_s"]),
-             ratio(j["estimate_s"], j["warm_s"])] for name, j in found["jobs"].items()]
+    rows = [[name, num(j["cold_s"]), num(j["warm_s"]), num(j["estimate_s"]), ratio(j["estimate_s"], j["cold_s"])]
+            for name, j in found["jobs"].items()]
     compared = "; ".join(f"{label}: {recipe}" for label, recipe in found["compared"].items())
     return (f"The page opened (load, analysis, stability) in {found['page_open_s']:.1f} s on {found['threads']} "
             f"threads; compared: {compared}. Warm: the same job again (benchmarks, perplexity and the sweeps read "
             "back from the results cache).\n\n" +
-            table(["job", "cold (s)", "warm (s)", "estimate (s)", "estimate ÷ cold", "estimate ÷ warm"], rows))
+            table(["job", "cold (s)", "warm (s)", "estimate (s)", "estimate ÷ cold"], rows))
 
 
 @renders("gguf_roundtrip")
