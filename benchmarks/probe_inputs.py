@@ -165,9 +165,11 @@ def generic_cases(api: dict) -> list[Case]:
 
 
 def arguments(case: Case, params: list[dict]) -> list:
-    """The call's positional arguments: the baseline, with the case's changes."""
-    base = BASELINE.get(case.endpoint) or tuple(p.get("parameter_default") for p in params)
-    values = dict(zip((p["parameter_name"] for p in params), base))
+    """The call's positional arguments: the baseline (each parameter it leaves out at its default), with the case's
+    changes."""
+    base = BASELINE.get(case.endpoint, ())
+    values = {p["parameter_name"]: base[i] if i < len(base) else p.get("parameter_default")
+              for i, p in enumerate(params)}
     unknown = set(case.changes) - set(values)
     if unknown:
         raise KeyError(f"{case.endpoint} has no parameter {sorted(unknown)}")

@@ -34,6 +34,7 @@ from gradio_client.exceptions import AppError
 import probe_inputs as pi
 from probe_server import TRACEBACK, Server
 from record import write_result
+from ui.slot_text import NO_GGUF
 
 LIGHT_WAIT_S, MEDIUM_WAIT_S, HEAVY_WAIT_S, STOP_WAIT_S = 30, 10, 4, 60
 CATCH_ALL = "Something went wrong"
@@ -92,7 +93,8 @@ class Probe:
         self.crashes = 0
         self.export_p: tuple = ("", [])
         self.marker_case: str | None = None
-        self.api = self.visitor().view_api(print_info=False, return_format="dict")
+        # every named endpoint: the API page lists only the public ones, the page's own events stay callable
+        self.api = httpx.get(f"{server.url}gradio_api/info", params={"all_endpoints": "true"}, timeout=30).json()
         self.params = {name: info["parameters"] for name, info in self.api["named_endpoints"].items()}
 
     def visitor(self) -> Client:
@@ -301,9 +303,9 @@ class Probe:
         for visitor in (p, q):
             self.ready(visitor, "")
         q.predict([3, 5], api_name="/set_cut")
-        self.export_p = p.predict("probe-same", api_name="/export")
+        self.export_p = p.predict("probe-same", "A", NO_GGUF, api_name="/export")  # each visitor's slot A
         try:
-            reply_q = short(q.predict("probe-same", api_name="/export")[0], 100)
+            reply_q = short(q.predict("probe-same", "A", NO_GGUF, api_name="/export")[0], 100)
         except AppError as err:
             reply_q = f"refused: {short(err.message, 100)}"
         layers = exported_layers(self.export_p[1])
