@@ -21,6 +21,7 @@ import argparse
 import gc
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,7 +46,8 @@ def main() -> None:
     chosen = () if args.folder else (args.only,) if args.only else ("1b", "default")
     if args.folder:
         model, tokenizer = prune.load_model(args.folder, device="cpu", dtype="float32")
-        found[args.folder] = report(args.folder, model, tokenizer, args.reference)
+        name = Path(args.folder).name  # the model's name, not where this machine keeps it
+        found[name] = report(name, model, tokenizer, args.reference)
     if "1b" in chosen:
         tokenizer = AutoTokenizer.from_pretrained(default_checkpoint())
         model = one_billion_llama(len(tokenizer))
