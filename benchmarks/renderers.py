@@ -443,7 +443,7 @@ def shared_probe(found: dict) -> str:
 @renders("big_model", "big_model_dry_run")
 def big_model(found: dict) -> str:
     """benchmarks/big_model.py: each forward-only job on a model larger than the memory budget, with its peaks."""
-    gpu = found.get("device", "cpu") != "cpu"
+    gpu = found.get("device") not in (None, "CPU")
     rows = [[s["step"], num(s["seconds"], ".0f"), num(s["peak_resident_GiB"], ".2f"),
              *([num(s["peak_gpu_GiB"], ".2f")] if gpu else [])] for s in found["steps"]]
     shown = [[m["model"], m["name"], f"{m['value']:,.2f} {m['unit']}"] for m in found["measurements"]]
@@ -454,3 +454,24 @@ def big_model(found: dict) -> str:
             table(["step", "seconds", "peak resident so far (GiB, VmHWM)",
                    *(["peak GPU memory so far (GiB)"] if gpu else [])], rows) + "\n\n" +
             table(["model", "measured", "value"], shown, "llr"))
+
+
+@renders("offload")
+def offload(found: dict) -> str:
+    """benchmarks/offload.py: the same work whole and under a memory budget, each in a fresh process."""
+    runs, gib = found["runs"], 2**30
+    rows = [["read from disk layer by layer", *("yes" if r["offloaded"] else "no" for r in runs.values())],
+            ["weights in memory (GiB)", *(f"{r['resident'] / gib:.2f}" for r in runs.values())],
+            ["peak resident (GiB, VmHWM: mapped file pages included)", *(f"{r['peak'] / gib:.2f}"
+                                                                          for r in runs.values())],
+            ["peak anonymous (GiB, RssAnon, read every 2 ms)", *(f"{r['anonymous peak'] / gib:.2f}"
+                                                                 for r in runs.values())]]
+    steps = list(next(iter(runs.values()))["times"])
+    rows += [[f"{step} (s)", *(num(r["times"][step]) for r in runs.values())] for step in steps]
+    whole, budget = runs.values()
+    saved = whole["peak"] - budget["peak"]
+    equal = "equal" if found["scores_equal"] and found["logits_equal"] else "NOT equal"
+    return (table(["", *runs], rows, "l" + "r" * len(runs)) +
+            f"\n\nThe angular scores and the cut's logits are {equal} (bit for bit); the budget's peak is "
+            f"{saved / gib:.2f} GiB lower: {saved / found['weights_bytes']:.2f} × the weights "
+            f"({found['weights_bytes'] / gib:.2f} GiB).")
