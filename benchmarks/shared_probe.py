@@ -207,8 +207,12 @@ class Probe:
         return [name for name in self.params if not self.only or name in self.only]
 
     def cases(self) -> list[pi.Case]:
-        cases = [replace(case, changes={"source": "upload", **case.changes})  # a file is read for that source only
-                 if "upload" in case.changes else case for case in pi.generic_cases(self.api)]
+        def sourced(case: pi.Case) -> pi.Case:  # a calibration file is read for the "upload" source only
+            named = {p["parameter_name"] for p in self.params[case.endpoint]}
+            return replace(case, changes={"source": "upload", **case.changes}) \
+                if "upload" in case.changes and "source" in named else case
+
+        cases = [sourced(case) for case in pi.generic_cases(self.api)]
         cases += pi.calibration_rows() + pi.option_rows() + pi.export_names()
         cases += pi.model_names(self.server.model_root, self.server.outside)
         cases += pi.upload_rows(*self.upload_files())
