@@ -1,6 +1,6 @@
 """Probe a shared LayerCut server as hostile visitors would, and count what goes wrong.
 
-    .venv/bin/python benchmarks/shared_probe.py [--quick] [--only /load_model,/export] [--all] [--keep]
+    .venv/bin/python benchmarks/shared_probe.py [--quick] [--only /load_model,/export] [--checks] [--all] [--keep]
 
 Starts ``app.py --shared`` in a subprocess (private cache, model root and HF modules folder; the dequantized
 default model is reused), then, as visitors with gradio_client, sends every named endpoint hostile inputs
@@ -9,8 +9,8 @@ remote code under the model root, uploads over the limit, bad export names), and
 visitors (cuts, results, Stop, exports of the same name), the file route without a session and ``/config``.
 Each reply is classed: ok, a one-line message, the catch-all "Something went wrong", Gradio's bare error, a
 traceback, a server path, a crash (the server stops answering). Prints counts per class and per endpoint, every
-failing input, and one summary line, and writes them to ``benchmarks/results/shared_probe.json`` (``--quick`` or
-``--only``: ``shared_probe_partial.json``). Always exits 0: it is a measurement.
+failing input, and one summary line, and writes them to ``benchmarks/results/shared_probe.json`` (``--quick``,
+``--only`` or ``--checks``, the checks alone: ``shared_probe_partial.json``). Always exits 0: it is a measurement.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ import argparse
 import json
 import re
 import sys
+import tempfile
 import time
+import zipfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -86,8 +88,8 @@ class Check:
 
 
 class Probe:
-    def __init__(self, server: Server, quick: bool, only: set[str]) -> None:
-        self.server, self.quick, self.only = server, quick, only
+    def __init__(self, server: Server, quick: bool, only: set[str], checks_only: bool = False) -> None:
+        self.server, self.quick, self.only, self.checks_only = server, quick, only, checks_only
         self.replies: list[Reply] = []
         self.checks: list[Check] = []
         self.crashes = 0
@@ -181,6 +183,9 @@ class Probe:
 
     # ------------------------------------------------------------ the probe
     def run(self) -> None:
+        if self.checks_only:
+            self.run_checks()
+            return
         cases = self.cases()
         by_endpoint: dict[str, list[pi.Case]] = {}
         for case in cases:
@@ -315,19 +320,18 @@ class Probe:
         layers = exported_layers(self.export_p[1])
         self.checks.append(Check("exports of the same name: P's download", layers == 24,
                                  f"P cut 6 layers and downloads a model of {layers} layers; Q got {reply_q!r}"))
-        config = next((f for f in self.export_p[1] or [] if str(f.get("path", "")).endswith("config.json")), {})
-        now = httpx.get(config["url"], timeout=30).json().get("num_hidden_layers") if config else None
+        now = exported_layers(self.export_p[1])
         kept = now == 24  # read through P's own link, after Q exported the same name
         self.checks.append(Check("exports of the same name: P's folder", kept, "P's folder still holds P's model"
                                  if kept else f"Q's export replaced the folder P was told it saved ({now} layers now)"))
 
     def check_file_route(self) -> None:
         """The file route without a session: a visitor's download, the exports folder itself, server files."""
-        config = next((f for f in self.export_p[1] or [] if str(f.get("path", "")).endswith("config.json")), None)
-        if config:
-            status = httpx.get(config["url"], timeout=30).status_code
+        archive = download(self.export_p[1])
+        if archive:
+            status = httpx.head(archive["url"], timeout=30).status_code
             self.checks.append(Check("a download's own link without a session", True,
-                                     f"HTTP {status} for {pi.show(config.get('path'), 70)} (a link only its visitor "
+                                     f"HTTP {status} for {pi.show(archive.get('path'), 70)} (a link only its visitor "
                                      "was given)"))
         exported = f"{self.server.cache}/exports/probe-same/config.json"  # the folder name anyone may guess
         status = httpx.get(self.server.url + f"gradio_api/file={exported}", timeout=30).status_code
@@ -389,12 +393,24 @@ def metrics(table) -> set:
     return {row[index] for row in table["data"]}
 
 
+def download(files) -> dict | None:
+    """The one zip an export offers its visitor."""
+    return next((f for f in files or [] if str(f.get("path", "")).endswith(".zip")), None)
+
+
 def exported_layers(files) -> int | None:
-    """num_hidden_layers of the exported config.json a visitor downloads, read through the file route."""
-    config = next((f for f in files or [] if str(f.get("path", "")).endswith("config.json")), None)
-    if config is None:
+    """num_hidden_layers of the exported model a visitor downloads: the config.json in its zip, read through the file
+    route."""
+    archive = download(files)
+    if archive is None:
         return None
-    return json.loads(httpx.get(config["url"], timeout=30).text).get("num_hidden_layers")
+    with tempfile.TemporaryFile() as held:
+        with httpx.stream("GET", archive["url"], timeout=120) as reply:
+            for chunk in reply.iter_bytes():
+                held.write(chunk)
+        with zipfile.ZipFile(held) as zipped:
+            config = next(name for name in zipped.namelist() if Path(name).name == "config.json")
+            return json.loads(zipped.read(config)).get("num_hidden_layers")
 
 
 def outcome(job) -> str:
@@ -488,6 +504,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="every fourth input only (a smoke run)")
     parser.add_argument("--only", default="", help="comma list of endpoints to probe (no isolation checks then)")
+    parser.add_argument("--checks", action="store_true", help="the isolation and file-route checks only")
     parser.add_argument("--all", action="store_true", help="print every reply, not only the failing ones")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder (server log, cache)")
     args = parser.parse_args()
@@ -496,11 +513,11 @@ def main() -> None:
     try:
         plant_remote_code(server)
         print(f"server up in {server.start():.0f} s at {server.url} (folder {server.tmp})", file=sys.stderr)
-        probe = Probe(server, args.quick, {name for name in args.only.split(",") if name})
+        probe = Probe(server, args.quick, {name for name in args.only.split(",") if name}, args.checks)
         probe.run()
         server.stop()
         found = report(probe, time.monotonic() - began, args.all)
-        write_result("shared_probe_partial" if args.quick or args.only else "shared_probe", found,
+        write_result("shared_probe_partial" if args.quick or args.only or args.checks else "shared_probe", found,
                      how="app.py --shared in a subprocess, probed by gradio_client visitors with probe_inputs.py's "
                          f"hostile inputs{' (every fourth: --quick)' if args.quick else ''}"
                          + (f", endpoints {args.only}" if args.only else ""))
