@@ -18,7 +18,7 @@ RENDERED_NOW = ("deployed_default", "deployed_llama1b_8layers", "deployed_llama1
                 "gpu/2026-11-27-0730-NVIDIA_H200", "frontier", "heal", "recovery", "taylor_memory",
                 "default_jobs", "gguf_roundtrip", "big_model", "taylor_memory_folder",
                 "offload", "sparsity_sweep_arc_easy",
-                "sparsity_sweep_cbt_style_cn")
+                "sparsity_sweep_cbt_style_cn", "shared_probe")
 
 
 def test_every_generated_table_in_the_docs_matches_its_json():
