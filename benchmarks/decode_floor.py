@@ -25,7 +25,7 @@ from evaluation.measure import bandwidth as limit, compiled, speed
 from evaluation.measure.memory import weight_bytes
 from prune.core.devices import input_device
 from record import write_result  # beside this script
-from tables import decode_floor as table  # the rows as a Markdown table, as the docs render them
+from renderers import decode_floor as table  # the rows as a Markdown table, as the docs render them
 
 _MIB = 2**20
 

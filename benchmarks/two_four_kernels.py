@@ -49,6 +49,8 @@ def timed(work, repeats: int = 50) -> float:
 
 
 def main() -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("two_four_kernels.py times PyTorch's 2:4 kernels on a CUDA GPU, and this machine has none.")
     torch.manual_seed(0)
     cusparselt = getattr(torch.backends, "cusparselt", None)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, "
