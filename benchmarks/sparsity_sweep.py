@@ -23,6 +23,7 @@ import sys
 import time
 
 from record import write_result  # beside this script
+from renderers import sparsity_sweep as table  # the docs' table of it
 
 
 def main() -> None:
@@ -44,7 +45,6 @@ def main() -> None:
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
     from evaluation.serving.models import ModelSpec
-    from evaluation.sweeps.sparsity import format_table
 
     backend = Backend()
     spec = ModelSpec()
@@ -66,16 +66,9 @@ def main() -> None:
                                     ppl_windows=args.windows, use_cache=not args.no_cache, progress=progress)
     wall = time.perf_counter() - started
 
-    print()
-    print(format_table(result))
-    print("\nSeconds per point when it was measured, prune + measure (the dense point: measure only):")
-    print("| method | " + " | ".join(f"{100 * level:g} %" for level in result.levels) + " | total |")
-    print("|---|" + "---:|" * (len(result.levels) + 1))
-    for method in result.methods:
-        cells = [f"{p:.0f} + {m:.0f}" for p, m in zip(result.prune_s[method], result.measure_s[method])]
-        print(f"| {method} | " + " | ".join(cells) + f" | {result.seconds(method):.0f} |")
-    print(f"\nThis run: {wall:.0f} s wall clock (cached points cost nothing).")
     figures = {"sweep": result.to_json(), "wall_s": round(wall, 1), "threads": torch.get_num_threads()}
+    print(f"\n{table(figures)}\n\n(A cached point keeps the seconds measured when it was computed and cost this run "
+          "nothing.)")
     write_result(f"sparsity_sweep_{args.task}", figures,
                  model=f"{info.name}, {info.num_layers} layers",
                  how=f"Backend.sparsity_sweep: {args.task}'s primary metric on its first {args.limit} documents, "
