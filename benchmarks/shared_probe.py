@@ -317,13 +317,12 @@ class Probe:
             reply_q = short(q.predict("probe-same", "A", NO_GGUF, api_name="/export")[0], 100)
         except AppError as err:
             reply_q = f"refused: {short(err.message, 100)}"
-        layers = exported_layers(self.export_p[1])
+        layers = exported_layers(self.export_p[1])  # read through P's own link, after Q exported the same name
         self.checks.append(Check("exports of the same name: P's download", layers == 24,
                                  f"P cut 6 layers and downloads a model of {layers} layers; Q got {reply_q!r}"))
-        now = exported_layers(self.export_p[1])
-        kept = now == 24  # read through P's own link, after Q exported the same name
+        kept = layers == 24
         self.checks.append(Check("exports of the same name: P's folder", kept, "P's folder still holds P's model"
-                                 if kept else f"Q's export replaced the folder P was told it saved ({now} layers now)"))
+                                 if kept else f"Q's export replaced the folder P was told it saved ({layers} layers)"))
 
     def check_file_route(self) -> None:
         """The file route without a session: a visitor's download, the exports folder itself, server files."""
