@@ -77,7 +77,7 @@ def main() -> None:
 
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.calibration import Calibration
     from prune.core.recipe import Recipe
     from prune.sparsity.step import Sparsify

@@ -108,7 +108,7 @@ def run(args) -> None:
 
 def cached_sweep(model, tokenizer, task: str, block: int, limit: int, data_dir):
     """The measured sweep, from the results cache when this model, task, block and limit ran before."""
-    from evaluation.serving.store import ResultStore
+    from evaluation.core.store import ResultStore
     from evaluation.sweeps.cuts import SweepResult, sweep
     from prune.depth.scoring import model_fingerprint
 

@@ -12,7 +12,7 @@ import argparse
 
 from evaluation.measure.measurement import to_markdown
 from evaluation.serving.backend import Backend
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.recipe import Recipe
 from record import write_result  # beside this script
 

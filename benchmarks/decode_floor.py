@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from evaluation.measure import bandwidth as limit, compiled, speed
-from evaluation.measure.memory import weight_bytes
+from prune.core.storage import weight_bytes
 from prune.core.devices import input_device
 from record import write_result  # beside this script
 from renderers import decode_floor as table  # the rows as a Markdown table, as the docs render them

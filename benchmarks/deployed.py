@@ -39,7 +39,7 @@ def llama_1b_shape(layers: int):
 
 def default_model():
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     backend = Backend()
     spec = ModelSpec()

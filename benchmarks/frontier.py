@@ -31,7 +31,7 @@ from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES
 from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from evaluation.frontier.run import SPEED
 from evaluation.measure import speed
 from record import write_result  # beside this script

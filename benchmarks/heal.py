@@ -40,7 +40,7 @@ def run(args) -> None:
 
     from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.calibration import Calibration
     from prune.healing.step import Heal
     from prune.core.recipe import Recipe

@@ -51,11 +51,11 @@ def run(args) -> None:
     import torch
 
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.measure.memory import weight_bytes
+    from prune.core.storage import weight_bytes
     from evaluation.measure.speed import measure_speed
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from evaluation.serving.variants import own_bytes
     from prune.core.calibration import Calibration
 

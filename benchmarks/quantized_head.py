@@ -31,10 +31,10 @@ def run(args) -> None:
 
     from evaluation.measure import bandwidth
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.measure.memory import weight_bytes
+    from prune.core.storage import weight_bytes
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.recipe import Recipe
     from prune.quantize.step import Quantize
 

@@ -61,7 +61,7 @@ def run(args) -> None:
 
     from evaluation.measure.measurement import ORIGINAL
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.calibration import Calibration
     from prune.core.recipe import Recipe
     from prune.patch.step import CALIBRATION

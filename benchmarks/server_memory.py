@@ -1,5 +1,5 @@
 """A shared server's resident memory under rounds of visitors, with glibc's defaults and with LayerCut's
-allocator settings (evaluation/allocator.py), side by side in one run.
+allocator settings (evaluation/core/allocator.py), side by side in one run.
 
     PYTHONPATH=. .venv/bin/python benchmarks/server_memory.py [--rounds 10 8] [--budget-gib 1] [--mmap-kib 256 4096]
 
@@ -11,7 +11,7 @@ and its weights read once (they are mapped from the checkpoint file: pages count
 peak: the kernel's high-water mark of it (VmHWM, reset after loading by /proc/self/clear_refs);
 settled: after the last job. "glibc defaults" makes ``configure`` and ``release`` no-ops; the
 other cases time every ``release`` (malloc_trim after each job); ``--mmap-kib`` adds a case per
-size with glibc's mmap threshold also fixed there (the setting evaluation/allocator.py leaves
+size with glibc's mmap threshold also fixed there (the setting evaluation/core/allocator.py leaves
 alone). Build time is CPU-seconds per build (the process's CPU time over the jobs, so other work on
 the machine inflates it less). Writes ``benchmarks/results/server_memory.json``.
 """
@@ -66,7 +66,7 @@ def main() -> None:
 
 def measure(case: str, threshold: int | None, rounds: list[int], budget: int) -> dict:
     """One case's figures, in this process."""
-    from evaluation.serving import allocator
+    from evaluation.core import allocator
 
     if threshold is not None:
         ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, threshold)
@@ -76,7 +76,7 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
     else:
         allocator.release = timed(allocator.release, trims)
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.recipe import Recipe
     from prune.sparsity.step import Sparsify
 

@@ -44,7 +44,7 @@ def main() -> None:
 
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     backend = Backend()
     spec = ModelSpec()

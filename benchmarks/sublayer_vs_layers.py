@@ -28,7 +28,7 @@ def main() -> None:
     import prune
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.paths import default_data_dir
     from prune.core.recipe import Recipe
 

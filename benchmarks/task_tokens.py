@@ -24,7 +24,7 @@ import prune
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.fast_lm import Answer, FastLM
 from evaluation.sweeps.cuts import evaluate_loaded
-from evaluation.settings import BATCH_SIZE
+from evaluation.core.settings import BATCH_SIZE
 from prune.core.errors import InvalidInput
 from prune.core.paths import default_data_dir
 from record import write_result  # beside this script

@@ -79,7 +79,7 @@ def one_billion_llama(vocab_size: int):
 
 def report(label: str, model, tokenizer, reference: bool) -> dict:
     import prune
-    from evaluation.measure.memory import weight_bytes
+    from prune.core.storage import weight_bytes
 
     weights = weight_bytes(model)
     print(f"\n{label}: {sum(p.numel() for p in model.parameters()) / 1e9:.3f} B parameters, "

@@ -67,7 +67,7 @@ def main() -> None:
 
     from evaluation.measure import generation
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     import torch
     from transformers import AutoConfig

@@ -42,7 +42,7 @@ def run(args) -> None:
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.recipe import Recipe
     from prune.width.step import WidthPrune
     from prune.width.shrink import matching_depth_layers

@@ -13,8 +13,7 @@ Public API::
     small = prune.Quantize.of(4).apply(model)  # int4 weights (torchao, weight-only); ``model`` untouched
 """
 
-__version__ = "0.3.0"
-
+from prune.core.version import __version__
 from prune.core.calibration import Calibration
 from prune.core.errors import LayerCutError
 from prune.healing.train import heal
@@ -39,6 +38,6 @@ from prune.healing.step import Heal
 from prune.quantize.step import Quantize
 from prune.core.family import FAMILIES
 
-__all__ = ["Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal", "ImportanceResult",
-           "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop", "WidthPrune", "cut",
-           "decompose", "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]
+__all__ = ["__version__", "Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal",
+           "ImportanceResult", "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop",
+           "WidthPrune", "cut", "decompose", "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]

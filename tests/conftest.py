@@ -207,7 +207,7 @@ def tiny_llama_30(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spec(tiny_folder):
     """The tiny folder as a model spec (a module may define its own)."""
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     return ModelSpec(tiny_folder)
 

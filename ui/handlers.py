@@ -16,9 +16,8 @@ import logging
 import gradio as gr
 
 from evaluation.measure.measurement import Measurement
-from evaluation.serving import allocator
 from evaluation.serving.hub import HubCheck
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.core.loading import in_local_cache, is_default
 from prune.core.surgery import largest_cut
@@ -127,7 +126,7 @@ class Context:
 
     def server_memory(self):
         """The server's memory, for the line under the pickers (refreshed by a timer: other visitors change it)."""
-        return text.server_memory_markdown(allocator.server_memory(self.backend.variants),
+        return text.server_memory_markdown(self.backend.variants.server_memory(),
                                            self.backend.residency.summary())
 
     def page_closed(self, request: gr.Request = None):

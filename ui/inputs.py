@@ -15,11 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import prune
-from evaluation.comparison_file import MAX_BYTES as COMPARISON_BYTES, Comparison
+from evaluation.exports.comparison_file import MAX_BYTES as COMPARISON_BYTES, Comparison
 from evaluation.quality import judge as judges
 from evaluation.quality.judge import JudgeChoice
-from evaluation.settings import MT_BENCH
-from evaluation.serving.models import ModelSpec
+from evaluation.core.settings import MT_BENCH
+from evaluation.core.models import ModelSpec
 from prune.core.calibration import BOS_CHOICES, SOURCES, hub_dataset
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.core.loading import is_default
@@ -301,7 +301,8 @@ def task_names(text) -> list[str]:
 
 
 def saved_comparison(upload: str | None) -> Comparison:
-    """A comparison saved by this page, from an uploaded file, every part checked (``evaluation.comparison_file``)."""
+    """A comparison saved by this page, from an uploaded file, every part checked
+    (``evaluation.exports.comparison_file``)."""
     if not upload or not isinstance(upload, str):
         raise InvalidInput("Choose a saved comparison (a .json file) to open.")
     return Comparison.from_json(_read_upload(upload, COMPARISON_BYTES), SLOTS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import mt_bench
 from evaluation.quality.judge import SELF_JUDGED
-from evaluation.settings import MT_BENCH
+from evaluation.core.settings import MT_BENCH
 
 MT_BENCH_HELP = (
     "FastChat's MT-Bench: each compared model answers the questions greedily through its chat template, then a judge "

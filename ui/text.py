@@ -155,7 +155,7 @@ def not_generating(info) -> str:
 
 
 def server_memory_markdown(found, turns: str = "") -> str:
-    """The server's resident memory beside what the variant cache holds (``evaluation.serving.allocator.ServerMemory``),
+    """The server's resident memory beside what the variant cache holds (``evaluation.serving.variants.ServerMemory``),
     and, once models have taken turns on the device, which are on it and what the last swap cost (``turns``)."""
     return (f"Server memory: {found.rss_bytes / 2**30:.2f} GiB resident · compressed models cached "
             f"{found.held_bytes / 2**30:.2f} of {found.budget_bytes / 2**30:.2f} GiB"

@@ -42,9 +42,9 @@ from prune.core.surgery import private_copy, remove_layers
 from evaluation.explain import agreement
 from evaluation.quality.fast_lm import head_logits
 from evaluation.measure.generation import TokenStream, encode_prompt
-from evaluation.serving.jobs import Cancelled
+from evaluation.core.jobs import Cancelled
 from evaluation.measure.measurement import ORIGINAL, Measurement
-from evaluation.serving.models import removed_blocks
+from evaluation.core.models import removed_blocks
 
 FEEDBACK_WINDOWS = 2  # calibration windows in the feedback slice …
 FEEDBACK_SEQ_LEN = 128  # … of this many tokens: 254 compared positions, ≈ 1 s per release on 2 cores

@@ -33,7 +33,7 @@ from prune.drop.step import SubLayerDrop
 from prune.drop.sublayers import dropped_numel
 
 from evaluation.measure.measurement import Measurement, to_markdown
-from evaluation.measure.memory import num_params
+from prune.core.storage import num_params
 
 MERGEKIT_FILE = "mergekit.yml"
 MAX_NAME = 80  # export folder names

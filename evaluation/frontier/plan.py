@@ -45,7 +45,7 @@ from prune.sparsity.masks import MAX_SPARSITY
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 
-from evaluation.settings import PERPLEXITY
+from evaluation.core.settings import PERPLEXITY
 
 AXES = {"bytes": "weight bytes as stored (MiB)",
         "params": "parameters not zero (zeros stored densely save no bytes and no time)",

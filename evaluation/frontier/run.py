@@ -20,16 +20,17 @@ from prune.core.errors import LayerCutError
 from prune.core.paths import digest
 from prune.core.recipe import Recipe
 from prune.core.sizes import parameter_count
+from prune.core.storage import weight_bytes
 
 from evaluation.frontier.plan import Candidate, FrontierPlan
 from evaluation.frontier.result import FrontierResult, Point
 from evaluation.measure import memory, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.quality.fast_lm import make_fast
-from evaluation.serving.jobs import Cancelled, Job, cancellable
-from evaluation.serving.store import ResultStore
+from evaluation.core.jobs import Cancelled, Job, cancellable
+from evaluation.core.store import ResultStore
 from evaluation.sweeps.cuts import evaluate_loaded, from_json_number, primary_metric, task_metrics, to_json_number
-from evaluation.settings import BATCH_SIZE
+from evaluation.core.settings import BATCH_SIZE
 
 SPEED = {"batch_sizes": (1,), "prompt_len": 128, "new_tokens": (32,), "repeats": 3}
 _BUILD_SHARE = 0.4  # of a point's progress bar
@@ -126,7 +127,7 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
     ours = decode[name if derived is not model else "original"]
     context = SPEED["prompt_len"] + SPEED["new_tokens"][0] // 2
     return {"metrics": {k: to_json_number(v) for k, v in metrics.items()}, "perplexity": to_json_number(ppl),
-            "params": parameter_count(derived) - zeros, "weight_bytes": memory.weight_bytes(derived),
+            "params": parameter_count(derived) - zeros, "weight_bytes": weight_bytes(derived),
             "ms": ours.value, "dense_ms": decode["original"].value,
             "floor_ms": to_json_number(ours.details.get("floor_ms")),
             "ideal_speedup": speed.ideal_speedup(model, derived, context),

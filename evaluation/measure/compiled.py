@@ -23,6 +23,7 @@ from prune.core.errors import InvalidInput
 from prune.core.kv import with_cache
 from prune.core.offload import is_offloaded
 
+from evaluation.core.timing import Timer
 from evaluation.measure.measurement import Measurement
 
 COMPILE_STEPS = 3  # decode steps of the compiling run: dynamo compiles on the first; CUDA graphs warm up, then record
@@ -130,16 +131,15 @@ def eager_labelled(results: list[Measurement]) -> list[Measurement]:
 def generate(model, input_ids: torch.Tensor, new_tokens: int, cache: StaticCache):
     """(prefill ms, decode ms, the new tokens [B, new_tokens]): an eager prefill into ``cache`` (emptied first, in
     place), then compiled steps."""
-    from evaluation.measure.speed import _Timer  # speed imports this module when asked for the compiled mode
 
     device = input_device(model)
     step, kwargs = _compiled_step(device), with_cache(model, cache)
     cache.reset()
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
-        with _Timer(device) as prefill:
+        with Timer(device) as prefill:
             out = model(input_ids=input_ids, use_cache=True, **kwargs, **last_logits_only(model))
             tokens = [out.logits[:, -1].argmax(dim=-1, keepdim=True)]
-        with _Timer(device) as decode:
+        with Timer(device) as decode:
             for _ in range(new_tokens - 1):  # the prefill produced the first token
                 if device.type == "cuda":
                     torch.compiler.cudagraph_mark_step_begin()  # each call is a new step: earlier outputs may go

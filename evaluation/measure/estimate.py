@@ -15,13 +15,7 @@ from dataclasses import dataclass
 
 from prune.core.errors import InvalidInput
 
-
-@dataclass(frozen=True)
-class Rates:
-    """What one model did on this machine."""
-
-    forward_tokens_per_s: float  # prompt tokens through one forward pass (a prefill), per second
-    decode_s_per_token: float  # one decode step (one new token after a cached prompt), seconds
+from evaluation.core.timing import Rates
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned, with_cache
 
-from evaluation.serving.jobs import Job
+from evaluation.core.jobs import Job
 from evaluation.measure.measurement import Measurement
 
 GROUP = "generation"

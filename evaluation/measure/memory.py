@@ -38,7 +38,7 @@ from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned
 from prune.core.offload import is_offloaded, parameters_read, resident_bytes
-from prune.core.storage import dense, parts
+from prune.core.storage import dense, num_params, weight_bytes
 from prune.lowrank.decomposition import factored_view, merged
 from prune.drop.sublayers import attention_layers, savable
 from prune.sparsity.masks import zero_fraction
@@ -49,20 +49,6 @@ from evaluation.measure.speed import one_pass, per_token_flops
 GROUP = "memory"
 MACS_CONTEXT = 128
 _MIB = 2**20
-
-
-def num_params(model) -> int:
-    """Parameters, each shared (tied) tensor counted once."""
-    return sum(p.numel() for p in model.parameters())
-
-
-def weight_bytes(model) -> int:
-    """Bytes of the model's parameters, counting each tensor in memory once (an offloaded one, on disk, too)."""
-    seen: dict[int, int] = {}
-    for p in model.parameters():
-        for t in parts(p):  # a quantized weight's int8 values and scales
-            seen[id(t) if t.device.type == "meta" else t.data_ptr()] = t.numel() * t.element_size()
-    return sum(seen.values())
 
 
 def zero_weights(model) -> tuple[int, int]:

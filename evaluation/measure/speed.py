@@ -21,7 +21,6 @@ measured bandwidth) and the share of that floor reached (floor ÷ measured), and
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -34,10 +33,10 @@ from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
 
-from evaluation.serving.jobs import Job
+from evaluation.core.jobs import Job
+from evaluation.core.timing import Rates, Timer
 from evaluation.measure import bandwidth
 from evaluation.measure import compiled as compiled_mode
-from evaluation.measure.estimate import Rates
 from evaluation.measure.measurement import Measurement
 
 GROUP = "speed"
@@ -86,31 +85,6 @@ def ideal_speedup(original, pruned, context: int) -> float:
 
 
 # ---------------------------------------------------------------- timing
-
-
-class _Timer:
-    """Wall time of a block: CUDA events (then a synchronise) on CUDA, perf_counter on CPU."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.ms = 0.0
-
-    def __enter__(self):
-        if self.cuda:
-            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self._start.record()
-        else:
-            self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        if self.cuda:
-            self._end.record()
-            torch.cuda.synchronize()
-            self.ms = self._start.elapsed_time(self._end)
-        else:
-            self.ms = (time.perf_counter() - self._t0) * 1000
-        return False
 
 
 class GpuUtilization:
@@ -168,14 +142,14 @@ def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, f
     step's activations, and a layer read from disk or dequantized, alive through the KV cache's history)."""
     device = input_ids.device
     if kind_of(model) != CAUSAL:
-        with _Timer(device) as prefill:
+        with Timer(device) as prefill:
             one_pass(model, input_ids)
         return prefill.ms, 0.0
-    with _Timer(device) as prefill:
+    with Timer(device) as prefill:
         out = model(input_ids=input_ids, use_cache=True, **last_logits_only(model))  # the prefill skips unused logits
         token = out.logits[:, -1].argmax(dim=-1, keepdim=True)
     cache = cache_returned(out)
-    with _Timer(device) as decode:
+    with Timer(device) as decode:
         for _ in range(new_tokens - 1):  # the prefill produced the first token
             out = model(input_ids=token, use_cache=True, **with_cache(model, cache))
             cache = cache_returned(out)

@@ -26,7 +26,7 @@ import torch
 
 from prune.core.errors import InvalidInput
 
-from evaluation.settings import C4_PERPLEXITY
+from evaluation.core.settings import C4_PERPLEXITY
 
 TASK = "c4"
 REPO = "allenai/c4"

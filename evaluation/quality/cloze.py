@@ -33,7 +33,6 @@ from prune.core.errors import InvalidInput
 
 from evaluation.quality import cbt_style
 
-REQUEST = "cloze"  # the request kind, and the name of the scorer method that answers it
 HUB_DATASET = "cam-cst/cbt"
 
 
@@ -71,12 +70,6 @@ CLOZE_TASKS: dict[str, ClozeSource] = {
     **{f"cbt_{kind.lower()}": ClozeSource("CBT, from the hub", _hub(kind)) for kind in ("CN", "NE", "P", "V")},
     **{f"cbt_style_{kind.lower()}": ClozeSource("CBT-style, not CBT", _book(kind)) for kind in cbt_style.KINDS},
 }
-
-
-def parts(doc: dict, option: str) -> tuple[str, str, str]:
-    """(left, candidate, right): the 20 sentences and the query around its blank, ``option`` in it."""
-    before, _, after = doc["question"].partition(cbt_style.BLANK)
-    return " ".join([*doc["sentences"], before]), option, after
 
 
 @cache

@@ -8,7 +8,7 @@ from lm_eval.api.task import Task
 from lm_eval.filters import build_filter_ensemble
 from lm_eval.config.task import TaskConfig
 
-from evaluation.quality.cloze import REQUEST, parts
+from evaluation.quality.cloze_request import REQUEST, parts
 
 
 class ClozeTask(Task):

@@ -34,7 +34,10 @@ from tqdm import tqdm
 
 from prune.core.architectures import MASKED, SEQ2SEQ, kind_of
 from prune.core.devices import input_device
-from prune.core.hidden import StopForward, run_until_stopped
+from prune.core.hidden import output_embeddings_input
+
+from evaluation.quality.masked_lm import MaskedLM
+from evaluation.quality.sentinel_lm import SentinelLM
 
 TOKENS_PER_REQUEST = 128  # batch_size requests ≈ batch_size × this many tokens per forward pass
 PACKED_ROW_CAP = 2048  # longer groups are split over rows: a row's 4-D mask grows as T²
@@ -241,24 +244,6 @@ def head_input(model: nn.Module, batch: PackedBatch) -> torch.Tensor:
     return output_embeddings_input(model, **batch.model_inputs(model.dtype, input_device(model)))
 
 
-def output_embeddings_input(model: nn.Module, **inputs) -> torch.Tensor:
-    """What ``model(**inputs)`` hands its output embeddings (the vocabulary projection) [B, T, D]; the pass stops
-    there."""
-    captured = {}
-
-    def grab(_module, args):
-        captured["hidden"] = args[0]
-        raise StopForward
-
-    handle = model.get_output_embeddings().register_forward_pre_hook(grab)
-    try:
-        with torch.no_grad():
-            run_until_stopped(model, **inputs)
-    finally:
-        handle.remove()
-    return captured["hidden"]
-
-
 def head_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """What the CausalLM's forward does after its last norm (logit scaling and soft-capping included)."""
     logits = model.get_output_embeddings()(hidden)
@@ -356,11 +341,7 @@ def make_fast(model: nn.Module, tokenizer, batch_size: int = 16):
     (:class:`evaluation.quality.sentinel_lm.SentinelLM`)."""
     batch_size, kind = batch_size if isinstance(batch_size, int) else 16, kind_of(model)
     if kind == MASKED:
-        from evaluation.quality.masked_lm import MaskedLM
-
         return MaskedLM(model, tokenizer, batch_size)
     if kind == SEQ2SEQ:
-        from evaluation.quality.sentinel_lm import SentinelLM
-
         return SentinelLM(model, tokenizer, batch_size)
     return FastLM(model, tokenizer, batch_size=batch_size)

@@ -2,8 +2,8 @@
 OpenAI-compatible chat endpoint.
 
 FastChat asks GPT-4 at temperature 0 with ``max_tokens`` 2048; an endpoint is asked the same (the cap from
-:data:`~evaluation.settings.MT_BENCH`), a local judge answers greedily up to its own cap. The endpoint's key is read
-from the environment (``LAYERCUT_JUDGE_API_KEY``) at each request and sent as a Bearer token only: it is in no
+:data:`~evaluation.core.settings.MT_BENCH`), a local judge answers greedily up to its own cap. The endpoint's key is
+read from the environment (``LAYERCUT_JUDGE_API_KEY``) at each request and sent as a Bearer token only: it is in no
 cache key, result, message or log. A URL with a user, password or query is refused (the key goes in the
 environment). A shared server calls no endpoint unless its operator allows it (``LAYERCUT_ALLOW_JUDGE_URL=1``).
 """
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 from prune.core.errors import InvalidInput, quoted
 
 from evaluation.quality import chat
-from evaluation.settings import MT_BENCH
+from evaluation.core.settings import MT_BENCH
 
 DEFAULT = "default"
 SELF_JUDGED = "the original itself (self-judged)"

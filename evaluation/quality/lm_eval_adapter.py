@@ -21,7 +21,8 @@ from prune.core.architectures import CAUSAL, kind_of
 from prune.core.errors import InvalidInput, quoted
 
 from evaluation.quality import cloze, offline_tasks
-from evaluation.serving.jobs import Job
+from evaluation.quality.cloze_request import REQUEST
+from evaluation.core.jobs import Job
 from evaluation.measure.measurement import Measurement
 
 GROUP = "benchmarks"
@@ -164,7 +165,7 @@ def evaluate(model, tokenizer, request: TaskRequest, *, batch_size: int = 16, sc
         raise InvalidInput(f"{', '.join(standard)} {'is' if len(standard) == 1 else 'are'} scored by log-likelihood, "
                            f"which LayerCut reads from causal LMs only: ask an encoder or an encoder-decoder the "
                            f"cloze tasks ({', '.join(cloze.CLOZE_TASKS)}).")
-    answers_cloze = hasattr(lm, cloze.REQUEST) if lm is not None else scorer == DEFAULT_SCORER
+    answers_cloze = hasattr(lm, REQUEST) if lm is not None else scorer == DEFAULT_SCORER
     if own and not answers_cloze:
         raise InvalidInput(f"Cloze tasks ({', '.join(own)}) are scored by the {DEFAULT_SCORER} scorer only; "
                            f"the {quoted(scorer)} scorer has no cloze scoring.")
@@ -264,7 +265,7 @@ def _observed(lm, model, job: Job | None, batch_size: int):
         return wrapper
 
     originals = {}
-    for name in ("loglikelihood", "loglikelihood_rolling", "generate_until", cloze.REQUEST):
+    for name in ("loglikelihood", "loglikelihood_rolling", "generate_until", REQUEST):
         if hasattr(lm, name):
             originals[name] = getattr(lm, name)
             setattr(lm, name, counting(originals[name]))

@@ -21,8 +21,8 @@ from torch import nn
 
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
+from prune.core.hidden import output_embeddings_input
 
-from evaluation.quality.fast_lm import output_embeddings_input
 
 _ONLY_CLOZE = ("{what} needs a causal language model; an encoder or an encoder-decoder answers cloze tasks only "
                "(cbt_style_cn, cbt_style_ne, cbt_style_p, and CBT from the hub).")

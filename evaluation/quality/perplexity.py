@@ -22,7 +22,7 @@ from prune.core.chunked_loss import summed_nll
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 
-from evaluation.serving.jobs import Job
+from evaluation.core.jobs import Job
 from evaluation.measure.measurement import Measurement
 
 GROUP = "perplexity"

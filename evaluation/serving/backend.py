@@ -1,6 +1,6 @@
 """The one backend the UI tabs and the command line call; it holds no selection of its own.
 
-Every call names the base model (a :class:`~evaluation.serving.models.ModelSpec`) and the compared
+Every call names the base model (a :class:`~evaluation.core.models.ModelSpec`) and the compared
 models as ``{label: Recipe}``; the backend loads base models into a shared pool, builds
 variants from recipes into a cache keyed by recipe, runs heavy work as jobs of the calling
 visitor (one at a time per device, with progress and per-visitor cancellation), and returns
@@ -31,20 +31,20 @@ from prune.core.recipe import Recipe
 from prune.depth.stability import Stability, block_stability
 from prune.quantize.weights import kernel_of
 
-from evaluation.serving import allocator
+from evaluation.core import allocator
 from evaluation.explain import cut as explain
 from evaluation.measure import compiled as compiled_mode, generation, memory, sparse_kernels, speed
-from evaluation.measure.estimate import Rates
+from evaluation.core.timing import Rates
 from evaluation.quality import c4, lm_eval_adapter, perplexity, reuse
-from evaluation.serving.jobs import building, cancellable, Job, JobRunner, Progress
+from evaluation.core.jobs import building, cancellable, Job, JobRunner, Progress
 from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
 from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
-from evaluation.serving.models import Loaded, ModelInfo, ModelPool, ModelSpec
+from evaluation.core.models import Loaded, ModelInfo, ModelPool, ModelSpec
 from prune.core.paths import default_data_dir
 from evaluation.serving.residency import Residency
-from evaluation.serving.store import ResultStore
+from evaluation.core.store import ResultStore
 from evaluation.serving.variants import Side, VariantCache, estimated_bytes, own_bytes
-from evaluation.settings import BATCH_SIZE
+from evaluation.core.settings import BATCH_SIZE
 from evaluation.serving.explaining import Explaining
 from evaluation.serving.frontiers import Frontiers
 from evaluation.serving.judging import Judging
@@ -73,7 +73,7 @@ class Backend(Sweeping, Frontiers, Explaining, Training, Judging):
         else:
             self.data_dir = Path(data_dir).expanduser() if str(data_dir).strip() else None
         self.device = device or default_device()
-        allocator.configure()  # before Gradio's worker threads allocate: see evaluation/allocator.py
+        allocator.configure()  # before Gradio's worker threads allocate: see evaluation/core/allocator.py
         self.jobs = JobRunner(self.device)
         self.pool = ModelPool(self.device, configured_budget(model_budget_bytes))  # LAYERCUT_MEMORY_BUDGET if set
         self.variants = VariantCache()

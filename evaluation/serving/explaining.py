@@ -16,9 +16,9 @@ from prune.core.recipe import Recipe
 from evaluation.explain import cut as explain, logit_lens
 from evaluation.measure import generation
 from evaluation.explain.cut import CutFeedback, DivergenceReport
-from evaluation.serving.jobs import building, Progress
-from evaluation.serving.models import ModelSpec
-from evaluation.serving.store import ResultStore
+from evaluation.core.jobs import building, Progress
+from evaluation.core.models import ModelSpec
+from evaluation.core.store import ResultStore
 
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order

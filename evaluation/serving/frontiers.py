@@ -12,18 +12,18 @@ from collections.abc import Iterable, Iterator
 from prune.core.calibration import Calibration
 from prune.core.paths import digest
 from prune.core.recipe import Recipe
+from prune.core.storage import weight_bytes
 
 from evaluation.frontier import plan as planning
 from evaluation.frontier.plan import (DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, DROP_METHOD, Candidate, FrontierPlan,
                                       Target)
 from evaluation.frontier.result import FrontierResult
 from evaluation.frontier.run import points_so_far
-from evaluation.measure import memory
 from evaluation.quality import lm_eval_adapter, perplexity
-from evaluation.serving.jobs import Progress
-from evaluation.serving.models import ModelSpec
-from evaluation.serving.store import ResultStore
-from evaluation.settings import BATCH_SIZE, PERPLEXITY
+from evaluation.core.jobs import Progress
+from evaluation.core.models import ModelSpec
+from evaluation.core.store import ResultStore
+from evaluation.core.settings import BATCH_SIZE, PERPLEXITY
 
 
 class Frontiers:
@@ -69,7 +69,7 @@ class Frontiers:
         if target.of_original:
             fraction = target.value
         elif target.axis == "bytes":
-            fraction = target.value / memory.weight_bytes(self._base(spec).model)
+            fraction = target.value / weight_bytes(self._base(spec).model)
         else:  # the decode rate timed when the model loaded
             fraction = target.value / (1000 * self.rates(spec).decode_s_per_token)
         return (round(fraction, 3),) if 0.05 <= fraction < 1 else ()

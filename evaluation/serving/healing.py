@@ -18,7 +18,7 @@ from torch import nn
 
 from prune.core.step import Earlier
 
-from evaluation.serving.jobs import Job
+from evaluation.core.jobs import Job
 
 
 @dataclass(frozen=True)

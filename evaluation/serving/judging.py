@@ -22,11 +22,11 @@ from evaluation.measure import estimate
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import chat, judge as judges, mt_bench
 from evaluation.quality.judge import JudgeChoice
-from evaluation.serving.jobs import Job, Progress
-from evaluation.serving.models import Loaded, ModelSpec
-from evaluation.serving.store import ResultStore
+from evaluation.core.jobs import Job, Progress
+from evaluation.core.models import Loaded, ModelSpec
+from evaluation.core.store import ResultStore
 from evaluation.serving.variants import Side
-from evaluation.settings import MT_BENCH
+from evaluation.core.settings import MT_BENCH
 
 Variants = Mapping[str, Recipe]  # label → recipe, in column order
 MAX_TOKENS = 32_768  # past any cap a chat model takes

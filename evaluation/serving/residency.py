@@ -7,7 +7,7 @@ CPU memory, on a CPU to a memory-mapped file of its own), until it does, within 
 free memory.
 Depth cuts and drops are views of their base and come with it; a variant built in memory stays where it was built.
 When it cannot fit even then, nothing moves, and the model computes as it is, reading each layer's weights for its
-pass. Jobs run one at a time per device (:mod:`evaluation.serving.jobs`), which is when this runs.
+pass. Jobs run one at a time per device (:mod:`evaluation.core.jobs`), which is when this runs.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from prune.core.loading import MEMORY_HEADROOM
 from prune.core import parking
 from prune.core.layer_files import own_files
 
-from evaluation.serving import allocator
-from evaluation.serving.jobs import Job, device_key
+from evaluation.core import allocator
+from evaluation.core.jobs import Job, device_key
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class _Unit:
         """Bytes bringing it puts on the device."""
         if not self.is_away(model):
             return 0
-        return parking.waiting_bytes(model) if self.files else parking.weight_bytes(model)
+        return parking.waiting_bytes(model) if self.files else parking.parked_bytes(model)
 
 
 class Residency:
@@ -112,7 +112,7 @@ class Residency:
     def room_beside(self, model: nn.Module) -> int:
         """What will be free on the device once ``model``, waiting off it, is back."""
         with self._guard:
-            return self._room() - int(parking.weight_bytes(model) * MEMORY_HEADROOM)
+            return self._room() - int(parking.parked_bytes(model) * MEMORY_HEADROOM)
 
     @contextmanager
     def steady(self) -> Iterator[None]:

@@ -16,12 +16,12 @@ from prune.core.recipe import Recipe
 
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.sweeps import sparsity as sparsity_sweep, cuts as sweep
-from evaluation.serving.jobs import Cancelled, Progress, cancellable
-from evaluation.serving.models import ModelSpec
+from evaluation.core.jobs import Cancelled, Progress, cancellable
+from evaluation.core.models import ModelSpec
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS, SparsitySweepResult
-from evaluation.serving.store import ResultStore
+from evaluation.core.store import ResultStore
 from evaluation.sweeps.cuts import SweepReport
-from evaluation.settings import BATCH_SIZE, PERPLEXITY
+from evaluation.core.settings import BATCH_SIZE, PERPLEXITY
 
 
 class Sweeping:

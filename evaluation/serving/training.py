@@ -18,9 +18,9 @@ from prune.core.recipe import Recipe
 
 from evaluation.serving import healing
 from evaluation.sweeps import search_splits
-from evaluation.serving.jobs import building, Progress
-from evaluation.serving.models import ModelSpec
-from evaluation.settings import RANK_SEARCH
+from evaluation.core.jobs import building, Progress
+from evaluation.core.models import ModelSpec
+from evaluation.core.settings import RANK_SEARCH
 
 
 @dataclass(frozen=True)

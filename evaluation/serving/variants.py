@@ -14,6 +14,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+import psutil
 import torch
 
 from prune.core.recipe import Recipe, stamp
@@ -21,8 +22,8 @@ from prune.core.sizes import size_of
 from prune.core.step import Estimate
 from prune.core.storage import held
 
-from evaluation.serving.jobs import Progress
-from evaluation.serving.models import Loaded
+from evaluation.core.jobs import Progress
+from evaluation.core.models import Loaded
 
 DEFAULT_BUDGET_BYTES = 4 * 2**30
 
@@ -49,6 +50,15 @@ def estimated_bytes(base: torch.nn.Module, recipe: Recipe) -> int:
         after = item.resize(found.size)
         found = replace(item.estimate(found, after), size=after)
     return found.owned
+
+
+@dataclass(frozen=True)
+class ServerMemory:
+    """What the server process has resident, beside what its variant cache holds and may hold."""
+
+    rss_bytes: int
+    held_bytes: int  # by the variants cached now
+    budget_bytes: int  # the variant cache's budget
 
 
 @dataclass(frozen=True)
@@ -107,3 +117,7 @@ class VariantCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def server_memory(self) -> ServerMemory:
+        """The process's resident memory beside what this cache holds and its budget, for display."""
+        return ServerMemory(psutil.Process().memory_info().rss, self.used_bytes, self.budget_bytes)

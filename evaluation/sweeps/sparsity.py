@@ -28,10 +28,10 @@ from prune.sparsity.masks import MAX_SPARSITY, METHODS, check_request
 
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.quality.fast_lm import make_fast
-from evaluation.serving.jobs import Job, cancellable
-from evaluation.serving.store import ResultStore
+from evaluation.core.jobs import Job, cancellable
+from evaluation.core.store import ResultStore
 from evaluation.sweeps.cuts import evaluate_loaded, from_json_number, primary_metric, task_metrics, to_json_number
-from evaluation.settings import BATCH_SIZE, PERPLEXITY
+from evaluation.core.settings import BATCH_SIZE, PERPLEXITY
 
 DEFAULT_LEVELS = (0.0, 0.1, 0.5, 0.9, 0.99)
 _BUILD_SHARE = 0.6  # of a point's progress bar: deriving the sparse model (SparseGPT dominates)

@@ -168,3 +168,21 @@ def logits_after(model: nn.Module, input_ids: torch.Tensor, hidden: torch.Tensor
         return model(input_ids=input_ids.to(input_device(model)), use_cache=False).logits
     with inject_hidden(model, hidden):
         return model(input_ids=input_ids.to(input_device(model)), use_cache=False).logits
+
+
+def output_embeddings_input(model: nn.Module, **inputs) -> torch.Tensor:
+    """What ``model(**inputs)`` hands its output embeddings (the vocabulary projection) [B, T, D]; the pass stops
+    there."""
+    captured = {}
+
+    def grab(_module, args):
+        captured["hidden"] = args[0]
+        raise StopForward
+
+    handle = model.get_output_embeddings().register_forward_pre_hook(grab)
+    try:
+        with torch.no_grad():
+            run_until_stopped(model, **inputs)
+    finally:
+        handle.remove()
+    return captured["hidden"]

@@ -61,7 +61,7 @@ def tensors(model: nn.Module) -> list[torch.Tensor]:
     return held(model)
 
 
-def weight_bytes(model: nn.Module) -> int:
+def parked_bytes(model: nn.Module) -> int:
     """Bytes of every parameter and buffer (what parking a model in memory moves), a shared one once."""
     return sum(t.numel() * t.element_size() for t in tensors(model))
 

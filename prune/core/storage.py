@@ -42,3 +42,17 @@ def is_quantized(tensor: torch.Tensor) -> bool:
 def dense(tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``'s values as a plain float tensor (a quantized weight dequantized)."""
     return tensor.dequantize() if is_quantized(tensor) else tensor
+
+
+def num_params(model) -> int:
+    """Parameters, each shared (tied) tensor counted once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def weight_bytes(model) -> int:
+    """Bytes of the model's parameters, counting each tensor in memory once (an offloaded one, on disk, too)."""
+    seen: dict[int, int] = {}
+    for p in model.parameters():
+        for t in parts(p):  # a quantized weight's int8 values and scales
+            seen[id(t) if t.device.type == "meta" else t.data_ptr()] = t.numel() * t.element_size()
+    return sum(seen.values())

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from prune import __version__
+from prune.core.version import __version__
 from prune.core.architectures import check_causal, stack_spans
 from prune.core.calibration import Calibration
 from prune.core.offload import named_weights

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from evaluation.measure.estimate import Rates
+from evaluation.core.timing import Rates
 from evaluation.measure.measurement import Measurement
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from evaluation.sweeps.cuts import SweepReport, SweepResult
 from prune.core.architectures import CAUSAL, MASKED
 from prune.core.calibration import Calibration

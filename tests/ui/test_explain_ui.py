@@ -7,7 +7,7 @@ import gradio as gr
 import pytest
 
 from evaluation.serving.backend import Backend
-from evaluation.serving.jobs import Cancelled
+from evaluation.core.jobs import Cancelled
 from prune.core.recipe import Recipe
 from ui import palette, text
 from ui.session import Session

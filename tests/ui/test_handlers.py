@@ -7,7 +7,7 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.errors import InvalidInput
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from ui.session import Session

@@ -9,7 +9,7 @@ import pytest
 import prune
 from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.core.recipe import Recipe
 from ui import inputs

@@ -34,7 +34,7 @@ def _peak_rss_bytes() -> int:
 def test_twenty_visitors_each_measure_their_own_cut(capsys, tmp_path, tiny_tokenizer):
     import app
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from gradio_client import Client
 
     tiny_model("llama", 30).save_pretrained(tmp_path)

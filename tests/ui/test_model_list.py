@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import constants
 
 from evaluation.serving.hub import HubCheck
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core import loading
 from prune.core.architectures import CAUSAL
 from ui import text

@@ -18,7 +18,7 @@ from gradio_client.exceptions import AppError
 import prune
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.recipe import Recipe
 from ui.api import PUBLIC
 from ui.inputs import Policy

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from evaluation.comparison_file import Comparison
+from evaluation.exports.comparison_file import Comparison
 from evaluation.measure.measurement import Measurement
 from evaluation.serving.backend import Backend
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.calibration import Calibration
 from prune.core.recipe import Recipe
 from prune.sparsity.step import Sparsify

@@ -16,8 +16,8 @@ import prune
 from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
 from evaluation.exports.folder import MARKER
-from evaluation.serving.jobs import Cancelled
-from evaluation.serving.models import ModelPool, ModelSpec
+from evaluation.core.jobs import Cancelled
+from evaluation.core.models import ModelPool, ModelSpec
 from prune.core.calibration import hub_dataset, load_text
 from prune.core.errors import InvalidInput
 from ui import inputs
@@ -119,7 +119,7 @@ def test_a_visitor_without_the_token_loads_for_themselves(monkeypatch):
         asked.append(hub["token"])
         raise prune.core.errors.ModelNotFound("Model 'org/gated' needs a token.")
 
-    monkeypatch.setattr("evaluation.serving.models.check_model", hub_refuses)
+    monkeypatch.setattr("evaluation.core.models.check_model", hub_refuses)
     with pytest.raises(prune.core.errors.ModelNotFound, match="needs a token"):
         backend.load(ModelSpec("org/gated"))
     assert asked == [None]

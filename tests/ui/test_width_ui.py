@@ -12,9 +12,9 @@ import torch
 
 import prune
 from evaluation.measure import sparse_kernels
-from evaluation.measure.memory import weight_bytes
+from prune.core.storage import weight_bytes
 from evaluation.serving.backend import Backend
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.calibration import BUILTIN_TEXTS, Calibration
 from prune.lowrank.step import Decompose

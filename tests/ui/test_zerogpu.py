@@ -16,7 +16,7 @@ import spaces  # noqa: F401  (installed with the tests: off ZeroGPU its decorato
 from evaluation.measure import estimate
 from evaluation.measure.compiled import COMPILE_ALLOWANCE_S
 from evaluation.serving.backend import Backend
-from evaluation.serving.jobs import Cancelled, JobRunner
+from evaluation.core.jobs import Cancelled, JobRunner
 from ui.page import build_page, events, first_screen
 from ui.page.durations import ANALYZE_S, EXPLAIN_S
 from ui.page.speed import speed_settings
@@ -55,7 +55,7 @@ class CrossingGPU:
 @pytest.fixture(scope="module")
 def crossing(tiny_folder):
     """A page on the tiny model built with every device job crossing as to a ZeroGPU worker."""
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     gpu = CrossingGPU()
     with pytest.MonkeyPatch.context() as patch:

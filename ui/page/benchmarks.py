@@ -16,7 +16,7 @@ from evaluation.sweeps.sparsity import format_table
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from prune.core.surgery import largest_cut
-from evaluation.settings import PERPLEXITY
+from evaluation.core.settings import PERPLEXITY
 
 from ui import inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors

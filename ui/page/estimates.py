@@ -19,7 +19,7 @@ from evaluation.quality import c4
 from evaluation.quality.judge import names_a_judge
 from evaluation.quality.lm_eval_adapter import TASKS
 from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
-from evaluation.settings import C4_PERPLEXITY, PERPLEXITY
+from evaluation.core.settings import C4_PERPLEXITY, PERPLEXITY
 from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
 from evaluation.sweeps.sparsity import check_plan
 from prune.core.architectures import CAUSAL

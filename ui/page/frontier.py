@@ -13,7 +13,7 @@ from evaluation.frontier.result import format_table, target_line
 from evaluation.quality import lm_eval_adapter
 from prune.core.errors import InvalidInput
 from prune.depth.methods import METHODS
-from evaluation.settings import PERPLEXITY
+from evaluation.core.settings import PERPLEXITY
 
 from ui import frontier_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors

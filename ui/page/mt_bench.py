@@ -11,7 +11,7 @@ import gradio as gr
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality.judge import urls_allowed
 from evaluation.serving.judging import MtBenchRun, check_request
-from evaluation.settings import MT_BENCH
+from evaluation.core.settings import MT_BENCH
 from prune.core.errors import InvalidInput
 
 from ui import inputs, judge_text as words

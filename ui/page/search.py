@@ -13,7 +13,7 @@ from evaluation.sweeps.search_splits import WIKITEXT, metric_name, tolerance_for
 from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.decomposition import SPACES, check_space
 from prune.lowrank.rank_search import Point
-from evaluation.settings import RANK_SEARCH
+from evaluation.core.settings import RANK_SEARCH
 
 from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors

@@ -1,6 +1,7 @@
 """A comparison to share: the model, A's and B's recipes and the results shown saved as a small JSON file, and such
 a file opened again (its model loaded where this server allows it, the slots and the results as they were saved).
-The file format is :mod:`evaluation.comparison_file`; a token or trust in a model's code never travels with it."""
+The file format is :mod:`evaluation.exports.comparison_file`; a token or trust in a model's code never travels with
+it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.comparison_file import Comparison
+from evaluation.exports.comparison_file import Comparison
 from prune.core.errors import InvalidCut, InvalidInput, ModelNotFound
 from prune.core.paths import write_atomic
 

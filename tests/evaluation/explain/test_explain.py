@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from conftest import tiny_model
 from evaluation.explain import agreement, cut as explain
 from evaluation.cli import main as cli
-from evaluation.serving.jobs import Cancelled, device_lock
+from evaluation.core.jobs import Cancelled, device_lock
 from evaluation.explain.logit_lens import kept_layers, logit_lens
 from prune.core.architectures import decoder_layers, final_norm
 from prune.core.calibration import Calibration, token_windows

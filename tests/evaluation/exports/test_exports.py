@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from conftest import tiny_model
 from evaluation.exports import texts as export_texts, folder as exports
 from evaluation.measure.measurement import ORIGINAL, PRUNED, Measurement
-from evaluation.measure.memory import num_params
+from prune.core.storage import num_params
 from prune.core.errors import InvalidInput
 from prune.depth.step import DepthCut
 from prune.core.step import Step

@@ -17,7 +17,7 @@ from evaluation.frontier.plan import FAMILIES, Target, check_plan, check_sizes, 
 from evaluation.frontier.result import MIB, FrontierResult, format_table, gains
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.serving.backend import Backend
-from evaluation.serving.jobs import Cancelled
+from evaluation.core.jobs import Cancelled
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from prune.core.sizes import parameter_count
@@ -273,7 +273,7 @@ def _cli(capsys, *args):
 
 
 def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_target(tiny_folder, tmp_path, capsys):
-    from evaluation import recipe_file
+    from evaluation.exports import recipe_file
 
     code, out, err = _cli(capsys, "--frontier", "--sizes", "90", "--target", "bytes=0.9", "--model", tiny_folder,
                           "--task", "arc_easy", "--limit", 2, "--ppl_seq_len", 32, "--ppl_windows", 2,

@@ -3,7 +3,7 @@
 import pytest
 
 from evaluation.measure import estimate as E
-from evaluation.measure.estimate import Rates
+from evaluation.core.timing import Rates
 from evaluation.measure.speed import probe_rates
 
 from conftest import tiny_model
@@ -70,7 +70,7 @@ def test_the_probe_measures_positive_rates_on_a_tiny_model():
 
 def test_the_backend_measures_a_models_rates_when_it_loads_it(tiny_folder):
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     backend, spec = Backend(data_dir="", device="cpu"), ModelSpec(tiny_folder)
     assert backend.rates(spec) is None

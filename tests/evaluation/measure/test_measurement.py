@@ -7,9 +7,9 @@ import threading
 import pytest
 
 from evaluation.measure import measurement as M
-from evaluation.serving.jobs import Cancelled, JobRunner
+from evaluation.core.jobs import Cancelled, JobRunner
 from evaluation.measure.measurement import Measurement
-from evaluation.serving.store import ResultStore
+from evaluation.core.store import ResultStore
 
 
 def _pair(name, orig, pruned, unit="%", higher=True, group="benchmarks", **extra):

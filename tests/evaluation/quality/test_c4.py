@@ -53,7 +53,7 @@ def test_a_long_text_is_cut_to_256_windows(tmp_path, tokenizer):
 
 def test_the_backend_scores_the_windows_as_sparsegpts_llama_eval(tmp_path, monkeypatch, tiny_tokenizer):
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from prune.core.recipe import Recipe
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))

@@ -13,7 +13,7 @@ from lm_eval.api.instance import Instance
 
 import prune
 from conftest import tiny_model
-from evaluation.quality import cloze, lm_eval_adapter
+from evaluation.quality import cloze, cloze_request, lm_eval_adapter
 from evaluation.quality.fast_lm import FastLM
 from evaluation.serving.backend import Backend
 from prune.core.errors import InvalidInput
@@ -32,7 +32,8 @@ def mean_probability_by_hand(model, lm: FastLM, left: str, candidate: str) -> fl
 
 
 def best_by_hand(model, lm: FastLM, question) -> str:
-    scores = [mean_probability_by_hand(model, lm, *cloze.parts(question, option)[:2]) for option in question["options"]]
+    scores = [mean_probability_by_hand(model, lm, *cloze_request.parts(question, option)[:2])
+              for option in question["options"]]
     return question["options"][scores.index(max(scores))]
 
 
@@ -63,7 +64,7 @@ def test_each_candidate_scores_its_mean_token_probability(model, tiny_tokenizer)
     lm = FastLM(model, tiny_tokenizer, batch_size=4)
     left = "The cat sat on the mat and looked at the "
     candidates = ["dog", "garden gate", "x", "rabbit-hole under the hedge"]  # one and several tokens
-    requests = [Instance(cloze.REQUEST, {}, (left, c, " again."), i) for i, c in enumerate(candidates)]
+    requests = [Instance(cloze_request.REQUEST, {}, (left, c, " again."), i) for i, c in enumerate(candidates)]
     assert any(len(lm._encode_pair(left, c)[1]) > 2 for c in candidates)
     found = lm.cloze(requests)  # packed behind one copy of the left text
     for candidate, score in zip(candidates, found):
@@ -86,7 +87,7 @@ def test_the_task_through_lm_eval_picks_the_candidate_the_rule_picks_by_hand(mod
 def test_a_question_is_the_twenty_sentences_and_the_query_around_the_candidate():
     question = {"sentences": ["One.", "Two."], "question": "She saw the XXXXX there.", "answer": "cat",
                 "options": ["cat", "dog"]}
-    assert cloze.parts(question, "dog") == ("One. Two. She saw the ", "dog", " there.")
+    assert cloze_request.parts(question, "dog") == ("One. Two. She saw the ", "dog", " there.")
 
 
 def test_the_cut_sweep_scores_a_cloze_task_as_the_cut_model_does(tiny_tokenizer, known_answers):

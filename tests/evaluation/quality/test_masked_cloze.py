@@ -10,7 +10,7 @@ from lm_eval.api.instance import Instance
 
 import prune
 from conftest import build_tiny_tokenizer
-from evaluation.quality import cloze
+from evaluation.quality import cloze, cloze_request
 from evaluation.quality.fast_lm import make_fast
 from evaluation.quality.masked_lm import MaskedLM
 from evaluation.quality.sentinel_lm import SentinelLM
@@ -90,7 +90,7 @@ def by_hand(model, tokenizer, *request) -> float:
 
 
 def best_by_hand(model, tokenizer, question) -> str:
-    scores = [by_hand(model, tokenizer, *cloze.parts(question, option)) for option in question["options"]]
+    scores = [by_hand(model, tokenizer, *cloze_request.parts(question, option)) for option in question["options"]]
     return question["options"][scores.index(max(scores))]
 
 
@@ -100,7 +100,7 @@ def test_an_encoder_scores_each_candidate_in_the_blank_by_the_rule(arch, masked_
     lm = make_fast(model, masked_tokenizer, batch_size=3)
     assert isinstance(lm, SentinelLM if arch == "t5" else MaskedLM)
     question = cloze.questions(TASK)[0]
-    requests = [Instance("cloze", question, cloze.parts(question, option), i)
+    requests = [Instance("cloze", question, cloze_request.parts(question, option), i)
                 for i, option in enumerate(question["options"])]
     scores = lm.cloze(requests)  # batched, padded, the head at the masked positions only
     expected = [by_hand(model, masked_tokenizer, *r.args) for r in requests]

@@ -10,7 +10,7 @@ from evaluation.quality import chat, mt_bench
 from evaluation.quality.judge import choose
 from evaluation.serving.backend import Backend
 from evaluation.serving.judging import check_request
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from own_tasks import chat_folder, greedy_by_hand, preferred, score, scripted_judge

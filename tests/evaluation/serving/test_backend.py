@@ -11,8 +11,8 @@ from conftest import tiny_model
 from evaluation.measure import bandwidth, generation, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.serving.backend import Backend
-from evaluation.serving.jobs import Cancelled
-from evaluation.serving.models import ModelSpec
+from evaluation.core.jobs import Cancelled
+from evaluation.core.models import ModelSpec
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe

@@ -13,8 +13,8 @@ from prune.core.recipe import Recipe
 from prune.sparsity.step import Sparsify
 
 from evaluation.serving.backend import Backend
-from evaluation.serving.jobs import Job
-from evaluation.serving.models import ModelSpec
+from evaluation.core.jobs import Job
+from evaluation.core.models import ModelSpec
 from ui.text import generation_stats, server_memory_markdown
 
 
@@ -72,9 +72,7 @@ def _values(found):
 
 
 def _memory(backend):
-    from evaluation.serving import allocator
-
-    return allocator.server_memory(backend.variants)
+    return backend.variants.server_memory()
 
 
 def test_a_model_another_running_job_computes_with_keeps_its_place(setting):

@@ -15,7 +15,7 @@ from conftest import tiny_model
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.sweeps import sparsity as sparsity_sweep
 from evaluation.serving.backend import Backend
-from evaluation.serving.jobs import Cancelled
+from evaluation.core.jobs import Cancelled
 from evaluation.sweeps.sparsity import SparsitySweepResult, check_levels, format_table
 from evaluation.sweeps.cuts import evaluate_loaded, task_metrics
 from prune.core.errors import InvalidInput, UnknownMethod

@@ -114,7 +114,7 @@ def test_unknown_failures_and_user_errors_pass_through_unchanged():
 
 
 def test_a_job_turns_out_of_memory_into_one_line():
-    from evaluation.serving.jobs import JobRunner
+    from evaluation.core.jobs import JobRunner
 
     with pytest.raises(OutOfMemory) as caught, JobRunner("cpu").run("the memory measurement"):
         raise RuntimeError(CPU_OOM)

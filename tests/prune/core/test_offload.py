@@ -73,7 +73,7 @@ def test_weights_kept_in_cpu_memory_are_told_apart_from_those_in_files(both):
 
     from accelerate import cpu_offload
 
-    from evaluation.serving.models import describe
+    from evaluation.core.models import describe
     from ui.text import model_markdown
 
     whole, streamed, _ = both
@@ -243,7 +243,7 @@ def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_token
 def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_folder, tmp_path, monkeypatch, capsys):
     from evaluation import cli
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from ui.text import model_markdown
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))  # each run scores afresh
@@ -302,7 +302,7 @@ def test_peak_resident_memory_stays_a_quarter_of_the_weights_below_the_in_memory
 
 def test_perplexity_layer_by_layer_equals_the_in_memory_one(tiny_folder, data_dir, tmp_path, monkeypatch):
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
     spec, compared = ModelSpec(tiny_folder), {"A": Recipe.block(4, 1, 3)}

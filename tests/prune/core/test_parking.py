@@ -8,7 +8,7 @@ import torch
 from prune.core.calibration import Calibration
 from prune.core.offload import is_offloaded, resident_bytes
 from prune.core.parking import (bring, bring_from_files, in_files, park, park_in_files, placed_bytes, tensors,
-                                waiting_bytes, weight_bytes)
+                                waiting_bytes, parked_bytes)
 from prune.core.recipe import Recipe
 from prune.core.surgery import cut
 from prune.sparsity.step import Sparsify
@@ -33,7 +33,7 @@ def model(request, tmp_path, monkeypatch):
 def test_a_parked_model_waits_in_a_mapped_file_and_it_and_its_cuts_compute_the_same(model, tmp_path):
     expected, view = logits(model), cut(model, 1, 3)
     expected_cut = logits(view)
-    objects, size = [id(t) for t in tensors(model)], weight_bytes(model)
+    objects, size = [id(t) for t in tensors(model)], parked_bytes(model)
     anonymous = {t.data_ptr() for t in tensors(model)}
     stored = park(model, CPU)
     assert stored.mapped is not None and [id(t) for t in tensors(model)] == objects  # in place: same objects
@@ -76,9 +76,9 @@ def test_a_variant_in_files_is_brought_whole_and_parked_again_with_the_same_logi
     variant = Recipe((Sparsify.of("wanda", None, "2:4", cal),)).apply(model, tokenizer)
     assert is_offloaded(variant) and in_files(variant)
     expected, waiting = logits(variant), waiting_bytes(variant)
-    assert waiting + resident_bytes(variant) == weight_bytes(model)  # its weights, a tied one once; buffers stay
+    assert waiting + resident_bytes(variant) == parked_bytes(model)  # its weights, a tied one once; buffers stay
     hooked = bring_from_files(variant, CPU)
-    assert not in_files(variant) and not is_offloaded(variant) and resident_bytes(variant) == weight_bytes(model)
+    assert not in_files(variant) and not is_offloaded(variant) and resident_bytes(variant) == parked_bytes(model)
     if model.config.tie_word_embeddings:
         assert variant.lm_head.weight is variant.get_input_embeddings().weight
     torch.testing.assert_close(logits(variant), expected, rtol=0, atol=0)

@@ -16,7 +16,7 @@ from transformers.cache_utils import DummyLayer
 import prune
 from evaluation.exports import folder as exports
 from evaluation.measure import memory, speed
-from evaluation.serving.models import describe
+from evaluation.core.models import describe
 from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.hidden import residual_streams
@@ -24,6 +24,7 @@ from prune.core.kv import cache_returned, with_cache
 from prune.drop.importance import block_scores, reading_blocks
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe, recipe_of
+from prune.core.storage import num_params
 from prune.drop.step import SubLayerDrop
 from prune.depth.result import ImportanceResult, lowest
 from prune.drop.sublayers import ATTENTION, MLP, DroppedBlock, dropped
@@ -108,7 +109,7 @@ def test_drop_shares_weights_and_counts_only_what_is_left():
     layers = decoder_layers(model)
     gone = sum(p.numel() for i in (1, 4) for p in layers[i].self_attn.parameters())
     gone += sum(p.numel() for p in layers[2].mlp.parameters())
-    assert memory.num_params(view) == memory.num_params(model) - gone
+    assert num_params(view) == num_params(model) - gone
     assert describe(model, "tiny").removed_params(recipe) == gone
     assert {p.data_ptr() for p in view.parameters()} <= {p.data_ptr() for p in model.parameters()}
     assert isinstance(decoder_layers(view)[1].self_attn, DroppedBlock)
@@ -185,7 +186,7 @@ def test_export_reloads_identically_with_transformers_and_with_layercut(arch, tm
     assert dropped(loaded) == dropped(view) and recipe_of(loaded) == recipe
     assert isinstance(decoder_layers(loaded)[0].get_submodule(architecture_of(loaded).sublayers.attention),
                       DroppedBlock)
-    assert memory.num_params(loaded) == memory.num_params(view)
+    assert num_params(loaded) == num_params(view)
     torch.testing.assert_close(logits(loaded, LONG), logits(view, LONG), rtol=0, atol=1e-6)
     assert memory.kv_cache_bytes(stepwise_logits(loaded)[1]) < memory.kv_cache_bytes(stepwise_logits(plain)[1])
 
@@ -299,7 +300,7 @@ def test_lowest_picks_the_n_smallest_anywhere():
 
 def test_best_n_attention_blocks_fill_the_edited_slot(page):
     from conftest import handlers_on
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
     from ui import palette, plots
     from ui.session import Session
     from ui.slot_text import banner_markdown, slot_holds
@@ -349,7 +350,7 @@ def test_a_drop_is_a_compared_column_everywhere(tiny_folder, data_dir):
     """Analysis, generation, speed, memory (smaller KV cache), perplexity and benchmarks through the backend."""
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     backend, spec = Backend(device="cpu"), ModelSpec(tiny_folder)
     backend.load(spec)

@@ -121,7 +121,7 @@ def test_torchao_weights_with_zero_points_are_refused_in_one_line():
 
 @pytest.mark.parametrize("bits, group", [(8, None), (4, 32)])
 def test_the_memory_table_counts_the_packed_bytes(bits, group):
-    from evaluation.measure.memory import weight_bytes
+    from prune.core.storage import weight_bytes
 
     model = tiny_model("llama", 2)
     matrices = [m for layer in decoder_layers(model) for m in layer.modules() if isinstance(m, nn.Linear)]

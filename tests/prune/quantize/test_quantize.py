@@ -11,7 +11,8 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 import prune  # registers the steps
-from evaluation.measure.memory import checkpoint_bytes, folder_bytes, save_checkpoint, weight_bytes
+from evaluation.measure.memory import checkpoint_bytes, folder_bytes, save_checkpoint
+from prune.core.storage import weight_bytes
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core import parking
 from prune.core.architectures import decoder_layers
@@ -181,7 +182,7 @@ def test_a_quantized_variant_parked_in_a_file_computes_the_same_and_counts_its_r
     variant = Quantize.of(bits).apply(model)
     expected = logits(variant)
     buffers = sum(b.numel() * b.element_size() for b in variant.buffers())
-    assert parking.weight_bytes(variant) - buffers == weight_bytes(variant) < weight_bytes(model)
+    assert parking.parked_bytes(variant) - buffers == weight_bytes(variant) < weight_bytes(model)
     stored = parking.park(variant, torch.device("cpu"))
     try:
         assert torch.equal(logits(variant), expected)

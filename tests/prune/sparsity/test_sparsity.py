@@ -12,7 +12,8 @@ from transformers import AutoModelForCausalLM
 
 import prune
 from evaluation.exports import texts as export_texts
-from evaluation.measure.memory import dense_zeros_note, weight_bytes
+from evaluation.measure.memory import dense_zeros_note
+from prune.core.storage import weight_bytes
 from evaluation.serving.variants import VariantCache, estimated_bytes, own_bytes
 from prune.sparsity import masks as sparsity
 from prune.core.architectures import decoder_layers
@@ -254,7 +255,7 @@ def test_the_model_card_says_the_zeros_are_stored_densely(tiny_tokenizer):
 
 def test_the_backend_builds_a_sparse_column_with_the_base_tokenizer_and_says_zeros_save_nothing(tiny_folder):
     from evaluation.serving.backend import Backend
-    from evaluation.serving.models import ModelSpec
+    from evaluation.core.models import ModelSpec
 
     backend, spec = Backend(data_dir="", device="cpu"), ModelSpec(tiny_folder)
     messages = []

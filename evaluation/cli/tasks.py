@@ -8,13 +8,13 @@ from pathlib import Path
 
 from prune.core.errors import InvalidInput
 
-from evaluation import cli_output as output
+from evaluation.cli import output
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import c4, judge as judges, mt_bench
 from evaluation.serving.backend import Backend
 from evaluation.serving.judging import MtBenchRequest, MtBenchRun, check_request
-from evaluation.serving.models import ModelSpec
-from evaluation.settings import MT_BENCH
+from evaluation.core.models import ModelSpec
+from evaluation.core.settings import MT_BENCH
 
 TASKS = (c4.TASK, mt_bench.TASK)  # answered by the backend's own methods, not by lm-eval
 FLAGS = ("--judge", "--judge_model", "--turns", "--answer_tokens", "--judge_tokens")  # mt_bench's own

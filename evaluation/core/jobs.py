@@ -28,7 +28,7 @@ from prune.core.errors import LayerCutError
 from prune.core.failures import as_user_errors
 from prune.core.paths import digest, write_atomic
 
-from evaluation.serving import allocator
+from evaluation.core import allocator
 
 Progress = Callable[[float, str], object]
 

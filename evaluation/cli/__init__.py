@@ -96,7 +96,7 @@ from prune.core.recipe import Recipe
 from prune.depth.selection import LAYERS, SELECTIONS, check_remove, chosen_recipe
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 
-from evaluation import recipe_file
+from evaluation.exports import recipe_file
 from evaluation.quality import lm_eval_adapter
 from evaluation.exports import scale_out, zigzag_csv as zigzag_output
 from evaluation.exports.gguf_out import GGUF_TYPES
@@ -104,11 +104,12 @@ from evaluation.frontier.plan import (AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAUL
                                       check_target)
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from evaluation.sweeps.search_splits import WIKITEXT, format_search
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS
-from evaluation import cli_output as output, cli_tasks
-from evaluation.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
+from evaluation.cli import tasks
+from evaluation.cli import output
+from evaluation.core.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
 
 DEFAULT_TASKS = "arc_easy"
 
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="layercut-benchmark", description="Benchmark a model and a depth-pruned version of it with lm-eval.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Tasks: {', '.join((*lm_eval_adapter.TASKS, *cli_tasks.TASKS))} (cbt_style_*: CBT-style, not CBT; "
+        epilog=f"Tasks: {', '.join((*lm_eval_adapter.TASKS, *tasks.TASKS))} (cbt_style_*: CBT-style, not CBT; "
                "c4: perplexity by SparseGPT's and Wanda's rule; mt_bench: FastChat's judged answers).\n"
                f"Methods: {', '.join(METHODS)}.",
     )
@@ -216,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
                         help="with --export_dir: also write the model as one GGUF file of this type in the folder")
-    cli_tasks.add_arguments(parser)
+    tasks.add_arguments(parser)
     zigzag_output.add_arguments(parser)
     return parser
 
@@ -283,7 +284,7 @@ def check_mode(args) -> None:
         raise InvalidInput("--export_dir saves a pruned model: use it with a cut or a step, not --full alone.")
     if args.batch_size < 1:
         raise InvalidInput("--batch_size must be at least 1.")
-    cli_tasks.check(args)
+    tasks.check(args)
 
 
 def check_frontier(args) -> None:
@@ -388,10 +389,10 @@ def run(args, progress=None) -> Path | None:
     progress = progress or _Printer()
     recorded = recipe_file.read(args.recipe) if args.recipe else None  # checked before anything loads
     backend = Backend(data_dir=args.data_dir, device=args.device, model_budget_bytes=args.memory_budget)
-    standard, own = cli_tasks.split(args.task)
+    standard, own = tasks.split(args.task)
     request = None if own and not standard else lm_eval_adapter.check_request(
         standard, num_fewshot=args.num_fewshot, limit=args.limit, data_dir=backend.data_dir)
-    judged = cli_tasks.prepare(args, backend)  # C4's shard, MT-Bench's data and judge: before the model loads
+    judged = tasks.prepare(args, backend)  # C4's shard, MT-Bench's data and judge: before the model loads
     out_dir = Path(args.output_folder).expanduser().resolve()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -426,7 +427,7 @@ def run(args, progress=None) -> Path | None:
     results = {label: {} for label in (ORIGINAL, *cuts)} if request is None else backend.benchmark_results(
         spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer, seed=args.seed,
         use_cache=not args.no_cache, progress=progress)
-    judged_report = cli_tasks.run(args, backend, spec, cuts, results, judged, info, out_dir, progress)
+    judged_report = tasks.run(args, backend, spec, cuts, results, judged, info, out_dir, progress)
     output.write_json(out_dir / "results_full.json",
                 output.results_json(results[ORIGINAL], {**config, "mode": "full", "removed_layers": []}))
     measurements = lm_eval_adapter.to_measurements(results[ORIGINAL], model=ORIGINAL)
@@ -477,6 +478,3 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

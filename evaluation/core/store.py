@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from prune.core.version import __version__
 from prune.core.paths import cache_root, digest, read_json, safe_name, write_atomic
 
 FORMAT = 1  # bump when the stored layout changes
@@ -21,11 +23,7 @@ FORMAT = 1  # bump when the stored layout changes
 @lru_cache(maxsize=1)
 def versions() -> dict[str, str]:
     """Versions of everything whose upgrade could change a measured value."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import prune
-
-    found = {"layercut": prune.__version__, "format": str(FORMAT)}
+    found = {"layercut": __version__, "format": str(FORMAT)}
     for package in ("torch", "transformers", "lm_eval", "datasets", "tokenizers"):
         try:
             found[package] = version(package.replace("_", "-"))

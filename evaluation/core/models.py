@@ -27,9 +27,9 @@ from prune.core.paths import local_path
 from prune.depth.scoring import model_fingerprint
 from prune.drop.sublayers import ATTENTION, MLP
 from prune.core.sizes import Size, size_of
+from prune.core.storage import num_params, weight_bytes
 
-from evaluation.measure import memory
-from evaluation.measure.estimate import Rates
+from evaluation.core.timing import Rates
 
 
 _ACCESS_KEY = secrets.token_bytes(32)  # per process: an access digest means nothing outside it
@@ -123,9 +123,9 @@ def removed_blocks(recipe, num_layers: int) -> dict[int, set[str]]:
 def describe(model, name: str) -> ModelInfo:
     """The facts the UI and the tables show about a model."""
     layers = decoder_layers(model)  # fails clearly for an architecture we cannot cut
-    return ModelInfo(name=name, num_layers=len(layers), num_params=memory.num_params(model),
+    return ModelInfo(name=name, num_layers=len(layers), num_params=num_params(model),
                      device=str(input_device(model)), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
-                     weight_bytes=memory.weight_bytes(model), resident_bytes=resident_bytes(model), size=size_of(model),
+                     weight_bytes=weight_bytes(model), resident_bytes=resident_bytes(model), size=size_of(model),
                      cpu_held_bytes=cpu_held_bytes(model),
                      block_params=_block_params(model), kind=kind_of(model))
 

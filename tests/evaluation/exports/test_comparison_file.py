@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from evaluation.comparison_file import Comparison
+from evaluation.exports.comparison_file import Comparison
 from evaluation.measure.measurement import Measurement
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, LayerCutError

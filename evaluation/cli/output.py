@@ -19,7 +19,7 @@ from prune.drop.sublayers import ATTENTION, MLP
 from evaluation.explain import cut as explain
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_markdown
-from evaluation.serving.models import ModelSpec
+from evaluation.core.models import ModelSpec
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
 from evaluation.frontier import plan as frontier_plan, result as frontier_text
 from evaluation.frontier.result import format_table as frontier_table

@@ -39,25 +39,9 @@ import functools
 import os
 import platform
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-import psutil
-
-if TYPE_CHECKING:
-    from evaluation.serving.variants import VariantCache
 
 ARENA_MAX = 2
 _M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
-
-
-@dataclass(frozen=True)
-class ServerMemory:
-    """What the server process has resident, beside what its variant cache holds and may hold."""
-
-    rss_bytes: int
-    held_bytes: int  # by the variants cached now
-    budget_bytes: int  # the variant cache's budget
 
 
 @functools.cache
@@ -85,8 +69,3 @@ def release() -> None:
     libc = _glibc()
     if libc is not None:
         libc.malloc_trim(0)
-
-
-def server_memory(variants: VariantCache) -> ServerMemory:
-    """The process's resident memory beside the variant cache's held bytes and budget, for display."""
-    return ServerMemory(psutil.Process().memory_info().rss, variants.used_bytes, variants.budget_bytes)

@@ -1,5 +1,5 @@
 """Ten visitors build variants from Gradio-like worker threads; the server's memory comes back near what its
-variant cache may hold (evaluation/allocator.py), not several times that (glibc's arenas keeping what
+variant cache may hold (evaluation/core/allocator.py), not several times that (glibc's arenas keeping what
 evicted variants freed)."""
 
 from __future__ import annotations
@@ -60,10 +60,9 @@ def test_memory_returns_near_the_variant_budget_after_ten_visitors_build_variant
 
 
 def test_server_memory_reads_the_process_beside_the_variant_cache():
-    from evaluation.serving.allocator import server_memory
     from evaluation.serving.variants import VariantCache
 
-    memory = server_memory(VariantCache(budget_bytes=123))
+    memory = VariantCache(budget_bytes=123).server_memory()
     assert memory.rss_bytes > 0
     assert (memory.held_bytes, memory.budget_bytes) == (0, 123)
 

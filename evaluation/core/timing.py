@@ -1,0 +1,41 @@
+"""Timing primitives every measurement shares: a block's wall time on any device, and a model's rates here."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Rates:
+    """What one model did on this machine (``evaluation.measure.speed.probe_rates``; what estimates divide by)."""
+
+    forward_tokens_per_s: float  # prompt tokens through one forward pass (a prefill), per second
+    decode_s_per_token: float  # one decode step (one new token after a cached prompt), seconds
+
+
+class Timer:
+    """Wall time of a block: CUDA events (then a synchronise) on CUDA, perf_counter on CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.ms = 0.0
+
+    def __enter__(self):
+        if self.cuda:
+            self._start, self._end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.cuda:
+            self._end.record()
+            torch.cuda.synchronize()
+            self.ms = self._start.elapsed_time(self._end)
+        else:
+            self.ms = (time.perf_counter() - self._t0) * 1000
+        return False
