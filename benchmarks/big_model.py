@@ -77,7 +77,7 @@ def main() -> None:
 
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.calibration import Calibration
     from prune.core.recipe import Recipe
     from prune.sparsity.step import Sparsify
@@ -95,23 +95,24 @@ def main() -> None:
               f"GPU {rows[-1][3]:.2f} GiB", flush=True)
         return result
 
-    info = step("load", lambda: backend.load(spec))
+    info = step("load", lambda: backend.models.load(spec))
     print("  " + model_markdown(info))
     result = step("angular analysis (4 × 64 tokens)",
-                  lambda: backend.analyze(spec, "angular", calibration=Calibration(n_samples=4, seq_len=64)))
+                  lambda: backend.analysis.score(spec, "angular", calibration=Calibration(n_samples=4, seq_len=64)))
     start, end = result.best_block(4)
     layers = info.num_layers
     wanda = Recipe((Sparsify.of("wanda", None, "2:4", Calibration(n_samples=4, seq_len=64)),))
-    step("Wanda 2:4 variant built beside it (4 × 64 tokens)", lambda: backend.build(spec, wanda))
+    step("Wanda 2:4 variant built beside it (4 × 64 tokens)", lambda: backend.models.build(spec, wanda))
     compared = {"A": Recipe.block(layers, start, end), "B": wanda}
     answers = step("generation, 3 columns × 8 tokens",
-                   lambda: list(backend.generate(spec, compared, "The capital of France is", max_new_tokens=8))[-1])
-    speeds = step("speed (batch 1, 16 + 4 tokens)", lambda: backend.speed(
+                   lambda: list(backend.measure.generate(spec, compared, "The capital of France is",
+                                                         max_new_tokens=8))[-1])
+    speeds = step("speed (batch 1, 16 + 4 tokens)", lambda: backend.measure.speed(
         spec, compared, batch_sizes=(1,), prompt_len=16, new_tokens=(4,), repeats=1))
-    memory = step("memory (8 tokens)", lambda: backend.memory(spec, compared, new_tokens=8))
-    request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.data_dir)
+    memory = step("memory (8 tokens)", lambda: backend.measure.memory(spec, compared, new_tokens=8))
+    request = lm_eval_adapter.check_request(["arc_easy"], limit=args.questions, data_dir=backend.models.data_dir)
     scores = step(f"ARC-Easy, {args.questions} questions × 3 models",
-                  lambda: backend.benchmarks(spec, compared, request))
+                  lambda: backend.measure.benchmarks(spec, compared, request))
     print(f"\nA: layers {start}–{end - 1} cut; B: Wanda 2:4; budget {args.budget}; "
           f"weights {info.weight_bytes / _GIB:.2f} GiB, {info.resident_bytes / _GIB:.2f} GiB of them in memory")
     print("\n| step | seconds | peak resident so far (GiB) | peak GPU memory so far (GiB) |\n|---|---|---|---|")

@@ -12,7 +12,7 @@ import argparse
 
 from evaluation.measure.measurement import to_markdown
 from evaluation.serving.backend import Backend
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.recipe import Recipe
 from record import write_result  # beside this script
 
@@ -29,16 +29,16 @@ def main() -> None:
     args = parser.parse_args()
 
     backend, spec = Backend(), ModelSpec()  # the embedded default model
-    info = backend.load(spec)
+    info = backend.models.load(spec)
     compared = {"cut": Recipe.block(info.num_layers, args.start, args.end)}  # beside the original in every table
     print(f"{info.name}, {info.num_layers} layers; cut {info.describe_cut(compared['cut'])}")
-    ppl = backend.perplexity(spec, compared, seq_lens=(128, 2048), bos=(False, True),
+    ppl = backend.measure.perplexity(spec, compared, seq_lens=(128, 2048), bos=(False, True),
                              max_windows=args.ppl_windows or None)
     print(to_markdown(ppl))
-    speed = backend.speed(spec, compared, batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
+    speed = backend.measure.speed(spec, compared, batch_sizes=tuple(int(b) for b in args.batch_sizes.split(",")),
                           new_tokens=(args.new_tokens,), repeats=args.repeats)
     print(to_markdown(speed))
-    memory = backend.memory(spec, compared)
+    memory = backend.measure.memory(spec, compared)
     print(to_markdown(memory))
     write_result("compare", {"cut": [args.start, args.end], "perplexity": [m.to_dict() for m in ppl],
                              "speed": [m.to_dict() for m in speed], "memory": [m.to_dict() for m in memory]},

@@ -109,7 +109,7 @@ def main() -> None:
         page.view.session]
     opened = time.perf_counter() - began
     print(f"page opened (load, analysis, stability) in {opened:.1f} s; torch threads "
-          f"{torch.get_num_threads()}; rates {backend.rates(session.spec)}; {session.result.method} "
+          f"{torch.get_num_threads()}; rates {backend.models.rates(session.spec)}; {session.result.method} "
           f"{session.result.timing()}")
     start, end = session.result.best_block(6)
     session = session.with_cut(Recipe.block(session.info.num_layers, start, end, origin="benchmark"), "B")

@@ -39,12 +39,12 @@ def llama_1b_shape(layers: int):
 
 def default_model():
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     backend = Backend()
     spec = ModelSpec()
-    backend.load(spec)
-    return backend.model(spec)
+    backend.models.load(spec)
+    return backend.models.model(spec)
 
 
 def layer_bytes(model) -> int:

@@ -2,7 +2,7 @@
 
     python benchmarks/explain.py                 # SmolLM2-135M, the feedback slice, 10 releases
 
-What a release costs: ``Backend.cut_feedback`` with the cache off (perplexity of the cut and of the
+What a release costs: ``backend.explain.cut_feedback`` with the cache off (perplexity of the cut and of the
 original, mean KL, top-1 agreement on the slice), the original's residual stream computed beforehand
 (its one-off cost is printed first). Beside each release: a full forward of the same cut model on
 the same ids (what the feedback would cost without resuming), and their ratio; each cut three times,
@@ -64,17 +64,17 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}")
     model, tokenizer = prune.load_model()
     backend = Backend()
-    spec = backend.adopt(model, tokenizer)
-    num_layers = backend.load(spec).num_layers
-    cal = explain.feedback_slice(backend.default_calibration)
+    spec = backend.models.adopt(model, tokenizer)
+    num_layers = backend.models.load(spec).num_layers
+    cal = explain.feedback_slice(backend.models.default_calibration)
     ids = token_windows(tokenizer, cal)
     print(f"model {spec.label}: {num_layers} layers; slice: {cal.source}, "
           f"{ids.shape[0]} windows × {ids.shape[1]} tokens")
 
     with Clock() as once:
-        backend.cut_feedback(spec, Recipe(), use_cache=False)  # computes the original's states
+        backend.explain.cut_feedback(spec, Recipe(), use_cache=False)  # computes the original's states
     print(f"one-off: the original's residual stream and distributions: {once.wall:.2f} s wall, {once.cpu:.2f} s CPU")
-    backend.cut_feedback(spec, Recipe.block(num_layers, 14, 15), use_cache=False)  # warm-up, not counted
+    backend.explain.cut_feedback(spec, Recipe.block(num_layers, 14, 15), use_cache=False)  # warm-up, not counted
 
     rows = []
     for start, end in CUTS[: args.releases]:
@@ -83,7 +83,7 @@ def main() -> None:
         releases, fulls = [], []
         for _ in range(args.repeats):  # alternating, so a burst of other people's work hits both sides
             with Clock() as release:
-                found = backend.cut_feedback(spec, recipe, use_cache=False)
+                found = backend.explain.cut_feedback(spec, recipe, use_cache=False)
             with Clock() as full, torch.no_grad():
                 cut_model(input_ids=ids, use_cache=False)
             releases.append(release)
@@ -122,9 +122,9 @@ def main() -> None:
                              "target_met": statistics.median(first) <= 2, "threads": torch.get_num_threads(),
                              "load_average_end": os.getloadavg()[0], "cuts": cuts},
                  model=f"{spec.label}, {num_layers} layers",
-                 how=f"Backend.cut_feedback with the cache off on the feedback slice ({cal.source}, {ids.shape[0]} × "
-                     f"{ids.shape[1]} tokens), beside a full forward of the cut; {args.repeats} of each per cut, "
-                     "alternating")
+                 how=f"backend.explain.cut_feedback with the cache off on the feedback slice ({cal.source}, "
+                     f"{ids.shape[0]} × {ids.shape[1]} tokens), beside a full forward of the cut; {args.repeats} of "
+                     "each per cut, alternating")
 
 
 if __name__ == "__main__":

@@ -31,9 +31,10 @@ from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES
 from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.frontier.run import SPEED
 from evaluation.measure import speed
+from evaluation.core.jobs import final
 from record import write_result  # beside this script
 from ui.frontier_plots import frontier_figure
 
@@ -42,9 +43,9 @@ def measured(args) -> FrontierResult:
     if args.source:
         return FrontierResult.from_json(json.loads(Path(args.source).read_text())["frontier"])
     backend = Backend()
-    request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.data_dir)
-    return backend.frontier(ModelSpec(prune.DEFAULT_MODEL), request, axis=args.axis, sizes=DEFAULT_SIZES,
-                            progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True))
+    request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.models.data_dir)
+    return final(backend.frontier.run(ModelSpec(prune.DEFAULT_MODEL), request, axis=args.axis, sizes=DEFAULT_SIZES,
+                            progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True)))
 
 
 def retimed(result: FrontierResult) -> FrontierResult:

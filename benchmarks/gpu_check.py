@@ -88,21 +88,21 @@ def run(args, rows: list) -> None:
 
     model = step("load (random weights)", load)
     backend = Backend(data_dir=args.data_dir, device=args.device)
-    spec = backend.adopt(model, tokenizer)
+    spec = backend.models.adopt(model, tokenizer)
     layers = config.num_hidden_layers
     if args.decode_only:
         return decode_modes(args, step, rows, backend, spec, Recipe.block(layers, layers - layers // 4, layers))
     angular = step("angular analysis",
-                   lambda: (backend.analyze(spec, "angular", use_cache=False), "the default calibration"))
-    step("Taylor+ analysis", lambda: (backend.analyze(spec, "taylor", use_cache=False), "one backward pass"))
+                   lambda: (backend.analysis.score(spec, "angular", use_cache=False), "the default calibration"))
+    step("Taylor+ analysis", lambda: (backend.analysis.score(spec, "taylor", use_cache=False), "one backward pass"))
     start, end = angular.best_block(max(1, layers // 4))
     compared = {"A": Recipe.block(layers, start, end),
                 "B": Recipe((Sparsify.of("wanda", 0.5, "2:4"),))}
-    step("cut and Wanda 2:4 built", lambda: ([backend.model(spec, r) for r in compared.values()],
+    step("cut and Wanda 2:4 built", lambda: ([backend.models.model(spec, r) for r in compared.values()],
                                              f"A: layers {start}–{end - 1}; B: Wanda 2:4"))
-    step("generation side by side", lambda: (list(backend.generate(spec, compared, "The capital of France is",
+    step("generation side by side", lambda: (list(backend.measure.generate(spec, compared, "The capital of France is",
                                                                     max_new_tokens=32)), "32 tokens × 3 models"))
-    speeds = step("speed", lambda: (backend.speed(spec, compared, batch_sizes=(1, 8), prompt_len=128,
+    speeds = step("speed", lambda: (backend.measure.speed(spec, compared, batch_sizes=(1, 8), prompt_len=128,
                                                   new_tokens=(32,), repeats=3), "batch 1 and 8, 128 + 32 tokens"))
     for m in speeds:
         if m.name.startswith(("decode latency", "prefill latency")):
@@ -110,27 +110,28 @@ def run(args, rows: list) -> None:
     for label, note in {m.model: m.details.get("sparsity_note") for m in speeds}.items():
         if note:
             rows.append((f"  {label}: 2:4 kernels", float("nan"), float("nan"), note))
-    memory = step("memory", lambda: (backend.memory(spec, compared, new_tokens=32), "weights, peak, KV cache"))
+    memory = step("memory", lambda: (backend.measure.memory(spec, compared, new_tokens=32), "weights, peak, KV cache"))
     for m in memory:
         if m.name.startswith("peak memory"):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.0f} {m.unit}"))
     request = lm_eval_adapter.check_request(["arc_easy", "cbt_style_cn"], limit=args.questions,
-                                            data_dir=backend.data_dir)
-    scores = step("benchmark", lambda: (backend.benchmarks(spec, compared, request, use_cache=False),
+                                            data_dir=backend.models.data_dir)
+    scores = step("benchmark", lambda: (backend.measure.benchmarks(spec, compared, request, use_cache=False),
                                         f"ARC-Easy and CBT-style CN (cloze), {args.questions} questions each"))
     for m in scores:
         if m.name in ("arc_easy acc", "cbt_style_cn acc"):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f}"))
     kept = 0.9 if args.small else 0.8  # the tiny model's embeddings alone are 80 % of it
     widths = {"A": Recipe((WidthPrune.of(kept),)), "B": Recipe((WidthPrune.of(kept, criterion="llm-pruner"),))}
-    step(f"width {kept:.0%} built: Wanda-sp, LLM-Pruner", lambda: ([backend.model(spec, r) for r in widths.values()],
+    step(f"width {kept:.0%} built: Wanda-sp, LLM-Pruner", lambda: ([backend.models.model(spec,
+                                                                                         r) for r in widths.values()],
                                                            "A: Wanda-sp (forward); B: LLM-Pruner (one backward)"))
     quantized = {"A": compared["A"].then(Quantize.of(8)), "B": Recipe((Quantize.of(4),))}
-    step("int8 cut and int4 built", lambda: ([backend.model(spec, r) for r in quantized.values()],
+    step("int8 cut and int4 built", lambda: ([backend.models.model(spec, r) for r in quantized.values()],
                                              "A: the cut in int8; B: the original in int4 (torchao)"))
     found = step("quantized speed and memory", lambda: (
-        backend.speed(spec, quantized, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=3)
-        + backend.memory(spec, quantized, new_tokens=32), "batch 1, 128 + 32 tokens"))
+        backend.measure.speed(spec, quantized, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=3)
+        + backend.measure.memory(spec, quantized, new_tokens=32), "batch 1, 128 + 32 tokens"))
     for m in found:
         if m.name.startswith(("decode latency", "weight memory")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.1f} {m.unit}"))
@@ -147,7 +148,7 @@ def decode_modes(args, step, rows: list, backend, spec, cut) -> None:
     from prune.quantize.step import Quantize
 
     recipes = {"original": Recipe(), "cut": cut, "int8": Recipe((Quantize.of(8),)), "int4": Recipe((Quantize.of(4),))}
-    models = {label: backend.model(spec, recipe) for label, recipe in recipes.items()}
+    models = {label: backend.models.model(spec, recipe) for label, recipe in recipes.items()}
     modes = ("eager",) if args.eager_only else ("eager", "compiled")
     found = step("decode: eager and compiled", lambda: (decode_floor.decode_rows(models, modes=modes),
                                                         "batch 1, 128 + 32 tokens, " + " and ".join(modes)))
@@ -224,22 +225,24 @@ def encoders(args, step, rows: list, dtype) -> None:
 
         model = step(f"{label}: load", load)
         backend = Backend(data_dir=args.data_dir, device=args.device)
-        spec = backend.adopt(model, tokenizer)
-        result = step(f"{label}: angular analysis", lambda: (backend.analyze(spec, "angular", use_cache=False),
+        spec = backend.models.adopt(model, tokenizer)
+        result = step(f"{label}: angular analysis", lambda: (backend.analysis.score(spec, "angular", use_cache=False),
                                                              "each stack on its own" if "T5" in label else "one stack"))
         layers = result.num_layers
         start, end = result.best_block(max(1, layers // 4))
         compared = {"A": Recipe.block(layers, start, end), "B": Recipe((Sparsify.of("wanda", 0.5),))}
         step(f"{label}: cut and Wanda 50 % built", lambda: (
-            [backend.model(spec, r) for r in compared.values()],
+            [backend.models.model(spec, r) for r in compared.values()],
             f"A: block [{start}, {end}) of {layers} layers; B: Wanda 50 %"))
-        found = step(f"{label}: one pass timed", lambda: (backend.speed(
+        found = step(f"{label}: one pass timed", lambda: (backend.measure.speed(
             spec, compared, batch_sizes=(8,), prompt_len=128, new_tokens=(2,), repeats=3), "batch 8, 128 tokens"))
         for m in found:
             if m.name.startswith("prefill latency"):
                 rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f} {m.unit}"))
-        request = lm_eval_adapter.check_request(["cbt_style_cn"], limit=args.questions, data_dir=backend.data_dir)
-        scores = step(f"{label}: cloze task", lambda: (backend.benchmarks(spec, compared, request, use_cache=False),
+        request = lm_eval_adapter.check_request(["cbt_style_cn"], limit=args.questions,
+                                                data_dir=backend.models.data_dir)
+        scores = step(f"{label}: cloze task", lambda: (backend.measure.benchmarks(spec, compared, request,
+                                                                                  use_cache=False),
                                                        f"CBT-style CN, {args.questions} questions"))
         for m in scores:
             if m.name == "cbt_style_cn acc":

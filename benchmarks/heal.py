@@ -40,15 +40,15 @@ def run(args) -> None:
 
     from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.calibration import Calibration
     from prune.healing.step import Heal
     from prune.core.recipe import Recipe
 
     backend = Backend(data_dir=args.data_dir)
     spec = ModelSpec()
-    info = backend.load(spec)
-    text = Calibration(source="wikitext2", path=str(backend.data_dir) if backend.data_dir else None)
+    info = backend.models.load(spec)
+    text = Calibration(source="wikitext2", path=str(backend.models.data_dir) if backend.models.data_dir else None)
     cut = Recipe.block(info.num_layers, args.start, args.end, origin="by hand")
     variants = {"cut": cut}
     timing = {}
@@ -56,7 +56,7 @@ def run(args) -> None:
     for method in args.methods.split(","):
         recipe = cut.then(Heal.of(method, args.steps, text=text))
         started = time.perf_counter()
-        healed = backend.model(spec, recipe)
+        healed = backend.models.model(spec, recipe)
         timing[method] = (time.perf_counter() - started, healed.config.layercut_healed)
         variants[method] = recipe
         print(f"{method}: {recipe.steps[-1].describe()}", flush=True)

@@ -55,20 +55,20 @@ def run(args) -> None:
     from evaluation.measure.speed import measure_speed
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from evaluation.serving.variants import own_bytes
     from prune.core.calibration import Calibration
 
     backend = Backend(data_dir=args.data_dir)
     spec = ModelSpec()
-    info = backend.load(spec)
-    data = str(backend.data_dir) if backend.data_dir else None
+    info = backend.models.load(spec)
+    data = str(backend.models.data_dir) if backend.models.data_dir else None
     chosen = variants(info.num_layers, Calibration(source="wikitext2", path=data))
     print(f"{info.name}: {info.num_layers} layers; threads {torch.get_num_threads()}", flush=True)
     models, built = {}, {}
     for name, recipe in chosen.items():
         started = time.perf_counter()
-        models[name] = backend.model(spec, recipe)
+        models[name] = backend.models.model(spec, recipe)
         built[name] = time.perf_counter() - started
         print(f"{name} ({built[name]:.1f} s): {recipe.describe()}", flush=True)
     base = models["dense"]
@@ -79,15 +79,15 @@ def run(args) -> None:
     pairs = [dict(list(compared.items())[i: i + 2]) for i in range(0, len(compared), 2)]
     ppl = {}
     for pair in pairs:
-        ppl.update({m.model: m.value for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
+        ppl.update({m.model: m.value for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
                                                                  max_windows=args.ppl_windows)})
     ppl["dense"] = ppl.pop(ORIGINAL)
     rows[f"WikiText-2 test ppl ({args.ppl_windows} × 128)"] = {k: f"{v:.2f}" for k, v in ppl.items()}
     if args.hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.models.data_dir)
         acc = {}
         for pair in pairs:
-            acc.update({m.model: m for m in backend.benchmarks(spec, pair, request, batch_size=16)
+            acc.update({m.model: m for m in backend.measure.benchmarks(spec, pair, request, batch_size=16)
                         if m.name == "hellaswag acc_norm"})
         acc["dense"] = acc.pop(ORIGINAL)
         rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}

@@ -34,27 +34,27 @@ def run(args) -> None:
     from prune.core.storage import weight_bytes
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.recipe import Recipe
     from prune.quantize.step import Quantize
 
     backend = Backend()
     spec = ModelSpec()
-    backend.load(spec)
+    backend.models.load(spec)
     chosen = {step.short(): Recipe((step,)) for head in (False, True) for step in
               (Quantize.of(8, head=head), Quantize.of(4, head=head))}
-    models = {name: backend.model(spec, recipe) for name, recipe in chosen.items()}
-    models[ORIGINAL] = backend.model(spec, Recipe())
+    models = {name: backend.models.model(spec, recipe) for name, recipe in chosen.items()}
+    models[ORIGINAL] = backend.models.model(spec, Recipe())
     found = {name: {"weights_MiB": round(weight_bytes(m) / 2**20, 1),
                     "read_per_token_MiB": round(bandwidth.decode_bytes(m, 144) / 2**20, 1)}
              for name, m in models.items()}
     names = list(chosen)
     pairs = [dict(list(chosen.items())[i: i + 2]) for i in range(0, len(chosen), 2)]
-    request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+    request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.models.data_dir)
     for pair in pairs:
-        for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows):
+        for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows):
             found[m.model]["wikitext2_ppl"] = round(m.value, 2)
-        for m in backend.benchmarks(spec, pair, request, batch_size=16):
+        for m in backend.measure.benchmarks(spec, pair, request, batch_size=16):
             if m.name == "hellaswag acc_norm":
                 found[m.model]["hellaswag_acc_norm"] = [round(m.value, 1), round(m.spread, 1)]
     result = {"columns": {k: found[k] for k in [ORIGINAL, *names]}, "threads": torch.get_num_threads()}

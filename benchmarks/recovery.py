@@ -61,15 +61,15 @@ def run(args) -> None:
 
     from evaluation.measure.measurement import ORIGINAL
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.calibration import Calibration
     from prune.core.recipe import Recipe
     from prune.patch.step import CALIBRATION
 
     backend = Backend(data_dir=args.data_dir)
     spec = ModelSpec()
-    info = backend.load(spec)
-    data = str(backend.data_dir) if backend.data_dir else None
+    info = backend.models.load(spec)
+    data = str(backend.models.data_dir) if backend.models.data_dir else None
     text = Calibration(source="wikitext2", path=data)
     cut = Recipe.block(info.num_layers, args.start, args.end, origin="by hand")
     chosen = {k: v for k, v in repairs(args.steps, text, Calibration(source="wikitext2", path=data, **CALIBRATION))
@@ -79,7 +79,7 @@ def run(args) -> None:
     for name, step in chosen.items():
         recipe = cut.then(step)
         started = time.perf_counter()
-        model = backend.model(spec, recipe)
+        model = backend.models.model(spec, recipe)
         timing[name] = time.perf_counter() - started
         records[name] = getattr(model.config, "layercut_healed", None) or getattr(model.config, "layercut_patched")
         variants[name] = recipe

@@ -11,14 +11,15 @@ def quality_rows(backend, spec, variants: dict, repaired, ppl_windows: int, hell
     from evaluation.quality import lm_eval_adapter
 
     pairs = [dict(list(variants.items())[i: i + 2]) for i in range(0, len(variants), 2)]  # the Backend compares 2
-    ppl = {m.model: m.value for pair in pairs for m in backend.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
+    ppl = {m.model: m.value for pair in pairs for m in backend.measure.perplexity(spec, pair, seq_lens=(128,),
+                                                                                  bos=(False,),
                                                                           max_windows=ppl_windows)}
     gap = ppl["cut"] - ppl[ORIGINAL]
     rows = {f"WikiText-2 test ppl ({ppl_windows} × 128)": {k: f"{v:.2f}" for k, v in ppl.items()},
             "gap to the original won back": {k: f"{100 * (ppl['cut'] - ppl[k]) / gap:.0f} %" for k in repaired}}
     if hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=hellaswag, data_dir=backend.data_dir)
-        found = [m for pair in pairs for m in backend.benchmarks(spec, pair, request, batch_size=16)]
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=hellaswag, data_dir=backend.models.data_dir)
+        found = [m for pair in pairs for m in backend.measure.benchmarks(spec, pair, request, batch_size=16)]
         acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
         rows[f"hellaswag acc_norm ({hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
     return rows

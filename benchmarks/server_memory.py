@@ -76,15 +76,15 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
     else:
         allocator.release = timed(allocator.release, trims)
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.recipe import Recipe
     from prune.sparsity.step import Sparsify
 
     backend = Backend(device="cpu", data_dir="")
-    backend.variants.budget_bytes = budget
+    backend.models.variants.budget_bytes = budget
     spec = ModelSpec()
-    backend.load(spec)
-    for tensor in backend.model(spec).state_dict().values():  # mapped from the checkpoint: read, they count
+    backend.models.load(spec)
+    for tensor in backend.models.model(spec).state_dict().values():  # mapped from the checkpoint: read, they count
         tensor.detach().sum()
     baseline = _status("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from here
@@ -92,11 +92,11 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
     with ThreadPoolExecutor(max(rounds)) as pool:  # worker threads that outlive a round, as Gradio's
         for number, visitors in enumerate(rounds):
             levels = [round(0.1 + 0.04 * i + 0.01 * number, 2) for i in range(visitors)]
-            list(pool.map(lambda level: backend.build(spec, Recipe((Sparsify.of("magnitude", level),)),
+            list(pool.map(lambda level: backend.models.build(spec, Recipe((Sparsify.of("magnitude", level),)),
                                                       owner=str(level)), levels))
             builds += visitors
     return {"baseline": baseline, "peak": _status("VmHWM"), "settled": _status("VmRSS"),
-            "held": backend.variants.used_bytes, "budget": budget, "trims": trims,
+            "held": backend.models.variants.used_bytes, "budget": budget, "trims": trims,
             "build_cpu_s": (time.process_time() - start) / builds}
 
 

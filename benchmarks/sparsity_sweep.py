@@ -6,7 +6,7 @@ sparsity level, for magnitude, Wanda and SparseGPT, and the time each method tak
     # the seed's own table: its cloze rule on CBT-style questions (not CBT), magnitude and Wanda
     PYTHONPATH=. .venv/bin/python benchmarks/sparsity_sweep.py --task cbt_style_cn --methods magnitude,wanda
 
-Everything goes through ``Backend.sparsity_sweep``, as the app and the CLI's ``--sparsity_sweep``
+Everything goes through ``backend.sweeps.sparsity``, as the app and the CLI's ``--sparsity_sweep``
 do: the task's primary metric (acc_norm for arc_easy and hellaswag, the cloze rule's acc for cbt_*) on its
 first ``--limit`` documents, WikiText-2 test perplexity over the first ``--windows`` windows of ``--seq-len`` tokens
 (no BOS), Wanda and SparseGPT calibrated on the default calibration (WikiText-2 validation, 32 ×
@@ -44,13 +44,14 @@ def main() -> None:
 
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.jobs import final
+    from evaluation.core.pool import ModelSpec
 
     backend = Backend()
     spec = ModelSpec()
-    info = backend.load(spec)
-    request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.data_dir)
-    cal = backend.default_calibration
+    info = backend.models.load(spec)
+    request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.models.data_dir)
+    cal = backend.models.default_calibration
     print(f"{info.name}: {info.num_layers} layers, {info.num_params:,} parameters; torch threads "
           f"{torch.get_num_threads()}; calibration {cal.source}, {cal.n_samples} × {cal.seq_len} tokens", flush=True)
     last = [""]
@@ -61,9 +62,9 @@ def main() -> None:
             last[0] = message
 
     started = time.perf_counter()
-    result = backend.sparsity_sweep(spec, request, levels=[float(x) for x in args.levels.split(",")],
+    result = final(backend.sweeps.sparsity(spec, request, levels=[float(x) for x in args.levels.split(",")],
                                     methods=args.methods.split(","), calibration=cal, ppl_seq_len=args.seq_len,
-                                    ppl_windows=args.windows, use_cache=not args.no_cache, progress=progress)
+                                    ppl_windows=args.windows, use_cache=not args.no_cache, progress=progress))
     wall = time.perf_counter() - started
 
     figures = {"sweep": result.to_json(), "wall_s": round(wall, 1), "threads": torch.get_num_threads()}
@@ -71,7 +72,7 @@ def main() -> None:
           "nothing.)")
     write_result(f"sparsity_sweep_{args.task}", figures,
                  model=f"{info.name}, {info.num_layers} layers",
-                 how=f"Backend.sparsity_sweep: {args.task}'s primary metric on its first {args.limit} documents, "
+                 how=f"backend.sweeps.sparsity: {args.task}'s primary metric on its first {args.limit} documents, "
                      f"WikiText-2 test perplexity over {args.windows} windows of {args.seq_len} tokens; calibration "
                      f"{cal.source}, {cal.n_samples} × {cal.seq_len} tokens; cached points keep the times measured "
                      "when they were computed")

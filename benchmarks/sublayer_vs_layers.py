@@ -28,15 +28,15 @@ def main() -> None:
     import prune
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.paths import default_data_dir
     from prune.core.recipe import Recipe
 
     backend = Backend(data_dir=str(args.data_dir or default_data_dir()))
     spec = ModelSpec(prune.DEFAULT_MODEL)
-    info = backend.load(spec)
-    drop = backend.analyze(spec, "sublayer")
-    angular = backend.analyze(spec, "angular")
+    info = backend.models.load(spec)
+    drop = backend.analysis.score(spec, "sublayer")
+    angular = backend.analysis.score(spec, "angular")
     attention = drop.best_sublayers("attention", args.drop)
     variants = {"attention": Recipe.drop(info.num_layers, attention=attention, origin="sublayer")}
     removed = info.removed_params(variants["attention"])
@@ -50,7 +50,7 @@ def main() -> None:
     for label, recipe in variants.items():
         print(f"  {label:<10} {recipe.describe():<55} removes {info.removed_params(recipe) / 1e6:6.2f} M")
 
-    request = lm_eval_adapter.check_request(["hellaswag"], limit=args.limit, data_dir=backend.data_dir)
+    request = lm_eval_adapter.check_request(["hellaswag"], limit=args.limit, data_dir=backend.models.data_dir)
 
     def value(found, model, word):
         hits = [m for m in found if m.model == model and word in m.name]
@@ -64,9 +64,9 @@ def main() -> None:
         if not group:
             continue
         compared = {label: variants[label] for label in group}
-        scores = backend.benchmarks(spec, compared, request)
-        speed = backend.speed(spec, compared, batch_sizes=(1,), prompt_len=128, new_tokens=(64,), repeats=5)
-        memory = backend.memory(spec, compared)
+        scores = backend.measure.benchmarks(spec, compared, request)
+        speed = backend.measure.speed(spec, compared, batch_sizes=(1,), prompt_len=128, new_tokens=(64,), repeats=5)
+        memory = backend.measure.memory(spec, compared)
         base = value(speed, "original", "decode latency")
         for label in ("original", *group):
             acc, dec, kv = value(scores, label, "acc_norm"), value(speed, label, "decode latency"), value(memory, label,

@@ -67,7 +67,7 @@ def main() -> None:
 
     from evaluation.measure import generation
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     import torch
     from transformers import AutoConfig
@@ -80,16 +80,16 @@ def main() -> None:
     backend = Backend(device=args.device, data_dir="")
     spec = ModelSpec(str(folder))
     started = time.perf_counter()
-    info = backend.load(spec)
+    info = backend.models.load(spec)
     found = {"weights_GiB": weights / _GIB, "budget_GiB": 1.3 * weights / _GIB, "tokens": args.tokens,
              "load_s": time.perf_counter() - started, "loaded_resident_GiB": info.resident_bytes / _GIB}
     print(f"load {found['load_s']:.1f} s: {info.resident_bytes / _GIB:.2f} GiB in memory")
     recipe = Recipe((Sparsify.of("wanda", None, "2:4", Calibration(n_samples=4, seq_len=64)),))
     started = time.perf_counter()
-    print(f"B into files: {backend.built_into_files(spec, recipe)}")
-    backend.build(spec, recipe)
-    base = backend.pool.get(spec)
-    b = backend.variants.get(base, recipe)
+    print(f"B into files: {backend.models.built_into_files(spec, recipe)}")
+    backend.models.build(spec, recipe)
+    base = backend.models.pool.get(spec)
+    b = backend.models.variants.get(base, recipe)
     found["B"] = {"build_s": time.perf_counter() - started, "resident_GiB": resident_bytes(b) / _GIB, "rss_GiB": rss()}
     print(f"B built in {found['B']['build_s']:.1f} s; B holds {found['B']['resident_GiB']:.2f} GiB in memory; "
           f"rss {found['B']['rss_GiB']:.2f} GiB")
@@ -102,9 +102,9 @@ def main() -> None:
           f"rss {found['streamed']['rss_GiB']:.2f} GiB")
 
     started = time.perf_counter()
-    states = list(backend.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
+    states = list(backend.measure.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
     took = time.perf_counter() - started
-    turn, swap = states["B"], backend.residency.last
+    turn, swap = states["B"], backend.models.residency.last
     found["turns"] = {"original_tokens_per_s": states["original"]["tokens_per_s"], "tokens_per_s": turn["tokens_per_s"],
                       "ttft_s": turn["ttft_s"], "swap_s": swap.seconds, "brought_GiB": swap.brought_bytes / _GIB,
                       "parked_GiB": swap.parked_bytes / _GIB, "all_s": took, "rss_GiB": rss(),
@@ -116,10 +116,10 @@ def main() -> None:
           f"rss {found['turns']['rss_GiB']:.2f} GiB")
     print(f"same answer: {turn['token_ids'] == streamed['token_ids']}")
     print(f"B's decode speed, turns ÷ streamed: {turn['tokens_per_s'] / streamed['tokens_per_s']:.2f} ×")
-    print(backend.residency.summary())
+    print(backend.models.residency.summary())
     started = time.perf_counter()
-    again = list(backend.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
-    swap = backend.residency.last
+    again = list(backend.measure.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
+    swap = backend.models.residency.last
     found["again"] = {"all_s": time.perf_counter() - started, "swap_s": swap.seconds, "rss_GiB": rss(),
                       "same_answers": [s["token_ids"] for s in again.values()] == [s["token_ids"]
                                                                                    for s in states.values()]}

@@ -42,23 +42,23 @@ def run(args) -> None:
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.recipe import Recipe
     from prune.width.step import WidthPrune
     from prune.width.shrink import matching_depth_layers
 
     backend = Backend(data_dir=args.data_dir)
     spec = ModelSpec()
-    info = backend.load(spec)
-    base = backend.model(spec)
-    cal = backend.default_calibration
+    info = backend.models.load(spec)
+    base = backend.models.model(spec)
+    cal = backend.models.default_calibration
     n = matching_depth_layers(info.size, args.ratio)
 
     started = time.perf_counter()
-    scores = backend.analyze(spec, "angular", calibration=cal, use_cache=False)
+    scores = backend.analysis.score(spec, "angular", calibration=cal, use_cache=False)
     start, end = scores.best_block(n)
     depth = Recipe.block(info.num_layers, start, end, origin="angular distance, best block")
-    backend.model(spec, depth)
+    backend.models.model(spec, depth)
     depth_s = time.perf_counter() - started
     print(f"{info.name}: {info.num_layers} layers, {info.num_params:,} parameters; calibration {cal.source}, "
           f"{cal.n_samples} × {cal.seq_len} tokens; threads {__import__('torch').get_num_threads()}")
@@ -66,7 +66,7 @@ def run(args) -> None:
     for criterion in args.criteria:
         width = Recipe((WidthPrune.of(args.ratio, cal, criterion),))
         started = time.perf_counter()
-        narrow = backend.model(spec, width)
+        narrow = backend.models.model(spec, width)
         width_s[criterion] = time.perf_counter() - started
         variants[criterion] = width
         config = narrow.config
@@ -84,7 +84,8 @@ def run(args) -> None:
     # the backend compares at most two models with the original: the rest in further runs beside it
     pairs = [dict(list(variants.items())[i:i + 2]) for i in range(0, len(variants), 2)]
     if args.ppl_windows:
-        ppl = [m for pair in pairs for m in backend.perplexity(spec, pair, seq_lens=(args.ppl_len,), bos=(False,),
+        ppl = [m for pair in pairs for m in backend.measure.perplexity(spec, pair, seq_lens=(args.ppl_len,),
+                                                                       bos=(False,),
                                                                max_windows=args.ppl_windows)]
         windows = ppl[0].details["windows"]
         rows[f"WikiText-2 ppl ({windows} × {args.ppl_len} tokens)"] = {m.model: f"{m.value:.2f}" for m in ppl}
@@ -92,7 +93,7 @@ def run(args) -> None:
     for batch in args.batch_sizes:
         row, ideal = {}, {}
         for pair in pairs:  # each pair against the original timed in the same run, taking turns
-            speed = backend.speed(spec, pair, batch_sizes=(batch,), prompt_len=128, new_tokens=(32,),
+            speed = backend.measure.speed(spec, pair, batch_sizes=(batch,), prompt_len=128, new_tokens=(32,),
                                   repeats=args.repeats)
             decode = {m.model: m for m in speed if m.name.startswith(f"decode latency per token (batch {batch},")}
             rate = {k: batch * 1000 / m.value for k, m in decode.items()}  # tokens/s from the median ms per step
@@ -105,9 +106,9 @@ def run(args) -> None:
     rows["ideal speedup: FLOPs / parameters"] = ideal
 
     if args.hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.data_dir)
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.models.data_dir)
         started = time.perf_counter()
-        found = [m for pair in pairs for m in backend.benchmarks(spec, pair, request, batch_size=16)]
+        found = [m for pair in pairs for m in backend.measure.benchmarks(spec, pair, request, batch_size=16)]
         acc = {m.model: m for m in found if m.name == "hellaswag acc_norm"}
         rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
         print(f"hellaswag: {time.perf_counter() - started:.0f} s for the {len(variants) + 1} models")

@@ -84,6 +84,18 @@ def handlers_on(page, backend, policy=None, **context):
     return PageHandlers.on(Context(backend, policy, **context), page)
 
 
+def stand_in_backend(jobs: dict | None = None, **models):
+    """A stand-in for the backend: ``jobs`` maps "part.method" (``"analysis.score"``) to a function, ``models`` are
+    attributes of its models part (``default_calibration``, ``rates``, ``data_dir``…)."""
+    from types import SimpleNamespace
+
+    parts: dict[str, dict] = {"models": dict(models)}
+    for path, function in (jobs or {}).items():
+        part, method = path.split(".")
+        parts.setdefault(part, {})[method] = function
+    return SimpleNamespace(**{part: SimpleNamespace(**members) for part, members in parts.items()})
+
+
 def update_of(outputs: dict, component):
     """What a handler's outputs do to ``component``: its update, or no change (``gr.update()``) if they leave it out."""
     import gradio as gr
@@ -207,7 +219,7 @@ def tiny_llama_30(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spec(tiny_folder):
     """The tiny folder as a model spec (a module may define its own)."""
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     return ModelSpec(tiny_folder)
 
@@ -218,7 +230,7 @@ def backend(spec):
     from evaluation.serving.backend import Backend
 
     b = Backend(device="cpu")
-    b.load(spec)
+    b.models.load(spec)
     return b
 
 

@@ -88,7 +88,7 @@ def _floor(module: str) -> int | None:
 def test_the_scan_sees_the_imports_it_judges_deferred_ones_too():
     found = imports()
     assert ("prune.depth.step", "prune.core.step") in found and ("ui.catalog", "prune.core.family") in found
-    assert ("evaluation.serving.backend", "prune") in found
+    assert ("evaluation.serving.analysis", "prune") in found
     assert ("evaluation.quality.cloze", "evaluation.quality.cloze_task") in found  # inside a function
 
 

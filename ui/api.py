@@ -43,7 +43,7 @@ class Api:
         method = _depth_method(method)
         spec, info = self._load(model, request)
         calibration = self.context.default_calibration
-        result = self.context.backend.analyze(spec, method, calibration=calibration, owner=owner(request))
+        result = self.context.backend.analysis.score(spec, method, calibration=calibration, owner=owner(request))
         scores = result.to_json()
         return {"model": info.name, "num_layers": info.num_layers, "method": method,
                 "score_label": result.score_label, "calibration": calibration.source,
@@ -68,13 +68,13 @@ class Api:
         backend, policy = self.context.backend, self.context.policy
         task_request = lm_eval_adapter.check_request(inputs.task_names(tasks),
                                                      limit=policy.limit(limit, "Questions per task"),
-                                                     data_dir=backend.data_dir)
+                                                     data_dir=backend.models.data_dir)
         spec, info = self._load(model, request)
         given = {slot: inputs.recipe(text, f"Recipe {slot}", info.num_layers, policy,
                                      self.context.default_calibration)
                  for slot, text in zip(SLOTS, (recipe_a, recipe_b))}
         variants = {slot: recipe for slot, recipe in given.items() if recipe is not None}
-        found = backend.benchmarks(spec, variants, task_request, owner=owner(request))
+        found = backend.measure.benchmarks(spec, variants, task_request, owner=owner(request))
         return {"model": info.name, "num_layers": info.num_layers, "tasks": list(task_request.names),
                 "limit": task_request.limit,
                 "columns": {label: _column(recipe, [m for m in found if m.model == label])
@@ -85,7 +85,7 @@ class Api:
         policy = self.context.policy
         spec = inputs.model_spec(model, None, False, None, policy)
         try:
-            return spec, self.context.backend.load(spec, owner=owner(request))
+            return spec, self.context.backend.models.load(spec, owner=owner(request))
         except ModelNotFound:
             if policy.shared:  # the same words, folder or not
                 raise inputs.shared_not_found(spec.name) from None

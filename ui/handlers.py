@@ -12,18 +12,20 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from pathlib import Path
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from evaluation.measure.measurement import Measurement
 from evaluation.serving.hub import HubCheck
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.core.loading import in_local_cache, is_default
 from prune.core.surgery import largest_cut
 
+from evaluation.serving.downloads import Downloads
 from ui import inputs, text
-from ui.downloads import Downloads
 from ui.session import Session
 
 log = logging.getLogger(__name__)
@@ -105,9 +107,9 @@ class Context:
                  downloads: Downloads | None = None, hub: HubCheck | None = None):
         self.backend = backend
         self.policy = policy or inputs.Policy()
-        self.downloads = downloads or Downloads.for_server(self.policy.shared)
+        self.downloads = downloads or Downloads.for_server(self.policy.shared, Path(get_upload_folder()))
         self.default_model = default_model or ModelSpec()
-        self.default_calibration = backend.default_calibration
+        self.default_calibration = backend.models.default_calibration
         self.hub = hub or HubCheck()  # asked now, in the background: no page waits on it
         self.first_screen = None  # what a new page shows first, once computed at start-up (ui.page.first_screen)
 
@@ -126,12 +128,12 @@ class Context:
 
     def server_memory(self):
         """The server's memory, for the line under the pickers (refreshed by a timer: other visitors change it)."""
-        return text.server_memory_markdown(self.backend.variants.server_memory(),
-                                           self.backend.residency.summary())
+        return text.server_memory_markdown(self.backend.models.variants.server_memory(),
+                                           self.backend.models.residency.summary())
 
     def page_closed(self, request: gr.Request = None):
         """The visitor's page closed (Gradio's heartbeat ended): stop their jobs, streamed or not, so the device
-        is free for others at once. Their exports stay for their hour (``ui.downloads``)."""
+        is free for others at once. Their exports stay for their hour (``evaluation.serving.downloads``)."""
         visitor = owner(request)
         if visitor:
             self.backend.cancel(visitor)

@@ -19,7 +19,7 @@ from evaluation.exports.comparison_file import MAX_BYTES as COMPARISON_BYTES, Co
 from evaluation.quality import judge as judges
 from evaluation.quality.judge import JudgeChoice
 from evaluation.core.settings import MT_BENCH
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.calibration import BOS_CHOICES, SOURCES, hub_dataset
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.core.loading import is_default

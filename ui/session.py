@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import prune
 from evaluation.measure.measurement import Measurement
-from evaluation.core.models import ModelInfo, ModelSpec
+from evaluation.core.pool import ModelInfo, ModelSpec
 from prune.core.recipe import Recipe
 
 SLOTS = ("A", "B")  # the compressed models compared with the original, in column order

@@ -62,7 +62,7 @@ HEATMAP_HELP = (
 # attention / MLP blocks anywhere (needs the sub-layer method's scores).
 REMOVE_CHOICES = [("whole layers", "layers"), ("attention only", "attention"), ("MLP only", "mlp")]
 
-# (label shown, value passed to Backend.load); any other hub id or folder can be typed in.
+# (label shown, value passed to backend.models.load); any other hub id or folder can be typed in.
 KNOWN_MODELS = [
     (f"{DEFAULT_MODEL} (embedded)", DEFAULT_MODEL),
     ("Llama 3.2 1B", "meta-llama/Llama-3.2-1B"),

@@ -104,7 +104,7 @@ from evaluation.frontier.plan import (AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAUL
                                       check_target)
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.sweeps.search_splits import WIKITEXT, format_search
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS
 from evaluation.cli import tasks
@@ -346,7 +346,7 @@ def _cuts(args, backend: Backend, spec: ModelSpec, info, progress) -> dict[str, 
     if args.rank_search:
         return {"rank_search": _searched(args, backend, spec, info, calibration, progress)}
     method = METHODS[args.method]
-    result = backend.analyze(spec, args.method, calibration=calibration, progress=progress,
+    result = backend.analysis.score(spec, args.method, calibration=calibration, progress=progress,
                              **options_for_cut(method, args.num_layers))
     progress(1.0, f"{method.label}: {result.timing()}.")
     if "removal_order" in result.params:  # a greedy order: show how its cut was built
@@ -370,7 +370,8 @@ def _searched(args, backend: Backend, spec: ModelSpec, info, calibration: Calibr
     layers = None if args.search_layers is None else range(max(0, info.num_layers - args.search_layers),
                                                             info.num_layers)
     done = None
-    for done in backend.rank_search(spec, space=args.rank_search, criterion=args.search_on, tolerance=args.tolerance,
+    for done in backend.training.rank_search(spec, space=args.rank_search, criterion=args.search_on,
+                                             tolerance=args.tolerance,
                                     limit=args.search_limit or None, layers=layers, calibration=calibration,
                                     progress=progress):
         pass
@@ -391,7 +392,7 @@ def run(args, progress=None) -> Path | None:
     backend = Backend(data_dir=args.data_dir, device=args.device, model_budget_bytes=args.memory_budget)
     standard, own = tasks.split(args.task)
     request = None if own and not standard else lm_eval_adapter.check_request(
-        standard, num_fewshot=args.num_fewshot, limit=args.limit, data_dir=backend.data_dir)
+        standard, num_fewshot=args.num_fewshot, limit=args.limit, data_dir=backend.models.data_dir)
     judged = tasks.prepare(args, backend)  # C4's shard, MT-Bench's data and judge: before the model loads
     out_dir = Path(args.output_folder).expanduser().resolve()
     try:
@@ -400,12 +401,13 @@ def run(args, progress=None) -> Path | None:
         raise InvalidInput(f"Cannot create the output folder {out_dir}: {err.strerror}.") from None
     spec = ModelSpec(name=args.model or _recorded_model(recorded) or prune.DEFAULT_MODEL, dtype=args.dtype or "auto",
                      token=args.token)
-    steps = extra_steps(args, output.calibration_of(args, backend), backend.data_dir)  # checked before the model loads
+    steps = extra_steps(args, output.calibration_of(args, backend),
+                        backend.models.data_dir)  # checked before the model loads
     if args.sparsity_sweep:
         return output.sparsity_sweep_report(args, backend, spec, request, out_dir, progress)
     if args.frontier is not None:
         return output.frontier_report(args, backend, spec, request, out_dir, progress)
-    info = backend.load(spec, progress=progress)
+    info = backend.models.load(spec, progress=progress)
     if args.sweep is not None:
         return output.sweep_report(args, backend, spec, request, out_dir, progress)
     cuts = _with_steps(recorded.cuts(info.num_layers) if recorded else _cuts(args, backend, spec, info, progress),
@@ -420,11 +422,11 @@ def run(args, progress=None) -> Path | None:
     config = {"model": info.name, "num_layers": info.num_layers, "device": info.device, "dtype": info.dtype,
               "tasks": [*standard, *own], "limit": args.limit, "num_fewshot": args.num_fewshot,
               "batch_size": args.batch_size, "scorer": args.scorer, "seed": args.seed,
-              "data_dir": str(backend.data_dir) if backend.data_dir else "hub",
+              "data_dir": str(backend.models.data_dir) if backend.models.data_dir else "hub",
               "layercut_version": prune.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     if judged is not None:
         config["mt_bench"] = {**judged.judge.to_json(), "turns": judged.turns, "questions": len(judged.questions)}
-    results = {label: {} for label in (ORIGINAL, *cuts)} if request is None else backend.benchmark_results(
+    results = {label: {} for label in (ORIGINAL, *cuts)} if request is None else backend.measure.benchmark_results(
         spec, cuts, request, batch_size=args.batch_size, scorer=args.scorer, seed=args.seed,
         use_cache=not args.no_cache, progress=progress)
     judged_report = tasks.run(args, backend, spec, cuts, results, judged, info, out_dir, progress)
@@ -447,7 +449,7 @@ def run(args, progress=None) -> Path | None:
         measurements += timed
     for mode, recipe in cuts.items() if args.export_dir else ():
         target = Path(args.export_dir).expanduser().resolve()
-        saved = backend.export(spec, recipe, target / mode if len(cuts) > 1 else target,
+        saved = backend.exports.write(spec, recipe, target / mode if len(cuts) > 1 else target,
                                scores=[m for m in measurements if m.model in (ORIGINAL, PRUNED, mode)], gguf=args.gguf)
         progress(1.0, f"Saved the {mode} checkpoint to {saved}")
         print(scale_out.scale_out(str(saved), json.loads((saved / "config.json").read_text()), recipe).markdown())

@@ -19,10 +19,11 @@ from prune.drop.sublayers import ATTENTION, MLP
 from evaluation.explain import cut as explain
 from evaluation.serving.backend import Backend
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_markdown
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
 from evaluation.frontier import plan as frontier_plan, result as frontier_text
 from evaluation.frontier.result import format_table as frontier_table
+from evaluation.core.jobs import final
 
 
 def results_json(entries: dict[str, dict], config: dict) -> dict:
@@ -43,7 +44,7 @@ def print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recip
     """WikiText-2 test perplexity (never trained on) of the original and of each compared model before and after
     healing, and what each heal did."""
     unhealed = {f"{mode} before healing": Recipe(recipe.steps[:-1], recipe.origin) for mode, recipe in cuts.items()}
-    found = backend.perplexity(spec, {**unhealed, **cuts}, seq_lens=(args.ppl_seq_len,), bos=(False,),
+    found = backend.measure.perplexity(spec, {**unhealed, **cuts}, seq_lens=(args.ppl_seq_len,), bos=(False,),
                                max_windows=args.ppl_windows)
     ppl = {m.model: m.value for m in found}
     windows = found[0].details["windows"]
@@ -52,7 +53,7 @@ def print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recip
           f"above are not what healing on WikiText targets.")
     print(f"| model | WikiText-2 test perplexity |\n|---|---|\n| {ORIGINAL} | {ppl[ORIGINAL]:.2f} |")
     for mode, recipe in cuts.items():
-        record = getattr(backend.model(spec, recipe).config, "layercut_healed", {})
+        record = getattr(backend.models.model(spec, recipe).config, "layercut_healed", {})
         before, after = ppl[f"{mode} before healing"], ppl[mode]
         gap = before - ppl[ORIGINAL]
         won = f", {100 * (before - after) / gap:.0f} % of the gap to the original won back" if gap > 0 else ""
@@ -71,7 +72,7 @@ def explain_report(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str
     calibration = calibration_of(args, backend)
     measurements, record = [], {}
     for mode, recipe in cuts.items():
-        found = backend.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
+        found = backend.explain.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
                                      progress=progress)
         how = f"resumed from layer {found.resumed_at}" if found.resumed else "run whole"
         print(f"{mode}: {recipe.describe()}: {found.summary()} ({found.tokens} tokens, {how})", flush=True)
@@ -91,11 +92,13 @@ def sweep_report(args, backend: Backend, spec: ModelSpec, request, out_dir: Path
     """--sweep K: the measured quality of every cut of K layers and each method's rank agreement."""
     from evaluation.sweeps.cuts import format_sweep
 
-    report = backend.sweep(spec, request, args.sweep, batch_size=args.batch_size, use_cache=not args.no_cache,
-                           progress=progress)
+    report = final(backend.sweeps.cuts(spec, request, args.sweep, batch_size=args.batch_size,
+                                       use_cache=not args.no_cache,
+                           progress=progress))
     write_json(out_dir / f"sweep_{request.names[0]}_{args.sweep}.json", {
         "sweep": report.sweep.to_json(), "rank_agreement": report.agreement, "method_scores": report.scores,
-        "failed_methods": report.failed, "model": backend.load(spec).name, "layercut_version": prune.__version__})
+        "failed_methods": report.failed, "model": backend.models.load(spec).name,
+        "layercut_version": prune.__version__})
     print(format_sweep(report.sweep, report.agreement))
     for method, reason in report.failed.items():
         print(f"layercut-benchmark: {method} failed: {reason}", file=sys.stderr)
@@ -106,12 +109,13 @@ def sweep_report(args, backend: Backend, spec: ModelSpec, request, out_dir: Path
 def sparsity_sweep_report(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
     """--sparsity_sweep: the first task's metric and WikiText-2 perplexity at each level, per method."""
     methods = SPARSITY_METHODS if args.methods is None else [m.strip() for m in args.methods.split(",") if m.strip()]
-    result = backend.sparsity_sweep(spec, request, levels=levels(args.levels), methods=methods,
+    result = final(backend.sweeps.sparsity(spec, request, levels=levels(args.levels), methods=methods,
                                     calibration=calibration_of(args, backend), ppl_seq_len=args.ppl_seq_len,
                                     ppl_windows=args.ppl_windows, batch_size=args.batch_size,
-                                    use_cache=not args.no_cache, progress=progress)
+                                    use_cache=not args.no_cache, progress=progress))
     write_json(out_dir / f"sparsity_sweep_{request.names[0]}.json", {
-        "sparsity_sweep": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__})
+        "sparsity_sweep": result.to_json(), "model": backend.models.load(spec).name,
+        "layercut_version": prune.__version__})
     print(format_table(result))
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir
@@ -121,11 +125,12 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
     """--frontier: the table and ``frontier_<axis>.json``; with --target the best model under it (saved with
     --export_dir)."""
     sizes = frontier_plan.DEFAULT_SIZES if args.sizes is None else frontier_plan.check_sizes(args.sizes)
-    result = backend.frontier(spec, request, axis=args.axis or frontier_plan.DEFAULT_AXIS, sizes=sizes,
+    result = final(backend.frontier.run(spec, request, axis=args.axis or frontier_plan.DEFAULT_AXIS, sizes=sizes,
                               target=args.target, method=args.frontier, calibration=calibration_of(args, backend),
                               ppl_seq_len=args.ppl_seq_len, ppl_windows=args.ppl_windows,
-                              batch_size=args.batch_size, use_cache=not args.no_cache, progress=progress)
-    data = {"frontier": result.to_json(), "model": backend.load(spec).name, "layercut_version": prune.__version__}
+                              batch_size=args.batch_size, use_cache=not args.no_cache, progress=progress))
+    data = {"frontier": result.to_json(), "model": backend.models.load(spec).name,
+            "layercut_version": prune.__version__}
     print(frontier_table(result))
     if args.target is not None:
         chosen = result.best_under(args.target)
@@ -139,7 +144,7 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
     if args.target is not None and chosen is not None and args.export_dir:
         if chosen.recipe.is_original:
             raise InvalidInput("The original itself is the best under this target: there is nothing to save.")
-        saved = backend.export(spec, chosen.recipe, Path(args.export_dir).expanduser().resolve(), gguf=args.gguf,
+        saved = backend.exports.write(spec, chosen.recipe, Path(args.export_dir).expanduser().resolve(), gguf=args.gguf,
                                progress=progress)
         progress(1.0, f"Saved the best model under {args.target.words()} to {saved}")
     print(f"Results in {out_dir}", file=sys.stderr)
@@ -172,7 +177,7 @@ def levels(text: str | None) -> tuple[float, ...]:
 
 def calibration_of(args, backend: Backend) -> Calibration:
     """The default calibration with the --bos choice: for analyses and the steps that calibrate."""
-    return replace(backend.default_calibration, bos=BOS_CHOICES[args.bos])
+    return replace(backend.models.default_calibration, bos=BOS_CHOICES[args.bos])
 
 
 SPEED = {"batch_sizes": (1,), "prompt_len": 128, "new_tokens": (32,), "repeats": 3}  # --speed: the page's speed step
@@ -188,7 +193,7 @@ def speed_and_memory(backend: Backend, spec: ModelSpec, variants: dict[str, Reci
     found = []
     for i, pair in enumerate(pairs):
         chosen = {label: variants[label] for label in pair}
-        rows = backend.speed(spec, chosen, **SPEED, progress=progress)
-        rows += backend.memory(spec, chosen, new_tokens=MEMORY_NEW_TOKENS, progress=progress)
+        rows = backend.measure.speed(spec, chosen, **SPEED, progress=progress)
+        rows += backend.measure.memory(spec, chosen, new_tokens=MEMORY_NEW_TOKENS, progress=progress)
         found += [m for m in rows if i == 0 or m.model != ORIGINAL]
     return found

@@ -12,8 +12,8 @@ from evaluation.cli import output
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import c4, judge as judges, mt_bench
 from evaluation.serving.backend import Backend
-from evaluation.serving.judging import MtBenchRequest, MtBenchRun, check_request
-from evaluation.core.models import ModelSpec
+from evaluation.serving.mt_bench import MtBenchRequest, MtBenchRun, check_request
+from evaluation.core.pool import ModelSpec
 from evaluation.core.settings import MT_BENCH
 
 TASKS = (c4.TASK, mt_bench.TASK)  # answered by the backend's own methods, not by lm-eval
@@ -60,12 +60,12 @@ def prepare(args, backend: Backend) -> MtBenchRequest | None:
     ``--task mt_bench``)."""
     own = split(args.task)[1]
     if c4.TASK in own:
-        c4.shard(backend.data_dir)
+        c4.shard(backend.models.data_dir)
     if mt_bench.TASK not in own:
         return None
     choice = judges.choose(args.judge, remote_model=args.judge_model or MT_BENCH.remote_model)
     given = {name: getattr(args, name) for name in ("turns", "answer_tokens", "judge_tokens")}
-    return check_request(backend.data_dir, limit=args.limit, judge=choice,
+    return check_request(backend.models.data_dir, limit=args.limit, judge=choice,
                          **{name: getattr(MT_BENCH, name) if value is None else value for name, value in given.items()})
 
 
@@ -74,13 +74,13 @@ def run(args, backend: Backend, spec: ModelSpec, cuts: dict, results: dict[str, 
     """Add these tasks' entries to ``results`` (label → task → entry); MT-Bench's report as markdown ('' without)."""
     own = split(args.task)[1]
     if c4.TASK in own:
-        for label, entry in backend.c4_results(spec, cuts, limit=args.limit, use_cache=not args.no_cache,
+        for label, entry in backend.measure.c4_results(spec, cuts, limit=args.limit, use_cache=not args.no_cache,
                                                progress=progress).items():
             results[label][c4.TASK] = entry
     if request is None:
         return ""
     say_estimate(request, info, len(cuts))
-    found = backend.mt_bench(spec, cuts, request, use_cache=not args.no_cache, progress=progress)
+    found = backend.mt_bench.run(spec, cuts, request, use_cache=not args.no_cache, progress=progress)
     for label, entry in found.entries().items():
         results[label][mt_bench.TASK] = entry
     output.write_json(out_dir / "mt_bench.json", {"model": info.name, **found.to_json()})

@@ -20,9 +20,10 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from prune.core.errors import LayerCutError
 from prune.core.failures import as_user_errors
@@ -31,6 +32,7 @@ from prune.core.paths import digest, write_atomic
 from evaluation.core import allocator
 
 Progress = Callable[[float, str], object]
+T = TypeVar("T")
 
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
@@ -217,3 +219,11 @@ def building(job: Job | None, label: str) -> Progress | None:
     if job is None:
         return None
     return lambda fraction, message: job.update(0.0, f"Building {label}: {message} ({fraction:.0%})")
+
+
+def final(stream: Iterable[T]) -> T:
+    """The last value a streaming job yields: its complete result (every value before it is a partial one)."""
+    found = None
+    for found in stream:
+        pass
+    return found

@@ -44,7 +44,7 @@ from evaluation.quality.fast_lm import head_logits
 from evaluation.measure.generation import TokenStream, encode_prompt
 from evaluation.core.jobs import Cancelled
 from evaluation.measure.measurement import ORIGINAL, Measurement
-from evaluation.core.models import removed_blocks
+from evaluation.core.pool import removed_blocks
 
 FEEDBACK_WINDOWS = 2  # calibration windows in the feedback slice …
 FEEDBACK_SEQ_LEN = 128  # … of this many tokens: 254 compared positions, ≈ 1 s per release on 2 cores

@@ -22,7 +22,7 @@ from evaluation.explain.cut import Check, head_input
 from evaluation.quality.fast_lm import head_logits
 from evaluation.measure.generation import encode_prompt
 from evaluation.measure.measurement import ORIGINAL
-from evaluation.core.models import removed_blocks
+from evaluation.core.pool import removed_blocks
 
 LAST_POSITIONS = 24  # columns shown by default: the prompt's last tokens (a chat template adds many before them)
 

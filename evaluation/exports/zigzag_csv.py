@@ -99,7 +99,7 @@ def persistence_cuts(args, backend, spec, depth: int, progress) -> dict[str, Rec
                                f"{depth} layers.")
         result = result_from_csv(args.zigzag_output, depth)
     else:
-        result = backend.analyze(spec, "zigzag", progress=progress)
+        result = backend.analysis.score(spec, "zigzag", progress=progress)
     for line in describe(result):
         progress(1.0, line)
     missing = [name for name in MODES.values() if name not in result.cuts]

@@ -1,13 +1,21 @@
 """Jobs that train, fit or search: the surgical rank search, healing (streaming as they go), the linear patch.
 
-A part of :class:`~evaluation.serving.backend.Backend` (a mixin: it uses the backend's pool, variants, jobs
-and results store).
+A part of :class:`~evaluation.serving.backend.Backend`. ``prune.healing.train`` reports each step through a
+callback; healing runs it in a worker thread (with the caller's context, so a page's progress bar still updates)
+and turns the callbacks into values the caller iterates: one :class:`LossPoint` per step (step 0 is before
+training), then the healed model. Stopping the iteration (a page closed) cancels the worker at its next step and
+waits for it.
 """
 
 from __future__ import annotations
 
+import contextvars
+import queue
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+from torch import nn
 
 from prune.lowrank import rank_search
 from prune.core.calibration import Calibration
@@ -15,12 +23,21 @@ from prune.healing.train import HEALED_FIELD
 from prune.patch.replaceme import PATCHED_FIELD
 from prune.lowrank.rank_search import Point, SearchResult
 from prune.core.recipe import Recipe
+from prune.core.step import Earlier
 
-from evaluation.serving import healing
 from evaluation.sweeps import search_splits
-from evaluation.core.jobs import building, Progress
-from evaluation.core.models import ModelSpec
+from evaluation.core.jobs import Job, Progress, building
+from evaluation.core.pool import ModelSpec
 from evaluation.core.settings import RANK_SEARCH
+from evaluation.serving.models import Models
+
+
+@dataclass(frozen=True)
+class LossPoint:
+    step: int  # optimizer steps done (0: before training)
+    steps: int  # asked for
+    train: float  # mean loss of this step's batch (at step 0: of the first batch, before training)
+    heldout: float | None  # loss on the held-out windows, when measured at this step
 
 
 @dataclass(frozen=True)
@@ -50,6 +67,9 @@ class RankSearchDone:
 class Training:
     """Jobs that train or search and stream as they go."""
 
+    def __init__(self, models: Models):
+        self.models = models
+
     def rank_search(self, spec: ModelSpec, *, space: str = "feature", criterion: str = search_splits.WIKITEXT,
                     tolerance: float = RANK_SEARCH.tolerance, limit: int | None = RANK_SEARCH.limit, layers=None,
                     projections=None, steps: int = 10, calibration: Calibration | None = None,
@@ -63,13 +83,13 @@ class Training:
         ``criterion`` and ``tolerance``: see :func:`evaluation.sweeps.search_splits.criterion_splits`; the search
         split is the first fifth. Stop cancels between candidates.
         """
-        calibration = None if space == "weight" else calibration or self.default_calibration
+        calibration = None if space == "weight" else calibration or self.models.default_calibration
 
         def run():
-            with self.jobs.run("the rank search", progress, owner=owner) as job:
-                base = self._base(spec, job)
+            with self.models.jobs.run("the rank search", progress, owner=owner) as job:
+                base = self.models.base(spec, job)
                 search, test, bound = search_splits.criterion_splits(criterion, tolerance, base.tokenizer,
-                                                                     self.data_dir, limit=limit)
+                                                                     self.models.data_dir, limit=limit)
                 checked = [lambda m, score=score: (job.check(), score(m))[1] for score in (search, test)]
                 found = None
                 for found in rank_search.searching(base.model, base.tokenizer, search=checked[0], test=checked[1],
@@ -82,13 +102,13 @@ class Training:
                 if found.ranks:  # else every projection stayed dense: nothing to compare
                     recipe = Recipe((found.step(calibration),),
                                     origin=f"surgical rank search on {criterion} (tolerance {tolerance:g})")
-                    self.variants.put(base, recipe, found.model)
+                    self.models.variants.put(base, recipe, found.model)
                 yield RankSearchDone(found, recipe)
 
         return run()
 
     def heal(self, spec: ModelSpec, recipe: Recipe, step, *, progress: Progress | None = None,
-             owner: str | None = None) -> Iterator[healing.LossPoint | HealDone]:
+             owner: str | None = None) -> Iterator[LossPoint | HealDone]:
         """Heal ``recipe``'s model with the step ``step`` (:class:`prune.healing.step.Heal`) as ``owner``'s job.
 
         Yields each training step's loss (step 0 before training; the held-out loss every few steps) and
@@ -99,14 +119,14 @@ class Training:
         healed_recipe = recipe.then(step)  # checked: a heal never comes first
 
         def run():
-            with self.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
-                base = self._base(spec, job)
-                unhealed = self.variants.get(base, recipe, building(job, recipe.short()))
-                for item in healing.stream(job, step, unhealed, base.tokenizer, base.model):
-                    if isinstance(item, healing.LossPoint):
+            with self.models.jobs.run(f"healing {recipe.short()}", progress, owner=owner) as job:
+                base = self.models.base(spec, job)
+                unhealed = self.models.variants.get(base, recipe, building(job, recipe.short()))
+                for item in _healing(job, step, unhealed, base.tokenizer, base.model):
+                    if isinstance(item, LossPoint):
                         yield item
                         continue
-                    self.variants.put(base, healed_recipe, item)
+                    self.models.variants.put(base, healed_recipe, item)
                     yield HealDone(healed_recipe, dict(getattr(item.config, HEALED_FIELD, {})))
 
         return run()
@@ -116,7 +136,41 @@ class Training:
         """Patch ``recipe``'s cut with the step ``step`` (:class:`prune.patch.step.Patch`) as ``owner``'s job; the
         patched model is cached as ``recipe.then(step)``'s variant, beside the plain cut, which stays untouched."""
         patched = recipe.then(step)  # checked: a patch follows a cut directly
-        with self.jobs.run(f"patching {recipe.short()}", progress, owner=owner) as job:
-            base = self._base(spec, job)
-            model = self.variants.get(base, patched, job.update)
+        with self.models.jobs.run(f"patching {recipe.short()}", progress, owner=owner) as job:
+            base = self.models.base(spec, job)
+            model = self.models.variants.get(base, patched, job.update)
             return PatchDone(patched, dict(getattr(model.config, PATCHED_FIELD, {})))
+
+
+def _healing(job: Job, heal_step, model: nn.Module, tokenizer, original: nn.Module) -> Iterator[LossPoint | nn.Module]:
+    """Heal ``model`` with the recipe step ``heal_step`` inside ``job``: each step's loss, then the healed model.
+
+    ``original``: the model the recipe started from (distillation's teacher)."""
+    events: queue.Queue = queue.Queue()
+
+    def train():
+        try:
+            healed = heal_step.apply(model, tokenizer, progress=job.update, earlier=Earlier(original),
+                                     callback=lambda *point: events.put(LossPoint(*point)))
+            events.put(("done", healed))
+        except BaseException as err:  # re-raised in the caller's thread, Cancelled included
+            events.put(("failed", err))
+
+    worker = threading.Thread(target=contextvars.copy_context().run, args=(train,), daemon=True,
+                              name="layercut-heal")
+    worker.start()
+    try:
+        while True:
+            item = events.get()
+            if isinstance(item, LossPoint):
+                yield item
+                continue
+            kind, value = item
+            if kind == "failed":
+                raise value
+            yield value
+            return
+    finally:
+        if worker.is_alive():  # the caller stopped listening: stop the training at its next step
+            job.stop()
+            worker.join()

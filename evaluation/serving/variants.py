@@ -23,7 +23,7 @@ from prune.core.step import Estimate
 from prune.core.storage import held
 
 from evaluation.core.jobs import Progress
-from evaluation.core.models import Loaded
+from evaluation.core.pool import Loaded
 
 DEFAULT_BUDGET_BYTES = 4 * 2**30
 

@@ -22,7 +22,7 @@ ON_DEFAULT = os.environ.get("LAYERCUT_SCREENSHOTS") == "assets"
 @pytest.fixture(scope="module")
 def page(browser, tiny_llama_30):
     """A page on a server of the tiny Llama (the default model's when refreshing the screenshots)."""
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     yield from open_page(browser, None if ON_DEFAULT else ModelSpec(tiny_llama_30))
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from evaluation.core.timing import Rates
 from evaluation.measure.measurement import Measurement
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.sweeps.cuts import SweepReport, SweepResult
 from prune.core.architectures import CAUSAL, MASKED
 from prune.core.calibration import Calibration
@@ -17,15 +17,15 @@ from prune.depth.result import ImportanceResult, blocks_from_layers
 from ui import job_text
 from ui.session import Session
 
-from conftest import handlers_on, tiny_model
+from conftest import handlers_on, stand_in_backend, tiny_model
 
 RATES = Rates(forward_tokens_per_s=100.0, decode_s_per_token=0.05)
 SIZE = size_of(tiny_model("llama", 4))
 LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=4, size=SIZE, kind=CAUSAL, rates=None))
 
 
-def _stand_in(**jobs):
-    return SimpleNamespace(default_calibration=Calibration(), rates=lambda spec: RATES, **jobs)
+def _stand_in(jobs: dict | None = None, **models):
+    return stand_in_backend(jobs, default_calibration=Calibration(), rates=lambda spec: RATES, **models)
 
 
 def _line(page, job, session, *values):
@@ -131,7 +131,7 @@ def test_the_sweep_shows_each_cut_as_it_arrives_beside_the_analysis(page):
         for count in (0, 1, 3):  # the original, one cut, all three
             yield SweepReport(_sweep([0.4, 0.45, 0.3][:count], num_layers=4), {}, {})
 
-    backend = _stand_in(sweeping=sweeping, data_dir=None)
+    backend = _stand_in({"sweeps.cuts": sweeping}, data_dir=None)
     handlers = handlers_on(page, backend)
     session = replace(LOADED, result=result)
     shown = list(handlers.benchmarks.sweep(session, "arc_easy", 2, 20))

@@ -18,8 +18,8 @@ from conftest import handlers_on, tiny_model, update_of
 @pytest.fixture
 def visitor(tiny_tokenizer, page):
     backend = Backend(data_dir="", device="cpu")
-    spec = backend.adopt(tiny_model("llama", 6), tiny_tokenizer, name="tiny-llama")
-    return handlers_on(page, backend), Session().for_model(spec, backend.load(spec))
+    spec = backend.models.adopt(tiny_model("llama", 6), tiny_tokenizer, name="tiny-llama")
+    return handlers_on(page, backend), Session().for_model(spec, backend.models.load(spec))
 
 
 def test_a_release_shows_the_cuts_numbers_against_the_original(visitor):
@@ -28,7 +28,8 @@ def test_a_release_shows_the_cuts_numbers_against_the_original(visitor):
     assert feedback(session) == ""  # no cut yet: nothing to compare
     cut = session.with_block(2, 4, "chosen by hand")
     shown = feedback(cut)
-    found = handlers.context.backend.cut_feedback(session.spec, Recipe.block(6, 2, 4))  # the same numbers, cached
+    found = handlers.context.backend.explain.cut_feedback(session.spec, Recipe.block(6, 2,
+                                                                                     4))  # the same numbers, cached
     assert shown.startswith("**A against the original**") and found.summary() in shown
     assert found.cached and "cached" in feedback(cut)
     other = feedback(session.with_block(0, 3, "chosen by hand"))
@@ -55,7 +56,7 @@ def test_a_superseded_release_changes_nothing(visitor, monkeypatch):
     def superseded(*_args, **_kwargs):
         raise Cancelled("Cancelled: the cut feedback was stopped before it finished.")
 
-    monkeypatch.setattr(handlers.context.backend, "cut_feedback", superseded)
+    monkeypatch.setattr(handlers.context.backend.explain, "cut_feedback", superseded)
     assert handlers.cut.feedback(session.with_block(1, 2, "chosen by hand")) == gr.update()
 
 
@@ -70,7 +71,7 @@ def test_after_a_generation_each_column_is_marked_where_it_leaves_the_original(v
     text_a, text_b = (update_of(shown, tab.columns[slot].answer) for slot in "AB")
     marked_a, marked_b = (update_of(shown, tab.columns[slot].marked) for slot in "AB")
     figure, caption = shown[tab.divergence_plot], shown[tab.divergence_md]
-    report = handlers.context.backend.divergence(session.spec, session.variants(), "The quick brown fox",
+    report = handlers.context.backend.explain.divergence(session.spec, session.variants(), "The quick brown fox",
                                            max_new_tokens=12, answers={"A": answers["A"]})
     column = report.columns["A"]
     assert text_b == gr.update() and marked_b == gr.update()  # no B
@@ -108,7 +109,8 @@ def test_the_logit_lens_shows_the_original_with_the_cut_marked_and_the_cut_model
     cut = session.with_block(2, 4, "chosen by hand")
     shown = lens(cut, "The quick brown fox jumps")
     original, beside = shown[tab.lens_original], shown[tab.lens_cut]
-    lenses = handlers.context.backend.logit_lens(cut.spec, {"A": cut.cut()}, "The quick brown fox jumps", last=12)
+    lenses = handlers.context.backend.explain.logit_lens(cut.spec, {"A": cut.cut()}, "The quick brown fox jumps",
+                                                         last=12)
     assert list(beside.data[0].y) == [-1, 0, 1, 2, 3, 4, 5]  # the kept layers at their original depth …
     rows = [list(r) for r in lenses["A"].probs]
     assert [list(r) for r in beside.data[0].z] == [*rows[:3], [None] * len(rows[0]), [None] * len(rows[0]), *rows[3:]]

@@ -7,7 +7,6 @@ import json
 import zipfile
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -21,11 +20,11 @@ from evaluation.measure.memory import folder_bytes
 from evaluation.serving.backend import Backend
 from prune.core.recipe import Recipe
 from prune.sparsity.step import Sparsify
-from ui.downloads import Downloads
+from evaluation.serving.downloads import Downloads
 from ui.inputs import Policy
 from ui.session import Session
 
-from conftest import folder_free, handlers_on, tiny_gemma, tiny_model
+from conftest import folder_free, handlers_on, stand_in_backend, tiny_gemma, tiny_model
 
 LAYERS = 6
 WEIGHTS_AND_TOKENIZER = {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"}
@@ -34,8 +33,8 @@ WEIGHTS_AND_TOKENIZER = {"config.json", "model.safetensors", "tokenizer.json", "
 @pytest.fixture(scope="module")
 def served(tiny_tokenizer):
     backend = Backend(data_dir="", device="cpu")
-    spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
-    session = Session().for_model(spec, backend.load(spec)).with_block(1, 3, "by hand")
+    spec = backend.models.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
+    session = Session().for_model(spec, backend.models.load(spec)).with_block(1, 3, "by hand")
     session = replace(session, editing="B").with_cut(Recipe((Sparsify.of("magnitude", 0.5),)))
     return backend, session
 
@@ -67,7 +66,7 @@ def test_either_slot_exports_as_one_zip_that_loads_and_no_message_names_a_server
         assert Recipe.from_json(json.loads((folder / exports.MARKER).read_text())["recipe"]) == session.cut(slot)
         reloaded = AutoModelForCausalLM.from_pretrained(folder).eval()
         ids = torch.arange(12).unsqueeze(0)
-        expected = backend.model(session.spec, session.cut(slot))
+        expected = backend.models.model(session.spec, session.cut(slot))
         torch.testing.assert_close(reloaded(ids).logits, expected(ids).logits)
         assert message.startswith(f"Saved **{slot}** as `{name}.zip`") and "from_pretrained" in message
         assert str(tmp_path) not in message  # the commands name the folder as unzipped, relative: nothing else
@@ -101,7 +100,7 @@ def test_a_removed_export_takes_its_zip_along(served, page, tmp_path):
 
 
 def test_the_export_slot_follows_the_edited_slot(page):
-    cuts = handlers_on(page, SimpleNamespace(default_calibration=None)).cut
+    cuts = handlers_on(page, stand_in_backend(default_calibration=None)).cut
     assert cuts.export_follows("B")["value"] == "B" and cuts.export_follows("Z") == gr.update()
     wired = {fn.api_name: fn for fn in page.demo.fns.values()}["export_follows"]
     assert [b._id for b in wired.inputs] == [page.cut.slot._id] and [b._id for b in wired.outputs] == [
@@ -119,7 +118,7 @@ def test_a_gguf_type_adds_the_model_as_one_gguf_offered_beside_the_zip(served, p
     assert "/" not in folder_free(shown[box.status])
     back = AutoModelForCausalLM.from_pretrained(Path(single).parent, gguf_file=Path(single).name, dtype=torch.float32)
     ids = torch.arange(12).unsqueeze(0)
-    expected = backend.model(session.spec, session.cut("A"))(ids).logits
+    expected = backend.models.model(session.spec, session.cut("A"))(ids).logits
     assert (back(ids).logits - expected).abs().max() < 0.05 * expected.abs().max()
     with pytest.raises(gr.Error, match="GGUF type 'Q3_K' is not one LayerCut writes"):
         cuts.export(session, "x", "A", "Q3_K")
@@ -127,8 +126,8 @@ def test_a_gguf_type_adds_the_model_as_one_gguf_offered_beside_the_zip(served, p
 
 def test_a_cut_llama_cpp_would_run_wrong_says_why_it_has_no_prune_layers_argument(page, tmp_path, tiny_tokenizer):
     backend = Backend(data_dir="", device="cpu")
-    spec = backend.adopt(tiny_gemma(transformers.Gemma3TextConfig, 13), tiny_tokenizer, name="tiny-gemma3")
-    session = Session().for_model(spec, backend.load(spec)).with_block(2, 5, "by hand")
+    spec = backend.models.adopt(tiny_gemma(transformers.Gemma3TextConfig, 13), tiny_tokenizer, name="tiny-gemma3")
+    session = Session().for_model(spec, backend.models.load(spec)).with_block(2, 5, "by hand")
     shown = exporting(page, backend, tmp_path, False).export(session, "gemma-cut", "A")
     message = shown[page.cut.export.status]
     assert "No llama.cpp `--prune-layers` argument: llama.cpp derives Gemma 3's attention from the layer index" in \

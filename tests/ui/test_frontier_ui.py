@@ -20,8 +20,8 @@ def served(tiny_tokenizer):
     backend = Backend(device="cpu")
     model = tiny_model("llama", 8)
     model.config.max_position_embeddings = 1024
-    spec = backend.adopt(model, tiny_tokenizer, name="tiny-llama-frontier-ui")
-    return backend, spec, Session().for_model(spec, backend.load(spec))
+    spec = backend.models.adopt(model, tiny_tokenizer, name="tiny-llama-frontier-ui")
+    return backend, spec, Session().for_model(spec, backend.models.load(spec))
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_bad_targets_and_missing_or_foreign_frontiers_are_one_line(page, served,
     backend, _spec, session = served
     state = ran[-1][page.benchmarks.frontier.shown]
     if shown == "other":  # a frontier of another visitor's model
-        other = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="another-model")
+        other = backend.models.adopt(tiny_model("llama", 4), tiny_tokenizer, name="another-model")
         state = (other, state[1])
     elif shown is None:
         state = None

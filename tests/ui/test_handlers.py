@@ -7,17 +7,17 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.errors import InvalidInput
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from ui.session import Session
 
-from conftest import handlers_on
+from conftest import handlers_on, stand_in_backend
 
 
 @pytest.fixture
 def handlers(page):
-    return handlers_on(page, SimpleNamespace(default_calibration=None))
+    return handlers_on(page, stand_in_backend(default_calibration=None))
 
 
 @pytest.mark.parametrize("event, args", [("set_cut", ([1, 3],)), ("best_block", (3,)), ("named_cut", ("10%",))])
@@ -35,6 +35,10 @@ def test_nothing_of_the_previous_model_shows_while_another_loads(page):
     assert shown[view.named]["visible"] is False and shown[view.greedy]["visible"] is False
 
 
+PARTS = {"analyze": "analysis.score", "generate": "measure.generate", "speed": "measure.speed",
+         "perplexity": "measure.perplexity", "benchmarks": "measure.benchmarks", "load": "models.load"}
+
+
 def _refusing_backend(**answers):
     """A backend whose jobs answer with a message naming what they were given (one never asked for fails)."""
     def job(name):
@@ -43,7 +47,7 @@ def _refusing_backend(**answers):
             raise InvalidInput(f"{name} ran with {shown}")
         return run
 
-    return SimpleNamespace(default_calibration=None, **{name: job(name) for name in answers})
+    return stand_in_backend({PARTS[name]: job(name) for name in answers}, default_calibration=None)
 
 
 LOADED = Session(spec=ModelSpec("org/model"), info=SimpleNamespace(num_layers=30))

@@ -16,8 +16,8 @@ from conftest import handlers_on, tiny_model, update_of
 @pytest.fixture
 def visitor(tiny_tokenizer, data_dir, page):
     backend = Backend(data_dir=str(data_dir), device="cpu")
-    spec = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama")
-    return handlers_on(page, backend).heal, Session().for_model(spec, backend.load(spec))
+    spec = backend.models.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama")
+    return handlers_on(page, backend).heal, Session().for_model(spec, backend.models.load(spec))
 
 
 def test_the_curve_grows_and_the_healed_model_fills_the_other_slot(visitor, page):

@@ -9,7 +9,7 @@ import pytest
 import prune
 from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.core.recipe import Recipe
 from ui import inputs
@@ -135,14 +135,14 @@ def test_a_hub_model_is_keyed_by_its_token_which_is_never_shown(tiny_folder):
 def test_a_failed_load_keeps_every_loaded_model(tiny_folder, tmp_path):
     backend = Backend(device="cpu")
     good = ModelSpec(tiny_folder)
-    backend.load(good)
+    backend.models.load(good)
     broken = tmp_path / "only-config"
     broken.mkdir()
     tiny_model("llama", 2).config.save_pretrained(broken)  # a config.json and nothing else
     with pytest.raises(LayerCutError) as failed:
-        backend.load(ModelSpec(str(broken)))
+        backend.models.load(ModelSpec(str(broken)))
     assert "\n" not in str(failed.value)  # one line for the visitor
-    assert backend.pool.loaded() == [good] and backend.load(good).num_layers == 4
+    assert backend.models.pool.loaded() == [good] and backend.models.load(good).num_layers == 4
 
 
 def test_sessions_are_independent_values():

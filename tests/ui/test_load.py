@@ -34,7 +34,7 @@ def _peak_rss_bytes() -> int:
 def test_twenty_visitors_each_measure_their_own_cut(capsys, tmp_path, tiny_tokenizer):
     import app
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from gradio_client import Client
 
     tiny_model("llama", 30).save_pretrained(tmp_path)
@@ -77,7 +77,7 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys, tmp_path, tiny_token
 
     assert not errors, errors
     assert len(results) == SESSIONS
-    loaded = backend.pool.peek(backend.pool.loaded()[0])
+    loaded = backend.models.pool.peek(backend.models.pool.loaded()[0])
     for i, (start, size, banner, generated, table) in results.items():
         span = f"[{start}, {start + size})"
         assert span in banner and f"({size} of 30)" in banner, (i, banner)
@@ -90,8 +90,9 @@ def test_twenty_visitors_each_measure_their_own_cut(capsys, tmp_path, tiny_token
         assert params[headers.index("Original")].replace(",", "") == f"{loaded.info.num_params:,}".replace(",", "")
         a_title = headers.index(title)  # the column titled with its recipe, as the generation's
         assert float(params[a_title].replace(",", "")) == loaded.info.num_params - removed, (i, params)
-    assert len(backend.pool.loaded()) == 1  # one base model for everyone
-    assert backend.variants.used_bytes == 0 and len(backend.variants) >= SESSIONS  # cuts share its weights
+    assert len(backend.models.pool.loaded()) == 1  # one base model for everyone
+    # cuts share its weights
+    assert backend.models.variants.used_bytes == 0 and len(backend.models.variants) >= SESSIONS
     peak = _peak_rss_bytes()
     with capsys.disabled():
         print(f"\n{SESSIONS} sessions × 4 requests: 0 errors, {wall:.1f} s wall, peak RSS "

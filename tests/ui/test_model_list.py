@@ -12,13 +12,13 @@ import pytest
 from huggingface_hub import constants
 
 from evaluation.serving.hub import HubCheck
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core import loading
 from prune.core.architectures import CAUSAL
 from ui import text
 from ui.session import Session
 
-from conftest import handlers_on
+from conftest import handlers_on, stand_in_backend
 
 EMBEDDED = text.KNOWN_MODELS[0]
 QWEN = ("Qwen2 0.5B Instruct", "Qwen/Qwen2-0.5B-Instruct")
@@ -42,7 +42,7 @@ def hub_cache(tmp_path, monkeypatch):
 
 
 def context(page, reachable):
-    return handlers_on(page, SimpleNamespace(default_calibration=None, rates=lambda spec: None),
+    return handlers_on(page, stand_in_backend(default_calibration=None, rates=lambda spec: None),
                        hub=SimpleNamespace(reachable=reachable))
 
 
@@ -77,7 +77,7 @@ def test_the_question_is_asked_once_in_the_background_and_no_page_waits(page, hu
         return True
 
     hub = HubCheck(slow, timeout_s=2.5)
-    handlers = handlers_on(page, SimpleNamespace(default_calibration=None, rates=lambda spec: None), hub=hub)
+    handlers = handlers_on(page, stand_in_backend(default_calibration=None, rates=lambda spec: None), hub=hub)
     assert hub.reachable is None and handlers.context.model_choices() == [EMBEDDED]  # offline until it answers
     answer.set()
     assert hub.wait() is True and handlers.context.model_choices() == text.KNOWN_MODELS

@@ -41,8 +41,8 @@ def data(tmp_path_factory, data_dir):
 def served(data):
     """A backend serving a tiny 4-layer chat Llama, and a visitor's session with layers 1–2 cut in A."""
     backend = Backend(data_dir=str(data), device="cpu")
-    spec = backend.adopt(tiny_model("llama", 4), chat_tokenizer(), name="tiny-chat-llama")
-    return backend, Session().for_model(spec, backend.load(spec)).with_block(1, 3, "by hand")
+    spec = backend.models.adopt(tiny_model("llama", 4), chat_tokenizer(), name="tiny-chat-llama")
+    return backend, Session().for_model(spec, backend.models.load(spec)).with_block(1, 3, "by hand")
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_c4_in_the_perplexity_choice_equals_the_backends_c4_results(page, served
     backend, session = served
     out = handlers_on(page, backend).benchmarks.perplexity(session, "512", 1, "c4")
     found = update_of(out, page.session).results
-    expected = backend.c4_results(session.spec, session.variants(), limit=1)
+    expected = backend.measure.c4_results(session.spec, session.variants(), limit=1)
     c4_rows = {m.model: m for m in found if m.name == "c4 perplexity"}
     assert set(c4_rows) == {"original", "A"}
     for label, measured in c4_rows.items():

@@ -14,7 +14,7 @@ import pytest
 from evaluation.explain.cut import Divergence, DivergenceReport
 from evaluation.explain.logit_lens import LogitLens
 from evaluation.measure.measurement import Measurement
-from evaluation.serving.healing import LossPoint
+from evaluation.serving.training import LossPoint
 from prune.core.recipe import Recipe
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from prune.lowrank.rank_search import Point

@@ -18,7 +18,7 @@ from gradio_client.exceptions import AppError
 import prune
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.recipe import Recipe
 from ui.api import PUBLIC
 from ui.inputs import Policy
@@ -66,7 +66,7 @@ def test_analyze_gives_the_librarys_scores_and_each_sizes_best_block(server, tin
     client, _url, backend = server
     found = client.predict(tiny_folder, "angular", api_name="/analyze_model")
     model, tokenizer = prune.load_model(tiny_folder, device="cpu")
-    expected = prune.score(model, tokenizer, "angular", calibration=backend.default_calibration, use_cache=False)
+    expected = prune.score(model, tokenizer, "angular", calibration=backend.models.default_calibration, use_cache=False)
     assert found["num_layers"] == 4 and found["method"] == "angular"
     np.testing.assert_allclose(found["layer_scores"], expected.layer_scores, rtol=1e-5, atol=1e-6)
     blocks = expected.block_scores  # [K, start]: by hand, the lowest score of each row K
@@ -85,7 +85,7 @@ def test_compare_gives_the_benchmarks_columns(server, tiny_folder, data_dir):
     assert Recipe.from_json(found["columns"]["A"]["recipe"]) == CUT and found["columns"]["original"]["recipe"] is None
     # The Benchmarks tab's route, on a backend of its own and without the results cache
     request = lm_eval_adapter.check_request(["arc_easy"], limit=3, data_dir=data_dir)
-    expected = Backend(device="cpu").benchmarks(ModelSpec(tiny_folder), {"A": CUT}, request, use_cache=False)
+    expected = Backend(device="cpu").measure.benchmarks(ModelSpec(tiny_folder), {"A": CUT}, request, use_cache=False)
     for m in expected:
         assert found["columns"][m.model]["scores"][m.name]["value"] == pytest.approx(m.value), m
 

@@ -21,8 +21,8 @@ CAL_INPUTS = ("text", BUILTIN_TEXTS[0].read_text()[:4000], None, 4, 32)
 @pytest.fixture
 def visitor(tiny_tokenizer, data_dir, page):
     backend = Backend(data_dir=str(data_dir), device="cpu")
-    spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
-    return handlers_on(page, backend).search, Session().for_model(spec, backend.load(spec))
+    spec = backend.models.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
+    return handlers_on(page, backend).search, Session().for_model(spec, backend.models.load(spec))
 
 
 def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slot(visitor, page):
@@ -49,11 +49,12 @@ def test_the_plot_grows_with_each_projection_and_the_result_fills_the_edited_slo
     assert "Searched:" in summary and "It is now **A**" in summary and box["visible"] is True
     assert "searched ranks" in final[view.banner]  # the banner describes it
     backend = searches.context.backend
-    assert backend.model(session.spec, recipe) is not None
+    assert backend.models.model(session.spec, recipe) is not None
     # the plot's last search point is the result's parameters and search score
     search = figure.data[0]
-    result_kept = 100 * sum(p.numel() for p in backend.model(session.spec, recipe).parameters())
-    assert search.x[-1] == pytest.approx(result_kept / sum(p.numel() for p in backend.model(session.spec).parameters()))
+    result_kept = 100 * sum(p.numel() for p in backend.models.model(session.spec, recipe).parameters())
+    whole = sum(p.numel() for p in backend.models.model(session.spec).parameters())
+    assert search.x[-1] == pytest.approx(result_kept / whole)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -68,7 +69,7 @@ def test_bad_input_is_one_line_and_leaves_the_slots(visitor, args, message):
     with pytest.raises(gr.Error) as caught:
         list(searches.rank_search(session, *args, *CAL_INPUTS))
     assert message in str(caught.value) and "\n" not in str(caught.value)
-    assert not searches.context.backend.jobs.busy()
+    assert not searches.context.backend.models.jobs.busy()
 
 
 def test_the_bound_drawn_is_the_tolerance_by_hand():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import gradio as gr
 import pytest
@@ -13,15 +12,15 @@ import pytest
 from evaluation.exports.comparison_file import Comparison
 from evaluation.measure.measurement import Measurement
 from evaluation.serving.backend import Backend
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.calibration import Calibration
 from prune.core.recipe import Recipe
 from prune.sparsity.step import Sparsify
-from ui.downloads import Downloads
+from evaluation.serving.downloads import Downloads
 from ui.inputs import Policy
 from ui.session import Session
 
-from conftest import handlers_on, tiny_model
+from conftest import handlers_on, stand_in_backend, tiny_model
 
 RESULTS = (Measurement("arc_easy acc", 61.5, "%", spread=2.1, spread_kind="stderr", group="benchmarks"),
            Measurement("arc_easy acc", 48.0, "%", model="A", group="benchmarks"),
@@ -32,7 +31,7 @@ RESULTS = (Measurement("arc_easy acc", 61.5, "%", spread=2.1, spread_kind="stder
 def backend():
     """A CPU backend that has loaded the embedded default model."""
     served = Backend(data_dir="", device="cpu")
-    served.load(ModelSpec())
+    served.models.load(ModelSpec())
     return served
 
 
@@ -44,7 +43,7 @@ def sharing(page, backend, tmp_path, shared=False):
 def compared(backend) -> Session:
     """The default model with A = [20, 26) by hand, B = Wanda 50 % (edited) and three results."""
     spec = ModelSpec(token="hf_secret_token_never_saved")
-    session = Session().for_model(spec, backend.load(spec)).with_block(20, 26, "by hand")
+    session = Session().for_model(spec, backend.models.load(spec)).with_block(20, 26, "by hand")
     session = replace(session, editing="B").with_cut(Recipe((Sparsify.of("wanda", 0.5),), origin="wanda"))
     return session.with_results(list(RESULTS))
 
@@ -59,8 +58,8 @@ def test_a_saved_comparison_opens_the_same_page_from_another_model(page, backend
     assert saved[box.status].startswith("Saved **SmolLM2-135M-Instruct** · **A**: cut 20–25 · **B**: wanda 50% ·")
     assert str(tmp_path) not in saved[box.status]
 
-    spec = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama")  # the visitor is elsewhere
-    elsewhere = Session().for_model(spec, backend.load(spec)).with_block(1, 2, "by hand")
+    spec = backend.models.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama")  # the visitor is elsewhere
+    elsewhere = Session().for_model(spec, backend.models.load(spec)).with_block(1, 2, "by hand")
     shown = shares.open(elsewhere, str(path), "", False)
     opened = shown[page.view.session]
     assert opened.spec == ModelSpec() and opened.info.num_layers == 30 and opened.editing == "B"
@@ -79,8 +78,8 @@ def test_a_saved_comparison_opens_the_same_page_from_another_model(page, backend
 def test_opening_on_the_same_model_loads_nothing_and_keeps_its_analysis(page, backend, tmp_path):
     session = compared(backend)
     path = sharing(page, backend, tmp_path).save(session)[page.cut.share.saved]
-    never = SimpleNamespace(default_calibration=None, rates=lambda spec: None,
-                            load=lambda *a, **k: pytest.fail("loaded again"))
+    never = stand_in_backend(default_calibration=None, rates=lambda spec: None,
+                             load=lambda *a, **k: pytest.fail("loaded again"))
     shares = sharing(page, never, tmp_path)
     here = replace(Session().for_model(ModelSpec(), session.info), origin="angular on the built-in text")
     opened = shares.open(here, path, "", False)[page.view.session]
@@ -108,8 +107,8 @@ def test_a_malformed_file_is_one_line_and_the_comparison_stays(page, backend, tm
 
 
 def test_a_shared_server_opens_only_models_it_allows(page, tmp_path):
-    never = SimpleNamespace(default_calibration=None, rates=lambda spec: None,
-                            load=lambda *a, **k: pytest.fail("a refused model was loaded"))
+    never = stand_in_backend(default_calibration=None, rates=lambda spec: None,
+                             load=lambda *a, **k: pytest.fail("a refused model was loaded"))
     shares = sharing(page, never, tmp_path, shared=True)
     text = Comparison("/srv/private/model", recipes={"A": Recipe.block(30, 2, 4)}).to_json()
     with pytest.raises(gr.Error, match="is not a model this server can load"):

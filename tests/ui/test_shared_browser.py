@@ -29,15 +29,15 @@ def test_a_page_closed_during_a_benchmark_frees_the_device_for_another_visitor()
             page.fill("#limit input", "0")  # "all": 500 questions on a shared server
             page.click("#bench-btn")
             deadline = time.monotonic() + WAIT_S
-            while not backend.jobs.busy() and time.monotonic() < deadline:
+            while not backend.models.jobs.busy() and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert backend.jobs.busy(), "the benchmark did not start"
+            assert backend.models.jobs.busy(), "the benchmark did not start"
             time.sleep(5)  # scoring
             page.close()
             deadline = time.monotonic() + WAIT_S
-            while backend.jobs.busy() and time.monotonic() < deadline:
+            while backend.models.jobs.busy() and time.monotonic() < deadline:
                 time.sleep(0.5)
-            assert not backend.jobs.busy(), "the closed page's benchmark still holds the device"
+            assert not backend.models.jobs.busy(), "the closed page's benchmark still holds the device"
             browser.close()
         other = Client(url, verbose=False, download_files=False)
         other.predict("angular", api_name="/startup")

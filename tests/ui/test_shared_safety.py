@@ -17,11 +17,11 @@ from conftest import handlers_on, tiny_model
 from evaluation.serving.backend import Backend
 from evaluation.exports.folder import MARKER
 from evaluation.core.jobs import Cancelled
-from evaluation.core.models import ModelPool, ModelSpec
+from evaluation.core.pool import ModelPool, ModelSpec
 from prune.core.calibration import hub_dataset, load_text
 from prune.core.errors import InvalidInput
 from ui import inputs
-from ui.downloads import Downloads, bound_cache
+from evaluation.serving.downloads import Downloads, bound_cache
 from ui.handlers import Context
 from ui.session import Session
 
@@ -112,16 +112,16 @@ def test_a_gated_model_is_never_handed_to_a_visitor_without_its_token():
 
 def test_a_visitor_without_the_token_loads_for_themselves(monkeypatch):
     backend = Backend(device="cpu")
-    backend.pool.adopt(ModelSpec("org/gated", token="hf_opener"), tiny_model("llama", 2), None)
+    backend.models.pool.adopt(ModelSpec("org/gated", token="hf_opener"), tiny_model("llama", 2), None)
     asked = []
 
     def hub_refuses(name, **hub):
         asked.append(hub["token"])
         raise prune.core.errors.ModelNotFound("Model 'org/gated' needs a token.")
 
-    monkeypatch.setattr("evaluation.core.models.check_model", hub_refuses)
+    monkeypatch.setattr("evaluation.core.pool.check_model", hub_refuses)
     with pytest.raises(prune.core.errors.ModelNotFound, match="needs a token"):
-        backend.load(ModelSpec("org/gated"))
+        backend.models.load(ModelSpec("org/gated"))
     assert asked == [None]
 
 
@@ -206,7 +206,7 @@ def test_a_closed_page_stops_that_visitors_jobs_only(tiny_folder, tmp_path):
     stopped, started = {}, threading.Barrier(3)
 
     def job(owner: str) -> None:
-        with backend.jobs.run("a long job", owner=owner, hold=False) as running:
+        with backend.models.jobs.run("a long job", owner=owner, hold=False) as running:
             started.wait()
             try:
                 while True:
@@ -222,7 +222,7 @@ def test_a_closed_page_stops_that_visitors_jobs_only(tiny_folder, tmp_path):
     started.wait()
     context.page_closed(SimpleNamespace(session_hash="gone"))
     threads[0].join(timeout=30)
-    assert stopped == {"gone": True} and backend.jobs.busy("stays") and not backend.jobs.busy("gone")
+    assert stopped == {"gone": True} and backend.models.jobs.busy("stays") and not backend.models.jobs.busy("gone")
     backend.cancel("stays")
     threads[1].join(timeout=30)
     assert stopped == {"gone": True, "stays": True}
@@ -241,7 +241,7 @@ def test_the_page_shows_the_servers_memory_beside_the_variant_budget(tmp_path):
 
     backend = Backend(device="cpu")
     line = Context(backend, inputs.Policy(shared=True), downloads=shared_downloads(tmp_path)).server_memory()
-    budget = backend.variants.budget_bytes / 2**30
+    budget = backend.models.variants.budget_bytes / 2**30
     resident = float(line.split("Server memory: ")[1].split(" GiB")[0])
     assert f"cached 0.00 of {budget:.2f} GiB" in line
     assert abs(resident - psutil.Process().memory_info().rss / 2**30) < 0.1

@@ -15,7 +15,7 @@ from gradio_client import Client
 
 from conftest import folder_free, shared_server
 from prune.core.paths import cache_root
-from ui.downloads import SHARED_FOLDER
+from evaluation.serving.downloads import SHARED_FOLDER
 from ui.inputs import MAX_TEXT_BYTES
 
 pytestmark = pytest.mark.slow

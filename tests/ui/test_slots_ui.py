@@ -25,8 +25,8 @@ LOW_RANK = Recipe((Decompose.of("weight", param_ratio=0.8),))
 def loaded(tiny_tokenizer):
     """A session on a tiny 6-layer Llama served by a real backend."""
     backend = Backend(data_dir="", device="cpu")
-    spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
-    return backend, Session().for_model(spec, backend.load(spec))
+    spec = backend.models.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
+    return backend, Session().for_model(spec, backend.models.load(spec))
 
 
 def test_an_empty_slot_shows_no_selection_and_says_how_to_make_one(loaded, page):

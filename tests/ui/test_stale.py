@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import gradio as gr
 
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.recipe import Recipe
 from ui import slot_text
 from ui.page import stale

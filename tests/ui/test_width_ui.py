@@ -14,7 +14,7 @@ import prune
 from evaluation.measure import sparse_kernels
 from prune.core.storage import weight_bytes
 from evaluation.serving.backend import Backend
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.core.calibration import BUILTIN_TEXTS, Calibration
 from prune.lowrank.step import Decompose
@@ -38,8 +38,8 @@ CAL_INPUTS = ("text", BUILTIN_TEXTS[0].read_text()[:4000], None, 4, 32)
 def visitor(tiny_tokenizer, page):
     """(handlers, session) on a tiny Llama served by a real backend."""
     backend = Backend(data_dir="", device="cpu")
-    spec = backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
-    return handlers_on(page, backend), Session().for_model(spec, backend.load(spec))
+    spec = backend.models.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama")
+    return handlers_on(page, backend), Session().for_model(spec, backend.models.load(spec))
 
 
 def run(generator) -> list[tuple]:
@@ -90,8 +90,8 @@ def test_build_tells_the_cost_before_and_puts_the_step_in_the_edited_slot(visito
     built = last[view.session].cut()
     assert built == Recipe((Sparsify.of("wanda", 0.5, calibration=built.steps[0].calibration),))
     backend = handlers.context.backend
-    model = backend.model(session.spec, built)
-    base = backend.model(session.spec)
+    model = backend.models.model(session.spec, built)
+    base = backend.models.model(session.spec)
     owned = own_bytes(model, base)
     assert owned > 0 and f"≈ **{slot_text.mib(owned)}**" in first[status]  # the estimate before = what it owns after
     assert estimated_bytes(base, built) == owned
@@ -107,17 +107,17 @@ def test_a_build_on_a_model_read_from_disk_says_its_variant_is_read_from_files_o
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
     backend = Backend(data_dir="", device="cpu", model_budget_bytes="1KiB")
     spec = ModelSpec(tiny_folder)
-    session = Session().for_model(spec, backend.load(spec))
+    session = Session().for_model(spec, backend.models.load(spec))
     first, last = run(handlers_on(page, backend).steps.build(session, "wanda", 50, "2:4", False, *CAL_INPUTS))
     status = page.header.analysis_md
     recipe = last[page.view.session].cut()
-    cost = estimated_bytes(backend.model(spec), recipe)
+    cost = estimated_bytes(backend.models.model(spec), recipe)
     assert f"will be built layer by layer into files of its own (≈ **{slot_text.mib(cost)}** on disk" in first[status]
     assert "(wanda 2:4) is read from its own files layer by layer" in last[status]
     line = handlers_on(page, backend).pick.model_shown(session.info, session)[page.header.model_md]
-    step = backend.rates(spec).decode_s_per_token  # measured when it loaded: a step reads every weight not held
+    step = backend.models.rates(spec).decode_s_per_token  # measured when it loaded: a step reads every weight not held
     assert line.endswith(f"from its files; one decode step, which brings them all, took {step:.2f} s here)")
-    variant = backend.model(spec, recipe)
+    variant = backend.models.model(spec, recipe)
     assert sparse_kernels.unavailable(variant).endswith("this model runs on CPU.")
     monkeypatch.setattr(sparse_kernels, "input_device", lambda _model: torch.device("cuda", 0))  # as beside a GPU
     assert sparse_kernels.unavailable(variant) == (
@@ -132,14 +132,14 @@ def test_build_after_a_cut_stacks_the_step_and_a_pattern_implies_its_sparsity(vi
     recipe = last[page.view.session].cut("B")
     assert recipe.steps == (DepthCut.block(LAYERS, 2, 4), Sparsify.of("magnitude", None, "2:4"))
     assert last[page.view.session].cut("A") == session.cut("A")  # the other slot is untouched
-    weight = handlers.context.backend.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
+    weight = handlers.context.backend.models.model(session.spec, recipe).model.layers[0].self_attn.q_proj.weight
     assert ((weight.reshape(weight.shape[0], -1, 4) == 0).sum(-1) >= 2).all()
 
 
 def test_width_against_depth_fills_both_slots_with_the_same_size(visitor, page):
     handlers, session = visitor
     backend = handlers.context.backend
-    result = prune.score(backend.model(session.spec), backend._base(session.spec).tokenizer,
+    result = prune.score(backend.models.model(session.spec), backend.models.base(session.spec).tokenizer,
                          "block_influence", calibration=Calibration(source="text", text=CAL_INPUTS[1], n_samples=4,
                                                                     seq_len=32), use_cache=False)
     session = replace(session, result=result, origin="BI")
@@ -153,14 +153,14 @@ def test_width_against_depth_fills_both_slots_with_the_same_size(visitor, page):
     sizes = {slot: after.info.num_params - after.info.removed_params(after.cut(slot)) for slot in "AB"}
     layer = max(after.info.layer_params)
     assert abs(sizes["A"] - sizes["B"]) <= layer  # same size, to within one layer
-    built = backend.model(session.spec, width)
+    built = backend.models.model(session.spec, width)
     assert sum(p.numel() for p in built.parameters()) == sizes["B"]  # the arithmetic the banner shows is exact
     assert width.steps[0].criterion == "wanda-sp"
     *_, last = run(handlers.steps.width_vs_depth(session, 80, "block", *CAL_INPUTS, "auto", "width-llm-pruner"))
     after = last[page.view.session]
     assert after.cut("A") == depth
     assert after.cut("B").steps[0] == WidthPrune.of(0.8, after.cut("B").steps[0].calibration, "llm-pruner")
-    taylor = backend.model(session.spec, after.cut("B"))
+    taylor = backend.models.model(session.spec, after.cut("B"))
     assert sum(p.numel() for p in taylor.parameters()) == sizes["B"]  # the same plan, other structures
     assert any(not torch.equal(a, b) for a, b in zip(taylor.parameters(), built.parameters()))
 
@@ -260,7 +260,7 @@ def test_the_sparsity_sweep_takes_percentages_and_refuses_bad_ones(visitor, monk
         asked.update(settings, task=request.names[0], limit=request.limit)
         raise prune.core.errors.InvalidInput("stop here")
 
-    monkeypatch.setattr(handlers.context.backend, "sparsity_sweeping", sweep)
+    monkeypatch.setattr(handlers.context.backend.sweeps, "sparsity", sweep)
     with pytest.raises(gr.Error, match="stop here"):
         list(handlers.benchmarks.sparsity_sweep(session, "arc_easy", "0, 50, 90", ["wanda"], 0, 4))
     assert asked["levels"] == [0.0, 0.5, 0.9] and asked["methods"] == ["wanda"] and asked["ppl_windows"] == 4
@@ -276,8 +276,8 @@ def test_a_low_rank_build_shows_its_ranks_and_fewer_multiply_adds(visitor, page)
     recipe = last[view.session].cut()
     assert recipe == Recipe((Decompose.of("weight", param_ratio=0.8),))
     backend = handlers.context.backend
-    model = backend.model(session.spec, recipe)
-    owned = own_bytes(model, backend.model(session.spec))
+    model = backend.models.model(session.spec, recipe)
+    owned = own_bytes(model, backend.models.model(session.spec))
     assert f"≈ **{slot_text.mib(owned)}**" in first[page.header.analysis_md]
     heat = last[rank_map.plot].data[0]
     after = recipe.size(session.info.size)
@@ -300,7 +300,7 @@ def test_build_quantizes_the_edited_slots_cut_and_the_memory_tab_shows_the_real_
     recipe = last[page.view.session].cut("B")
     assert recipe.steps == (DepthCut.block(LAYERS, 1, 3), Quantize.of(8))
     backend = handlers.context.backend
-    quantized, cut = backend.model(session.spec, recipe), backend.model(session.spec, session.cut("A"))
+    quantized, cut = backend.models.model(session.spec, recipe), backend.models.model(session.spec, session.cut("A"))
     assert is_quantized(quantized.model.layers[0].mlp.down_proj.weight)
     assert weight_bytes(quantized) < weight_bytes(cut)
     table = handlers.speed.memory(last[page.view.session])[page.speed.memory_table]

@@ -55,7 +55,7 @@ class CrossingGPU:
 @pytest.fixture(scope="module")
 def crossing(tiny_folder):
     """A page on the tiny model built with every device job crossing as to a ZeroGPU worker."""
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     gpu = CrossingGPU()
     with pytest.MonkeyPatch.context() as patch:
@@ -112,8 +112,9 @@ def test_a_new_page_gets_the_first_screen_with_no_device_job(crossing, monkeypat
         raise RuntimeError("a device job ran")
 
     backend = page.handlers.context.backend
-    for job in ("load", "analyze", "stability", "cut_feedback"):  # nothing may run now
-        monkeypatch.setattr(backend, job, ran)
+    for part, job in ((backend.models, "load"), (backend.analysis, "score"), (backend.analysis, "stability"),
+                      (backend.explain, "cut_feedback")):  # nothing may run now
+        monkeypatch.setattr(part, job, ran)
     shown = page.handlers.pick.opening(Session(), screen.method)
     assert shown[page.header.model_md] == computed[page.header.model_md]
     assert shown[page.session].cut() == computed[page.session].cut()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 
 from ui import api
 from ui.handlers import Context

@@ -198,8 +198,8 @@ class BenchmarkHandlers:
         task_request = lm_eval_adapter.check_request(
             list(tasks), limit=self.context.policy.limit(limit, "Questions per task"),
             num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0, maximum=25),
-            data_dir=backend.data_dir)
-        found = backend.benchmarks(session.spec, session.variants(), task_request, progress=reporter(progress),
+            data_dir=backend.models.data_dir)
+        found = backend.measure.benchmarks(session.spec, session.variants(), task_request, progress=reporter(progress),
                                    owner=owner(request))
         return self._results_shown(session.with_results(found))
 
@@ -213,13 +213,13 @@ class BenchmarkHandlers:
         if source not in dict(PPL_TEXTS).values():
             raise InvalidInput(f"Measure perplexity on {' or '.join(name for name, _ in PPL_TEXTS)}.")
         if source == c4.TASK:
-            c4_shard(backend.data_dir)
-            entries = backend.c4_results(session.spec, session.variants(), limit=windows,
+            c4_shard(backend.models.data_dir)
+            entries = backend.measure.c4_results(session.spec, session.variants(), limit=windows,
                                          progress=reporter(progress), owner=owner(request))
             found = [m for label, entry in entries.items()
                      for m in lm_eval_adapter.to_measurements({c4.TASK: entry}, model=label)]
         else:
-            found = backend.perplexity(
+            found = backend.measure.perplexity(
                 session.spec, session.variants(),
                 seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),),
                 max_windows=windows, progress=reporter(progress), owner=owner(request))
@@ -237,11 +237,11 @@ class BenchmarkHandlers:
         backend = self.context.backend
         size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=largest_cut(info.num_layers))
         task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
-                                                     data_dir=backend.data_dir)
+                                                     data_dir=backend.models.data_dir)
         known = {session.result.method: session.result} if session.result is not None else {}
         methods = [m for m in prune.METHODS if m not in known] if others else []
         sweep = self.tab.sweep
-        for report in backend.sweeping(session.spec, task_request, size, known=known, methods=methods,
+        for report in backend.sweeps.cuts(session.spec, task_request, size, known=known, methods=methods,
                                        calibration=session.calibration or self.context.default_calibration,
                                        progress=reporter(progress), owner=owner(request)):
             yield {sweep.plot: _sweep_figure(report), sweep.table: agreement_rows(report),
@@ -255,9 +255,9 @@ class BenchmarkHandlers:
         need_model(session)
         backend = self.context.backend
         task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
-                                                     data_dir=backend.data_dir)
+                                                     data_dir=backend.models.data_dir)
         sparsity = self.tab.sparsity
-        for result in backend.sparsity_sweeping(
+        for result in backend.sweeps.sparsity(
                 session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
                 calibration=self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),

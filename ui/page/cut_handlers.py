@@ -3,7 +3,6 @@ best block's stability, the numbers beside the range, and the export."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import gradio as gr
@@ -106,7 +105,7 @@ class CutHandlers:
         if session.result is None:
             raise InvalidInput("Analyze first: stability re-scores the analysis on resampled calibration windows.")
         size = inputs.whole_number(block_size, "The block size", minimum=1, maximum=largest_cut(info.num_layers))
-        found = self.context.backend.stability(
+        found = self.context.backend.analysis.stability(
             session.spec, session.result.method, size, calibration=session.calibration,
             resamples=inputs.whole_number(resamples, "Resamples", minimum=2, maximum=200),
             progress=reporter(progress), owner=owner(request), **dict(session.options))
@@ -136,7 +135,7 @@ class CutHandlers:
         if session.info.kind != CAUSAL:
             return text.no_feedback(session.info)
         try:
-            found = self.context.backend.cut_feedback(session.spec, recipe, owner=owner(request))
+            found = self.context.backend.explain.cut_feedback(session.spec, recipe, owner=owner(request))
         except Cancelled:
             return gr.update()  # a newer release (or Stop) took over: its own numbers will show
         how = "resumed from layer {}".format(found.resumed_at) if found.resumed else "the whole model run"
@@ -155,8 +154,6 @@ class CutHandlers:
         """Save a slot's model (default: the edited one) as a Hugging Face checkpoint with a model card, offered as
         one zip; with a GGUF type, the model as one .gguf too, in the zip and beside it. No message names a folder
         of the server: files are named by their names only."""
-        from evaluation.exports import texts as export_texts, folder as exports, scale_out
-
         need_model(session)
         slot = slot or session.editing
         if slot not in SLOTS:
@@ -164,26 +161,15 @@ class CutHandlers:
         recipe = session.cut(slot)
         if recipe is None:
             raise InvalidInput(f"{slot} is empty: choose a cut for it first; there is nothing to export yet.")
-        name = exports.check_export_name((folder or "").strip()
-                                         or export_texts.default_export_name(session.info.name, recipe))
         scores = [m for m in session.results if m.model in ("original", slot)]
-        backend, downloads, shared = self.context.backend, self.context.downloads, self.context.policy.shared
         gguf = None if gguf in (None, "", NO_GGUF) else gguf
-        path = backend.export(session.spec, recipe, downloads.folder(owner(request)) / name, scores=scores,
-                              progress=reporter(progress), owner=owner(request), gguf=gguf)
-        archive = exports.zipped(path)
-        downloads.tidy(keep=path)
-        size = archive.stat().st_size
-        single = next(path.glob("*.gguf"), None)
-        refused = json.loads((path / exports.MARKER).read_text()).get("llama_cpp_refused")
-        message = slot_text.export_saved(slot, archive.name, size, (path / export_texts.MERGEKIT_FILE).exists(),
-                                         (path / export_texts.LLAMA_FILE).exists(), single and single.name, refused)
-        message += "\n\n" + (path / scale_out.FILE).read_text()  # names the folder as unzipped, never the server's
+        done = self.context.backend.exports.offer(session.spec, recipe, folder or "", self.context.downloads,
+                                                  scores=scores, gguf=gguf, progress=reporter(progress),
+                                                  owner=owner(request))
+        message = slot_text.export_saved(slot, done.archive.name, done.size, done.mergekit, done.llama_prune,
+                                         done.gguf and done.gguf.name, done.llama_refused)
+        message += "\n\n" + done.scale_out
         box = self.export_box
-        if downloads.offered(size):
-            return {box.status: message, box.files: [str(archive)] + ([str(single)] if single else [])}
-        if shared:  # nobody could ever fetch it
-            exports.remove_export(path)
-            raise InvalidInput(f"This export takes {size / 2**30:.2f} GiB: more than this server offers for "
-                               "download. Export a smaller model, or run LayerCut on your own machine.")
+        if done.offered:
+            return {box.status: message, box.files: [str(done.archive)] + ([str(done.gguf)] if done.gguf else [])}
         return {box.status: message + " " + slot_text.EXPORT_TOO_LARGE, box.files: None}

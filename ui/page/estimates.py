@@ -18,7 +18,7 @@ from evaluation.measure import estimate
 from evaluation.quality import c4
 from evaluation.quality.judge import names_a_judge
 from evaluation.quality.lm_eval_adapter import TASKS
-from evaluation.serving.backend import MEMORY_PROMPT_TOKENS
+from evaluation.serving.measure import MEMORY_PROMPT_TOKENS
 from evaluation.core.settings import C4_PERPLEXITY, PERPLEXITY
 from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
 from evaluation.sweeps.sparsity import check_plan
@@ -48,7 +48,8 @@ def quiet(fn: Callable) -> Callable:
     def seconds(self, session: Session, *values) -> float | None:
         if session.info is None or session.loading:
             return None
-        rates = session.info.rates or self.context.backend.rates(session.spec)  # the info's reach a ZeroGPU worker
+        # the info's rates reach a ZeroGPU worker
+        rates = session.info.rates or self.context.backend.models.rates(session.spec)
         if rates is None:
             return None
         try:

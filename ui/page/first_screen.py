@@ -49,7 +49,7 @@ def warm(page) -> FirstScreen | None:
     handlers, started = page.handlers, time.perf_counter()
     method = page.header.method.value
     try:
-        handlers.context.backend.place(handlers.context.default_model)  # outside any GPU call (ZeroGPU's rule)
+        handlers.context.backend.models.place(handlers.context.default_model)  # outside any GPU call (ZeroGPU's rule)
         shown = handlers.pick.startup_job(Session(), method)
         session = shown[page.session]
         feedback = handlers.cut.feedback_job(session)

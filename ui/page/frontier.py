@@ -89,7 +89,7 @@ class FrontierHandlers:
             raise InvalidInput(f"Size the frontier by {', '.join(AXES)}, not {axis!r}.")
         backend = self.context.backend
         task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
-                                                     data_dir=backend.data_dir)
+                                                     data_dir=backend.models.data_dir)
         method = session.result.method if session.result is not None and session.result.method in METHODS \
             else DEFAULT_METHOD
         chosen = check_sizes(sizes or "")
@@ -97,7 +97,7 @@ class FrontierHandlers:
             raise InvalidInput(f"Give at most {MAX_SIZES} sizes at once: "
                                "each adds a dozen models to build and measure.")
         box = self.box
-        for result in backend.frontiering(
+        for result in backend.frontier.run(
                 session.spec, task_request, axis=axis, sizes=chosen, method=method,
                 calibration=session.calibration or self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),

@@ -1,5 +1,5 @@
 """The "Generate" tab: every compared model's answer to one prompt, streamed side by side; then where each
-compressed answer leaves the original's, and the logit lens (see :meth:`Backend.divergence`, ``logit_lens``)."""
+compressed answer leaves the original's, and the logit lens (see :class:`evaluation.serving.explain.Explain`)."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ class GenerateHandlers:
                         top_p=inputs.real_number(top_p, "Top-p", minimum=0, maximum=1),
                         seed=inputs.whole_number(seed, "The seed", minimum=0, maximum=inputs.LARGEST_SEED))
         variants = session.variants()
-        for state in self.context.backend.generate(session.spec, variants, prompt, progress=reporter(progress),
+        for state in self.context.backend.measure.generate(session.spec, variants, prompt, progress=reporter(progress),
                                                    owner=owner(request), **settings):
             shown = {}
             for label, column in self.tab.columns.items():
@@ -170,7 +170,7 @@ class GenerateHandlers:
         if not variants or not answers:
             return {tab.divergence_plot: plots.empty_figure("Generate with a cut to see where the answers part"),
                     tab.divergence_md: ""}
-        report = self.context.backend.divergence(
+        report = self.context.backend.explain.divergence(
             session.spec, variants, inputs.prompt(prompt, self.context.policy),
             max_new_tokens=max_new(max_new_tokens),
             answers={label: ids for label, ids in answers.items() if label in variants},
@@ -191,7 +191,8 @@ class GenerateHandlers:
         need_model(session)
         recipe = session.cut()
         variants = {session.editing: recipe} if recipe is not None else {}
-        lenses = self.context.backend.logit_lens(session.spec, variants, inputs.prompt(prompt, self.context.policy),
+        lenses = self.context.backend.explain.logit_lens(session.spec, variants, inputs.prompt(prompt,
+                                                                                               self.context.policy),
                                                  last=LENS_POSITIONS, progress=reporter(progress), owner=owner(request))
         original = explain_plots.logit_lens_figure(lenses["original"],
                                                    "Original: the top next token after each layer")

@@ -1,6 +1,7 @@
 """Repairs in the page: the edited slot's model healed briefly into the other slot (on the text or distilled from the
 original), with a live loss curve, or its cut patched by a linear map (no training; also one click beside the range),
-then WikiText-2 test perplexity (never trained on) of all three columns (see :meth:`Backend.heal`)."""
+then WikiText-2 test perplexity (never trained on) of all three columns (see
+:meth:`evaluation.serving.training.Training.heal`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.serving.healing import LossPoint
+from evaluation.serving.training import LossPoint
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.healing.step import LABELS as HEAL_LABELS, Heal
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, LABELS as PATCH_LABELS, Patch
@@ -113,7 +114,8 @@ class HealHandlers:
         def curve():  # the loss so far
             return explain_plots.heal_figure(points, step.short(), text.heal_objective(step.option))
 
-        for item in backend.heal(session.spec, recipe, step, progress=reporter(progress), owner=owner(request)):
+        for item in backend.training.heal(session.spec, recipe, step, progress=reporter(progress),
+                                          owner=owner(request)):
             if not isinstance(item, LossPoint):
                 break
             points.append(item)
@@ -141,7 +143,7 @@ class HealHandlers:
         target = session.other
         yield {status_md: text.patch_started(step, session.editing, target)}
         try:
-            done = self.context.backend.patch(session.spec, recipe, step, progress=reporter(progress),
+            done = self.context.backend.training.patch(session.spec, recipe, step, progress=reporter(progress),
                                               owner=owner(request))
         except LayerCutError as err:  # the status says why, not "Patching…" left behind; the error shows too
             yield {status_md: text.patch_refused(session.editing, err)}
@@ -158,7 +160,7 @@ class HealHandlers:
                   say=None) -> dict:
         """The three columns' WikiText-2 test perplexity after a repair, into the status (``say(found)``, else after
         ``status``) and the results."""
-        found = self.context.backend.perplexity(session.spec, session.variants(), seq_lens=(PPL_SEQ_LEN,),
+        found = self.context.backend.measure.perplexity(session.spec, session.variants(), seq_lens=(PPL_SEQ_LEN,),
                                                 bos=(False,), max_windows=PPL_WINDOWS, progress=reporter(progress),
                                                 owner=owner(request))
         session = session.with_results(found)

@@ -1,6 +1,6 @@
 """Judged answers (MT-Bench) in the Benchmarks tab: every compared model answers a few of FastChat's questions, a judge
 grades them (by default the original itself: self-judged), a table per category, and a viewer of one question with
-each column's answer and the judge's verdicts side by side (see :mod:`evaluation.serving.judging`)."""
+each column's answer and the judge's verdicts side by side (see :mod:`evaluation.serving.mt_bench`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import gradio as gr
 
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality.judge import urls_allowed
-from evaluation.serving.judging import MtBenchRun, check_request
+from evaluation.serving.mt_bench import MtBenchRun, check_request
 from evaluation.core.settings import MT_BENCH
 from prune.core.errors import InvalidInput
 
@@ -116,7 +116,7 @@ def _column(label: str) -> Column:
 
 def check(context: Context, limit, turns, judge, remote_model, answer_tokens, judge_tokens):
     """The run's request from the settings as typed, each checked once here (no server folder in a message)."""
-    data_dir = context.backend.data_dir
+    data_dir = context.backend.models.data_dir
     count = inputs.whole_number(limit if limit not in (None, "") else 0, "Questions", minimum=0,
                                 maximum=MAX_QUESTIONS)
     choice = inputs.judge(judge, remote_model, context.policy)
@@ -144,7 +144,7 @@ class MtBenchHandlers:
         need_model(session)
         mt_request = check(self.context, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
         variants = session.variants()
-        found = self.context.backend.mt_bench(session.spec, variants, mt_request, progress=reporter(progress),
+        found = self.context.backend.mt_bench.run(session.spec, variants, mt_request, progress=reporter(progress),
                                               owner=owner(request))
         judged = Judged(found, model_names(variants))
         first = mt_request.questions[0].id

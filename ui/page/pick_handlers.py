@@ -49,11 +49,11 @@ class PickHandlers:
         """
         backend, calibration = self.context.backend, self.context.default_calibration
         spec = session.spec or self.context.default_model
-        info = backend.load(spec, progress=reporter(progress), owner=owner(request))
+        info = backend.models.load(spec, progress=reporter(progress), owner=owner(request))
         session = session if session.spec == spec else Session().for_model(spec, info)
         size = default_block_size(info.num_layers)
         session, status = self._analyze(session, method, {}, calibration, size, "paper", request, progress)
-        found = backend.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
+        found = backend.analysis.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
                                   owner=owner(request))  # seconds for angular
         return {self.header.model: gr.update(value=spec.name, choices=self.context.model_choices()),
                 **self.model_shown(info, session),
@@ -70,7 +70,7 @@ class PickHandlers:
         status = self.header.analysis_md
         yield {**self.view.show(session.while_loading(spec.name)), status: f"Loading {spec.name}…"}
         try:
-            info = self.context.backend.load(spec, progress=reporter(progress), owner=owner(request))
+            info = self.context.backend.models.load(spec, progress=reporter(progress), owner=owner(request))
         except Exception as err:
             yield {**self.view.show(session), status: text.analysis_status(session.result) if session.result else "",
                    self.view.feedback: ""}  # no measure follows a failed load
@@ -88,7 +88,7 @@ class PickHandlers:
             session.info, session)}
 
     def _model_line(self, info, session: Session) -> str:
-        rates = info.rates or (self.context.backend.rates(session.spec) if session.spec is not None else None)
+        rates = info.rates or (self.context.backend.models.rates(session.spec) if session.spec is not None else None)
         decodes = rates is not None and info.kind == CAUSAL  # an encoder's probe makes no decode step
         return text.model_markdown(info, rates.decode_s_per_token if decodes else None)
 
@@ -149,7 +149,7 @@ class PickHandlers:
         return {**self.view.show(session), self.header.analysis_md: status}
 
     def _analyze(self, session, method, options, calibration, size, selection, request, progress, remove=LAYERS):
-        result = self.context.backend.analyze(session.spec, method, calibration=calibration,
+        result = self.context.backend.analysis.score(session.spec, method, calibration=calibration,
                                               progress=reporter(progress), owner=owner(request), **options)
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,

@@ -1,5 +1,5 @@
 """The surgical rank search in the page: its inputs checked, the live plot of parameters against the scores,
-and the searched model put in the edited slot (see :meth:`evaluation.serving.backend.Backend.rank_search`)."""
+and the searched model put in the edited slot (see :meth:`evaluation.serving.training.Training.rank_search`)."""
 
 from __future__ import annotations
 
@@ -89,7 +89,7 @@ class SearchHandlers:
         def drawn():  # the search so far, and the tolerance's bound on its score
             return explain_plots.rank_search_figure(points, metric, bound.bound(points[0].search, len(points) - 1))
 
-        for item in self.context.backend.rank_search(
+        for item in self.context.backend.training.rank_search(
                 session.spec, space=space, criterion=criterion, tolerance=tolerance,
                 limit=policy.limit(limit, "Windows or questions"),
                 layers=range(info.num_layers - count, info.num_layers), projections=names, calibration=calibration,

@@ -79,7 +79,7 @@ class ShareHandlers:
             info, base = session.info, session  # the same model: its analysis stays
         else:
             try:
-                info = self.context.backend.load(spec, progress=reporter(progress), owner=owner(request))
+                info = self.context.backend.models.load(spec, progress=reporter(progress), owner=owner(request))
             except ModelNotFound:
                 if policy.shared:  # the same words, folder or not
                     raise inputs.shared_not_found(spec.name) from None

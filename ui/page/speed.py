@@ -104,7 +104,7 @@ class SpeedHandlers:
         need_model(session)
         settings = speed_settings(batch_sizes, prompt_len, new_tokens, repeats)
         variants = session.variants()
-        found = self.context.backend.speed(
+        found = self.context.backend.measure.speed(
             session.spec, variants, batch_sizes=settings["batch_sizes"], prompt_len=settings["prompt_len"],
             new_tokens=(settings["new_tokens"],), repeats=settings["repeats"], compiled=bool(compiled),
             progress=reporter(progress),
@@ -122,7 +122,7 @@ class SpeedHandlers:
     def memory(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
         need_model(session)
         variants = session.variants()
-        found = self.context.backend.memory(session.spec, variants, new_tokens=MEMORY_NEW_TOKENS,
+        found = self.context.backend.measure.memory(session.spec, variants, new_tokens=MEMORY_NEW_TOKENS,
                                             progress=reporter(progress), owner=owner(request))
         sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
         tab = self.tab

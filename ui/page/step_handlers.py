@@ -70,12 +70,13 @@ class StepHandlers:
         """Yield a status saying what ``recipes`` will cost; build them; yield the view, the cost and the rank map.
         The page keeps its cuts until the build succeeds."""
         backend = self.context.backend
-        costs = {slot: backend.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
-        on_disk = frozenset(slot for slot, recipe in recipes.items() if backend.built_into_files(session.spec, recipe))
-        yield {self.status: slot_text.building_status(recipes, costs, backend.variants.budget_bytes, on_disk)}
+        costs = {slot: backend.models.estimated_bytes(session.spec, recipe) for slot, recipe in recipes.items()}
+        on_disk = frozenset(slot for slot, recipe in recipes.items() if backend.models.built_into_files(session.spec,
+                                                                                                        recipe))
+        yield {self.status: slot_text.building_status(recipes, costs, backend.models.variants.budget_bytes, on_disk)}
         started = time.perf_counter()
         try:
-            owned = {slot: backend.build(session.spec, recipe, progress=reporter(progress), owner=owner(request))
+            owned = {slot: backend.models.build(session.spec, recipe, progress=reporter(progress), owner=owner(request))
                      for slot, recipe in recipes.items()}
         except Exception:
             yield {self.status: text.analysis_status(session.result) if session.result else ""}

@@ -33,18 +33,18 @@ def visitors_build() -> dict:
     from prune.sparsity.step import Sparsify
 
     backend = Backend(device="cpu", data_dir="")
-    backend.variants.budget_bytes = BUDGET
+    backend.models.variants.budget_bytes = BUDGET
     config = transformers.LlamaConfig(vocab_size=320, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
                                       num_attention_heads=8, max_position_embeddings=256)
     torch.manual_seed(0)
-    spec = backend.adopt(transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval(), None,
+    spec = backend.models.adopt(transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval(), None,
                          name="llama-512")
     baseline = psutil.Process().memory_info().rss
     with ThreadPoolExecutor(VISITORS) as pool:
         recipes = [Recipe((Sparsify.of("magnitude", 0.1 + 0.04 * i),)) for i in range(VISITORS)]
-        list(pool.map(lambda recipe: backend.build(spec, recipe, owner=recipe.short()), recipes))
+        list(pool.map(lambda recipe: backend.models.build(spec, recipe, owner=recipe.short()), recipes))
         after = psutil.Process().memory_info().rss  # the threads still live, as a server's do
-    return {"baseline": baseline, "after": after, "held": backend.variants.used_bytes}
+    return {"baseline": baseline, "after": after, "held": backend.models.variants.used_bytes}
 
 
 @pytest.mark.slow

@@ -198,39 +198,42 @@ SLICE = Calibration(n_samples=4, seq_len=32)  # the built-in text (the feedback 
 
 def test_backend_feedback_resumes_caches_and_equals_the_library(backend, spec):
     cut = Recipe.block(4, 1, 3)
-    found = backend.cut_feedback(spec, cut, calibration=SLICE, use_cache=False)
-    base = backend.pool.peek(spec)
+    found = backend.explain.cut_feedback(spec, cut, calibration=SLICE, use_cache=False)
+    base = backend.models.pool.peek(spec)
     ids = token_windows(base.tokenizer, explain.feedback_slice(SLICE))
     assert ids.shape == (explain.FEEDBACK_WINDOWS, explain.FEEDBACK_SEQ_LEN)
     alone = explain.feedback(explain.States(base.model, ids), cut)
     assert (found.kl, found.agreement_pct, found.perplexity, found.resumed_at) == \
         (alone.kl, alone.agreement_pct, alone.perplexity, 1)
-    assert backend.cut_feedback(spec, Recipe(), calibration=SLICE, use_cache=False).kl == 0.0
-    first = backend.cut_feedback(spec, cut, calibration=SLICE)
-    again = backend.cut_feedback(spec, cut, calibration=SLICE)
+    assert backend.explain.cut_feedback(spec, Recipe(), calibration=SLICE, use_cache=False).kl == 0.0
+    first = backend.explain.cut_feedback(spec, cut, calibration=SLICE)
+    again = backend.explain.cut_feedback(spec, cut, calibration=SLICE)
     assert again.cached and not first.cached and again.kl == first.kl and again.seconds == 0.0
-    whole = backend.cut_feedback(spec, Recipe.block(4, 1, 2).then(Sparsify.of("magnitude", 0.5)), calibration=SLICE,
+    whole = backend.explain.cut_feedback(spec, Recipe.block(4, 1, 2).then(Sparsify.of("magnitude", 0.5)),
+                                         calibration=SLICE,
                                  use_cache=False)  # built and run whole, under the device lock
     assert whole.resumed_at is None and whole.kl > 0 and whole.tokens == found.tokens
-    assert backend.cut_feedback(spec, cut, calibration=SLICE, windows=3, seq_len=16, use_cache=False).tokens == 3 * 15
+    assert backend.explain.cut_feedback(spec, cut, calibration=SLICE, windows=3, seq_len=16,
+                                        use_cache=False).tokens == 3 * 15
     rows = {(m.name, m.model): m.value for m in found.measurements("A")}
     assert rows[("top-1 agreement", "original")] == 100.0 and rows[("KL from the original", "A")] == found.kl
 
 
 def test_two_visitors_feedback_beside_a_long_job_do_not_change_each_others_numbers(backend, spec):
     recipes = {"A": Recipe.block(4, 0, 2), "B": Recipe.cut(4, [1, 3])}
-    alone = {who: backend.cut_feedback(spec, r, calibration=SLICE, use_cache=False) for who, r in recipes.items()}
+    alone = {who: backend.explain.cut_feedback(spec, r, calibration=SLICE, use_cache=False) for who,
+             r in recipes.items()}
     found, errors = {}, []
 
     def visitor(who):
         try:
             for _ in range(3):
                 found.setdefault(who, []).append(
-                    backend.cut_feedback(spec, recipes[who], calibration=SLICE, use_cache=False, owner=who))
+                    backend.explain.cut_feedback(spec, recipes[who], calibration=SLICE, use_cache=False, owner=who))
         except Exception as err:  # reported below
             errors.append(err)
 
-    lock = device_lock(backend.device)
+    lock = device_lock(backend.models.device)
     lock.acquire()  # a visitor's long job holds the device: feedback on a cut does not wait for it
     try:
         threads = [threading.Thread(target=visitor, args=(who,)) for who in recipes]
@@ -252,15 +255,15 @@ def test_a_newer_release_cancels_the_same_visitors_older_one(backend, spec):
 
     def release(name, recipe, owner="visitor"):
         try:
-            outcome[name] = backend.cut_feedback(spec, recipe, calibration=SLICE, use_cache=False, owner=owner)
+            outcome[name] = backend.explain.cut_feedback(spec, recipe, calibration=SLICE, use_cache=False, owner=owner)
         except Cancelled as err:
             outcome[name] = err
 
-    backend.explainer._turn.acquire()  # another feedback is running
+    backend.explain.explainer._turn.acquire()  # another feedback is running
     try:
         older = threading.Thread(target=release, args=("older", Recipe.block(4, 0, 1)))
         older.start()
-        while not backend.jobs.busy("visitor"):
+        while not backend.models.jobs.busy("visitor"):
             older.join(0.01)
         other = threading.Thread(target=release, args=("other", Recipe.block(4, 2, 3), "someone else"))
         newer = threading.Thread(target=release, args=("newer", Recipe.block(4, 1, 2)))
@@ -269,7 +272,7 @@ def test_a_newer_release_cancels_the_same_visitors_older_one(backend, spec):
         older.join(timeout=10)
         assert isinstance(outcome.get("older"), Cancelled)  # left the queue while the lock was still held
     finally:
-        backend.explainer._turn.release()
+        backend.explain.explainer._turn.release()
     newer.join(timeout=60)
     other.join(timeout=60)
     assert outcome["newer"].resumed_at == 1 and outcome["other"].resumed_at == 2
@@ -277,24 +280,24 @@ def test_a_newer_release_cancels_the_same_visitors_older_one(backend, spec):
 
 def test_divergence_marks_where_answers_part_and_the_kl_strip(backend, spec):
     variants = {"same": Recipe(), "cut": Recipe.block(4, 1, 3)}
-    report = backend.divergence(spec, variants, "The quick brown fox", max_new_tokens=8)
+    report = backend.explain.divergence(spec, variants, "The quick brown fox", max_new_tokens=8)
     answer = list(report.answer_ids)
     assert len(answer) == len(report.answer_tokens) and 0 < len(answer) <= 8
     same, cut = report.columns["same"], report.columns["cut"]
     assert same.first is None and same.agreement_pct == 100.0 and set(same.kl) == {0.0}
     assert len(cut.kl) == len(cut.agree) == len(answer) and cut.resumed_at == 1
-    states = list(backend.generate(spec, {"cut": variants["cut"]}, "The quick brown fox", max_new_tokens=8))
+    states = list(backend.measure.generate(spec, {"cut": variants["cut"]}, "The quick brown fox", max_new_tokens=8))
     own = states[-1]["cut"]["token_ids"]
     prompt = list(report.prompt_ids)
     assert cut.first == agreement.first_divergence(prompt + answer, prompt + own, len(prompt))
-    model = backend.model(spec, variants["cut"])  # the strip, teacher-forced, by a plain forward of both models
+    model = backend.models.model(spec, variants["cut"])  # the strip, teacher-forced, by a plain forward of both models
     ids = torch.tensor([prompt + answer])
-    kl = agreement.kl_divergence(_full(Recipe(), backend.model(spec), ids), _full(Recipe(), model, ids))
+    kl = agreement.kl_divergence(_full(Recipe(), backend.models.model(spec), ids), _full(Recipe(), model, ids))
     assert cut.kl == pytest.approx(kl[0, len(prompt) - 1: -1].tolist(), rel=1e-4, abs=1e-7)
     made_up = answer[:2] + [(answer[2] + 1) % 320] + answer[3:] if len(answer) > 2 else answer + [1]
-    told = backend.divergence(spec, variants, "The quick brown fox", max_new_tokens=8, answers={"cut": made_up})
+    told = backend.explain.divergence(spec, variants, "The quick brown fox", max_new_tokens=8, answers={"cut": made_up})
     assert told.columns["cut"].first == min(2, len(answer))
-    decode = backend.pool.get(spec).tokenizer.decode  # the column's own text, split where it leaves the original
+    decode = backend.models.pool.get(spec).tokenizer.decode  # the column's own text, split where it leaves the original
     first = told.columns["cut"].first
     assert told.columns["cut"].parts == (decode(made_up[:first], skip_special_tokens=True),
                                          decode(made_up[first:], skip_special_tokens=True))
@@ -303,7 +306,7 @@ def test_divergence_marks_where_answers_part_and_the_kl_strip(backend, spec):
 
 
 def test_backend_logit_lens_of_the_original_and_a_cut(backend, spec):
-    lenses = backend.logit_lens(spec, {"A": Recipe.block(4, 1, 3)}, "The cat sat", last=4)
+    lenses = backend.explain.logit_lens(spec, {"A": Recipe.block(4, 1, 3)}, "The cat sat", last=4)
     assert list(lenses) == ["original", "A"]
     assert lenses["original"].layers == (None, 0, 1, 2, 3) and lenses["original"].marked == (1, 2)
     assert lenses["A"].layers == (None, 0, 3) and lenses["A"].positions == lenses["original"].positions

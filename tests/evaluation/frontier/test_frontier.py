@@ -16,11 +16,13 @@ from evaluation.frontier import plan as planning, run as frontier_run
 from evaluation.frontier.plan import FAMILIES, Target, check_plan, check_sizes, check_target
 from evaluation.frontier.result import MIB, FrontierResult, format_table, gains
 from evaluation.quality import lm_eval_adapter, perplexity
+from evaluation.serving.analysis import Analysis
 from evaluation.serving.backend import Backend
 from evaluation.core.jobs import Cancelled
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from prune.core.sizes import parameter_count
+from evaluation.core.jobs import final
 
 LAYERS, LAYER_PARAMS, TOTAL = 8, 9280, 94752  # the tiny Llama: hidden 32, MLP 64, 4 heads over 2 KV groups
 ATTENTION_PARAMS, MLP_PARAMS = 2 * 32 * 32 + 2 * 16 * 32, 3 * 64 * 32
@@ -35,35 +37,35 @@ def backend():
 
 @pytest.fixture(scope="module")
 def spec(backend, tiny_tokenizer):
-    return backend.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama-frontier")
+    return backend.models.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama-frontier")
 
 
 @pytest.fixture(scope="module")
 def request_(backend):
-    return lm_eval_adapter.check_request(["arc_easy"], limit=4, data_dir=backend.data_dir)
+    return lm_eval_adapter.check_request(["arc_easy"], limit=4, data_dir=backend.models.data_dir)
 
 
 @pytest.fixture(scope="module")
 def result(backend, spec, request_) -> FrontierResult:
-    return backend.frontier(spec, request_, axis="params", sizes=SIZES, **SMALL)
+    return final(backend.frontier.run(spec, request_, axis="params", sizes=SIZES, **SMALL))
 
 
 @pytest.fixture(scope="module")
 def by_bytes(backend, spec, request_, result) -> FrontierResult:
     """The default frontier (by bytes as stored): the same points, sparsity left out (its points come from cache)."""
-    return backend.frontier(spec, request_, sizes=SIZES, **SMALL)
+    return final(backend.frontier.run(spec, request_, sizes=SIZES, **SMALL))
 
 
 def _planned(backend, spec, axis="params", sizes=(0.9, 0.8, 0.7), method="block_influence"):
-    plan = check_plan(axis, sizes, method, backend.default_calibration)
-    depth = backend.analyze(spec, method, calibration=plan.calibration)
-    blocks = backend.analyze(spec, "sublayer", calibration=plan.calibration)
-    found, why = planning.candidates(backend.pool.peek(spec).model, plan, depth, blocks)
+    plan = check_plan(axis, sizes, method, backend.models.default_calibration)
+    depth = backend.analysis.score(spec, method, calibration=plan.calibration)
+    blocks = backend.analysis.score(spec, "sublayer", calibration=plan.calibration)
+    found, why = planning.candidates(backend.models.pool.peek(spec).model, plan, depth, blocks)
     return {(family, c.size): c for c in found for family in c.families}, why, depth, blocks
 
 
 def test_the_tiny_model_has_the_sizes_these_tests_count_by_hand(backend, spec):
-    model = backend.pool.peek(spec).model
+    model = backend.models.pool.peek(spec).model
     assert parameter_count(model) == TOTAL
     assert all(sum(p.numel() for p in layer.parameters()) == LAYER_PARAMS for layer in model.model.layers)
     assert sum(p.numel() for p in model.model.layers[0].self_attn.parameters()) == ATTENTION_PARAMS
@@ -82,7 +84,8 @@ def test_each_family_is_planned_as_its_mildest_step_that_reaches_each_size(backe
         mlp = found[("MLP drop", size)].recipe.sublayer_drop.mlp
         assert list(mlp) == blocks.best_sublayers("mlp", math.ceil(removed / MLP_PARAMS))
         for family in ("width", "low-rank"):
-            count = found[(family, size)].recipe.size(prune.core.sizes.size_of(backend.pool.peek(spec).model)).total
+            count = found[(family,
+                           size)].recipe.size(prune.core.sizes.size_of(backend.models.pool.peek(spec).model)).total
             assert size * TOTAL - 0.02 * TOTAL < count <= size * TOTAL
     assert list(found[("attention drop", 0.9)].recipe.sublayer_drop.attention) == \
         blocks.best_sublayers("attention", math.ceil(0.1 * TOTAL / ATTENTION_PARAMS))
@@ -93,7 +96,7 @@ def test_each_family_is_planned_as_its_mildest_step_that_reaches_each_size(backe
 
 def test_the_sparsity_level_is_the_lowest_that_zeroes_enough_when_built(backend, spec):
     found, *_ = _planned(backend, spec, sizes=(0.8,))
-    model, tokenizer = backend.pool.peek(spec).model, backend.pool.peek(spec).tokenizer
+    model, tokenizer = backend.models.pool.peek(spec).model, backend.models.pool.peek(spec).tokenizer
     step = found[("sparsity", 0.8)].recipe.sparsity
 
     def non_zero(level):
@@ -136,8 +139,8 @@ def test_bad_sizes_are_one_line(bad):
 
 
 def test_every_point_rebuilt_from_its_json_gives_the_same_numbers(backend, spec, request_, result):
-    base = backend.pool.peek(spec)
-    ids = perplexity.token_ids(base.tokenizer, perplexity.wikitext2_rows(backend.data_dir))
+    base = backend.models.pool.peek(spec)
+    ids = perplexity.token_ids(base.tokenizer, perplexity.wikitext2_rows(backend.models.data_dir))
     assert result.complete and len(result.points) >= 8
     for point in result.points:
         recipe = Recipe.from_json(json.loads(json.dumps(point.recipe.to_json())))
@@ -217,15 +220,15 @@ def test_the_result_round_trips_through_json_and_prints_a_table(result):
 
 def test_a_cached_rerun_does_no_model_work(backend, spec, request_, result, monkeypatch):
     calls = []
-    handle = backend.pool.peek(spec).model.register_forward_pre_hook(lambda *_: calls.append("forward"))
+    handle = backend.models.pool.peek(spec).model.register_forward_pre_hook(lambda *_: calls.append("forward"))
 
     def refuse(*args, **kwargs):
         raise AssertionError("model work in a cached rerun")
 
     monkeypatch.setattr(Recipe, "apply", refuse)
-    monkeypatch.setattr(Backend, "analyze", refuse)
+    monkeypatch.setattr(Analysis, "score", refuse)
     try:
-        again = backend.frontier(spec, request_, axis="params", sizes=SIZES, **SMALL)
+        again = final(backend.frontier.run(spec, request_, axis="params", sizes=SIZES, **SMALL))
     finally:
         handle.remove()
     assert again == result and calls == []
@@ -247,17 +250,17 @@ def test_a_stopped_frontier_resumes_from_the_points_it_finished(backend, spec, r
             backend.cancel("visitor-1")
 
     with pytest.raises(Cancelled):
-        backend.frontier(spec, request_, sizes=(0.9,), progress=stop_at_width, owner="visitor-1", **SMALL)
-    assert measured[-1].startswith("width") and not backend.jobs.busy()
+        final(backend.frontier.run(spec, request_, sizes=(0.9,), progress=stop_at_width, owner="visitor-1", **SMALL))
+    assert measured[-1].startswith("width") and not backend.models.jobs.busy()
     before = len(measured)
-    resumed = backend.frontier(spec, request_, sizes=(0.9,), **SMALL)
+    resumed = final(backend.frontier.run(spec, request_, sizes=(0.9,), **SMALL))
     assert measured[before] == measured[before - 1]  # the stopped point first; none it finished measured again
     assert not set(measured[:before - 1]) & set(measured[before:]) and resumed.complete
 
 
 def test_a_target_joins_the_sizes_and_sets_the_axis(backend, spec, request_):
     goal = check_target("bytes=0.3MiB")
-    found = backend.frontier(spec, request_, sizes=(0.9,), target=goal, **SMALL)
+    found = final(backend.frontier.run(spec, request_, sizes=(0.9,), target=goal, **SMALL))
     expected = round(int(0.3 * MIB) / (TOTAL * 4), 3)
     assert found.axis == "bytes" and found.sizes == (0.9, expected)
     chosen = found.best_under(goal)
@@ -303,9 +306,10 @@ def test_the_command_line_refuses_bad_frontier_options_in_one_line(capsys, args,
 
 
 def test_a_latency_target_is_planned_from_the_rate_timed_at_load(backend, spec, request_):
-    backend.load(spec)  # times the decode rate once
-    rate_ms = 1000 * backend.rates(spec).decode_s_per_token
-    found = backend.frontier(spec, request_, sizes=(0.9,), target=Target("ms", 0.5 * rate_ms, False), **SMALL)
+    backend.models.load(spec)  # times the decode rate once
+    rate_ms = 1000 * backend.models.rates(spec).decode_s_per_token
+    found = final(backend.frontier.run(spec, request_, sizes=(0.9,), target=Target("ms", 0.5 * rate_ms, False),
+                                       **SMALL))
     assert found.axis == "ms" and found.sizes == (0.9, 0.5)
     assert {"int8", "int4", "2:4"} <= {f for p in found.points for f in p.families}  # every family has a latency
     chosen = found.best_under(Target("ms", 0.5 * rate_ms, False))

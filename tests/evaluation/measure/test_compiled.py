@@ -75,7 +75,8 @@ def test_the_compiled_mode_refuses_a_model_without_decoding():
 def test_the_backend_gives_compiled_rows_beside_the_eager_ones_with_the_ideal_paired_by_mode(backend, spec):
     from prune.core.recipe import Recipe
 
-    found = backend.speed(spec, {"pruned": Recipe.block(4, 1, 3)}, batch_sizes=(1,), prompt_len=6, new_tokens=(3,),
+    found = backend.measure.speed(spec, {"pruned": Recipe.block(4, 1, 3)}, batch_sizes=(1,), prompt_len=6,
+                                  new_tokens=(3,),
                           repeats=1, compiled=True)
     modes = {(m.model, m.details["mode"]) for m in found}
     assert modes == {("original", "eager"), ("original", "compiled"), ("pruned", "eager"), ("pruned", "compiled")}

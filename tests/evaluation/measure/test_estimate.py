@@ -70,12 +70,12 @@ def test_the_probe_measures_positive_rates_on_a_tiny_model():
 
 def test_the_backend_measures_a_models_rates_when_it_loads_it(tiny_folder):
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     backend, spec = Backend(data_dir="", device="cpu"), ModelSpec(tiny_folder)
-    assert backend.rates(spec) is None
-    backend.load(spec)
-    found = backend.rates(spec)
+    assert backend.models.rates(spec) is None
+    backend.models.load(spec)
+    found = backend.models.rates(spec)
     assert found.forward_tokens_per_s > 0 and found.decode_s_per_token > 0
-    backend.load(spec)
-    assert backend.rates(spec) is found  # measured once per model
+    backend.models.load(spec)
+    assert backend.models.rates(spec) is found  # measured once per model

@@ -50,7 +50,7 @@ def test_each_speed_row_says_which_kernel_ran_and_the_kernel_form_runs_only_at_w
     monkeypatch.setattr(sparse_kernels, "unavailable", lambda model: None)  # as on a GPU with the kernels
     monkeypatch.setattr(sparse_kernels, "device_wins", lambda model: {2: True, 1: False})
     timed_at = {}  # batch sizes → {label: whether the 2:4 variant itself (dense) was what ran}
-    variant = backend.model(spec, Recipe((Sparsify.of("magnitude", None, "2:4"),)))
+    variant = backend.models.model(spec, Recipe((Sparsify.of("magnitude", None, "2:4"),)))
     measure = speed.measure_speed
 
     def recording(models, **settings):
@@ -58,7 +58,7 @@ def test_each_speed_row_says_which_kernel_ran_and_the_kernel_form_runs_only_at_w
         return measure(models, **settings)
 
     monkeypatch.setattr(speed, "measure_speed", recording)
-    found = backend.speed(spec, {"B": Recipe((Sparsify.of("magnitude", None, "2:4"),))}, batch_sizes=(1, 2),
+    found = backend.measure.speed(spec, {"B": Recipe((Sparsify.of("magnitude", None, "2:4"),))}, batch_sizes=(1, 2),
                           prompt_len=4, new_tokens=(2,), repeats=1)
     assert timed_at == {(2,): {"original": False, "B": False}, (1,): {"original": False, "B": True}}
     kernels = {(m.model, m.details["batch"]): m.details["kernel"] for m in found if "batch" in m.details}

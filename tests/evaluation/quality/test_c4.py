@@ -53,7 +53,7 @@ def test_a_long_text_is_cut_to_256_windows(tmp_path, tokenizer):
 
 def test_the_backend_scores_the_windows_as_sparsegpts_llama_eval(tmp_path, monkeypatch, tiny_tokenizer):
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from prune.core.recipe import Recipe
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
@@ -64,7 +64,7 @@ def test_the_backend_scores_the_windows_as_sparsegpts_llama_eval(tmp_path, monke
     texts = [" ".join(["Alice was beginning to get very tired of sitting by her sister."] * 3)] * 60
     write_shard(tmp_path / "data" / c4.LOCAL, texts)
     backend = Backend(data_dir=str(tmp_path / "data"), device="cpu")
-    found = backend.c4_results(ModelSpec(str(folder)), {"cut": Recipe.block(4, 1, 2)}, limit=3)
+    found = backend.measure.c4_results(ModelSpec(str(folder)), {"cut": Recipe.block(4, 1, 2)}, limit=3)
     seq_len = 256  # the tiny model's positions, under the papers' 2048
     windows = c4.windows(tiny_tokenizer, texts, seq_len)[:3]
     nlls = []
@@ -78,7 +78,7 @@ def test_the_backend_scores_the_windows_as_sparsegpts_llama_eval(tmp_path, monke
     assert entry["results"]["perplexity,none"] == pytest.approx(expected, rel=1e-5)
     assert entry["n-samples"]["effective"] == 3 and entry["seq_len"] == seq_len and entry["tokens"] == 3 * 255
     assert found["cut"]["results"]["perplexity,none"] != pytest.approx(expected)
-    assert backend.c4_results(ModelSpec(str(folder)), {}, limit=3)["original"] == entry  # from the cache
+    assert backend.measure.c4_results(ModelSpec(str(folder)), {}, limit=3)["original"] == entry  # from the cache
 
 
 def test_offline_without_the_file_one_line_says_what_to_put_where(tmp_path, monkeypatch):

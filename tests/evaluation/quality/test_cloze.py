@@ -17,6 +17,7 @@ from evaluation.quality import cloze, cloze_request, lm_eval_adapter
 from evaluation.quality.fast_lm import FastLM
 from evaluation.serving.backend import Backend
 from prune.core.errors import InvalidInput
+from evaluation.core.jobs import final
 
 TASK = "cbt_style_cn"
 
@@ -92,8 +93,8 @@ def test_a_question_is_the_twenty_sentences_and_the_query_around_the_candidate()
 
 def test_the_cut_sweep_scores_a_cloze_task_as_the_cut_model_does(tiny_tokenizer, known_answers):
     backend = Backend(device="cpu")
-    spec = backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama-cloze-sweep")
-    base = backend.pool.peek(spec).model
+    spec = backend.models.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama-cloze-sweep")
+    base = backend.models.pool.peek(spec).model
     lm = FastLM(base, tiny_tokenizer, batch_size=4)
     rows = [dict(q) for q in cloze.questions(TASK)[:4]]
     for row in rows[:2]:  # the original right in half the questions
@@ -102,7 +103,7 @@ def test_the_cut_sweep_scores_a_cloze_task_as_the_cut_model_does(tiny_tokenizer,
         row["answer"] = next(o for o in row["options"] if o != best_by_hand(base, lm, row))
     known_answers(rows)
     request = lm_eval_adapter.check_request([TASK])
-    report = backend.sweep(spec, request, 2, methods=[], batch_size=4, use_cache=False)
+    report = final(backend.sweeps.cuts(spec, request, 2, methods=[], batch_size=4, use_cache=False))
     by_hand = lambda m: lm_eval_adapter.evaluate(m, tiny_tokenizer, request, batch_size=4)[TASK]["results"]["acc,none"]  # noqa: E731
     assert report.sweep.baseline["acc"] == 0.5
     for start, value in zip(report.sweep.starts, report.sweep.metrics["acc"]):

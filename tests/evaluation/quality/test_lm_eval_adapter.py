@@ -105,14 +105,14 @@ def test_backend_benchmark_equals_lm_eval_hflm_on_the_default_model(default_mode
 
     model, tokenizer = default_model
     backend = Backend(data_dir=str(data_dir), device="cpu")
-    spec = backend.adopt(model, tokenizer)
+    spec = backend.models.adopt(model, tokenizer)
     cut = {"pruned": Recipe.block(30, 10, 26)}  # a deep cut keeps the pruned side quick
     request = adapter.check_request(["arc_easy"], limit=20, data_dir=data_dir)
-    measured = {(m.model, m.name): m for m in backend.benchmarks(spec, cut, request, batch_size=16)}
-    ours = backend.benchmark_results(spec, cut, request, batch_size=16)  # the raw numbers, from the cache
+    measured = {(m.model, m.name): m for m in backend.measure.benchmarks(spec, cut, request, batch_size=16)}
+    ours = backend.measure.benchmark_results(spec, cut, request, batch_size=16)  # the raw numbers, from the cache
 
     manager, names = offline_tasks.task_manager(["arc_easy"], data_dir=data_dir)
-    for side, lm_model in (("original", model), ("pruned", backend.model(spec, cut["pruned"]))):
+    for side, lm_model in (("original", model), ("pruned", backend.models.model(spec, cut["pruned"]))):
         reference = lm_eval.simple_evaluate(model=HFLM(pretrained=lm_model, tokenizer=tokenizer, batch_size=16),
                                             tasks=names, limit=20, task_manager=manager)
         expected = reference["results"][names[0]]

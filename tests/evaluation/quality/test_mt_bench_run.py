@@ -9,8 +9,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from evaluation.quality import chat, mt_bench
 from evaluation.quality.judge import choose
 from evaluation.serving.backend import Backend
-from evaluation.serving.judging import check_request
-from evaluation.core.models import ModelSpec
+from evaluation.serving.mt_bench import check_request
+from evaluation.core.pool import ModelSpec
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from own_tasks import chat_folder, greedy_by_hand, preferred, score, scripted_judge
@@ -32,13 +32,13 @@ def backend(tmp_path, monkeypatch, data_dir):
 
 def request(backend, url, **settings):
     settings = {"limit": 3, "answer_tokens": 6, **settings}
-    return check_request(backend.data_dir, judge=choose(url), **settings)
+    return check_request(backend.models.data_dir, judge=choose(url), **settings)
 
 
 def test_answers_are_greedy_chat_replies_and_the_tally_is_the_scripts_by_hand(backend, folder, monkeypatch):
     monkeypatch.setenv("LAYERCUT_JUDGE_API_KEY", SECRET)
     with scripted_judge() as (url, judge):
-        run = backend.mt_bench(ModelSpec(folder), CUT, request(backend, url))
+        run = backend.mt_bench.run(ModelSpec(folder), CUT, request(backend, url))
     questions = backend_questions(backend)[:3]
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     for q in questions:  # the original's answers: the chat template, greedy, up to the cap, stripped
@@ -80,9 +80,9 @@ def test_a_second_run_generates_and_judges_nothing_and_the_key_is_nowhere(backen
     real = chat.reply
     monkeypatch.setattr(chat, "reply", lambda *a, **k: replies.append(1) or real(*a, **k))
     with scripted_judge() as (url, judge):
-        first = backend.mt_bench(ModelSpec(folder), CUT, request(backend, url, limit=2))
+        first = backend.mt_bench.run(ModelSpec(folder), CUT, request(backend, url, limit=2))
         calls = judge.calls
-        second = backend.mt_bench(ModelSpec(folder), CUT, request(backend, url, limit=2))
+        second = backend.mt_bench.run(ModelSpec(folder), CUT, request(backend, url, limit=2))
         assert judge.calls == calls == 8
     assert len(replies) == 4 and first.done == {"answers": 4, "judgments": 8}
     assert second.done == {"answers": 0, "judgments": 0} and second.answers == first.answers
@@ -99,7 +99,7 @@ def test_two_turns_answer_the_second_after_the_models_own_first(backend, folder,
     monkeypatch.setattr(chat, "reply", lambda model, tok, messages, *a: seen.append(messages) or real(model, tok,
                                                                                                     messages, *a))
     with scripted_judge() as (url, judge):
-        run = backend.mt_bench(ModelSpec(folder), {}, request(backend, url, limit=1, turns=2))
+        run = backend.mt_bench.run(ModelSpec(folder), {}, request(backend, url, limit=1, turns=2))
     q = backend_questions(backend)[0]
     answers = run.answers["original"][q.id]
     assert seen[1] == [{"role": "user", "content": q.turns[0]}, {"role": "assistant", "content": answers[0]},
@@ -111,7 +111,7 @@ def test_two_turns_answer_the_second_after_the_models_own_first(backend, folder,
 
 
 def test_a_self_judged_run_asks_the_original_greedily(backend, folder):
-    run = backend.mt_bench(ModelSpec(folder), {}, request(backend, None, limit=1, judge_tokens=5))
+    run = backend.mt_bench.run(ModelSpec(folder), {}, request(backend, None, limit=1, judge_tokens=5))
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     q = backend_questions(backend)[0]
     prompt = mt_bench.single_prompt(run.request.bench, q, run.answers["original"][q.id], 1)
@@ -130,8 +130,8 @@ def test_bad_settings_are_one_line(backend, settings, message):
 
 def test_a_model_without_a_chat_template_is_refused_in_one_line(backend, tiny_folder):
     with pytest.raises(InvalidInput, match="no chat template"):
-        backend.mt_bench(ModelSpec(tiny_folder), {}, request(backend, None, limit=1))
+        backend.mt_bench.run(ModelSpec(tiny_folder), {}, request(backend, None, limit=1))
 
 
 def backend_questions(backend):
-    return mt_bench.load(backend.data_dir).questions
+    return mt_bench.load(backend.models.data_dir).questions

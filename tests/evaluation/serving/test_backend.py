@@ -12,10 +12,11 @@ from evaluation.measure import bandwidth, generation, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.serving.backend import Backend
 from evaluation.core.jobs import Cancelled
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.step import DepthCut
 from prune.core.recipe import Recipe
+from evaluation.core.jobs import final
 
 CUT = {"pruned": Recipe.block(4, 1, 3)}  # the compared models: original and layers 1–2 removed
 
@@ -37,34 +38,36 @@ def _logits(model):
 
 def test_bad_comparisons_are_refused_before_any_work(backend, spec):
     with pytest.raises(InvalidInput, match="at most 2"):
-        backend.speed(spec, {"A": Recipe.block(4, 0, 1), "B": Recipe.block(4, 1, 2), "C": Recipe.block(4, 2, 3)})
+        backend.measure.speed(spec, {"A": Recipe.block(4, 0, 1), "B": Recipe.block(4, 1, 2), "C": Recipe.block(4, 2,
+                                                                                                               3)})
     with pytest.raises(InvalidInput, match="names the base model"):
-        backend.speed(spec, {"original": Recipe.block(4, 0, 1)})
+        backend.measure.speed(spec, {"original": Recipe.block(4, 0, 1)})
     with pytest.raises(InvalidCut, match="made for a 6-layer model"):
-        backend.speed(spec, {"A": Recipe.block(6, 0, 1)}, batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
+        backend.measure.speed(spec, {"A": Recipe.block(6, 0, 1)}, batch_sizes=(1,), prompt_len=4, new_tokens=(2,),
+                              repeats=1)
 
 
 def test_a_failed_load_loses_nothing(spec, tiny_folder, tmp_path, monkeypatch):
     from prune.core.errors import ModelNotFound, ModelTooLarge
 
     b = Backend(device="cpu")
-    b.load(spec)
-    loaded = b.pool.peek(spec)
+    b.models.load(spec)
+    loaded = b.models.pool.peek(spec)
     with pytest.raises(ModelNotFound):
-        b.load(ModelSpec("no-such-org/no-such-model"))
+        b.models.load(ModelSpec("no-such-org/no-such-model"))
     tiny_model("gpt2", 3).config.save_pretrained(tmp_path)  # .bin weights: it cannot be read layer by layer
     torch.save(tiny_model("gpt2", 3).state_dict(), tmp_path / "pytorch_model.bin")
     real, calls = prune.core.loading.available_memory_bytes, []
     monkeypatch.setattr("prune.core.loading.available_memory_bytes",  # only the new model's check sees no memory
                         lambda device: 1000 if not calls.append(1) and len(calls) == 1 else real(device))
     with pytest.raises(ModelTooLarge):
-        b.load(ModelSpec(str(tmp_path)))
-    assert b.pool.loaded() == [spec] and b.pool.peek(spec) is loaded  # the loaded model stays, untouched
-    assert b.model(spec, Recipe.block(4, 0, 1)).config.num_hidden_layers == 3
+        b.models.load(ModelSpec(str(tmp_path)))
+    assert b.models.pool.loaded() == [spec] and b.models.pool.peek(spec) is loaded  # the loaded model stays, untouched
+    assert b.models.model(spec, Recipe.block(4, 0, 1)).config.num_hidden_layers == 3
 
 
 def test_load_describes_the_model(backend, spec):
-    loaded = backend.pool.peek(spec)
+    loaded = backend.models.pool.peek(spec)
     info = loaded.info
     assert (info.num_layers, info.device, info.dtype) == (4, "cpu", "float32")
     assert len(info.layer_params) == 4 and info.layer_params[0] == sum(
@@ -73,7 +76,7 @@ def test_load_describes_the_model(backend, spec):
 
 
 def test_recipes_describe_themselves_and_variants_are_cached(backend, spec):
-    info = backend.load(spec)
+    info = backend.models.load(spec)
     recipe = Recipe.block(4, 1, 3, origin="by hand")
     cut = recipe.depth_cut
     assert cut.layers == (1, 2) and cut.span == (1, 3)
@@ -81,8 +84,8 @@ def test_recipes_describe_themselves_and_variants_are_cached(backend, spec):
     assert recipe.describe() == "layers 1–2 (2 of 4) = block [1, 3)"
     assert Recipe.cut(4, [3, 0]).describe() == "layers 0, 3 (2 of 4)"
     assert recipe == Recipe.block(4, 1, 3) and recipe.key == Recipe.cut(4, [2, 1]).key  # origin is no part of it
-    pruned = backend.model(spec, recipe)
-    assert backend.model(spec, Recipe.block(4, 1, 3)) is pruned
+    pruned = backend.models.model(spec, recipe)
+    assert backend.models.model(spec, Recipe.block(4, 1, 3)) is pruned
     assert pruned.config.layercut == recipe.to_json() and prune.core.recipe.recipe_of(pruned) == recipe
     assert Recipe.from_json(recipe.to_json()) == recipe
     with pytest.raises(InvalidCut):
@@ -94,12 +97,13 @@ def test_recipes_describe_themselves_and_variants_are_cached(backend, spec):
 
 
 def test_the_original_model_is_never_altered(backend, spec):
-    original = backend.model(spec)
+    original = backend.models.model(spec)
     before = _logits(original)
-    list(backend.generate(spec, CUT, "The cat", max_new_tokens=4))
-    backend.speed(spec, CUT, batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
+    list(backend.measure.generate(spec, CUT, "The cat", max_new_tokens=4))
+    backend.measure.speed(spec, CUT, batch_sizes=(1,), prompt_len=4, new_tokens=(2,), repeats=1)
     assert torch.equal(_logits(original), before)
-    assert original.config.num_hidden_layers == 4 and backend.model(spec, CUT["pruned"]).config.num_hidden_layers == 2
+    assert original.config.num_hidden_layers == 4 and backend.models.model(spec,
+                                                                           CUT["pruned"]).config.num_hidden_layers == 2
     assert not hasattr(original.config, "layercut")
 
 
@@ -108,14 +112,14 @@ def test_the_original_model_is_never_altered(backend, spec):
 
 def test_generation_streams_three_models_and_greedy_matches_generate(backend, spec, tiny_tokenizer):
     variants = {**CUT, "B": Recipe.cut(4, [0, 3])}
-    states = list(backend.generate(spec, variants, "The quick brown fox", max_new_tokens=12))
+    states = list(backend.measure.generate(spec, variants, "The quick brown fox", max_new_tokens=12))
     assert len(states) > 1 and list(states[0]) == ["original", "pruned", "B"]
     final = states[-1]
     assert all(s["done"] for s in final.values()) and not all(s["done"] for s in states[0].values())
     assert final["original"]["ttft_s"] > 0
     prompt = torch.tensor([generation.encode_prompt(tiny_tokenizer, "The quick brown fox")])
     for label, recipe in (("original", Recipe()), *variants.items()):
-        model = backend.model(spec, recipe)
+        model = backend.models.model(spec, recipe)
         stops = sorted(generation.stop_ids(model, tiny_tokenizer))
         out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
                              eos_token_id=stops, pad_token_id=stops[0])
@@ -128,7 +132,8 @@ def test_generation_streams_three_models_and_greedy_matches_generate(backend, sp
 
 def test_sampling_is_reproducible_with_a_seed(backend, spec):
     def run(seed):
-        return list(backend.generate(spec, CUT, "Once", max_new_tokens=10, temperature=1.0, top_p=0.9, seed=seed))[-1]
+        return list(backend.measure.generate(spec, CUT, "Once", max_new_tokens=10, temperature=1.0, top_p=0.9,
+                                             seed=seed))[-1]
 
     first = run(3)
     assert run(3)["original"]["text"] == first["original"]["text"]
@@ -137,9 +142,9 @@ def test_sampling_is_reproducible_with_a_seed(backend, spec):
 
 def test_bad_generation_input_fails_before_streaming(backend, spec):
     with pytest.raises(InvalidInput, match="empty"):
-        backend.generate(spec, CUT, "   ")
+        backend.measure.generate(spec, CUT, "   ")
     with pytest.raises(InvalidInput):
-        backend.generate(spec, CUT, "hi", top_p=0)
+        backend.measure.generate(spec, CUT, "hi", top_p=0)
 
 
 def test_nucleus_sampling_keeps_only_the_top_tokens():
@@ -164,7 +169,7 @@ def test_ideal_speedup_by_hand_for_a_tiny_llama():
 
 
 def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend, spec):
-    found = backend.speed(spec, CUT, batch_sizes=(1, 2), prompt_len=8, new_tokens=(3,), repeats=2)
+    found = backend.measure.speed(spec, CUT, batch_sizes=(1, 2), prompt_len=8, new_tokens=(3,), repeats=2)
     names = {m.name for m in found}
     assert {"prefill latency (batch 2, 8 tokens)", "decode latency per token (batch 1, 3 new)",
             "throughput (batch 2, 3 new)"} <= names
@@ -180,7 +185,7 @@ def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend, sp
         assert 1 < ratio < 2
         assert m.ideal == pytest.approx(ref.value * ratio if m.higher_is_better else ref.value / ratio)
     decode = next(m for m in pruned if m.name.startswith("decode latency per token (batch 1"))
-    read = [bandwidth.decode_bytes(backend.model(spec, recipe), 8 + 3 / 2) for recipe in (None, CUT["pruned"])]
+    read = [bandwidth.decode_bytes(backend.models.model(spec, recipe), 8 + 3 / 2) for recipe in (None, CUT["pruned"])]
     assert (decode.details["ideal_by"], decode.details["ideal_speedup"]) == ("bytes", pytest.approx(read[0] / read[1]))
     prefill = next(m for m in pruned if m.name.startswith("prefill latency (batch 1"))
     assert prefill.details["ideal_by"] == "FLOPs"
@@ -190,8 +195,8 @@ def test_speed_measures_both_models_with_the_ideal_beside_the_pruned(backend, sp
 
 
 def test_memory_of_both_models(backend, spec):
-    found = {(m.model, m.name.split(" (")[0]): m.value for m in backend.memory(spec, CUT, new_tokens=4)}
-    removed = backend.load(spec).removed_params(CUT["pruned"])
+    found = {(m.model, m.name.split(" (")[0]): m.value for m in backend.measure.memory(spec, CUT, new_tokens=4)}
+    removed = backend.models.load(spec).removed_params(CUT["pruned"])
     assert found[("original", "parameters")] - found[("pruned", "parameters")] == removed
     assert found[("pruned", "weight memory")] < found[("original", "weight memory")]
     assert found[("pruned", "checkpoint size on disk")] < found[("original", "checkpoint size on disk")]
@@ -212,27 +217,27 @@ def test_perplexity_is_exp_of_the_mean_nll_and_is_cached(backend, spec, monkeypa
     calls = []
     real = perplexity.measure_perplexity
     monkeypatch.setattr(perplexity, "measure_perplexity", lambda *a, **k: calls.append(k["label"]) or real(*a, **k))
-    found = backend.perplexity(spec, CUT, seq_lens=(32,), bos=(False,), max_windows=3)
+    found = backend.measure.perplexity(spec, CUT, seq_lens=(32,), bos=(False,), max_windows=3)
     assert [m.model for m in found] == ["original", "pruned"] and len(calls) == 2
-    rows = perplexity.wikitext2_rows(backend.data_dir)[:60]  # the first windows come from the first rows
-    tokenizer = backend.pool.peek(spec).tokenizer
+    rows = perplexity.wikitext2_rows(backend.models.data_dir)[:60]  # the first windows come from the first rows
+    tokenizer = backend.models.pool.peek(spec).tokenizer
     chunks = perplexity.windows(perplexity.token_ids(tokenizer, rows), 32, None)[:3]
     with torch.no_grad():
-        logits = backend.model(spec)(input_ids=chunks).logits[:, :-1]
+        logits = backend.models.model(spec)(input_ids=chunks).logits[:, :-1]
     nll = torch.nn.functional.cross_entropy(logits.flatten(0, 1), chunks[:, 1:].flatten())
     assert found[0].value == pytest.approx(math.exp(nll.item()), rel=1e-5)
-    again = backend.perplexity(spec, {"B": CUT["pruned"]}, seq_lens=(32,), bos=(False,), max_windows=3)
+    again = backend.measure.perplexity(spec, {"B": CUT["pruned"]}, seq_lens=(32,), bos=(False,), max_windows=3)
     assert len(calls) == 2 and [m.value for m in again] == [m.value for m in found]
     assert [m.model for m in again] == ["original", "B"]  # the cache keys by recipe; labels are the caller's
 
 
 def test_bos_windows_are_skipped_for_a_tokenizer_without_bos(backend, spec):
-    found = backend.perplexity(spec, {}, seq_lens=(32,), max_windows=1)  # default bos=(False, True)
+    found = backend.measure.perplexity(spec, {}, seq_lens=(32,), max_windows=1)  # default bos=(False, True)
     assert [m.name for m in found] == ["WikiText-2 perplexity (seq 32)"]
     with pytest.raises(InvalidInput, match="BOS"):
-        backend.perplexity(spec, {}, seq_lens=(32,), bos=(True,), max_windows=1)
+        backend.measure.perplexity(spec, {}, seq_lens=(32,), bos=(True,), max_windows=1)
     with pytest.raises(InvalidInput, match="Sequence lengths"):
-        backend.perplexity(spec, {}, seq_lens=(128, 2048))  # the tiny model has 256 positions
+        backend.measure.perplexity(spec, {}, seq_lens=(128, 2048))  # the tiny model has 256 positions
 
 
 # ---------------------------------------------------------------- benchmarks: caching, cancellation
@@ -243,12 +248,12 @@ def test_benchmarks_are_cached_and_no_cache_recomputes(backend, spec, monkeypatc
     calls = []
     real = lm_eval_adapter.evaluate
     monkeypatch.setattr(lm_eval_adapter, "evaluate", lambda *a, **k: calls.append(list(a[2].names)) or real(*a, **k))
-    first = backend.benchmarks(spec, CUT, arc(3), batch_size=4)
+    first = backend.measure.benchmarks(spec, CUT, arc(3), batch_size=4)
     assert len(calls) == 2  # original and pruned
     assert {m.name for m in first} == {"arc_easy acc", "arc_easy acc_norm"}
     assert {m.model for m in first} == {"original", "pruned"}
-    assert backend.benchmarks(spec, CUT, arc(3), batch_size=4) == first and len(calls) == 2
-    backend.benchmarks(spec, CUT, arc(3), batch_size=4, use_cache=False)
+    assert backend.measure.benchmarks(spec, CUT, arc(3), batch_size=4) == first and len(calls) == 2
+    backend.measure.benchmarks(spec, CUT, arc(3), batch_size=4, use_cache=False)
     assert len(calls) == 4
 
 
@@ -257,15 +262,15 @@ def test_cancel_stops_a_benchmark(backend, spec):
         backend.cancel("visitor-1")
 
     with pytest.raises(Cancelled):
-        backend.benchmarks(spec, CUT, arc(2), batch_size=2, use_cache=False, progress=cancel_at_first_report,
+        backend.measure.benchmarks(spec, CUT, arc(2), batch_size=2, use_cache=False, progress=cancel_at_first_report,
                            owner="visitor-1")
-    assert not backend.jobs.busy()
-    assert backend.benchmarks(spec, CUT, arc(2), batch_size=2, owner="visitor-1")  # the next job runs normally
+    assert not backend.models.jobs.busy()
+    assert backend.measure.benchmarks(spec, CUT, arc(2), batch_size=2, owner="visitor-1")  # the next job runs normally
 
 
 def test_cancel_stops_generation_between_tokens_and_only_the_owners(backend, spec):
-    mine = backend.generate(spec, CUT, "The", max_new_tokens=50, owner="visitor-1")
-    theirs = backend.generate(spec, CUT, "The", max_new_tokens=20, owner="visitor-2")
+    mine = backend.measure.generate(spec, CUT, "The", max_new_tokens=50, owner="visitor-1")
+    theirs = backend.measure.generate(spec, CUT, "The", max_new_tokens=20, owner="visitor-2")
     next(mine)
     next(theirs)
     backend.cancel("visitor-1")
@@ -278,17 +283,19 @@ def test_a_rank_search_streams_its_points_and_leaves_the_searched_model_cached(b
     from evaluation.serving.training import RankSearchDone
     from prune.lowrank.step import Decompose
 
-    items = list(backend.rank_search(spec, criterion="wikitext2", tolerance=1.0, limit=10, layers=[3], owner="v1"))
+    items = list(backend.training.rank_search(spec, criterion="wikitext2", tolerance=1.0, limit=10, layers=[3],
+                                              owner="v1"))
     first, *points, done = items
     assert isinstance(done, RankSearchDone) and first.layer == -1 and len(points) == 7
     assert [p.layer for p in points] == [3] * 7 and points[-1].test == done.result.test[1]
     assert done.result.ranks and done.result.params[1] < done.result.params[0]
-    step = Decompose.of("feature", ranks=done.result.ranks, calibration=backend.default_calibration, sequential=False)
+    step = Decompose.of("feature", ranks=done.result.ranks, calibration=backend.models.default_calibration,
+                        sequential=False)
     assert done.recipe == Recipe((step,))
-    assert backend.model(spec, done.recipe) is done.result.model  # cached: comparisons find it built
-    rebuilt = done.recipe.apply(backend.pool.get(spec).model, backend.pool.get(spec).tokenizer)
+    assert backend.models.model(spec, done.recipe) is done.result.model  # cached: comparisons find it built
+    rebuilt = done.recipe.apply(backend.models.pool.get(spec).model, backend.models.pool.get(spec).tokenizer)
     assert torch.equal(_logits(rebuilt), _logits(done.result.model))
-    assert not backend.jobs.busy()
+    assert not backend.models.jobs.busy()
 
 
 def _stops_for_its_owner_and_when_abandoned(backend, start):
@@ -300,16 +307,16 @@ def _stops_for_its_owner_and_when_abandoned(backend, start):
     backend.cancel("v1")
     with pytest.raises(Cancelled):
         list(mine)
-    assert not backend.jobs.busy()
+    assert not backend.models.jobs.busy()
     abandoned = start()
     next(abandoned)
-    assert backend.jobs.busy("v1")
+    assert backend.models.jobs.busy("v1")
     abandoned.close()  # the page went away: the job ends and the device is free
-    assert not backend.jobs.busy()
+    assert not backend.models.jobs.busy()
 
 
 def test_a_rank_search_stops_for_its_owner_and_when_abandoned(backend, spec):
-    _stops_for_its_owner_and_when_abandoned(backend, lambda: backend.rank_search(
+    _stops_for_its_owner_and_when_abandoned(backend, lambda: backend.training.rank_search(
         spec, space="weight", criterion="wikitext2", limit=10, layers=[2, 3], owner="v1"))
 
 
@@ -323,25 +330,25 @@ def _heal_step(steps=3):
 
 def test_healing_streams_each_steps_loss_and_caches_the_healed_model_beside_the_unhealed(backend, spec):
     from evaluation.serving.training import HealDone
-    from evaluation.serving.healing import LossPoint
+    from evaluation.serving.training import LossPoint
 
-    unhealed = backend.model(spec, CUT["pruned"])
+    unhealed = backend.models.model(spec, CUT["pruned"])
     before = {n: t.clone() for n, t in unhealed.state_dict().items()}
-    *points, done = list(backend.heal(spec, CUT["pruned"], _heal_step(), owner="v1"))
+    *points, done = list(backend.training.heal(spec, CUT["pruned"], _heal_step(), owner="v1"))
     assert isinstance(done, HealDone) and all(isinstance(p, LossPoint) for p in points)
     assert [p.step for p in points] == [0, 1, 2, 3] and all(p.heldout is not None for p in points)
     assert done.recipe == CUT["pruned"].then(_heal_step()) and done.record["method"] == "last_layers"
-    healed = backend.model(spec, done.recipe)  # cached: comparisons find it built
-    assert healed is not unhealed and backend.model(spec, CUT["pruned"]) is unhealed
+    healed = backend.models.model(spec, done.recipe)  # cached: comparisons find it built
+    assert healed is not unhealed and backend.models.model(spec, CUT["pruned"]) is unhealed
     assert all(torch.equal(before[n], t) for n, t in unhealed.state_dict().items())  # the unhealed stays as it was
-    assert not torch.equal(_logits(healed), _logits(unhealed)) and not backend.jobs.busy()
+    assert not torch.equal(_logits(healed), _logits(unhealed)) and not backend.models.jobs.busy()
 
 
 def test_healing_stops_for_its_owner_and_when_abandoned(backend, spec):
-    _stops_for_its_owner_and_when_abandoned(backend, lambda: backend.heal(spec, CUT["pruned"], _heal_step(200),
+    _stops_for_its_owner_and_when_abandoned(backend, lambda: backend.training.heal(spec, CUT["pruned"], _heal_step(200),
                                                                            owner="v1"))
     with pytest.raises(InvalidInput, match="heal"):
-        backend.heal(spec, Recipe(), _heal_step())  # healing the original is refused at once
+        backend.training.heal(spec, Recipe(), _heal_step())  # healing the original is refused at once
 
 
 # ---------------------------------------------------------------- analysis and export
@@ -358,22 +365,22 @@ def test_analysis_shares_prune_score_cache_and_keeps_the_residual(backend, spec,
             real.name, real.label, lambda ctx, _f=real.func, **o: calls.append(1) or _f(ctx, **o), real.description))
     real_stream = context.residual_streams
     monkeypatch.setattr(context, "residual_streams", lambda *a, **k: residuals.append(1) or real_stream(*a, **k))
-    first = backend.analyze(spec, "angular")
-    backend.analyze(spec, "block_influence")
+    first = backend.analysis.score(spec, "angular")
+    backend.analysis.score(spec, "block_influence")
     assert len(calls) == 2 and len(residuals) == 1  # one residual stream for both methods
-    again = prune.score(backend.model(spec), backend.pool.peek(spec).tokenizer, "angular",
-                        calibration=backend.default_calibration)  # the same disk cache
+    again = prune.score(backend.models.model(spec), backend.models.pool.peek(spec).tokenizer, "angular",
+                        calibration=backend.models.default_calibration)  # the same disk cache
     assert len(calls) == 2
     assert first.best_block(2) == again.best_block(2)
 
 
 def test_export_saves_the_recipe_and_refuses_the_original(backend, spec, tmp_path):
     with pytest.raises(InvalidInput, match="cut"):
-        backend.export(spec, Recipe(), tmp_path / "nothing")
-    saved = backend.export(spec, CUT["pruned"], tmp_path / "my-cut")
+        backend.exports.write(spec, Recipe(), tmp_path / "nothing")
+    saved = backend.exports.write(spec, CUT["pruned"], tmp_path / "my-cut")
     reloaded = transformers.AutoModelForCausalLM.from_pretrained(saved)
     assert reloaded.config.num_hidden_layers == 2 and prune.core.recipe.recipe_of(reloaded) == CUT["pruned"]
-    assert torch.allclose(_logits(reloaded), _logits(backend.model(spec, CUT["pruned"])))
+    assert torch.allclose(_logits(reloaded), _logits(backend.models.model(spec, CUT["pruned"])))
 
 
 def test_fast_scorer_reuses_the_original_prefix_and_equals_hflm(backend, spec, monkeypatch, tmp_path):
@@ -384,9 +391,9 @@ def test_fast_scorer_reuses_the_original_prefix_and_equals_hflm(backend, spec, m
     pairs = []
     real = reuse.make_fast_pair
     monkeypatch.setattr(reuse, "make_fast_pair", lambda *a, **k: pairs.append(a[2:4]) or real(*a, **k))
-    fast = backend.benchmark_results(spec, CUT, arc(4), batch_size=4)
+    fast = backend.measure.benchmark_results(spec, CUT, arc(4), batch_size=4)
     assert pairs == [(1, 3)]
-    reference = backend.benchmark_results(spec, CUT, arc(4), batch_size=4, scorer="hflm")
+    reference = backend.measure.benchmark_results(spec, CUT, arc(4), batch_size=4, scorer="hflm")
     for side in ("original", "pruned"):
         for metric in ("acc,none", "acc_norm,none"):
             assert fast[side]["arc_easy"]["results"][metric] == reference[side]["arc_easy"]["results"][metric]
@@ -401,29 +408,29 @@ def test_several_base_models_stay_loaded_within_the_budget(tmp_path, tiny_tokeni
         folders.append(ModelSpec(str(folder)))
     roomy = Backend(device="cpu")
     for spec in folders:
-        roomy.load(spec)
-    assert roomy.pool.loaded() == folders  # every visitor's model stays
-    one_model = roomy.pool.peek(folders[0]).info.weight_bytes
+        roomy.models.load(spec)
+    assert roomy.models.pool.loaded() == folders  # every visitor's model stays
+    one_model = roomy.models.pool.peek(folders[0]).info.weight_bytes
     tight = Backend(device="cpu", model_budget_bytes=int(2.5 * one_model))
     for spec in folders:
-        tight.load(spec)
-    assert tight.pool.loaded() == folders[1:]  # the least recently used went first
-    tight.load(folders[1])  # used again: now the most recent
-    tight.load(folders[0])  # loaded again on demand
-    assert tight.pool.loaded() == [folders[1], folders[0]]
+        tight.models.load(spec)
+    assert tight.models.pool.loaded() == folders[1:]  # the least recently used went first
+    tight.models.load(folders[1])  # used again: now the most recent
+    tight.models.load(folders[0])  # loaded again on demand
+    assert tight.models.pool.loaded() == [folders[1], folders[0]]
 
 
 def test_a_sweep_reports_a_failing_method_and_ranks_the_others(backend, spec, monkeypatch):
     from prune.core.errors import OutOfMemory
 
-    real = backend.analyze
+    real = backend.analysis.score
 
     def analyze(spec_, method, **kwargs):
         if method == "taylor":
             raise OutOfMemory("Out of memory during the Taylor+ analysis: try a smaller model or fewer windows.")
         return real(spec_, method, **kwargs)
 
-    monkeypatch.setattr(backend, "analyze", analyze)
-    report = backend.sweep(spec, arc(3), 1, methods=["angular", "taylor", "block_influence"], batch_size=4)
+    monkeypatch.setattr(backend.analysis, "score", analyze)
+    report = final(backend.sweeps.cuts(spec, arc(3), 1, methods=["angular", "taylor", "block_influence"], batch_size=4))
     assert set(report.agreement) == {"angular", "block_influence"} and list(report.failed) == ["taylor"]
     assert "Out of memory" in report.failed["taylor"] and len(report.scores["angular"]) == 4

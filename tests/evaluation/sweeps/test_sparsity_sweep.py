@@ -19,6 +19,7 @@ from evaluation.core.jobs import Cancelled
 from evaluation.sweeps.sparsity import SparsitySweepResult, check_levels, format_table
 from evaluation.sweeps.cuts import evaluate_loaded, task_metrics
 from prune.core.errors import InvalidInput, UnknownMethod
+from evaluation.core.jobs import final
 from ui import plots
 
 LIMIT, SEQ_LEN, WINDOWS = 4, 32, 2  # the tiny model has 256 positions
@@ -32,17 +33,17 @@ def backend():
 
 @pytest.fixture(scope="module")
 def spec(backend, tiny_tokenizer):
-    return backend.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama-sparsity-sweep")
+    return backend.models.adopt(tiny_model("llama", 4), tiny_tokenizer, name="tiny-llama-sparsity-sweep")
 
 
 @pytest.fixture(scope="module")
 def request_(backend):
-    return lm_eval_adapter.check_request(["arc_easy"], limit=LIMIT, data_dir=backend.data_dir)
+    return lm_eval_adapter.check_request(["arc_easy"], limit=LIMIT, data_dir=backend.models.data_dir)
 
 
 @pytest.fixture(scope="module")
 def result(backend, spec, request_):
-    return backend.sparsity_sweep(spec, request_, levels=(0, 0.5), **SMALL)
+    return final(backend.sweeps.sparsity(spec, request_, levels=(0, 0.5), **SMALL))
 
 
 def _measured_by_hand(model, tokenizer, backend, request_):
@@ -50,14 +51,14 @@ def _measured_by_hand(model, tokenizer, backend, request_):
     loaded = lm_eval_adapter.load_tasks(request_)
     metrics, _ = task_metrics(evaluate_loaded(HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4), loaded,
                                               LIMIT), "arc_easy")
-    ids = perplexity.token_ids(tokenizer, perplexity.wikitext2_rows(backend.data_dir))
+    ids = perplexity.token_ids(tokenizer, perplexity.wikitext2_rows(backend.models.data_dir))
     ppl = perplexity.measure_perplexity(model, tokenizer, ids, label="by hand", seq_lens=(SEQ_LEN,), bos=(False,),
                                         max_windows=WINDOWS)[0].value
     return metrics["acc_norm"], ppl
 
 
 def test_level_zero_is_the_dense_model_for_every_method(backend, spec, request_, result):
-    base = backend.pool.peek(spec)
+    base = backend.models.pool.peek(spec)
     accuracy, ppl = _measured_by_hand(base.model, base.tokenizer, backend, request_)
     assert result.metric == "acc_norm" and result.levels == (0.0, 0.5)
     assert result.methods == prune.sparsity.masks.METHODS
@@ -69,8 +70,8 @@ def test_level_zero_is_the_dense_model_for_every_method(backend, spec, request_,
 
 @pytest.mark.parametrize("method", ["magnitude", "wanda"])
 def test_a_point_equals_sparsifying_and_measuring_by_hand(backend, spec, request_, result, method):
-    base = backend.pool.peek(spec)
-    sparse = prune.sparsify(base.model, base.tokenizer, method, 0.5, calibration=backend.default_calibration)
+    base = backend.models.pool.peek(spec)
+    sparse = prune.sparsify(base.model, base.tokenizer, method, 0.5, calibration=backend.models.default_calibration)
     accuracy, ppl = _measured_by_hand(sparse, base.tokenizer, backend, request_)
     assert result.accuracy[method][1] == accuracy
     assert result.perplexity[method][1] == pytest.approx(ppl, rel=1e-6)
@@ -93,14 +94,14 @@ def _counting(monkeypatch, tmp_path):
 
 def test_points_are_cached_one_by_one(backend, spec, request_, monkeypatch, tmp_path):
     measured = _counting(monkeypatch, tmp_path)
-    first = backend.sparsity_sweep(spec, request_, levels=(0, 0.5, 0.9), methods=["magnitude"], **SMALL)
+    first = final(backend.sweeps.sparsity(spec, request_, levels=(0, 0.5, 0.9), methods=["magnitude"], **SMALL))
     assert measured == ["dense", "magnitude at 50 %", "magnitude at 90 %"]
-    again = backend.sparsity_sweep(spec, request_, levels=(0.9, 0, 0.5, 0.5), methods="magnitude", **SMALL)
+    again = final(backend.sweeps.sparsity(spec, request_, levels=(0.9, 0, 0.5, 0.5), methods="magnitude", **SMALL))
     assert again == first and len(measured) == 3  # the same levels, sorted and unique: nothing recomputed
-    more = backend.sparsity_sweep(spec, request_, levels=(0, 0.1, 0.5, 0.9), methods=["magnitude"], **SMALL)
+    more = final(backend.sweeps.sparsity(spec, request_, levels=(0, 0.1, 0.5, 0.9), methods=["magnitude"], **SMALL))
     assert measured[3:] == ["magnitude at 10 %"]
     assert more.accuracy["magnitude"][::2] == first.accuracy["magnitude"][:2]
-    backend.sparsity_sweep(spec, request_, levels=(0, 0.5), methods=["magnitude"], use_cache=False, **SMALL)
+    final(backend.sweeps.sparsity(spec, request_, levels=(0, 0.5), methods=["magnitude"], use_cache=False, **SMALL))
     assert measured[4:] == ["dense", "magnitude at 50 %"]
 
 
@@ -112,10 +113,10 @@ def test_a_cancelled_sweep_resumes_from_the_points_it_finished(backend, spec, re
             backend.cancel("visitor-1")
 
     with pytest.raises(Cancelled):
-        backend.sparsity_sweep(spec, request_, levels=(0, 0.5), methods=["magnitude", "wanda"],
-                               progress=cancel_at_wanda, owner="visitor-1", **SMALL)
-    assert measured == ["dense", "magnitude at 50 %", "wanda at 50 %"] and not backend.jobs.busy()
-    resumed = backend.sparsity_sweep(spec, request_, levels=(0, 0.5), methods=["magnitude", "wanda"], **SMALL)
+        final(backend.sweeps.sparsity(spec, request_, levels=(0, 0.5), methods=["magnitude", "wanda"],
+                               progress=cancel_at_wanda, owner="visitor-1", **SMALL))
+    assert measured == ["dense", "magnitude at 50 %", "wanda at 50 %"] and not backend.models.jobs.busy()
+    resumed = final(backend.sweeps.sparsity(spec, request_, levels=(0, 0.5), methods=["magnitude", "wanda"], **SMALL))
     assert measured[3:] == ["wanda at 50 %"]
     assert resumed.accuracy["wanda"][0] == resumed.dense_accuracy
 
@@ -124,19 +125,19 @@ def test_a_cancelled_sweep_resumes_from_the_points_it_finished(backend, spec, re
 def test_bad_levels_are_refused_before_any_work(backend, spec, request_, monkeypatch, tmp_path, levels):
     measured = _counting(monkeypatch, tmp_path)
     with pytest.raises(InvalidInput, match="Sparsity levels are fractions from 0 to 0.99"):
-        backend.sparsity_sweep(spec, request_, levels=levels, **SMALL)
+        final(backend.sweeps.sparsity(spec, request_, levels=levels, **SMALL))
     assert measured == []
 
 
 def test_other_bad_settings_are_refused(backend, spec, request_):
     with pytest.raises(UnknownMethod, match="Unknown sparsity method 'lottery'"):
-        backend.sparsity_sweep(spec, request_, methods=["magnitude", "lottery"], **SMALL)
+        final(backend.sweeps.sparsity(spec, request_, methods=["magnitude", "lottery"], **SMALL))
     with pytest.raises(InvalidInput, match="at least one sparsity method"):
-        backend.sparsity_sweep(spec, request_, methods=[], **SMALL)
+        final(backend.sweeps.sparsity(spec, request_, methods=[], **SMALL))
     with pytest.raises(InvalidInput, match="number of perplexity windows"):
-        backend.sparsity_sweep(spec, request_, ppl_seq_len=SEQ_LEN, ppl_windows=0)
+        final(backend.sweeps.sparsity(spec, request_, ppl_seq_len=SEQ_LEN, ppl_windows=0))
     with pytest.raises(InvalidInput, match="Sequence lengths must be 2…256"):
-        backend.sparsity_sweep(spec, request_, levels=(0,), ppl_seq_len=512, ppl_windows=1)
+        final(backend.sweeps.sparsity(spec, request_, levels=(0,), ppl_seq_len=512, ppl_windows=1))
 
 
 def test_levels_are_sorted_and_unique():

@@ -17,7 +17,7 @@ from evaluation.measure.generation import stream_side_by_side
 from evaluation.measure.memory import measure_memory
 from evaluation.measure.speed import measure_speed
 from evaluation.quality.perplexity import check_seq_lens
-from evaluation.core.models import describe
+from evaluation.core.pool import describe
 from prune.core.architectures import MASKED, SEQ2SEQ, kind_of, layer_stacks, width_of
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, UnsupportedArchitecture

@@ -73,7 +73,7 @@ def test_weights_kept_in_cpu_memory_are_told_apart_from_those_in_files(both):
 
     from accelerate import cpu_offload
 
-    from evaluation.core.models import describe
+    from evaluation.core.pool import describe
     from ui.text import model_markdown
 
     whole, streamed, _ = both
@@ -243,28 +243,30 @@ def test_part_of_the_model_stays_when_the_budget_holds_part(tmp_path, tiny_token
 def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_folder, tmp_path, monkeypatch, capsys):
     from evaluation import cli
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
     from ui.text import model_markdown
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))  # each run scores afresh
     spec = ModelSpec(tiny_folder)
     whole, tight = Backend(device="cpu", data_dir=""), Backend(device="cpu", data_dir="", model_budget_bytes="1KiB")
-    info = tight.load(spec)
-    assert 0 < info.resident_bytes < info.weight_bytes == whole.load(spec).weight_bytes
+    info = tight.models.load(spec)
+    assert 0 < info.resident_bytes < info.weight_bytes == whole.models.load(spec).weight_bytes
     assert "read from disk layer by layer (0.00 of 0.00 GiB in memory; each pass reads the other 0.00 GiB from its " \
         "files)" in model_markdown(info)
-    assert "read from disk" not in model_markdown(whole.load(spec))
+    assert "read from disk" not in model_markdown(whole.models.load(spec))
     compared = {"A": Recipe.block(4, 1, 2), "B": Recipe.drop(4, (0,), (2,))}
     answers = [[state["token_ids"]
-                for state in list(b.generate(spec, compared, "Hello", max_new_tokens=5))[-1].values()]
+                for state in list(b.measure.generate(spec, compared, "Hello", max_new_tokens=5))[-1].values()]
                for b in (whole, tight)]
     assert answers[0] == answers[1]
     sparse = {"A": Recipe.block(4, 1, 2), "B": Recipe((Sparsify.of("wanda", None, "2:4", CAL),))}  # B: from its files
-    answers = [[state["token_ids"] for state in list(b.generate(spec, sparse, "Hello", max_new_tokens=5))[-1].values()]
+    answers = [[state["token_ids"] for state in list(b.measure.generate(spec, sparse, "Hello",
+                                                                        max_new_tokens=5))[-1].values()]
                for b in (whole, tight)]
     assert answers[0] == answers[1] and len(answers[0]) == 3
-    assert tight.variants.used_bytes < whole.variants.used_bytes / 4  # B's weights wait in its files
-    weights = [[(m.name, m.model, m.value) for m in b.memory(spec, compared, new_tokens=4) if "peak" not in m.name]
+    assert tight.models.variants.used_bytes < whole.models.variants.used_bytes / 4  # B's weights wait in its files
+    weights = [[(m.name, m.model, m.value) for m in b.measure.memory(spec, compared,
+                                                                     new_tokens=4) if "peak" not in m.name]
                for b in (whole, tight)]
     assert weights[0] == weights[1]  # counted from the files, matrix by matrix
     results = {}
@@ -302,11 +304,11 @@ def test_peak_resident_memory_stays_a_quarter_of_the_weights_below_the_in_memory
 
 def test_perplexity_layer_by_layer_equals_the_in_memory_one(tiny_folder, data_dir, tmp_path, monkeypatch):
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path / "cache"))
     spec, compared = ModelSpec(tiny_folder), {"A": Recipe.block(4, 1, 3)}
     found = [[(m.model, m.value) for m in Backend(device="cpu", data_dir=data_dir, model_budget_bytes=budget)
-              .perplexity(spec, compared, seq_lens=(32,), bos=(False,), max_windows=2, use_cache=False)]
+              .measure.perplexity(spec, compared, seq_lens=(32,), bos=(False,), max_windows=2, use_cache=False)]
              for budget in (None, "1KiB")]
     assert found[0] == found[1] and len(found[0]) == 2

@@ -180,7 +180,7 @@ def test_what_reads_next_tokens_refuses_a_t5_cut_in_one_line(tokenizer, tmp_path
     """The cut's feedback, the logit lens and the divergence read a causal LM's next tokens."""
     from evaluation import cli
     from ui.text import no_feedback
-    from evaluation.core.models import describe
+    from evaluation.core.pool import describe
 
     folder = tmp_path / "t5"
     t5(tokenizer).save_pretrained(folder)

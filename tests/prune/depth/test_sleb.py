@@ -181,13 +181,13 @@ def test_the_greedy_curve_shows_for_a_greedy_analysis_only(model, tiny_tokenizer
 def test_the_app_asks_a_greedy_analysis_for_as_many_steps_as_layers_cut(model, tiny_tokenizer, page):
     from types import SimpleNamespace
 
-    from conftest import handlers_on
+    from conftest import handlers_on, stand_in_backend
     from ui.session import Session
 
     result = run(model, tiny_tokenizer, num_removals=3, protect_ends=False)
     asked = []
-    backend = SimpleNamespace(default_calibration=CAL,
-                              analyze=lambda spec, method, **kw: asked.append(kw) or result)
+    backend = stand_in_backend({"analysis.score": lambda spec, method, **kw: asked.append(kw) or result},
+                               default_calibration=CAL)
     info = SimpleNamespace(num_layers=LAYERS, layer_params=[1] * LAYERS, num_params=LAYERS, name="tiny",
                            removed_params=lambda recipe: len(recipe.depth_cut.layers))
     picks = handlers_on(page, backend).pick

@@ -11,7 +11,7 @@ import transformers
 
 from conftest import TINY_CONFIGS, tiny_model
 from evaluation import cli as benchmark
-from evaluation.serving.backend import Backend
+from evaluation.serving.models import Models
 from evaluation.exports.zigzag_csv import result_from_csv, write_bars_csv
 from prune.core.architectures import decoder_layers, final_norm, get_path
 from prune.core.calibration import BUILTIN_TEXTS, Calibration, load_text
@@ -147,7 +147,7 @@ def no_model_loading(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise AssertionError("the dry run loaded a model")
 
-    monkeypatch.setattr(Backend, "load", refuse)
+    monkeypatch.setattr(Models, "load", refuse)
 
 
 def test_dry_run_prints_the_authors_cuts_without_loading_the_model(capsys, no_model_loading):

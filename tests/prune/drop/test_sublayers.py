@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from transformers.cache_utils import DummyLayer
 import prune
 from evaluation.exports import folder as exports
 from evaluation.measure import memory, speed
-from evaluation.core.models import describe
+from evaluation.core.pool import describe
 from prune.core.architectures import architecture_of, decoder_layers, get_path
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.hidden import residual_streams
@@ -299,8 +298,8 @@ def test_lowest_picks_the_n_smallest_anywhere():
 
 
 def test_best_n_attention_blocks_fill_the_edited_slot(page):
-    from conftest import handlers_on
-    from evaluation.core.models import ModelSpec
+    from conftest import handlers_on, stand_in_backend
+    from evaluation.core.pool import ModelSpec
     from ui import palette, plots
     from ui.session import Session
     from ui.slot_text import banner_markdown, slot_holds
@@ -311,7 +310,7 @@ def test_best_n_attention_blocks_fill_the_edited_slot(page):
     result = ImportanceResult("sublayer", np.ones((6, 6)), "1 − cos", layer_scores=np.ones(6), sublayer_scores=scores)
     session = Session(spec=ModelSpec("tiny"), info=describe(model, "tiny"), result=result, origin="test")
     view = page.view
-    shown = handlers_on(page, SimpleNamespace(default_calibration=None)).cut.best_block(session, 2, "paper",
+    shown = handlers_on(page, stand_in_backend(default_calibration=None)).cut.best_block(session, 2, "paper",
                                                                                         "attention")
     slider, banner, bars, session = shown[view.layer_range], shown[view.banner], shown[view.bars], shown[view.session]
     recipe = session.cut()
@@ -350,25 +349,25 @@ def test_a_drop_is_a_compared_column_everywhere(tiny_folder, data_dir):
     """Analysis, generation, speed, memory (smaller KV cache), perplexity and benchmarks through the backend."""
     from evaluation.quality import lm_eval_adapter
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     backend, spec = Backend(device="cpu"), ModelSpec(tiny_folder)
-    backend.load(spec)
-    result = backend.analyze(spec, "sublayer", calibration=prune.Calibration(n_samples=4, seq_len=32))
+    backend.models.load(spec)
+    result = backend.analysis.score(spec, "sublayer", calibration=prune.Calibration(n_samples=4, seq_len=32))
     variants = {"A": Recipe.drop(4, attention=result.best_sublayers(ATTENTION, 2)),
                 "B": Recipe.drop(4, mlp=result.best_sublayers(MLP, 1))}
-    *_, final = backend.generate(spec, variants, "The", max_new_tokens=6)
+    *_, final = backend.measure.generate(spec, variants, "The", max_new_tokens=6)
     assert set(final) == {"original", "A", "B"} and all(side["done"] for side in final.values())
-    found = backend.speed(spec, variants, batch_sizes=(1,), prompt_len=8, new_tokens=(3,), repeats=1)
+    found = backend.measure.speed(spec, variants, batch_sizes=(1,), prompt_len=8, new_tokens=(3,), repeats=1)
     assert {m.model for m in found} == {"original", "A", "B"}
-    sizes = {(m.model, m.name.split(" (")[0]): m.value for m in backend.memory(spec, variants, new_tokens=4)}
+    sizes = {(m.model, m.name.split(" (")[0]): m.value for m in backend.measure.memory(spec, variants, new_tokens=4)}
     kv = "KV cache after generating"
     assert sizes[("A", kv)] == pytest.approx(sizes[("original", kv)] / 2)
     assert sizes[("B", kv)] == sizes[("original", kv)]
-    ppl = backend.perplexity(spec, variants, seq_lens=(32,), bos=(False,), max_windows=2, use_cache=False)
+    ppl = backend.measure.perplexity(spec, variants, seq_lens=(32,), bos=(False,), max_windows=2, use_cache=False)
     assert {m.model for m in ppl} == {"original", "A", "B"}
     request = lm_eval_adapter.check_request(["arc_easy"], limit=2, data_dir=data_dir)
-    bench = backend.benchmarks(spec, variants, request, batch_size=2, use_cache=False)
+    bench = backend.measure.benchmarks(spec, variants, request, batch_size=2, use_cache=False)
     assert {m.model for m in bench} == {"original", "A", "B"}
 
 

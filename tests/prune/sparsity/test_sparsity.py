@@ -255,15 +255,16 @@ def test_the_model_card_says_the_zeros_are_stored_densely(tiny_tokenizer):
 
 def test_the_backend_builds_a_sparse_column_with_the_base_tokenizer_and_says_zeros_save_nothing(tiny_folder):
     from evaluation.serving.backend import Backend
-    from evaluation.core.models import ModelSpec
+    from evaluation.core.pool import ModelSpec
 
     backend, spec = Backend(data_dir="", device="cpu"), ModelSpec(tiny_folder)
     messages = []
-    found = backend.memory(spec, {"sparse": Recipe((Sparsify.of("wanda", 0.5, calibration=CAL),))}, new_tokens=2,
+    found = backend.measure.memory(spec, {"sparse": Recipe((Sparsify.of("wanda", 0.5, calibration=CAL),))},
+                                   new_tokens=2,
                            progress=lambda fraction, message: messages.append(message))
     assert any(m.startswith("Building sparse: wanda: layer 4 of 4") for m in messages)
     memory = {(m.model, m.name): m for m in found if m.name == "weight memory"}
     original, sparse = memory[("original", "weight memory")], memory[("sparse", "weight memory")]
     assert sparse.value == original.value and original.details["note"] is None
     assert sparse.details["zero_fraction_of_layer_matrices"] == 0.5 and "no memory saving" in sparse.details["note"]
-    assert backend.variants.used_bytes == sparse_copy_bytes(backend.model(spec))
+    assert backend.models.variants.used_bytes == sparse_copy_bytes(backend.models.model(spec))

@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 import prune
 from evaluation.exports import texts as export_texts
-from evaluation.core.models import describe
+from evaluation.core.pool import describe
 from evaluation.serving.variants import estimated_bytes, own_bytes
 from prune.width import shrink as width
 from prune.core.architectures import decoder_layers

@@ -1,8 +1,9 @@
 """The frontier as a visitor's job: every family at each size, measured, and the best model under a target.
 
-A part of :class:`~evaluation.serving.backend.Backend` (a mixin: it uses the backend's pool, analyses, jobs and
-results store). The plan (the analyses' candidates) and every point are cached, so a rerun does no model work
-and a stopped run resumes from the points it finished (see :mod:`evaluation.frontier`).
+A part of :class:`~evaluation.serving.backend.Backend`; its run returns an iterator of results (the last is complete;
+:func:`evaluation.core.jobs.final` takes it), checking its settings before the first one. The plan (the analyses'
+candidates) and every point are cached, so a rerun does no model work and a stopped run resumes from the points it
+finished (see :mod:`evaluation.frontier`).
 """
 
 from __future__ import annotations
@@ -21,46 +22,46 @@ from evaluation.frontier.result import FrontierResult
 from evaluation.frontier.run import points_so_far
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.core.jobs import Progress
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.core.store import ResultStore
 from evaluation.core.settings import BATCH_SIZE, PERPLEXITY
+from evaluation.serving.analysis import Analysis
+from evaluation.serving.models import Models
 
 
-class Frontiers:
-    """The frontier and its target as a visitor's jobs."""
+class Frontier:
+    """The frontier and its target as a visitor's job."""
 
-    def frontier(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, **settings) -> FrontierResult:
-        """Every family's point at each size (:meth:`frontiering`'s last result)."""
-        *_, result = self.frontiering(spec, request, **settings)
-        return result
+    def __init__(self, models: Models, analysis: Analysis):
+        self.models, self.analysis = models, analysis
 
-    def frontiering(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *, axis: str = DEFAULT_AXIS,
-                    sizes: Iterable[float] = DEFAULT_SIZES, target: Target | None = None,
-                    method: str = DEFAULT_METHOD, calibration: Calibration | None = None,
-                    ppl_seq_len: int = PERPLEXITY.seq_len, ppl_windows: int = PERPLEXITY.windows,
-                    batch_size: int = BATCH_SIZE, use_cache: bool = True, progress: Progress | None = None,
-                    owner: str | None = None) -> Iterator[FrontierResult]:
-        """The frontier as it goes: the result after the original and after each candidate; the last is complete.
+    def run(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *, axis: str = DEFAULT_AXIS,
+            sizes: Iterable[float] = DEFAULT_SIZES, target: Target | None = None, method: str = DEFAULT_METHOD,
+            calibration: Calibration | None = None, ppl_seq_len: int = PERPLEXITY.seq_len,
+            ppl_windows: int = PERPLEXITY.windows, batch_size: int = BATCH_SIZE, use_cache: bool = True,
+            progress: Progress | None = None, owner: str | None = None) -> Iterator[FrontierResult]:
+        """Every family's point at each size, as it goes: the result after the original and after each candidate; the
+        last is complete.
 
         With ``target`` the axis is the target's and its size joins ``sizes``, so each family is planned to
         reach it. The depth candidates come from ``method``'s analysis, the drops from the sub-layer analysis,
         both on ``calibration`` (None: the backend's default), as Wanda, width and low-rank calibrate.
         """
-        calibration = calibration or self.default_calibration
-        self.load(spec, progress=progress, owner=owner)
+        calibration = calibration or self.models.default_calibration
+        self.models.load(spec, progress=progress, owner=owner)
         if target is not None:
             axis, sizes = target.axis, (*sizes, *self._target_size(spec, target))
         plan = planning.check_plan(axis, sizes, method, calibration, ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows)
-        rows = perplexity.wikitext2_rows(self.data_dir)
+        rows = perplexity.wikitext2_rows(self.models.data_dir)
         store = ResultStore(enabled=use_cache)
-        found, why = self._frontier_candidates(spec, plan, store, progress, owner)
+        found, why = self._candidates(spec, plan, store, progress, owner)
 
         def run():
-            with self.jobs.run("the frontier", progress, owner=owner) as job:
-                base = self._base(spec, job)
+            with self.models.jobs.run("the frontier", progress, owner=owner) as job:
+                base = self.models.base(spec, job)
                 yield from points_so_far(base.model, base.tokenizer, request, plan, found, why, wikitext_rows=rows,
                                          batch_size=batch_size, store=store,
-                                         identify=lambda recipe: self._key(base, recipe), job=job)
+                                         identify=lambda recipe: self.models.key(base, recipe), job=job)
 
         return run()
 
@@ -69,22 +70,22 @@ class Frontiers:
         if target.of_original:
             fraction = target.value
         elif target.axis == "bytes":
-            fraction = target.value / weight_bytes(self._base(spec).model)
+            fraction = target.value / weight_bytes(self.models.base(spec).model)
         else:  # the decode rate timed when the model loaded
-            fraction = target.value / (1000 * self.rates(spec).decode_s_per_token)
+            fraction = target.value / (1000 * self.models.rates(spec).decode_s_per_token)
         return (round(fraction, 3),) if 0.05 <= fraction < 1 else ()
 
-    def _frontier_candidates(self, spec: ModelSpec, plan: FrontierPlan, store: ResultStore,
-                             progress: Progress | None, owner: str | None) -> tuple[list[Candidate], dict]:
+    def _candidates(self, spec: ModelSpec, plan: FrontierPlan, store: ResultStore, progress: Progress | None,
+                    owner: str | None) -> tuple[list[Candidate], dict]:
         """The plan's candidates, from the results cache, else from the two analyses (each its own job)."""
-        base = self._base(spec)
-        key = {"kind": "frontier_plan", **self._key(base, Recipe()), "axis": plan.axis, "sizes": list(plan.sizes),
+        base = self.models.base(spec)
+        key = {"kind": "frontier_plan", **self.models.key(base, Recipe()), "axis": plan.axis, "sizes": list(plan.sizes),
                "method": plan.method, "calibration": digest(plan.calibration.key())}
         cached = store.get(key)
         if cached is None:
-            depth = self.analyze(spec, plan.method, calibration=plan.calibration, progress=progress, owner=owner)
+            depth = self.analysis.score(spec, plan.method, calibration=plan.calibration, progress=progress, owner=owner)
             blocks = depth if plan.method == DROP_METHOD else \
-                self.analyze(spec, DROP_METHOD, calibration=plan.calibration, progress=progress, owner=owner)
+                self.analysis.score(spec, DROP_METHOD, calibration=plan.calibration, progress=progress, owner=owner)
             found, why = planning.candidates(base.model, plan, depth, blocks)
             cached = {"candidates": [{"families": list(c.families), "size": c.size, "recipe": c.recipe.to_json()}
                                      for c in found],

@@ -29,8 +29,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradio.utils import get_upload_folder
-
 from evaluation.exports import folder as exports
 from evaluation.measure.memory import folder_bytes
 from prune.core.paths import cache_root
@@ -56,9 +54,9 @@ class Downloads:
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False, compare=False)
 
     @classmethod
-    def for_server(cls, shared: bool, **budgets) -> Downloads:
-        """This process's exports; a shared server starts from an empty folder and removes it at exit."""
-        gradio_cache = Path(get_upload_folder())
+    def for_server(cls, shared: bool, gradio_cache: Path, **budgets) -> Downloads:
+        """This process's exports beside Gradio's cache; a shared server starts from an empty folder and removes it
+        at exit."""
         if not shared:
             root = cache_root() / "exports"
             exports.remove_leftovers(root)  # a killed export's staging folders

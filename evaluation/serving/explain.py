@@ -1,7 +1,7 @@
 """Explaining a cut as a visitor's jobs: the feedback beside the range, divergence, the logit lens.
 
-A part of :class:`~evaluation.serving.backend.Backend` (a mixin: it uses the backend's pool, variants, jobs
-and results store).
+A part of :class:`~evaluation.serving.backend.Backend`; it keeps the original's residual stream for the feedback
+(:class:`evaluation.explain.cut.Explainer`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,20 @@ from evaluation.explain import cut as explain, logit_lens
 from evaluation.measure import generation
 from evaluation.explain.cut import CutFeedback, DivergenceReport
 from evaluation.core.jobs import building, Progress
-from evaluation.core.models import ModelSpec
+from evaluation.core.pool import ModelSpec
 from evaluation.core.store import ResultStore
+from evaluation.serving.models import Models, Variants
 
 
-Variants = Mapping[str, Recipe]  # label → recipe, in column order
 FEEDBACK_NEEDS = "The cut's next-token feedback (agreement, KL, perplexity)"
 
 
-class Explaining:
+class Explain:
     """Explaining a cut as a visitor's jobs."""
+
+    def __init__(self, models: Models):
+        self.models = models
+        self.explainer = explain.Explainer()
 
     def cut_feedback(self, spec: ModelSpec, recipe: Recipe, *, calibration: Calibration | None = None,
                      windows: int = explain.FEEDBACK_WINDOWS, seq_len: int = explain.FEEDBACK_SEQ_LEN,
@@ -42,26 +46,27 @@ class Explaining:
         raises ``Cancelled``), as does the owner's Stop; results are cached.
         """
         superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
-        self.load(spec, progress=progress, owner=owner)
-        base = self._base(spec)
+        self.models.load(spec, progress=progress, owner=owner)
+        base = self.models.base(spec)
         check_causal(base.model, FEEDBACK_NEEDS)
-        cal = explain.feedback_slice(calibration or self.default_calibration, windows, seq_len)
+        cal = explain.feedback_slice(calibration or self.models.default_calibration, windows, seq_len)
         store = ResultStore(enabled=use_cache)
-        key = {"kind": "cut_feedback", **self._key(base, recipe), "slice": cal.key()}
+        key = {"kind": "cut_feedback", **self.models.key(base, recipe), "slice": cal.key()}
         if (cached := store.get(key)) is not None:
             return replace(CutFeedback.from_json(cached), seconds=0.0, cached=True)
         # a base parked off the device comes back under the device lock, as for any other job
         resumes = (explain.resume_layer(recipe, base.info.num_layers) is not None
-                   and not self.residency.waiting(base.model))
-        with self.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
+                   and not self.models.residency.waiting(base.model))
+        with self.models.jobs.run("the cut feedback", progress, owner=owner, hold=not resumes) as job:
             def check():
                 job.check()
                 superseded()
 
             if not resumes:
-                self._base(spec, job)
-            variant = None if resumes else self.variants.get(base, recipe, building(job, recipe.short()))
-            with self.residency.steady():  # its private copy is taken beside the device lock: nothing moves meanwhile
+                self.models.base(spec, job)
+            variant = None if resumes else self.models.variants.get(base, recipe, building(job, recipe.short()))
+            # its private copy is taken beside the device lock: nothing moves meanwhile
+            with self.models.residency.steady():
                 found = self.explainer.feedback(base.fingerprint, base.model, base.tokenizer, cal, recipe, variant,
                                                 check)
         store.put(key, found.to_json())
@@ -77,10 +82,10 @@ class Explaining:
         without them is answered greedily here.
         """
         settings = generation.check_settings(max_new_tokens=max_new_tokens, temperature=0.0, top_p=1.0, seed=0)
-        with self.jobs.run("the divergence", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants, job)
+        with self.models.jobs.run("the divergence", progress, owner=owner) as job:
+            base, sides = self.models.sides(spec, variants, job)
             check_causal(base.model, "The divergence")
-            self._ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
+            self.models.ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
             job.update(0.0, "Answering greedily and comparing token by token…")
             return explain.divergence(sides, base.tokenizer, prompt, max_new_tokens=settings["max_new_tokens"],
                                       answers=answers, check=job.check)
@@ -88,10 +93,10 @@ class Explaining:
     def logit_lens(self, spec: ModelSpec, variants: Variants, prompt: str, *, last: int | None = 24,
                    progress: Progress | None = None, owner: str | None = None) -> dict[str, logit_lens.LogitLens]:
         """The logit lens of the original and of each compressed model on the prompt's ``last`` positions."""
-        with self.jobs.run("the logit lens", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants, job)
+        with self.models.jobs.run("the logit lens", progress, owner=owner) as job:
+            base, sides = self.models.sides(spec, variants, job)
             check_causal(base.model, "The logit lens")
-            self._ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
+            self.models.ready(base, sides, job)  # if they do not fit together, each reads its weights for its pass
             job.update(0.0, "Reading every layer's residual stream…")
             return dict(logit_lens.lenses(sides, base.tokenizer, prompt, base.info.num_layers, last=last,
                                           check=job.check))

@@ -1,16 +1,14 @@
 """MT-Bench as a visitor's job: every compared model answers, a judge grades each answer and compares each
 compressed model with the original in both orders (:mod:`evaluation.quality.mt_bench`).
 
-A part of :class:`~evaluation.serving.backend.Backend` (a mixin: it uses the backend's pool, variants, jobs and
-results store). Answers are cached per compared model (its recipe), turn and question; judgments per judge (its
-identity, never an endpoint's key), prompt and the filled prompt's text, so a second run generates and judges
-nothing it has done before.
+A part of :class:`~evaluation.serving.backend.Backend`. Answers are cached per compared model (its recipe), turn
+and question; judgments per judge (its identity, never an endpoint's key), prompt and the filled prompt's text, so
+a second run generates and judges nothing it has done before.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prune.core.architectures import check_causal
@@ -23,12 +21,12 @@ from evaluation.measure.measurement import ORIGINAL
 from evaluation.quality import chat, judge as judges, mt_bench
 from evaluation.quality.judge import JudgeChoice
 from evaluation.core.jobs import Job, Progress
-from evaluation.core.models import Loaded, ModelSpec
+from evaluation.core.pool import Loaded, ModelSpec
 from evaluation.core.store import ResultStore
+from evaluation.serving.models import Models, Variants
 from evaluation.serving.variants import Side
 from evaluation.core.settings import MT_BENCH
 
-Variants = Mapping[str, Recipe]  # label → recipe, in column order
 MAX_TOKENS = 32_768  # past any cap a chat model takes
 
 
@@ -106,23 +104,26 @@ class MtBenchRun:
                 "games": [vars(g) | {"outcome": g.outcome} for g in self.games]}
 
 
-class Judging:
+class MtBench:
     """MT-Bench as a visitor's job."""
 
-    def mt_bench(self, spec: ModelSpec, variants: Variants, request: MtBenchRequest, *, use_cache: bool = True,
+    def __init__(self, models: Models):
+        self.models = models
+
+    def run(self, spec: ModelSpec, variants: Variants, request: MtBenchRequest, *, use_cache: bool = True,
                  progress: Progress | None = None, owner: str | None = None) -> MtBenchRun:
         """Every compared model answers ``request``'s questions turn by turn (greedy, through the chat template);
         the judge grades each answer and, for each compressed model, each game against the original twice."""
         store = ResultStore(enabled=use_cache)
-        with self.jobs.run("MT-Bench", progress, owner=owner) as job:
-            base, sides = self._sides(spec, variants, job)
+        with self.models.jobs.run("MT-Bench", progress, owner=owner) as job:
+            base, sides = self.models.sides(spec, variants, job)
             check_causal(base.model, "MT-Bench")
             chat.chat_ids(base.tokenizer, [{"role": "user", "content": "?"}])  # a chat template, or one line now
             run = MtBenchRun(request, {})
             steps = len(request.questions) * request.turns * (2 * len(sides) + 2 * (len(sides) - 1))
             tick = _ticker(job, steps)
             for side in sides:
-                self._ready(base, [side], job)
+                self.models.ready(base, [side], job)
                 run.answers[side.label] = self._answers(base, side, request, store, run, job, tick)
             judge = self._judge(spec, base, request, job)
             for item in _judgments(request, sides, run.answers):
@@ -142,7 +143,7 @@ class Judging:
         for question in request.questions:
             answers: list[str] = []
             for turn in range(1, request.turns + 1):
-                key = {"kind": "mt_bench_answer", **self._key(base, side.recipe), "question": question.id,
+                key = {"kind": "mt_bench_answer", **self.models.key(base, side.recipe), "question": question.id,
                        "turns": digest(question.turns[:turn]), "max_new_tokens": request.answer_tokens}
                 if (cached := store.get(key)) is None:
                     started = time.perf_counter()
@@ -163,11 +164,11 @@ class Judging:
         choice = request.judge
         if choice.url is not None:
             return judges.HttpJudge(choice.url, choice.remote_model)
-        loaded = base if choice.model is None else self._base(ModelSpec(choice.model, token=spec.token), job)
-        self._ready(loaded, [Side(ORIGINAL, Recipe(), loaded.model)], job)
+        loaded = base if choice.model is None else self.models.base(ModelSpec(choice.model, token=spec.token), job)
+        self.models.ready(loaded, [Side(ORIGINAL, Recipe(), loaded.model)], job)
         check_causal(loaded.model, "An MT-Bench judge")
-        return judges.LocalJudge(loaded.model, loaded.tokenizer, self._key(loaded, Recipe()), request.judge_tokens,
-                                 job.check)
+        return judges.LocalJudge(loaded.model, loaded.tokenizer, self.models.key(loaded, Recipe()),
+                                 request.judge_tokens, job.check)
 
     @staticmethod
     def _judged(store: ResultStore, judge, prompt: mt_bench.Prompt, run: MtBenchRun, tick) -> str:
