@@ -34,7 +34,7 @@ def serve(port: int, model_root: str) -> None:
     import prune.core.loading
     from ui.inputs import Policy
 
-    prune.core.loading._hub_reachable = lambda timeout_s=3.0: True
+    prune.core.loading.hub_reachable = lambda timeout_s=3.0: True
     os.environ["HF_HUB_OFFLINE"] = "0"  # read at call time by the hub calibration's own check
 
     demo = app.build_demo(policy=Policy(shared=True, model_root=Path(model_root).resolve()))

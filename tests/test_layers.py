@@ -14,6 +14,8 @@ from conftest import REPO
 
 PACKAGES = ("prune", "evaluation", "ui")
 IMPORTANCE = ("prune.depth.methods", "prune.depth.result")  # the depth family's registry, which drop scores on
+FACE = "evaluation.serving"  # the backend's public face (its package's __init__): all the page takes from evaluation/
+COMMAND = ("ui.command", "evaluation.cli")  # the installed `layercut` command hands `layercut bench` to the CLI
 # evaluation's floors, bottom first: a floor imports only its own and lower ones (the CLI sits on the backend)
 FLOORS = (("evaluation.core",), ("evaluation.measure",), ("evaluation.quality",),
           ("evaluation.explain", "evaluation.exports", "evaluation.sweeps"), ("evaluation.frontier",),
@@ -125,3 +127,28 @@ def test_a_family_imports_the_core_and_only_the_depth_familys_importance_registr
 def test_evaluation_imports_no_page_and_the_page_not_the_app():
     assert [(a, b) for a, b in imports() if a.startswith("evaluation") and b.split(".")[0] in ("ui", "app")] == []
     assert [(a, b) for a, b in imports() if a.startswith("ui") and b.split(".")[0] == "app"] == []
+
+
+def test_the_page_takes_from_evaluation_only_the_backends_public_face():
+    reaching = [(a, b) for a, b in imports() if a.split(".")[0] in ("ui", "app") and b.startswith("evaluation")
+                and b != FACE and (a, b) != COMMAND]
+    assert reaching == []
+
+
+def test_nothing_below_the_page_imports_the_face():
+    assert [(a, b) for a, b in imports() if b == FACE and a.split(".")[0] not in ("ui", "app")] == []
+
+
+def test_the_face_exports_each_name_it_imports_and_nothing_it_does_not():
+    import evaluation.serving as face
+
+    tree = ast.parse(modules()[FACE])
+    imported = {a.asname or a.name for node in tree.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert sorted(face.__all__) == sorted(imported) and len(set(face.__all__)) == len(face.__all__)
+
+
+def test_the_page_imports_no_private_name():
+    private = [(module, a.name) for module, source in modules().items() if module.split(".")[0] in ("ui", "app")
+               for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
+               for a in node.names if a.name.startswith("_")]
+    assert private == []

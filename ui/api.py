@@ -7,8 +7,7 @@ No ``from __future__ import annotations`` here: Gradio reads the endpoints' type
 import gradio as gr
 
 import prune
-from evaluation.measure.measurement import ORIGINAL, Measurement
-from evaluation.quality import lm_eval_adapter
+from evaluation.serving import check_request, Measurement, ORIGINAL, TASKS
 from prune.core.errors import InvalidInput, ModelNotFound
 from prune.core.recipe import Recipe
 
@@ -66,9 +65,9 @@ class Api:
             {{metric: {{"value", "unit", "spread", "spread_kind", "higher_is_better"}}}}}}}}}}
         """
         backend, policy = self.context.backend, self.context.policy
-        task_request = lm_eval_adapter.check_request(inputs.task_names(tasks),
-                                                     limit=policy.limit(limit, "Questions per task"),
-                                                     data_dir=backend.models.data_dir)
+        task_request = check_request(inputs.task_names(tasks),
+                                     limit=policy.limit(limit, "Questions per task"),
+                                     data_dir=backend.models.data_dir)
         spec, info = self._load(model, request)
         given = {slot: inputs.recipe(text, f"Recipe {slot}", info.num_layers, policy,
                                      self.context.default_calibration)
@@ -94,7 +93,7 @@ class Api:
 
 # The choices each docstring names (Gradio reads them as the endpoints' documentation and MCP tools' descriptions)
 Api.analyze_model.__doc__ = Api.analyze_model.__doc__.format(methods=", ".join(prune.METHODS))
-Api.compare_models.__doc__ = Api.compare_models.__doc__.format(tasks=", ".join(lm_eval_adapter.TASKS))
+Api.compare_models.__doc__ = Api.compare_models.__doc__.format(tasks=", ".join(TASKS))
 
 
 def _depth_method(name) -> str:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from evaluation.frontier.plan import AXES, FAMILIES
-from evaluation.frontier.result import MIB, FrontierResult, Point, gains
+from evaluation.serving import AXES, FAMILIES, FrontierPoint, FrontierResult, gains, MIB
 from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
 from ui.plots import FONT, styled
 
@@ -19,7 +18,7 @@ _LOOKS = dict(zip(FAMILIES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-op
                              (OKABE_ITO[5], "star-triangle-up"), (BLACK, "hexagon"), (GREY, "hexagon-open")]))
 
 
-def _x(result: FrontierResult, point: Point) -> float:
+def _x(result: FrontierResult, point: FrontierPoint) -> float:
     """The point on the figure's x axis: % of the parameters, MiB or ms per token."""
     value = point.value(result.axis)
     return {"params": 100 * value / result.dense.params, "bytes": value / MIB}.get(result.axis, value)
@@ -73,7 +72,7 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
     return styled(fig, title=dict(text=title), margin=dict(t=100))
 
 
-def _floor_line(fig: go.Figure, point: Point, group: str) -> None:
+def _floor_line(fig: go.Figure, point: FrontierPoint, group: str) -> None:
     """``point``'s memory-bandwidth floor (hollow, grey) joined to its measured decode, where it has one."""
     if point.floor_ms is not None:
         fig.add_trace(go.Scatter(x=[point.floor_ms, point.ms], y=[point.perplexity] * 2, mode="lines+markers",

@@ -17,14 +17,11 @@ from pathlib import Path
 import gradio as gr
 from gradio.utils import get_upload_folder
 
-from evaluation.measure.measurement import Measurement
-from evaluation.serving.hub import HubCheck
-from evaluation.core.pool import ModelSpec
+from evaluation.serving import Downloads, HubCheck, Measurement, ModelSpec
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.core.loading import in_local_cache, is_default
 from prune.core.surgery import largest_cut
 
-from evaluation.serving.downloads import Downloads
 from ui import inputs, text
 from ui.session import Session
 

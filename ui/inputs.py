@@ -15,11 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import prune
-from evaluation.exports.comparison_file import MAX_BYTES as COMPARISON_BYTES, Comparison
-from evaluation.quality import judge as judges
-from evaluation.quality.judge import JudgeChoice
-from evaluation.core.settings import MT_BENCH
-from evaluation.core.pool import ModelSpec
+from evaluation.serving import (choose_judge, Comparison, COMPARISON_BYTES, DEFAULT_JUDGE, JudgeChoice, ModelSpec,
+                                MT_BENCH)
 from prune.core.calibration import BOS_CHOICES, SOURCES, hub_dataset
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, ModelNotFound, quoted
 from prune.core.loading import is_default
@@ -155,7 +152,7 @@ def shared_not_found(name: str) -> ModelNotFound:
     """
     from prune.core import loading
 
-    if not loading._hub_reachable():
+    if not loading.hub_reachable():
         return ModelNotFound(f"{quoted(name)} is not a model this server can load: the Hugging Face Hub cannot be "
                              "reached from this server (offline), so it loads only the embedded model and the "
                              "models it already holds.")
@@ -218,10 +215,10 @@ def _calibration(source, detail, upload, samples, seq_len, policy: Policy, defau
             raise InvalidInput(f"Calibration file {quoted(detail)} does not exist.")
         return prune.Calibration(source="file", path=str(path), n_samples=n, seq_len=length)
     if source == "hub":
-        from prune.core.loading import _hub_reachable
+        from prune.core.loading import hub_reachable
 
         hub_dataset(detail or "")  # a path or a packaged builder is refused before anything else
-        if not _hub_reachable():
+        if not hub_reachable():
             raise InvalidInput("The Hugging Face Hub cannot be reached (offline?): calibrate on the default or "
                                "built-in text, or upload a file.")
         return prune.Calibration(source="hub", dataset=detail, n_samples=n, seq_len=length)
@@ -281,10 +278,10 @@ def judge(text, remote_model, policy: Policy) -> JudgeChoice:
     if not all(value is None or isinstance(value, str) for value in (text, remote_model)):
         raise InvalidInput("The judge is named by text: a model, an endpoint's URL, or nothing (the original).")
     text = (text or "").strip()
-    if text and "://" not in text and text != judges.DEFAULT:
+    if text and "://" not in text and text != DEFAULT_JUDGE:
         text = model_spec(text, None, False, None, policy).name  # the checks a visitor's model passes
-    return judges.choose(text, remote_model=(remote_model or "").strip() or MT_BENCH.remote_model,
-                         shared=policy.shared)
+    return choose_judge(text, remote_model=(remote_model or "").strip() or MT_BENCH.remote_model,
+                        shared=policy.shared)
 
 
 def without_folder(message: str, folder: Path | None) -> str:

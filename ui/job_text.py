@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from evaluation.measure.measurement import comparison_rows, noise_band, noise_words
-from evaluation.quality.lm_eval_adapter import PERCENT_METRICS
+from evaluation.serving import comparison_rows, noise_band, noise_words, PERCENT_METRICS
 
 ESTIMATE = "Estimate: "  # how an estimate line begins
 NO_ESTIMATE = ""  # before a model is loaded, or while a setting is not a valid value

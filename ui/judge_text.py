@@ -3,10 +3,7 @@ answers and verdicts (each verdict the judge's own text, "unparsable" said where
 
 from __future__ import annotations
 
-from evaluation.measure.measurement import ORIGINAL
-from evaluation.quality import mt_bench
-from evaluation.quality.judge import SELF_JUDGED
-from evaluation.core.settings import MT_BENCH
+from evaluation.serving import LOSS, MT_BENCH, MT_BENCH_COLUMNS, ORIGINAL, OVERALL, parse_winner, SELF_JUDGED, TIE, WIN
 
 MT_BENCH_HELP = (
     "FastChat's MT-Bench: each compared model answers the questions greedily through its chat template, then a judge "
@@ -21,7 +18,7 @@ SELF_JUDGED_PLACEHOLDER = SELF_JUDGED
 SELF_JUDGED_NOTE = ("**Self-judged**: the original grades its own answers and the compressed models'. A small model's "
                     "verdicts are mostly unparsable and mean little: judge with a strong model or an endpoint before "
                     "reading anything into the scores.")
-MT_BENCH_HEADERS = ("group", "model", *mt_bench.COLUMNS)
+MT_BENCH_HEADERS = ("group", "model", *MT_BENCH_COLUMNS)
 WINNERS = {"A": "A", "B": "B", "tie": "tie", None: "unparsable"}
 RULE = "\n\n" + "─" * 24 + "\n\n"
 
@@ -41,10 +38,10 @@ def mt_bench_summary(run) -> str:
         lines.append(SELF_JUDGED_NOTE)
     counts = []
     for label, groups in tally.items():
-        overall = groups[mt_bench.OVERALL]
+        overall = groups[OVERALL]
         part = f"{label} {overall['unparsable_scores']} of {overall['scored'] + overall['unparsable_scores']} ratings"
         if label != ORIGINAL:
-            games = sum(overall[o] for o in (mt_bench.WIN, mt_bench.TIE, mt_bench.LOSS)) + overall["unparsable_games"]
+            games = sum(overall[o] for o in (WIN, TIE, LOSS)) + overall["unparsable_games"]
             part += f", {overall['unparsable_games']} of {games} games"
         counts.append(part)
     lines.append(f"Unparsable (left out of the scores and win rates): {'; '.join(counts)}.")
@@ -79,7 +76,7 @@ def mt_bench_verdicts(run, label: str, question: int) -> str:
         rating = "unparsable (no [[rating]] in the verdict)" if graded.score is None else f"rating {graded.score:g}"
         parts.append(f"Turn {graded.turn}: {rating}\n{graded.judgment}")
     for game in (g for g in run.games if g.model == label and g.question == question):
-        first, second = (WINNERS[mt_bench.parse_winner(t)] for t in (game.first, game.second))
+        first, second = (WINNERS[parse_winner(t)] for t in (game.first, game.second))
         outcome = game.outcome or "unparsable"
         parts.append(f"Turn {game.turn} against the original: {outcome} ({label}'s answer as A → {first}; the "
                      f"original's as A → {second})\n{label}'s answer as A:\n{game.first}\n\nThe original's answer as "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from evaluation.core.pool import ModelSpec
+from evaluation.serving import ModelSpec
 from prune.core.paths import cache_root
 from ui.inputs import MAX_TEXT_BYTES, Policy
 from ui.page import build_page, first_screen

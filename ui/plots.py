@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from evaluation.measure.measurement import comparison_rows, decimals
+from evaluation.serving import comparison_rows, decimals
 from ui.palette import (COLORSCALE, IDEAL, IN_CUT, IN_CUT_PATTERN, KEPT, MEASURED, MODEL_COLORS, PROTECTED, SERIES,
                         ink, model_colors, series_looks)
 

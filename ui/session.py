@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import prune
-from evaluation.measure.measurement import Measurement
-from evaluation.core.pool import ModelInfo, ModelSpec
+from evaluation.serving import Measurement, ModelInfo, ModelSpec
 from prune.core.recipe import Recipe
 
 SLOTS = ("A", "B")  # the compressed models compared with the original, in column order

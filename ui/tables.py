@@ -9,8 +9,7 @@ import math
 import gradio as gr
 import pandas as pd
 
-from evaluation.measure.measurement import ORIGINAL, to_dataframe
-from evaluation.quality import mt_bench
+from evaluation.serving import mt_bench_cells, ORIGINAL, to_dataframe
 from ui import judge_text, text
 
 WRAPPED_CHARS = 22  # a longer cell (a metric's name) wraps at its spaces instead of widening its column
@@ -61,6 +60,6 @@ def mt_bench_table(tally: dict[str, dict[str, dict]], titles: dict[str, str]) ->
         for label, found in tally.items():
             if (t := found.get(group)) is None:
                 continue
-            rows.append([group, titles.get(label, label), *mt_bench.cells(t, games=label != ORIGINAL)])
+            rows.append([group, titles.get(label, label), *mt_bench_cells(t, games=label != ORIGINAL)])
     table = pd.DataFrame(rows, columns=list(judge_text.MT_BENCH_HEADERS))
     return gr.update(value=table, column_widths=column_widths(table))

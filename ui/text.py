@@ -5,9 +5,7 @@ from __future__ import annotations
 import html
 import math
 
-from evaluation.frontier.result import FASTER
-from evaluation.quality.cloze import CLOZE_TASKS
-from evaluation.quality.lm_eval_adapter import TASKS
+from evaluation.serving import CLOZE_TASKS, FASTER, TASKS
 from prune import DEFAULT_MODEL
 from prune.core.architectures import CAUSAL, KIND_WORDS, MASKED, SEQ2SEQ
 

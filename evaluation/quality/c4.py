@@ -45,9 +45,9 @@ def shard(data_dir: Path | None) -> Path:
     """The validation shard: the data folder's copy, else the Hub's (downloaded once into its cache)."""
     if data_dir is not None and (Path(data_dir) / LOCAL).is_file():
         return Path(data_dir) / LOCAL
-    from prune.core.loading import _hub_reachable
+    from prune.core.loading import hub_reachable
 
-    if os.environ.get("HF_DATASETS_OFFLINE") == "1" or not _hub_reachable():  # at once, no retries
+    if os.environ.get("HF_DATASETS_OFFLINE") == "1" or not hub_reachable():  # at once, no retries
         raise InvalidInput(missing(data_dir))
     from huggingface_hub import hf_hub_download
 

@@ -49,7 +49,7 @@ def _hub(kind: str) -> Callable[[], list[dict]]:
         import datasets
 
         offline = ", ".join(f"cbt_style_{k.lower()}" for k in cbt_style.KINDS)
-        if not loading._hub_reachable():  # at once, not after the datasets library's retries
+        if not loading.hub_reachable():  # at once, not after the datasets library's retries
             raise InvalidInput(f"CBT ({kind}) is on the Hugging Face hub, which cannot be reached; without a network, "
                                f"{offline} ask CBT-style questions built from the shipped book.")
         try:

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from prune.core.loading import _hub_reachable
+from prune.core.loading import hub_reachable
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 3.0  # one connection attempt; HF_HUB_OFFLINE answers at once
@@ -16,7 +16,7 @@ TIMEOUT_S = 3.0  # one connection attempt; HF_HUB_OFFLINE answers at once
 class HubCheck:
     """One question to the Hub, asked in a daemon thread when made; ``reachable`` is None until it is answered."""
 
-    def __init__(self, ask: Callable[[float], bool] = _hub_reachable, timeout_s: float = TIMEOUT_S):
+    def __init__(self, ask: Callable[[float], bool] = hub_reachable, timeout_s: float = TIMEOUT_S):
         self._answer: bool | None = None
         self._thread = threading.Thread(target=self._ask, args=(ask, timeout_s), name="layercut-hub-check",
                                         daemon=True)

@@ -126,13 +126,13 @@ def check_model(name_or_path: str | None = None, *, token: str | None = None, re
 def _source_and_config(name_or_path, hub: dict):
     found = None if is_default(name_or_path) else gguf_file(name_or_path)
     if found is not None:
-        if found.hub and not _hub_reachable():
+        if found.hub and not hub_reachable():
             hub = {**hub, "local_files_only": True}
         config = gguf_config(found, hub)
         architecture_of(config)
         return found, config, hub
     source = default_checkpoint() if is_default(name_or_path) else _resolve(name_or_path)
-    if not Path(source).is_dir() and not _hub_reachable():
+    if not Path(source).is_dir() and not hub_reachable():
         hub = {**hub, "local_files_only": True}  # use the local HF cache at once instead of ~20 s of retries
     config = _load_config(source, name_or_path, hub)
     architecture_of(config)  # fail before downloading weights we cannot cut
@@ -154,7 +154,7 @@ def in_local_cache(name: str) -> bool:
     return found("config.json") and any(found(file) for file in _WEIGHT_FILES)
 
 
-def _hub_reachable(timeout_s: float = 3.0) -> bool:
+def hub_reachable(timeout_s: float = 3.0) -> bool:
     """Whether the Hub answers at all (no network at a talk is common); HF_HUB_OFFLINE means no."""
     from urllib.parse import urlparse
 

@@ -103,7 +103,7 @@ def test_a_personal_machine_reads_files_and_says_what_is_wrong(tmp_path):
 
 
 def test_hub_calibration_offline_fails_at_once(monkeypatch):
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: False)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: False)
     with pytest.raises(InvalidInput, match="cannot be reached"):
         inputs.calibration("hub", "wikitext:wikitext-2-raw-v1:validation:text", None, 4, 8, PERSONAL, DEFAULT)
 
@@ -157,7 +157,7 @@ def test_sessions_are_independent_values():
     (False, "the Hugging Face Hub cannot be reached from this server (offline), so it loads only the embedded model")])
 def test_a_shared_server_says_the_same_for_a_missing_hub_id_and_a_local_folder(tiny_folder, monkeypatch, reachable,
                                                                                 words, page):
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: reachable)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: reachable)
     # no request for the id (on this offline machine ~20 s of retries): huggingface_hub fails it at once, as unknown
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     monkeypatch.chdir(Path(tiny_folder).parent)

@@ -72,7 +72,7 @@ def test_a_shared_server_never_runs_a_visitors_model_code(tmp_path, tiny_tokeniz
 def test_hub_calibration_takes_only_hub_dataset_ids(spec, monkeypatch):
     monkeypatch.chdir(REPO)  # where "evaluation" and "tests" are folders
     loaded = []
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: True)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: True)
     monkeypatch.setattr("datasets.load_dataset", lambda *args, **kwargs: loaded.append(args))
     for policy in (inputs.Policy(shared=True), inputs.Policy()):
         with pytest.raises(InvalidInput, match="is not a Hugging Face dataset: write hub calibration as"):
@@ -87,7 +87,7 @@ def test_hub_dataset_ids_are_split_into_their_parts(monkeypatch):
     assert hub_dataset("Salesforce/wikitext:wikitext-2-raw-v1:validation:text") == (
         "Salesforce/wikitext", "wikitext-2-raw-v1", "validation", "text")
     assert hub_dataset("imdb:train:text") == ("imdb", None, "train", "text")
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: True)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: True)
     cal = inputs.calibration("hub", "imdb:train:text", None, 4, 8, inputs.Policy(shared=True), DEFAULT)
     assert (cal.source, cal.dataset) == ("hub", "imdb:train:text")
 

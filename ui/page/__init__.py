@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.core.pool import ModelSpec
+from evaluation.serving import Backend, ModelSpec
 
 from ui import api
 from ui.handlers import Context
@@ -114,7 +114,6 @@ def build_page(backend=None, *, policy: Policy | None = None, default_model: Mod
     """The page laid out, its handlers on ``backend`` (default: a Backend on this machine's data) and its events
     wired."""
     if backend is None:
-        from evaluation.serving.backend import Backend
 
         backend = Backend()  # the data folder of prune.core.paths.default_data_dir, if any
     context = Context(backend, policy or Policy.from_env(), default_model, downloads)

@@ -11,12 +11,10 @@ from dataclasses import dataclass
 import gradio as gr
 
 import prune
-from evaluation.quality import c4, lm_eval_adapter
-from evaluation.sweeps.sparsity import format_table
+from evaluation.serving import c4_missing, c4_shard, C4_TASK, check_request, PERPLEXITY, sparsity_table, to_measurements
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from prune.core.surgery import largest_cut
-from evaluation.core.settings import PERPLEXITY
 
 from ui import inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
@@ -30,7 +28,7 @@ from ui.tables import agreement_rows, comparison_table
 from ui.session import Session
 
 WIKITEXT2 = "wikitext2"
-PPL_TEXTS = [("WikiText-2", WIKITEXT2), ("C4", c4.TASK)]
+PPL_TEXTS = [("WikiText-2", WIKITEXT2), ("C4", C4_TASK)]
 
 
 @dataclass
@@ -195,7 +193,7 @@ class BenchmarkHandlers:
         if not tasks:
             raise InvalidInput("Choose at least one benchmark task.")
         backend = self.context.backend
-        task_request = lm_eval_adapter.check_request(
+        task_request = check_request(
             list(tasks), limit=self.context.policy.limit(limit, "Questions per task"),
             num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0, maximum=25),
             data_dir=backend.models.data_dir)
@@ -212,12 +210,12 @@ class BenchmarkHandlers:
         backend, windows = self.context.backend, self.context.policy.limit(max_windows, "Windows")
         if source not in dict(PPL_TEXTS).values():
             raise InvalidInput(f"Measure perplexity on {' or '.join(name for name, _ in PPL_TEXTS)}.")
-        if source == c4.TASK:
-            c4_shard(backend.models.data_dir)
+        if source == C4_TASK:
+            c4_at_hand(backend.models.data_dir)
             entries = backend.measure.c4_results(session.spec, session.variants(), limit=windows,
                                          progress=reporter(progress), owner=owner(request))
             found = [m for label, entry in entries.items()
-                     for m in lm_eval_adapter.to_measurements({c4.TASK: entry}, model=label)]
+                     for m in to_measurements({C4_TASK: entry}, model=label)]
         else:
             found = backend.measure.perplexity(
                 session.spec, session.variants(),
@@ -236,8 +234,8 @@ class BenchmarkHandlers:
         info = need_model(session)
         backend = self.context.backend
         size = inputs.whole_number(block_size, "Block size K", minimum=1, maximum=largest_cut(info.num_layers))
-        task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
-                                                     data_dir=backend.models.data_dir)
+        task_request = check_request([task], limit=self.context.policy.limit(limit, "Questions"),
+                                     data_dir=backend.models.data_dir)
         known = {session.result.method: session.result} if session.result is not None else {}
         methods = [m for m in prune.METHODS if m not in known] if others else []
         sweep = self.tab.sweep
@@ -254,29 +252,29 @@ class BenchmarkHandlers:
         arrives (each point cached)."""
         need_model(session)
         backend = self.context.backend
-        task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
-                                                     data_dir=backend.models.data_dir)
+        task_request = check_request([task], limit=self.context.policy.limit(limit, "Questions"),
+                                     data_dir=backend.models.data_dir)
         sparsity = self.tab.sparsity
         for result in backend.sweeps.sparsity(
                 session.spec, task_request, levels=inputs.percentages(levels, "Sparsity levels"), methods=methods or [],
                 calibration=self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
                 progress=reporter(progress), owner=owner(request)):
-            yield {sparsity.plot: plots.sparsity_sweep_figure(result), sparsity.table: format_table(result)}
+            yield {sparsity.plot: plots.sparsity_sweep_figure(result), sparsity.table: sparsity_table(result)}
 
 
-def c4_shard(data_dir) -> None:
+def c4_at_hand(data_dir) -> None:
     """C4's shard is at hand (the data folder's, else the Hub's), or one line on what to put where, naming no folder
     of the server."""
     try:
-        c4.shard(data_dir)
+        c4_shard(data_dir)
     except InvalidInput:
-        raise InvalidInput(c4.missing(None)) from None
+        raise InvalidInput(c4_missing(None)) from None
 
 
 def window_for(source: str):
     """The window is WikiText-2's to choose; C4's is the papers' (2048, or the model's positions if fewer)."""
-    return gr.update(interactive=source != c4.TASK)
+    return gr.update(interactive=source != C4_TASK)
 
 
 def wire(page, handlers) -> dict:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import gradio as gr
 
-from evaluation.core.jobs import Cancelled
+from evaluation.serving import Cancelled
 from prune.core.architectures import CAUSAL
 from prune.core.errors import InvalidInput, quoted
 from prune.core.recipe import Recipe

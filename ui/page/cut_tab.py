@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.exports.gguf_out import GGUF_TYPES
+from evaluation.serving import GGUF_TYPES
 
 from prune.depth.selection import SELECTIONS
 

@@ -5,8 +5,7 @@ none (:func:`ui.page.events.asked` adds the margin and clamps). Each method take
 
 from __future__ import annotations
 
-from evaluation.measure.compiled import COMPILE_ALLOWANCE_S
-from evaluation.quality.judge import names_a_judge
+from evaluation.serving import COMPILE_ALLOWANCE_S, names_a_judge
 from ui.page.estimates import Seconds
 from ui.page.events import asked, fixed
 

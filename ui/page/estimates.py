@@ -14,14 +14,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.measure import estimate
-from evaluation.quality import c4
-from evaluation.quality.judge import names_a_judge
-from evaluation.quality.lm_eval_adapter import TASKS
-from evaluation.serving.measure import MEMORY_PROMPT_TOKENS
-from evaluation.core.settings import C4_PERPLEXITY, PERPLEXITY
-from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
-from evaluation.sweeps.sparsity import check_plan
+from evaluation.serving import (C4_PERPLEXITY, C4_TASK, check_sparsity_plan, estimate, MEMORY_PROMPT_TOKENS,
+                                names_a_judge, PERPLEXITY, SEARCH_SHARE, SEARCH_WINDOW, TASKS, WIKITEXT)
 from prune.core.architectures import CAUSAL
 from prune.core.errors import InvalidInput
 from prune.core.surgery import largest_cut
@@ -111,7 +105,7 @@ class Seconds:
     @quiet
     def perplexity(self, session, rates, seq_len, windows, source=None):
         count = self._limit(windows, "Windows")
-        if source == c4.TASK:  # the papers' windows (at most 2048 tokens: fewer where the model's positions are)
+        if source == C4_TASK:  # the papers' windows (at most 2048 tokens: fewer where the model's positions are)
             return estimate.perplexity(rates, columns(session), seq_len=C4_PERPLEXITY.seq_len,
                                        windows=count or C4_PERPLEXITY.windows)
         return estimate.perplexity(rates, columns(session),
@@ -136,7 +130,7 @@ class Seconds:
         if not methods:
             return None
         calibration = self.context.default_calibration
-        plan = check_plan([level for level in inputs.percentages(levels, "Sparsity levels")], methods, calibration)
+        plan = check_sparsity_plan(list(inputs.percentages(levels, "Sparsity levels")), methods, calibration)
         points = [recipe for _name, recipe in plan.points()]
         return estimate.sparsity_sweep(
             rates, task=task, limit=self._limit(limit, "Questions"), points=len(points), seq_len=PERPLEXITY.seq_len,

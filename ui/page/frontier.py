@@ -8,12 +8,10 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.frontier.plan import AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, check_sizes, check_target
-from evaluation.frontier.result import format_table, target_line
-from evaluation.quality import lm_eval_adapter
+from evaluation.serving import (AXES, check_request, check_sizes, check_target, DEFAULT_AXIS, DEFAULT_METHOD,
+                                DEFAULT_SIZES, frontier_table, PERPLEXITY, target_line)
 from prune.core.errors import InvalidInput
 from prune.depth.methods import METHODS
-from evaluation.core.settings import PERPLEXITY
 
 from ui import frontier_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
@@ -88,8 +86,8 @@ class FrontierHandlers:
         if axis not in AXES:
             raise InvalidInput(f"Size the frontier by {', '.join(AXES)}, not {axis!r}.")
         backend = self.context.backend
-        task_request = lm_eval_adapter.check_request([task], limit=self.context.policy.limit(limit, "Questions"),
-                                                     data_dir=backend.models.data_dir)
+        task_request = check_request([task], limit=self.context.policy.limit(limit, "Questions"),
+                                     data_dir=backend.models.data_dir)
         method = session.result.method if session.result is not None and session.result.method in METHODS \
             else DEFAULT_METHOD
         chosen = check_sizes(sizes or "")
@@ -102,7 +100,7 @@ class FrontierHandlers:
                 calibration=session.calibration or self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
                 progress=reporter(progress), owner=owner(request)):
-            yield {box.plot: frontier_plots.frontier_figure(result), box.table: format_table(result),
+            yield {box.plot: frontier_plots.frontier_figure(result), box.table: frontier_table(result),
                    box.summary: text.frontier_progress(result), box.shown: (session.spec, result)}
 
     @user_errors

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.serving.training import LossPoint
+from evaluation.serving import LossPoint
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.healing.step import LABELS as HEAL_LABELS, Heal
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, LABELS as PATCH_LABELS, Patch

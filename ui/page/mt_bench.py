@@ -8,10 +8,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.measure.measurement import ORIGINAL
-from evaluation.quality.judge import urls_allowed
-from evaluation.serving.mt_bench import MtBenchRun, check_request
-from evaluation.core.settings import MT_BENCH
+from evaluation.serving import check_mt_bench, MT_BENCH, MtBenchRun, ORIGINAL, urls_allowed
 from prune.core.errors import InvalidInput
 
 from ui import inputs, judge_text as words
@@ -121,12 +118,12 @@ def check(context: Context, limit, turns, judge, remote_model, answer_tokens, ju
                                 maximum=MAX_QUESTIONS)
     choice = inputs.judge(judge, remote_model, context.policy)
     try:
-        return check_request(data_dir, limit=count or None, judge=choice,
-                             turns=inputs.whole_number(turns, "Turns", minimum=1, maximum=2),
-                             answer_tokens=inputs.whole_number(answer_tokens, "Answer tokens", minimum=1,
-                                                               maximum=4096),
-                             judge_tokens=inputs.whole_number(judge_tokens, "Verdict tokens", minimum=1,
-                                                              maximum=4096))
+        return check_mt_bench(data_dir, limit=count or None, judge=choice,
+                              turns=inputs.whole_number(turns, "Turns", minimum=1, maximum=2),
+                              answer_tokens=inputs.whole_number(answer_tokens, "Answer tokens", minimum=1,
+                                                                maximum=4096),
+                              judge_tokens=inputs.whole_number(judge_tokens, "Verdict tokens", minimum=1,
+                                                               maximum=4096))
     except InvalidInput as err:
         raise InvalidInput(inputs.without_folder(str(err), data_dir)) from None
 

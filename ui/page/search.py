@@ -7,13 +7,10 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.quality.lm_eval_adapter import TASKS
-from evaluation.serving.training import RankSearchDone
-from evaluation.sweeps.search_splits import WIKITEXT, metric_name, tolerance_for
+from evaluation.serving import metric_name, RANK_SEARCH, RankSearchDone, TASKS, tolerance_for, WIKITEXT
 from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.decomposition import SPACES, check_space
 from prune.lowrank.rank_search import Point
-from evaluation.core.settings import RANK_SEARCH
 
 from ui import explain_plots, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors

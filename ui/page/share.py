@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.exports.comparison_file import Comparison
+from evaluation.serving import Comparison
 from prune.core.errors import InvalidCut, InvalidInput, ModelNotFound
 from prune.core.paths import write_atomic
 

@@ -121,7 +121,7 @@ def test_cloze_tasks_are_refused_with_few_shot_or_lm_evals_own_scorer(model, tin
 
 
 def test_cbt_from_the_hub_fails_at_once_in_one_line_without_a_network(monkeypatch):
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: False)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: False)
     forget_questions()
     with pytest.raises(InvalidInput, match=r"CBT \(CN\) is on the Hugging Face hub, which cannot be reached") as err:
         lm_eval_adapter.check_request(["cbt_cn"])
@@ -137,7 +137,7 @@ def test_cbt_from_the_hub_is_asked_in_its_own_fields(monkeypatch, model, tiny_to
         asked.append((path, name, split))
         return rows
 
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: True)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: True)
     monkeypatch.setattr("datasets.load_dataset", load_dataset)
     forget_questions()
     try:
@@ -154,7 +154,7 @@ def test_a_hub_error_is_one_line_without_a_path(monkeypatch):
     def refuse(*_args, **_kwargs):
         raise FileNotFoundError("/secret/server/path/cbt")
 
-    monkeypatch.setattr("prune.core.loading._hub_reachable", lambda timeout_s=3.0: True)
+    monkeypatch.setattr("prune.core.loading.hub_reachable", lambda timeout_s=3.0: True)
     monkeypatch.setattr("datasets.load_dataset", refuse)
     forget_questions()
     with pytest.raises(InvalidInput) as err:

@@ -128,13 +128,13 @@ def test_an_unreachable_hub_is_noticed_at_once(monkeypatch):
     """No network (a talk's Wi-Fi): go to the local cache now instead of retrying for ~20 s."""
     from huggingface_hub import constants
 
-    from prune.core.loading import _hub_reachable
+    from prune.core.loading import hub_reachable
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "https://hub.layercut.invalid")  # .invalid never resolves
-    assert _hub_reachable() is False
+    assert hub_reachable() is False
     with pytest.raises(ModelNotFound, match="Hub cannot be reached from this server"):
         prune.load_model("no-such-org/no-such-model-xyz")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert _hub_reachable() is False
+    assert hub_reachable() is False
