@@ -22,7 +22,7 @@ from prune.core.errors import InvalidInput, LayerCutError
 from prune.core.loading import in_local_cache, is_default
 from prune.core.surgery import largest_cut
 
-from ui import inputs, text
+from ui import help_text, inputs, text
 from ui.session import Session
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class Context:
         """The known models this server can load now: the embedded one, those in the local Hugging Face cache, and
         the others only once the Hub has answered (gated ones still need a token)."""
         online = self.hub.reachable is True
-        return [(label, name) for label, name in text.KNOWN_MODELS
+        return [(label, name) for label, name in help_text.KNOWN_MODELS
                 if online or is_default(name) or in_local_cache(name)]
 
     @user_errors

@@ -313,3 +313,37 @@ def _read_upload(path: str, max_bytes: int = MAX_TEXT_BYTES) -> str:
     if b"\0" in data[:4096]:
         raise InvalidInput("The uploaded file is not text.")
     return data.decode("utf-8", errors="replace")
+
+
+def parse_options(text: str, method) -> dict:
+    """``"k=5, token=mean"`` → typed options (types follow the method's defaults), each a value the method takes."""
+    defaults = method.options
+    options = {}
+    for item in filter(None, (part.strip() for part in (text or "").replace("\n", ",").split(","))):
+        name, sep, raw = (s.strip() for s in item.partition("="))
+        if not sep or not name:
+            raise InvalidInput(f"Write method options as name=value, separated by commas; got {quoted(item)}.")
+        if name not in defaults:
+            raise InvalidInput(f"Unknown option {quoted(name)}; this method takes "
+                               f"{', '.join(defaults) or 'no options'}.")
+        options[name] = _typed(name, raw, type(defaults[name]))
+        method.check(name, options[name])
+    return options
+
+
+def _typed(name: str, raw: str, kind: type):
+    """``raw`` as the type of the option's default."""
+    try:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return raw.lower() in ("true", "1", "yes")
+        if kind in (int, float):
+            return kind(raw)
+        return raw
+    except ValueError:
+        raise InvalidInput(f"Option {quoted(name)} must be a {_KINDS.get(kind, kind.__name__)}, "
+                           f"not {quoted(raw)}.") from None
+
+
+_KINDS = {bool: "true or false", int: "whole number", float: "number"}

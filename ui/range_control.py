@@ -21,7 +21,7 @@ from prune.core.errors import InvalidCut, quoted
 from prune.core.surgery import check_block
 
 from ui.palette import IN_CUT, TEXT_HEX, VERMILLION
-from ui.text import example_block
+from ui.help_text import example_block
 
 _TEMPLATE = r"""${(() => {
   const L = Number(layers) || 0;

@@ -15,12 +15,12 @@ from evaluation.serving.hub import HubCheck
 from evaluation.core.pool import ModelSpec
 from prune.core import loading
 from prune.core.architectures import CAUSAL
-from ui import text
+from ui import help_text
 from ui.session import Session
 
 from conftest import handlers_on, stand_in_backend
 
-EMBEDDED = text.KNOWN_MODELS[0]
+EMBEDDED = help_text.KNOWN_MODELS[0]
 QWEN = ("Qwen2 0.5B Instruct", "Qwen/Qwen2-0.5B-Instruct")
 
 
@@ -51,7 +51,7 @@ def test_offline_the_list_is_the_embedded_model_and_the_cached_ones(page, hub_ca
     cache_model(hub_cache, "EleutherAI/pythia-1b", ["config.json"])  # its weights never arrived: it cannot load
     for unknown in (None, False):  # not answered yet, or no answer: offline
         assert context(page, unknown).context.model_choices() == [EMBEDDED, QWEN]
-    assert context(page, True).context.model_choices() == text.KNOWN_MODELS  # the Hub answers: every known model
+    assert context(page, True).context.model_choices() == help_text.KNOWN_MODELS  # the Hub answers: every known model
 
 
 def test_a_cached_model_needs_its_config_and_its_weights(hub_cache):
@@ -80,7 +80,7 @@ def test_the_question_is_asked_once_in_the_background_and_no_page_waits(page, hu
     handlers = handlers_on(page, stand_in_backend(default_calibration=None, rates=lambda spec: None), hub=hub)
     assert hub.reachable is None and handlers.context.model_choices() == [EMBEDDED]  # offline until it answers
     answer.set()
-    assert hub.wait() is True and handlers.context.model_choices() == text.KNOWN_MODELS
+    assert hub.wait() is True and handlers.context.model_choices() == help_text.KNOWN_MODELS
     assert asked == [2.5]
 
 

@@ -18,7 +18,7 @@ from evaluation.serving.training import LossPoint
 from prune.core.recipe import Recipe
 from prune.depth.result import ImportanceResult, blocks_from_layers
 from prune.lowrank.rank_search import Point
-from ui import explain_plots, palette, plots, tables, text
+from ui import explain_plots, help_text, palette, plots, tables, text
 from ui.page.theme import THEME
 from ui.plot_view import _JS, CONFIG, PlotView
 
@@ -100,7 +100,7 @@ def test_the_importance_map_is_viridis_with_the_most_removable_end_labelled():
     assert [color for _, color in heat.colorscale] == viridis[::-1]  # reversed: the most removable is lightest
     assert list(heat.colorbar.tickvals) == [0, 1]
     assert list(heat.colorbar.ticktext) == ["most<br>removable", "least<br>removable"]
-    assert "yellow = most removable" in text.HEATMAP_HELP and "green" not in text.HEATMAP_HELP
+    assert "yellow = most removable" in help_text.HEATMAP_HELP and "green" not in help_text.HEATMAP_HELP
 
 
 def test_more_methods_than_colours_repeat_a_colour_with_another_dash():

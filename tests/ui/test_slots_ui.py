@@ -11,7 +11,7 @@ from evaluation.serving.backend import Backend
 from prune.core.recipe import Recipe
 from prune.lowrank.step import Decompose
 from prune.sparsity.step import Sparsify
-from ui import text
+from ui import repair_text
 from ui.page import FEEDBACK_AFTER
 from ui.session import Session
 
@@ -83,9 +83,9 @@ def test_the_labels_follow_every_event_that_changes_a_slot_and_builds_stacking(p
 
 
 def test_healing_says_what_it_replaced():
-    said = text.heal_done({"steps_done": 3}, "A", "B", LOW_RANK)
+    said = repair_text.heal_done({"steps_done": 3}, "A", "B", LOW_RANK)
     assert said.startswith("**B is now A healed**: 3 steps. It replaced B's weight 80%. Compare")
-    assert "replaced" not in text.heal_done({"steps_done": 3}, "A", "B")
+    assert "replaced" not in repair_text.heal_done({"steps_done": 3}, "A", "B")
 
 
 def test_the_targets_handler_returns_the_labels(loaded, page):

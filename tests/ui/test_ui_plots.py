@@ -14,7 +14,7 @@ from evaluation.measure.measurement import Measurement
 from prune.core.errors import InvalidCut, InvalidInput
 from prune.depth.methods import Method
 from prune.depth.result import ImportanceResult, blocks_from_layers
-from ui import palette, plots, text
+from ui import help_text, inputs, palette, plots, text
 from ui.handlers import MAX_MESSAGE_CHARS, default_block_size, user_errors
 from ui.plot_view import PLOTLY_JS, PlotView
 from ui.range_control import LayerRange, parse_range, range_update
@@ -138,16 +138,16 @@ def test_memory_bars_read_in_mib_not_in_exponents():
     (80, "**[53, 69)** removes layers 53–68, 16 layers."),
 ])
 def test_the_index_example_is_a_block_the_loaded_model_has(layers, words):
-    convention = text.index_convention(layers)
+    convention = help_text.index_convention(layers)
     assert convention.endswith(words)
-    start, end = text.example_block(layers)
+    start, end = help_text.example_block(layers)
     assert 0 <= start < end < layers  # a real block, and a layer is left after it
     assert parse_range([start, end], layers) == (start, end)
 
 
 def test_the_index_convention_before_a_model_and_in_the_range_error():
-    assert "[" not in text.index_convention(None).split("removes", 1)[1]  # no example without a model
-    assert text.example_block(1) is None
+    assert "[" not in help_text.index_convention(None).split("removes", 1)[1]  # no example without a model
+    assert help_text.example_block(1) is None
     with pytest.raises(InvalidCut, match=r"e\.g\. \[9, 11\]"):
         parse_range("layers", 12)
 
@@ -196,24 +196,24 @@ OPTIONS = Method("m", "My method", _options, "", allowed={"k": range(1, 11), "to
 
 
 def test_parse_options_types_follow_the_defaults():
-    assert text.parse_options("k=7, token=mean, plus=false, rate=0.25", OPTIONS) == {
+    assert inputs.parse_options("k=7, token=mean, plus=false, rate=0.25", OPTIONS) == {
         "k": 7, "token": "mean", "plus": False, "rate": 0.25}
-    assert text.parse_options("", OPTIONS) == {}
+    assert inputs.parse_options("", OPTIONS) == {}
     for bad, message in (("k=seven", "k' must be a whole number, not 'seven'"), ("q=1", "Unknown option"),
                          ("k", "name=value"), ("plus=maybe", "must be a true or false"),
                          ("k=0", "My method: k must be a whole number 1…10, not 0"),
                          ("k=11", "k must be a whole number 1…10, not 11"),
                          ("token=first", "token must be one of last, mean, not 'first'")):
         with pytest.raises(InvalidInput, match=message):
-            text.parse_options(bad, OPTIONS)
+            inputs.parse_options(bad, OPTIONS)
 
 
 def test_a_long_option_is_quoted_short():
     with pytest.raises(InvalidInput) as refused:
-        text.parse_options("k=" + "9" * 100_000, OPTIONS)
+        inputs.parse_options("k=" + "9" * 100_000, OPTIONS)
     assert len(str(refused.value)) < 200 and "99999…'" in str(refused.value)
     with pytest.raises(InvalidInput) as refused:
-        text.parse_options("x" * 100_000 + "=1", OPTIONS)
+        inputs.parse_options("x" * 100_000 + "=1", OPTIONS)
     assert len(str(refused.value)) < 200 and str(refused.value).startswith("Unknown option 'xxx")
 
 

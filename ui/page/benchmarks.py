@@ -16,7 +16,7 @@ from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from prune.core.surgery import largest_cut
 
-from ui import inputs, job_text, plots, text
+from ui import help_text, inputs, job_text, plots, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
@@ -97,9 +97,9 @@ class BenchmarksTab:
     def layout(cls, context: Context) -> BenchmarksTab:
         limit_words = context.policy.limit_words()
         with gr.Tab("Benchmarks", id="benchmarks"):
-            gr.Markdown(text.BENCH_HELP)
+            gr.Markdown(help_text.BENCH_HELP)
             with gr.Row(equal_height=True):
-                tasks = gr.CheckboxGroup(text.task_choices(), value=["arc_easy"], label="Tasks", scale=3,
+                tasks = gr.CheckboxGroup(help_text.task_choices(), value=["arc_easy"], label="Tasks", scale=3,
                                          elem_id="tasks")
                 with gr.Column(scale=1, min_width=180):
                     limit = NumberInput(20, label=f"Questions per task ({limit_words})", minimum=0, elem_id="limit")
@@ -116,7 +116,7 @@ class BenchmarksTab:
                     ppl_windows = NumberInput(2, label=f"Windows ({limit_words})", minimum=0, elem_id="ppl-windows")
                     ppl_btn = gr.Button("Measure perplexity", elem_id="ppl-btn")
                 ppl_estimate = gr.Markdown(elem_id="ppl-estimate")
-                gr.Markdown(text.C4_HELP)
+                gr.Markdown(help_text.C4_HELP)
             results = Results(gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
                                            elem_id="bench-table"),
                               PlotView(plots.empty_figure("Run a benchmark to compare"), height=420,
@@ -131,9 +131,9 @@ class BenchmarksTab:
 
 def _sweep(limit_words: str) -> Sweep:
     with gr.Accordion("Cut sweep: measure every block of K layers", open=False):
-        gr.Markdown(text.SWEEP_HELP)
+        gr.Markdown(help_text.SWEEP_HELP)
         with gr.Row(equal_height=True):
-            settings = dict(task=gr.Dropdown(text.task_choices(), value="arc_easy", label="Task"),
+            settings = dict(task=gr.Dropdown(help_text.task_choices(), value="arc_easy", label="Task"),
                             block_size=NumberInput(6, label="Block size K", minimum=1, elem_id="sweep-k"),
                             limit=NumberInput(10, label=f"Questions ({limit_words})", minimum=0, elem_id="sweep-limit"),
                             others=gr.Checkbox(False, label="Also rank the other methods (slower)",
@@ -152,10 +152,10 @@ def _sweep(limit_words: str) -> Sweep:
 
 def _sparsity_sweep(limit_words: str) -> SparsitySweep:
     with gr.Accordion("Sparsity sweep: every sparsity method at each level", open=False):
-        gr.Markdown(text.SPARSITY_SWEEP_HELP)
+        gr.Markdown(help_text.SPARSITY_SWEEP_HELP)
         with gr.Row(equal_height=True):
             settings = dict(
-                task=gr.Dropdown(text.task_choices(), value="arc_easy", label="Task"),
+                task=gr.Dropdown(help_text.task_choices(), value="arc_easy", label="Task"),
                 levels=gr.Textbox("0, 50, 90", label="Sparsity levels (%)", elem_id="sparse-levels"),
                 methods=gr.CheckboxGroup(list(SPARSITY_METHODS), value=["magnitude", "wanda"], label="Methods",
                                          elem_id="sparse-methods"),

@@ -11,7 +11,7 @@ from evaluation.serving import GGUF_TYPES
 
 from prune.depth.selection import SELECTIONS
 
-from ui import text
+from ui import help_text
 from ui.number_input import NumberInput, SliderInput
 from ui.page.cut_view import RankMap
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
@@ -77,8 +77,8 @@ class CutTab:
                 with gr.Column(scale=2):
                     heatmap = PlotView(height=HEATMAP_HEIGHT, elem_id="heatmap")
                     with gr.Accordion("How to read the heatmap and the layer numbers", open=False):
-                        gr.Markdown(text.HEATMAP_HELP)
-                        convention = gr.Markdown(text.index_convention(), elem_id="index-convention")
+                        gr.Markdown(help_text.HEATMAP_HELP)
+                        convention = gr.Markdown(help_text.index_convention(), elem_id="index-convention")
                 with gr.Column(scale=1):
                     feedback_md = gr.Markdown(elem_id="cut-feedback")
                     side = _side_column()
@@ -96,13 +96,13 @@ def _side_column() -> dict:
         block_size = SliderInput(1, 29, value=5, step=1, label="N layers to cut", elem_id="block-size")
         selection = gr.Radio([(words, name) for name, words in SELECTIONS.items()], value="paper",
                              label="Which N layers", elem_id="selection")
-        remove = gr.Radio(text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
+        remove = gr.Radio(help_text.REMOVE_CHOICES, value="layers", label="Remove", elem_id="remove")
         best_btn = gr.Button("Select the N layers", elem_id="best-btn")
     with gr.Group():
         with gr.Row(equal_height=True):
             resamples = NumberInput(20, label="Bootstrap resamples", minimum=2, scale=1)
-            stability_btn = gr.Button(text.STABILITY_BUTTON, scale=2, elem_id="stability-btn")
-        stability_md = gr.Markdown(text.STABILITY_HELP, elem_id="stability")
+            stability_btn = gr.Button(help_text.STABILITY_BUTTON, scale=2, elem_id="stability-btn")
+        stability_md = gr.Markdown(help_text.STABILITY_HELP, elem_id="stability")
     named = gr.Radio([], label="Persistence cuts (zigzag)", visible=False)
     bars = PlotView(height=300, elem_id="layer-bars")
     greedy = PlotView(height=300, elem_id="greedy-curve", visible=False)

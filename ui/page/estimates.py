@@ -23,7 +23,7 @@ from prune.healing.train import DEFAULTS as HEAL_DEFAULTS
 from prune.lowrank.rank_search import candidates
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION
 
-from ui import inputs, text
+from ui import help_text, inputs
 from ui.handlers import Context
 from ui.job_text import CACHED, ESTIMATE, JUDGE_NOT_COUNTED, SWEEP_OTHERS_COST, estimate_line
 from ui.page.events import LIGHT
@@ -200,7 +200,7 @@ def _sweep_line(seconds: float | None, values: tuple) -> str:
 
 def _stability_label(seconds: float | None, _values: tuple):
     line = estimate_line(seconds).removeprefix(ESTIMATE)
-    return gr.update(value=f"{text.STABILITY_BUTTON} ({line})" if line else text.STABILITY_BUTTON)
+    return gr.update(value=f"{help_text.STABILITY_BUTTON} ({line})" if line else help_text.STABILITY_BUTTON)
 
 
 def _at_most(seconds: float | None, _values: tuple) -> str:

@@ -13,7 +13,7 @@ from evaluation.serving import (AXES, check_request, check_sizes, check_target, 
 from prune.core.errors import InvalidInput
 from prune.depth.methods import METHODS
 
-from ui import frontier_plots, inputs, plots, text
+from ui import frontier_plots, help_text, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
@@ -46,13 +46,14 @@ class FrontierBox:
     def layout(cls, limit_words: str) -> FrontierBox:
         with gr.Accordion("Frontier: what should I cut? Every family at each size, and the best under a target",
                           open=False, elem_id="frontier-box"):
-            gr.Markdown(text.FRONTIER_HELP)
+            gr.Markdown(help_text.FRONTIER_HELP)
             with gr.Row(equal_height=True):
                 settings = dict(
                     axis=gr.Radio(AXIS_CHOICES, value=DEFAULT_AXIS, label="Size by", elem_id="frontier-axis"),
                     sizes=gr.Textbox(", ".join(f"{100 * s:g}" for s in DEFAULT_SIZES),
                                      label="Sizes (% of the original)", elem_id="frontier-sizes"),
-                    task=gr.Dropdown(text.task_choices(), value="hellaswag", label="Task", elem_id="frontier-task"),
+                    task=gr.Dropdown(help_text.task_choices(), value="hellaswag", label="Task",
+                                     elem_id="frontier-task"),
                     limit=NumberInput(20, label=f"Questions ({limit_words})", minimum=0, elem_id="frontier-limit"),
                     windows=NumberInput(2, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1,
                                         elem_id="frontier-windows"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from ui import explain_plots, inputs, plots, text
+from ui import explain_plots, help_text, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput, SliderInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -74,12 +74,13 @@ class GenerateTab:
             kind_note = gr.Markdown(visible=False, elem_id="generate-kind-note")  # instead of the rest, when shown
             with gr.Column(elem_id="generate-body") as body:
                 with gr.Row(equal_height=True):
-                    prompt = gr.Textbox(text.EXAMPLE_PROMPTS[0], label="Prompt", lines=2, scale=4, elem_id="prompt")
+                    prompt = gr.Textbox(help_text.EXAMPLE_PROMPTS[0], label="Prompt", lines=2, scale=4,
+                                        elem_id="prompt")
                     with gr.Column(scale=1, min_width=160):
                         gen_btn = gr.Button("Generate", variant="primary", elem_id="generate-btn")
                         gen_stop = gr.Button("Stop", variant="stop", size="sm")
                         estimate = gr.Markdown(elem_id="generate-estimate")
-                gr.Examples([[p] for p in text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
+                gr.Examples([[p] for p in help_text.EXAMPLE_PROMPTS], inputs=[prompt], label="Example prompts")
                 with gr.Accordion("Sampling", open=False):
                     with gr.Row():
                         sampling = dict(max_new=SliderInput(8, 512, value=32, step=8, label="Max new tokens"),
@@ -96,7 +97,7 @@ class GenerateTab:
                                            height=300, elem_id="divergence-strip")
                 with gr.Accordion("Logit lens: the top next token each layer already predicts, for this prompt",
                                   open=False, elem_id="lens-box"):
-                    gr.Markdown(text.LOGIT_LENS_HELP)
+                    gr.Markdown(help_text.LOGIT_LENS_HELP)
                     lens_btn = gr.Button("Show the logit lens", elem_id="lens-btn")
                     with gr.Row():
                         lens_original = PlotView(plots.empty_figure("The original's lens"), height=760,

@@ -12,7 +12,7 @@ import prune
 from prune.core.calibration import BOS_CHOICES
 from prune.sparsity.masks import PATTERNS
 
-from ui import catalog, slot_text, text
+from ui import catalog, help_text, slot_text, text
 from ui.handlers import Context
 from ui.inputs import CALIBRATION_SOURCES
 from ui.number_input import NumberInput, SliderInput
@@ -72,13 +72,13 @@ class Header:
         pickers, the method in plain words, the banner; the introduction and settings behind About."""
         first = next(iter(prune.METHODS.values()))
         with gr.Row(equal_height=True, elem_id="topbar"):
-            gr.Markdown(f"**{text.NAME}**", elem_id="title", scale=0, min_width=100)
+            gr.Markdown(f"**{help_text.NAME}**", elem_id="title", scale=0, min_width=100)
             status = dict(model_md=gr.Markdown("Loading the embedded model…", elem_id="model-info", scale=3),
                           analysis_md=gr.Markdown("", elem_id="analysis-info", scale=4),
                           memory_md=gr.Markdown(context.server_memory(), elem_id="server-memory", scale=3))
             about_btn = gr.Button("About & settings ▾", size="sm", scale=0, min_width=170, elem_id="about-btn")
         with gr.Column(elem_id="about", elem_classes=["lc-hidden"]):
-            gr.Markdown(f"### {text.TITLE}\n{text.INTRO}")
+            gr.Markdown(f"### {help_text.TITLE}\n{help_text.INTRO}")
             with gr.Row():
                 access = dict(token=gr.Textbox(label="Hugging Face token (gated models)", type="password", scale=2),
                               dtype=gr.Dropdown(["auto", "float32", "bfloat16", "float16"], value="auto",
@@ -100,7 +100,7 @@ class Header:
                 build_btn=gr.Button("Build", variant="primary", scale=1, min_width=110, elem_id="build",
                                     visible=False),
                 stop_btn=gr.Button("Stop", variant="stop", scale=0, min_width=80))
-        method_about = gr.Markdown(text.method_markdown(first), elem_id="method-about")
+        method_about = gr.Markdown(help_text.method_markdown(first), elem_id="method-about")
         steps = _step_row()
         banner = gr.Markdown(slot_text.banner_markdown(Session()), elem_id="cut-banner")
         return cls(**pickers, steps=steps, **access, calibration=calibration, options=options,

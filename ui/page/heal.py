@@ -14,7 +14,7 @@ from prune.core.errors import InvalidInput, LayerCutError
 from prune.healing.step import LABELS as HEAL_LABELS, Heal
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, LABELS as PATCH_LABELS, Patch
 
-from ui import explain_plots, inputs, plots, text
+from ui import explain_plots, help_text, inputs, plots, repair_text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -64,7 +64,7 @@ class HealBox:
     def layout(cls) -> HealBox:
         with gr.Accordion("Repair the edited slot's model into the other slot: heal it (LoRA or its last layers, on "
                           "the text or distilled from the original), or patch its cut", open=False, elem_id="heal-box"):
-            gr.Markdown(text.heal_help())
+            gr.Markdown(help_text.heal_help())
             settings = dict(method=gr.Radio([(label, name) for name, label in METHODS.items()], value="lora",
                                             label="Method", elem_id="heal-method"))
             with gr.Row(equal_height=True):
@@ -112,18 +112,18 @@ class HealHandlers:
         points: list[LossPoint] = []
 
         def curve():  # the loss so far
-            return explain_plots.heal_figure(points, step.short(), text.heal_objective(step.option))
+            return explain_plots.heal_figure(points, step.short(), repair_text.heal_objective(step.option))
 
         for item in backend.training.heal(session.spec, recipe, step, progress=reporter(progress),
                                           owner=owner(request)):
             if not isinstance(item, LossPoint):
                 break
             points.append(item)
-            yield {box.plot: curve(), box.status: text.heal_progress(points, session.editing, target)}
+            yield {box.plot: curve(), box.status: repair_text.heal_progress(points, session.editing, target)}
         replaced = session.cut(target)
         session = session.with_cut(item.recipe, target)
         shown = self.view.show(session)
-        status = text.heal_done(item.record, session.editing, target, replaced)
+        status = repair_text.heal_done(item.record, session.editing, target, replaced)
         yield {box.plot: curve(), box.status: status + " Measuring held-out perplexity…", **shown}
         yield self._measured(session, {box.plot: curve()}, box.status, status, shown, request, progress)
 
@@ -141,19 +141,19 @@ class HealHandlers:
         the status is the one-line status bar (its numbers first)."""
         step = Patch.of(method, replace(self.context.default_calibration, **PATCH_CALIBRATION))
         target = session.other
-        yield {status_md: text.patch_started(step, session.editing, target)}
+        yield {status_md: repair_text.patch_started(step, session.editing, target)}
         try:
             done = self.context.backend.training.patch(session.spec, recipe, step, progress=reporter(progress),
                                               owner=owner(request))
         except LayerCutError as err:  # the status says why, not "Patching…" left behind; the error shows too
-            yield {status_md: text.patch_refused(session.editing, err)}
+            yield {status_md: repair_text.patch_refused(session.editing, err)}
             raise
         replaced = session.cut(target)
         session = session.with_cut(done.recipe, target)
         shown = self.view.show(session)
-        status = text.patch_done(done.record, session.editing, target, replaced)
+        status = repair_text.patch_done(done.record, session.editing, target, replaced)
         yield {status_md: status + " Measuring held-out perplexity…", **shown}
-        say = (lambda found: text.patch_line(done.record, found, session.editing, target)) if line else None
+        say = (lambda found: repair_text.patch_line(done.record, found, session.editing, target)) if line else None
         yield self._measured(session, {}, status_md, status, shown, request, progress, say)
 
     def _measured(self, session: Session, extra: dict, status_md, status: str, shown: dict, request, progress,
@@ -164,7 +164,7 @@ class HealHandlers:
                                                 bos=(False,), max_windows=PPL_WINDOWS, progress=reporter(progress),
                                                 owner=owner(request))
         session = session.with_results(found)
-        said = say(found) if say else status + " " + text.heal_perplexity(found, PPL_WINDOWS, PPL_SEQ_LEN)
+        said = say(found) if say else status + " " + repair_text.heal_perplexity(found, PPL_WINDOWS, PPL_SEQ_LEN)
         return {**extra, status_md: said, **shown, self.view.session: session, **self.results.show(session)}
 
 

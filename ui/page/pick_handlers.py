@@ -15,7 +15,7 @@ from prune.depth.selection import LAYERS, check_remove, check_selection, chosen_
 from prune.core.surgery import largest_cut
 from prune.width.step import WIDTH_METHODS
 
-from ui import catalog, inputs, text
+from ui import catalog, help_text, inputs, text
 from ui.handlers import Context, default_block_size, need_model, owner, reporter, user_errors
 from ui.page.durations import Durations
 from ui.page.events import gpu
@@ -98,8 +98,8 @@ class PickHandlers:
         return {self.header.model_md: self._model_line(info, session),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
                                                value=default_block_size(info.num_layers)),
-                **self.view.show(session), self.cut.convention: text.index_convention(info.num_layers),
-                self.cut.stability_md: text.STABILITY_HELP,  # a stability measured on another model is gone
+                **self.view.show(session), self.cut.convention: help_text.index_convention(info.num_layers),
+                self.cut.stability_md: help_text.STABILITY_HELP,  # a stability measured on another model is gone
                 **self.generation_shown(info)}
 
     def generation_shown(self, info) -> dict:
@@ -119,7 +119,7 @@ class PickHandlers:
             about, options = catalog.step_markdown(method), ""
         else:
             spec = prune.METHODS[method]
-            about, options = text.method_markdown(spec), text.options_text(spec.options)
+            about, options = help_text.method_markdown(spec), text.options_text(spec.options)
         shown = {header.method_about: about, header.options: gr.update(value=options, interactive=not step),
                  header.analyze_btn: gr.update(visible=not step), header.build_btn: gr.update(visible=step),
                  steps.row: gr.update(visible=step),
@@ -143,7 +143,7 @@ class PickHandlers:
         calibration = inputs.calibration(source, detail, upload, samples, seq_len, self.context.policy,
                                          self.context.default_calibration, bos)
         size = inputs.whole_number(block_size, "The number of layers", minimum=1, maximum=largest_cut(info.num_layers))
-        options = options_for_cut(spec, size, text.parse_options(options, spec))
+        options = options_for_cut(spec, size, inputs.parse_options(options, spec))
         session, status = self._analyze(session, method, options, calibration, size, check_selection(selection),
                                         request, progress, remove)
         return {**self.view.show(session), self.header.analysis_md: status}

@@ -12,7 +12,7 @@ from prune.core.errors import InvalidInput, quoted
 from prune.lowrank.decomposition import SPACES, check_space
 from prune.lowrank.rank_search import Point
 
-from ui import explain_plots, inputs, plots, text
+from ui import explain_plots, help_text, inputs, plots, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -37,11 +37,11 @@ class SearchBox:
     def layout(cls, context: Context) -> SearchBox:
         with gr.Accordion("Surgical rank search (low-rank): lower each projection's rank while a score holds",
                           open=False, elem_id="search-box"):
-            gr.Markdown(text.RANK_SEARCH_HELP)
+            gr.Markdown(help_text.RANK_SEARCH_HELP)
             with gr.Row(equal_height=True):
                 settings = dict(
                     space=gr.Radio(list(SPACES), value=SPACES[0], label="Space", elem_id="search-space"),
-                    criterion=gr.Dropdown([WIKITEXT, *text.task_choices()], value=WIKITEXT, label="Score",
+                    criterion=gr.Dropdown([WIKITEXT, *help_text.task_choices()], value=WIKITEXT, label="Score",
                                           elem_id="search-on"),
                     tolerance=NumberInput(RANK_SEARCH.tolerance, label="Tolerance (points, or % per projection)",
                                           minimum=0, elem_id="search-tolerance"),

@@ -11,7 +11,7 @@ import gradio as gr
 
 from prune.core.errors import InvalidInput
 
-from ui import inputs, job_text, plots, slot_text, text
+from ui import help_text, inputs, job_text, plots, slot_text, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, by_name, gpu
@@ -60,14 +60,14 @@ class SpeedTab:
     @classmethod
     def layout(cls) -> SpeedTab:
         with gr.Tab("Speed & memory", id="speed"):
-            gr.Markdown(text.SPEED_HELP)
+            gr.Markdown(help_text.SPEED_HELP)
             with gr.Row(equal_height=True):
                 settings = dict(
                     batches=gr.CheckboxGroup(["1", "4", "8", "16", "32"], value=["1"], label="Batch sizes"),
                     prompt_len=NumberInput(32, label="Prompt tokens", minimum=1),
                     new_tokens=NumberInput(8, label="New tokens", minimum=2, elem_id="new-tokens"),
                     repeats=NumberInput(1, label="Repeats", minimum=1, elem_id="repeats"),
-                    compiled=gr.Checkbox(False, label="Also compiled", info=text.COMPILED_INFO,
+                    compiled=gr.Checkbox(False, label="Also compiled", info=help_text.COMPILED_INFO,
                                          elem_id="speed-compiled"))
             with gr.Row():
                 buttons = dict(speed_btn=gr.Button("Measure speed", variant="primary", elem_id="speed-btn"),
