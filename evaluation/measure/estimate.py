@@ -86,8 +86,8 @@ def speed(rates: Rates, columns: Sequence[float], *, batch_sizes: Iterable[int],
 
 def memory(rates: Rates, columns: Sequence[float], *, prompt_len: int, new_tokens: int,
            generates: bool = True) -> float:
-    """``Backend.memory``: each model generates ``new_tokens`` after a ``prompt_len``-token prompt (an encoder: one
-    pass over the prompt)."""
+    """``backend.measure.memory``: each model generates ``new_tokens`` after a ``prompt_len``-token prompt (an
+    encoder: one pass over the prompt)."""
     steps = new_tokens - 1 if generates else 0
     return sum(forward_s(rates, prompt_len, c) + decode_s(rates, steps, 1, c) for c in columns)
 
@@ -103,13 +103,13 @@ def generation(rates: Rates, columns: Sequence[float], *, prompt: str, max_new_t
 
 def benchmarks(rates: Rates, columns: Sequence[float], *, tasks: Iterable[str], limit: int | None,
                num_fewshot: int = 0) -> float:
-    """``Backend.benchmarks``: every task on every model."""
+    """``backend.measure.benchmarks``: every task on every model."""
     tokens = sum(task_tokens(task, limit, num_fewshot) for task in tasks)
     return sum(forward_s(rates, tokens, c) for c in columns)
 
 
 def perplexity(rates: Rates, columns: Sequence[float], *, seq_len: int, windows: int) -> float:
-    """``Backend.perplexity``: ``windows`` windows of ``seq_len`` tokens through every model."""
+    """``backend.measure.perplexity``: ``windows`` windows of ``seq_len`` tokens through every model."""
     return sum(forward_s(rates, seq_len * windows, c) for c in columns)
 
 
@@ -118,7 +118,7 @@ JUDGE_PROMPT_TOKENS = 400  # an MT-Bench judge prompt's own words (FastChat's in
 
 def mt_bench(rates: Rates, columns: Sequence[float], *, questions: int, turns: int, answer_tokens: int,
              judge_tokens: int | None) -> float:
-    """``Backend.mt_bench`` at most (answers and verdicts that end sooner take less): every model answers each turn
+    """``backend.mt_bench.run`` at most (answers and verdicts that end sooner take less): every model answers each turn
     up to its cap; a local judge (``judge_tokens``; None: an endpoint, not counted) with this machine's rates reads
     each graded answer's prompt and each compressed model's games in both orders, and writes up to its cap."""
     answering = sum(turns * decode_s(rates, answer_tokens, 1, c) for c in columns)

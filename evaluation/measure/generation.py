@@ -124,7 +124,7 @@ class TokenStream:
             "ttft_s": self.ttft_s,
             "tokens_per_s": decoded / self.decode_s if decoded and self.decode_s > 0 else None,
             "tokens": len(self.tokens),
-            "token_ids": list(self.tokens),  # the answer so far (what ``Backend.divergence`` compares)
+            "token_ids": list(self.tokens),  # the answer so far (what ``backend.explain.divergence`` compares)
             "done": self.done,
         }
 
