@@ -163,6 +163,30 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     name = name or default_export_name(base_name, recipe)
     removed = base_layers_removed(recipe)
     drops = _only_drop(recipe)
+    last = _last_of_each_family(recipe)  # the last step of a kind decides what the variant holds
+    ranks = ranks_of(model) if recipe.last("lowrank") else {}  # a decomposed variant's ranks
+    lines = _card_head(recipe, base_name, name, removed, drops, last)
+    lines += _done_lines(model, recipe, base_name, num_layers, origin, removed, drops)
+    lines += [line for line in (s.card_line(model, factored) for s in last) if line]
+    lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
+    lines += ["", "The saved config records the recipe under `layercut`.", ""]
+    if ranks:
+        lines += ["## Ranks", "", *rank_table(ranks), ""]
+    if scores:
+        lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
+    if drops is not None:
+        lines += ["## How it is saved", "", DROP_FORMAT, ""]
+    lines += _load_lines(model, name, bool(ranks) and factored, drops is not None)
+    if gguf is not None:
+        lines += ["## GGUF (llama.cpp, Ollama)", "", f"`{gguf}` holds this model as one GGUF file, written by LayerCut "
+                  f"with its own metadata ({len(decoder_layers(model))} blocks): `llama-cli -m {gguf}`. transformers "
+                  f"reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`).", ""]
+    return "\n".join(lines + _tools_lines(model, recipe, base_name, removed, drops))
+
+
+def _card_head(recipe: Recipe, base_name: str, name: str, removed: tuple[int, ...] | None,
+               drops: SubLayerDrop | None, last: list) -> list[str]:
+    """The card's front matter (base model, library, tags the Hub filters on), title and one line on the cut."""
     hub = _hub_id(base_name)
     tags, how = [], "."
     if removed is not None:
@@ -172,13 +196,16 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     elif drops is not None:
         tags = [tag for tag, layers in (("attention-drop", drops.attention), ("mlp-drop", drops.mlp)) if layers]
         how = ": attention or MLP blocks of some layers dropped (He et al. 2024), every other weight unchanged."
-    last = _last_of_each_family(recipe)  # the last step of a kind decides what the variant holds
-    ranks = ranks_of(model) if recipe.last("lowrank") else {}  # a decomposed variant's ranks
     front = {**({"base_model": hub} if hub else {}), "library_name": "transformers",
              "tags": ["layercut", "pruned"] + tags + [s.card_tag for s in last if s.card_tag]}
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
-             f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", "",
-             "## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
+    return ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", "",
+            f"Derived from **{base_name}** by LayerCut {prune.__version__}{how}", ""]
+
+
+def _done_lines(model: nn.Module, recipe: Recipe, base_name: str, num_layers: int, origin: str,
+                removed: tuple[int, ...] | None, drops: SubLayerDrop | None) -> list[str]:
+    """'What was done', up to the steps' own lines: the base model, the recipe, the layers or blocks removed."""
+    lines = ["## What was done", "", f"- Base model: `{base_name}` ({num_layers} layers)"]
     if origin:
         lines.append(f"- Base weights from: {origin}")
     lines.append(f"- Recipe: {recipe.describe()}")
@@ -193,51 +220,47 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
             lines.append(f"- Parameters: {before:,} → {after:,} ({100 * (before - after) / before:.1f} % removed)")
     if drops is not None:
         lines += _drop_lines(model, drops)
-    lines += [line for line in (s.card_line(model, factored) for s in last) if line]
-    lines.append(f"- Chosen by: {recipe.origin or 'not recorded'}")
-    lines += ["", "The saved config records the recipe under `layercut`.", ""]
-    if ranks:
-        lines += ["## Ranks", "", *rank_table(ranks), ""]
-    if scores:
-        lines += ["## Measured scores", "", to_markdown(scores).rstrip(), ""]
-    if drops is not None:
-        lines += ["## How it is saved", "", DROP_FORMAT, ""]
-    if ranks and factored:
-        lines += ["## How to load", "", "```python", "import prune", "",
-                  f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
+    return lines
+
+
+def _load_lines(model: nn.Module, name: str, factored: bool, dropped: bool) -> list[str]:
+    """'How to load': LayerCut's loader for factored weights, else transformers' own (and LayerCut's for drops)."""
+    if factored:
+        lines = ["## How to load", "", "```python", "import prune", "",
+                 f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
     else:
         auto = auto_class(model.config).__name__  # AutoModelForCausalLM, or an encoder's (-decoder's) own
-        lines += ["## How to load", "", "```python", f"from transformers import {auto}, AutoTokenizer",
-                  "", f'model = {auto}.from_pretrained("./{name}")',
-                  f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
-    if drops is not None:
+        lines = ["## How to load", "", "```python", f"from transformers import {auto}, AutoTokenizer",
+                 "", f'model = {auto}.from_pretrained("./{name}")',
+                 f'tokenizer = AutoTokenizer.from_pretrained("./{name}")', "```", ""]
+    if dropped:
         lines += ["With LayerCut the dropped blocks are dropped again on load (faster, smaller KV cache):", "",
                   "```python", "import prune", "", f'model, tokenizer = prune.load_model("./{name}")', "```", ""]
-    if gguf is not None:
-        lines += ["## GGUF (llama.cpp, Ollama)", "", f"`{gguf}` holds this model as one GGUF file, written by LayerCut "
-                  f"with its own metadata ({len(decoder_layers(model))} blocks): `llama-cli -m {gguf}`. transformers "
-                  f"reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`).", ""]
-    lines += ["## The same cut with other tools", ""]
+    return lines
+
+
+def _tools_lines(model: nn.Module, recipe: Recipe, base_name: str, removed: tuple[int, ...] | None,
+                 drops: SubLayerDrop | None) -> list[str]:
+    """'The same cut with other tools': mergekit's and llama.cpp's texts, or why they are not written."""
+    lines = ["## The same cut with other tools", ""]
     refusal = llama_refusal(model) if removed is not None and drops is None else None
     if drops is not None:
-        lines += [DROP_TOOLS.format(mergekit=MERGEKIT_FILE, llama=LLAMA_FILE), ""]
-    elif removed is None:
-        lines += ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
-                  f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
-    elif not tools_read(model):
-        lines += ["mergekit's passthrough merge and llama.cpp's `--prune-layers` number a decoder-only model's "
-                  f"layers; this is {KIND_WORDS[kind_of(model)]}, so `{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not "
-                  "written.", ""]
-    else:
-        lines += [*(f"**{line}**\n" for line in _not_carried(recipe).splitlines()),
-                  "Both read the base model's own files: the result equals this folder only when those hold the "
-                  "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
-                  f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
-                  mergekit_yaml(recipe, base_name, model_dtype(model)).rstrip(), "```", ""]
-        lines += ([f"llama.cpp: no `--prune-layers` command is written: {refusal}", ""] if refusal else
-                  [f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
-                   "```sh", _llama_command(recipe, base_name), "```", ""])
-    return "\n".join(lines)
+        return lines + [DROP_TOOLS.format(mergekit=MERGEKIT_FILE, llama=LLAMA_FILE), ""]
+    if removed is None:
+        return lines + ["This recipe is not a pure depth cut, so it has no mergekit or llama.cpp equivalent; "
+                        f"`{MERGEKIT_FILE}` and `{LLAMA_FILE}` are not written.", ""]
+    if not tools_read(model):
+        return lines + ["mergekit's passthrough merge and llama.cpp's `--prune-layers` number a decoder-only model's "
+                        f"layers; this is {KIND_WORDS[kind_of(model)]}, so `{MERGEKIT_FILE}` and `{LLAMA_FILE}` are "
+                        "not written.", ""]
+    lines += [*(f"**{line}**\n" for line in _not_carried(recipe).splitlines()),
+              "Both read the base model's own files: the result equals this folder only when those hold the "
+              "weights this export was cut from (not, for example, when it was cut from a dequantized GGUF).", "",
+              f"mergekit (`{MERGEKIT_FILE}`):", "", "```yaml",
+              mergekit_yaml(recipe, base_name, model_dtype(model)).rstrip(), "```", ""]
+    return lines + ([f"llama.cpp: no `--prune-layers` command is written: {refusal}", ""] if refusal else
+                    [f"llama.cpp (`{LLAMA_FILE}`; block ids are 0-based, the kept blocks are renumbered):", "",
+                     "```sh", _llama_command(recipe, base_name), "```", ""])
 
 
 def tools_read(model: nn.Module) -> bool:

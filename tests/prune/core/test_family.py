@@ -16,7 +16,9 @@ from prune.core.family import FAMILIES, choices, step_families
 from prune.core.recipe import Recipe
 from prune.core.step import STEPS, Step
 from prune.quantize.step import Quantize
-from evaluation import cli
+from evaluation.cli import build_parser
+from evaluation.cli.checks import check_mode
+from evaluation.cli.steps import adds_step, extra_steps
 
 from conftest import REPO
 
@@ -47,23 +49,23 @@ def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
 
 
 def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order():
-    parser = cli.build_parser()
+    parser = build_parser()
     flags = {action.option_strings[0] for action in parser._actions if action.option_strings}
     assert {o.flag for f in FAMILIES.values() for o in f.options} <= flags
     args = parser.parse_args(["--full", "--heal", "lora", "--sparsify", "wanda", "--sparsity", "0.3",
                               "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8", "--patch", "lstsq",
                               "--quantize", "int4", "--quant_group", "64", "--quant_head"])
-    made = cli.extra_steps(args, Calibration())
+    made = extra_steps(args, Calibration())
     assert [s.kind for s in made] == ["patch", "width", "lowrank", "sparsify", "heal", "quantize"]  # the patch right
     assert made[-1] == Quantize.of(4, 64, head=True)  # after the cut, quantization last
     assert (made[0].calibration.n_samples, made[0].calibration.seq_len) == (64, 256)  # its own size, the source's text
     assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing", "quantize"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
     kd = parser.parse_args(["--full", "--heal", "lora", "--heal_teacher", "reverse_kl", "--kd_ratio", "0.5"])
-    assert cli.extra_steps(kd, Calibration())[0].option.items() >= {"teacher": "reverse_kl", "kd_ratio": 0.5,
+    assert extra_steps(kd, Calibration())[0].option.items() >= {"teacher": "reverse_kl", "kd_ratio": 0.5,
                                                                      "temperature": 1.0}.items()
     none = parser.parse_args(["--full"])
-    assert cli.extra_steps(none, Calibration()) == [] and not cli.adds_step(none)
+    assert extra_steps(none, Calibration()) == [] and not adds_step(none)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -81,7 +83,7 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
 ])
 def test_options_that_go_with_a_familys_flag_are_refused_without_it(argv, message):
     with pytest.raises(InvalidInput) as err:
-        cli.check_mode(cli.build_parser().parse_args(argv))
+        check_mode(build_parser().parse_args(argv))
     assert str(err.value).startswith(message)
 
 
@@ -134,16 +136,17 @@ register_family(Family(
     from_args=lambda args, cal, data_dir=None: None if args.scale is None else Scale(args.scale), stage=9))
 
 from ui import catalog
-from evaluation import cli
+from evaluation.cli import build_parser
+from evaluation.cli.steps import extra_steps
 from evaluation.exports import texts
 from prune.core.recipe import Recipe
 assert ("Scale · Scale the weights", "scale") in catalog.method_choices()
 assert catalog.level_slider("scale") == dict(label="Factor (%)", minimum=1, maximum=200, value=100, visible=True)
 made = catalog.step_for("scale", 50, "unstructured", Calibration())
 assert made == Scale(0.5) and Recipe.from_json(Recipe((made,)).to_json()).steps == (made,)
-args = cli.build_parser().parse_args(["--full", "--width", "0.9", "--scale", "2"])
-assert [s.kind for s in cli.extra_steps(args, Calibration())] == ["width", "scale"]
-assert "--scale" in cli.build_parser().format_help()
+args = build_parser().parse_args(["--full", "--width", "0.9", "--scale", "2"])
+assert [s.kind for s in extra_steps(args, Calibration())] == ["width", "scale"]
+assert "--scale" in build_parser().format_help()
 assert [s.card_tag for s in texts._last_of_each_family(Recipe((made,)))] == ["scaled"]  # the model card's tag
 print("family ok")
 '''
