@@ -45,7 +45,7 @@ def print_healing(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recip
     healing, and what each heal did."""
     unhealed = {f"{mode} before healing": Recipe(recipe.steps[:-1], recipe.origin) for mode, recipe in cuts.items()}
     found = backend.measure.perplexity(spec, {**unhealed, **cuts}, seq_lens=(args.ppl_seq_len,), bos=(False,),
-                               max_windows=args.ppl_windows)
+                                       max_windows=args.ppl_windows)
     ppl = {m.model: m.value for m in found}
     windows = found[0].details["windows"]
     print(f"\nHealing trained on WikiText-2 validation (its last windows held out); perplexity below is on "
@@ -73,7 +73,7 @@ def explain_report(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str
     measurements, record = [], {}
     for mode, recipe in cuts.items():
         found = backend.explain.cut_feedback(spec, recipe, calibration=calibration, use_cache=not args.no_cache,
-                                     progress=progress)
+                                             progress=progress)
         how = f"resumed from layer {found.resumed_at}" if found.resumed else "run whole"
         print(f"{mode}: {recipe.describe()}: {found.summary()} ({found.tokens} tokens, {how})", flush=True)
         measurements += found.measurements(PRUNED if len(cuts) == 1 else mode)
@@ -145,7 +145,7 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
         if chosen.recipe.is_original:
             raise InvalidInput("The original itself is the best under this target: there is nothing to save.")
         saved = backend.exports.write(spec, chosen.recipe, Path(args.export_dir).expanduser().resolve(), gguf=args.gguf,
-                               progress=progress)
+                                      progress=progress)
         progress(1.0, f"Saved the best model under {args.target.words()} to {saved}")
     print(f"Results in {out_dir}", file=sys.stderr)
     return out_dir

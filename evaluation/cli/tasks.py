@@ -75,7 +75,7 @@ def run(args, backend: Backend, spec: ModelSpec, cuts: dict, results: dict[str, 
     own = split(args.task)[1]
     if c4.TASK in own:
         for label, entry in backend.measure.c4_results(spec, cuts, limit=args.limit, use_cache=not args.no_cache,
-                                               progress=progress).items():
+                                                       progress=progress).items():
             results[label][c4.TASK] = entry
     if request is None:
         return ""

@@ -198,7 +198,7 @@ class BenchmarkHandlers:
             num_fewshot=inputs.whole_number(num_fewshot or 0, "Few-shot examples", minimum=0, maximum=25),
             data_dir=backend.models.data_dir)
         found = backend.measure.benchmarks(session.spec, session.variants(), task_request, progress=reporter(progress),
-                                   owner=owner(request))
+                                           owner=owner(request))
         return self._results_shown(session.with_results(found))
 
     @user_errors
@@ -213,7 +213,7 @@ class BenchmarkHandlers:
         if source == C4_TASK:
             c4_at_hand(backend.models.data_dir)
             entries = backend.measure.c4_results(session.spec, session.variants(), limit=windows,
-                                         progress=reporter(progress), owner=owner(request))
+                                                 progress=reporter(progress), owner=owner(request))
             found = [m for label, entry in entries.items()
                      for m in to_measurements({C4_TASK: entry}, model=label)]
         else:
@@ -240,8 +240,8 @@ class BenchmarkHandlers:
         methods = [m for m in prune.METHODS if m not in known] if others else []
         sweep = self.tab.sweep
         for report in backend.sweeps.cuts(session.spec, task_request, size, known=known, methods=methods,
-                                       calibration=session.calibration or self.context.default_calibration,
-                                       progress=reporter(progress), owner=owner(request)):
+                                          calibration=session.calibration or self.context.default_calibration,
+                                          progress=reporter(progress), owner=owner(request)):
             yield {sweep.plot: _sweep_figure(report), sweep.table: agreement_rows(report),
                    sweep.summary: _sweep_summary(report)}
 

@@ -148,7 +148,7 @@ class GenerateHandlers:
                         seed=inputs.whole_number(seed, "The seed", minimum=0, maximum=inputs.LARGEST_SEED))
         variants = session.variants()
         for state in self.context.backend.measure.generate(session.spec, variants, prompt, progress=reporter(progress),
-                                                   owner=owner(request), **settings):
+                                                           owner=owner(request), **settings):
             shown = {}
             for label, column in self.tab.columns.items():
                 side = state.get(label)

@@ -144,7 +144,7 @@ class HealHandlers:
         yield {status_md: repair_text.patch_started(step, session.editing, target)}
         try:
             done = self.context.backend.training.patch(session.spec, recipe, step, progress=reporter(progress),
-                                              owner=owner(request))
+                                                       owner=owner(request))
         except LayerCutError as err:  # the status says why, not "Patching…" left behind; the error shows too
             yield {status_md: repair_text.patch_refused(session.editing, err)}
             raise
@@ -161,8 +161,8 @@ class HealHandlers:
         """The three columns' WikiText-2 test perplexity after a repair, into the status (``say(found)``, else after
         ``status``) and the results."""
         found = self.context.backend.measure.perplexity(session.spec, session.variants(), seq_lens=(PPL_SEQ_LEN,),
-                                                bos=(False,), max_windows=PPL_WINDOWS, progress=reporter(progress),
-                                                owner=owner(request))
+                                                        bos=(False,), max_windows=PPL_WINDOWS,
+                                                        progress=reporter(progress), owner=owner(request))
         session = session.with_results(found)
         said = say(found) if say else status + " " + repair_text.heal_perplexity(found, PPL_WINDOWS, PPL_SEQ_LEN)
         return {**extra, status_md: said, **shown, self.view.session: session, **self.results.show(session)}

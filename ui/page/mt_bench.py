@@ -142,7 +142,7 @@ class MtBenchHandlers:
         mt_request = check(self.context, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
         variants = session.variants()
         found = self.context.backend.mt_bench.run(session.spec, variants, mt_request, progress=reporter(progress),
-                                              owner=owner(request))
+                                                  owner=owner(request))
         judged = Judged(found, model_names(variants))
         first = mt_request.questions[0].id
         box = self.box

@@ -54,7 +54,7 @@ class PickHandlers:
         size = default_block_size(info.num_layers)
         session, status = self._analyze(session, method, {}, calibration, size, "paper", request, progress)
         found = backend.analysis.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
-                                  owner=owner(request))  # seconds for angular
+                                           owner=owner(request))  # seconds for angular
         return {self.header.model: gr.update(value=spec.name, choices=self.context.model_choices()),
                 **self.model_shown(info, session),
                 self.header.analysis_md: status, self.cut.stability_md: text.stability_markdown(found)}
@@ -150,7 +150,7 @@ class PickHandlers:
 
     def _analyze(self, session, method, options, calibration, size, selection, request, progress, remove=LAYERS):
         result = self.context.backend.analysis.score(session.spec, method, calibration=calibration,
-                                              progress=reporter(progress), owner=owner(request), **options)
+                                                     progress=reporter(progress), owner=owner(request), **options)
         origin = f"{prune.METHODS[method].label} on {text.calibration_words(calibration)}"
         session = replace(session, result=result, origin=origin, calibration=calibration,
                           options=tuple(sorted(options.items())))

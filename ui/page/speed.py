@@ -123,7 +123,7 @@ class SpeedHandlers:
         need_model(session)
         variants = session.variants()
         found = self.context.backend.measure.memory(session.spec, variants, new_tokens=MEMORY_NEW_TOKENS,
-                                            progress=reporter(progress), owner=owner(request))
+                                                    progress=reporter(progress), owner=owner(request))
         sizes = [m for m in found if m.unit]  # the parameter count has no unit and another scale
         tab = self.tab
         return {tab.memory_table: comparison_table(found, variants),

@@ -38,7 +38,7 @@ def visitors_build() -> dict:
                                       num_attention_heads=8, max_position_embeddings=256)
     torch.manual_seed(0)
     spec = backend.models.adopt(transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval(), None,
-                         name="llama-512")
+                                name="llama-512")
     baseline = psutil.Process().memory_info().rss
     with ThreadPoolExecutor(VISITORS) as pool:
         recipes = [Recipe((Sparsify.of("magnitude", 0.1 + 0.04 * i),)) for i in range(VISITORS)]

@@ -59,7 +59,7 @@ def test_each_speed_row_says_which_kernel_ran_and_the_kernel_form_runs_only_at_w
 
     monkeypatch.setattr(speed, "measure_speed", recording)
     found = backend.measure.speed(spec, {"B": Recipe((Sparsify.of("magnitude", None, "2:4"),))}, batch_sizes=(1, 2),
-                          prompt_len=4, new_tokens=(2,), repeats=1)
+                                  prompt_len=4, new_tokens=(2,), repeats=1)
     assert timed_at == {(2,): {"original": False, "B": False}, (1,): {"original": False, "B": True}}
     kernels = {(m.model, m.details["batch"]): m.details["kernel"] for m in found if "batch" in m.details}
     assert kernels == {("original", 1): "dense", ("original", 2): "dense",

@@ -263,7 +263,7 @@ def test_cancel_stops_a_benchmark(backend, spec):
 
     with pytest.raises(Cancelled):
         backend.measure.benchmarks(spec, CUT, arc(2), batch_size=2, use_cache=False, progress=cancel_at_first_report,
-                           owner="visitor-1")
+                                   owner="visitor-1")
     assert not backend.models.jobs.busy()
     assert backend.measure.benchmarks(spec, CUT, arc(2), batch_size=2, owner="visitor-1")  # the next job runs normally
 
