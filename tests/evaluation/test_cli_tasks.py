@@ -3,7 +3,6 @@ a small shard, their flags refused in one line where they do not belong; and MT-
 model (slow)."""
 
 import json
-import time
 
 import pytest
 
@@ -93,7 +92,6 @@ def test_bad_mt_bench_flags_are_one_line(args, reason, capsys):
 
 @pytest.mark.slow
 def test_mt_bench_self_judged_on_the_default_model(tmp_path, capsys, data_dir):
-    started = time.perf_counter()
     code, out, err = _run(capsys, "--personalized", "--start_block", 15, "--end_block", 20, "--task", "mt_bench",
                           "--limit", 2, "--answer_tokens", 16, "--judge_tokens", 16, "--data_dir", data_dir,
                           "--output_folder", tmp_path)
@@ -101,4 +99,4 @@ def test_mt_bench_self_judged_on_the_default_model(tmp_path, capsys, data_dir):
     run = json.loads((tmp_path / "mt_bench.json").read_text())
     assert run["judge"]["judge"] == "the original itself (self-judged)" and run["done"]["answers"] == 4
     assert len(run["graded"]) == 4 and len(run["games"]) == 2 and all(run["answers"]["original"].values())
-    assert "Self-judged" in out and time.perf_counter() - started < 120  # about 45 s on 2 idle cores
+    assert "Self-judged" in out  # its time is the benchmarks' to measure, not a test's to bound
