@@ -1,6 +1,6 @@
 """Tokens the fast scorer runs per question of each benchmark task, on the default model's tokenizer.
 
-    python benchmarks/task_tokens.py            # the first 40 questions of every task, 0-shot (cloze tasks too)
+    python -m benchmarks.task_tokens            # the first 40 questions of every task, 0-shot (cloze tasks too)
 
 The cost table of ``evaluation.measure.estimate`` (``TASKS``) is this script's output: per task, the packed
 tokens per document (contexts once, continuations behind them, padding included), the documents one unit of
@@ -10,24 +10,19 @@ Nothing runs the model: requests are recorded, then planned. Writes ``benchmarks
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import prune
+from benchmarks import harness
+from benchmarks.record import write_result
+from evaluation.core.settings import BATCH_SIZE
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.fast_lm import Answer, FastLM
 from evaluation.sweeps.cuts import evaluate_loaded
-from evaluation.core.settings import BATCH_SIZE
 from prune.core.errors import InvalidInput
 from prune.core.paths import default_data_dir
-from record import write_result  # beside this script
 
 
 class Recorder(FastLM):
@@ -48,7 +43,7 @@ def packed_tokens(lm: Recorder) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--limit", type=int, default=40)
     args = parser.parse_args()
     model, tokenizer = prune.load_model()
