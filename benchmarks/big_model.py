@@ -1,6 +1,6 @@
 """An 8B-shaped model on this machine, within a memory budget: every forward-only job, with time and peak memory.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/big_model.py [--budget 8GiB] [--folder DIR] [--small] [--device cuda]
+    .venv/bin/python -m benchmarks.big_model [--budget 8GiB] [--folder DIR] [--small] [--device cuda]
 
 Writes (once) a random Llama of Llama-3-8B's shape (hidden 4096, 32 layers, MLP 14336, 32/8 heads, vocabulary
 128256; ~15 GiB in bfloat16) to ``--folder``, then, in this process, with ``LAYERCUT_MEMORY_BUDGET`` at
@@ -15,12 +15,11 @@ inside the larger vocabulary). ``--small`` runs the same on a small model, to ch
 
 from __future__ import annotations
 
-import argparse
 import os
-import time
 from pathlib import Path
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 _GIB = 2**30
 
@@ -59,16 +58,16 @@ def write_model(folder: Path, small: bool) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--budget", default="8GiB")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/layercut-8b"))
     parser.add_argument("--small", action="store_true")
     parser.add_argument("--questions", type=int, default=20)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda: the budget is then GPU memory")
     args = parser.parse_args()
-    started = time.perf_counter()
-    write_model(args.folder, args.small)
-    print(f"model folder ready in {time.perf_counter() - started:.0f} s: "
+    with harness.Clock() as clock:
+        write_model(args.folder, args.small)
+    print(f"model folder ready in {clock.wall:.0f} s: "
           f"{sum(f.stat().st_size for f in args.folder.glob('*.safetensors')) / _GIB:.2f} GiB of safetensors")
     os.environ["LAYERCUT_MEMORY_BUDGET"] = args.budget
     from evaluation.measure.memory import _reset_peak_rss
@@ -88,9 +87,9 @@ def main() -> None:
     rows = []
 
     def step(name: str, work):
-        began = time.perf_counter()
-        result = work()
-        rows.append((name, time.perf_counter() - began, vm_peak(), gpu_peak()))
+        with harness.Clock() as clock:
+            result = work()
+        rows.append((name, clock.wall, vm_peak(), gpu_peak()))
         print(f"  {name}: {rows[-1][1]:.0f} s, peak resident so far {rows[-1][2]:.2f} GiB, "
               f"GPU {rows[-1][3]:.2f} GiB", flush=True)
         return result

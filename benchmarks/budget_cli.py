@@ -1,7 +1,7 @@
 """The CLI's angular analysis of a model read from disk, whole and under a memory budget: the anonymous memory peak
 (what the process holds for itself, without the checkpoint's mapped pages).
 
-    .venv/bin/python benchmarks/budget_cli.py [--budget 1GiB] [--folder /tmp/layercut-budget-model]
+    .venv/bin/python -m benchmarks.budget_cli [--budget 1GiB] [--folder /tmp/layercut-budget-model]
 
 The model: a random Llama (hidden 2048, 16 layers, MLP 5632, vocabulary 49152) saved in bfloat16 and loaded in
 float32 (3.44 GiB), written once by ``benchmarks/offload.py``'s writer. Each run is the installed command in a fresh
@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from offload import write_model  # beside this script
-from record import write_result
+from benchmarks import REPO, harness
+from benchmarks.offload import write_model
+from benchmarks.record import write_result
 
-REPO = Path(__file__).resolve().parents[1]
 _GIB = 2**30
 
 
@@ -42,23 +42,24 @@ def run(folder: Path, budget: str | None) -> dict:
         command += ["--memory_budget", budget]
     env = {**os.environ, "LAYERCUT_CACHE": tempfile.mkdtemp(prefix="layercut-budget-"), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1"}
-    started, peak = time.perf_counter(), 0
-    child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    while child.poll() is None:
-        try:
-            peak = max(peak, anonymous(child.pid))
-        except (FileNotFoundError, ProcessLookupError):
-            break
-        time.sleep(0.005)
-    output = child.communicate()[0]
+    peak = 0
+    with harness.Clock() as clock:
+        child = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        while child.poll() is None:
+            try:
+                peak = max(peak, anonymous(child.pid))
+            except (FileNotFoundError, ProcessLookupError):
+                break
+            time.sleep(0.005)
+        output = child.communicate()[0]
     if child.returncode:
         raise SystemExit(f"the CLI failed ({child.returncode}):\n{output[-3000:]}")
-    return {"budget": budget, "peak_anonymous_GiB": round(peak / _GIB, 2),
-            "wall_s": round(time.perf_counter() - started, 1)}
+    return {"budget": budget, "peak_anonymous_GiB": round(peak / _GIB, 2), "wall_s": round(clock.wall, 1)}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--budget", default="1GiB")
     parser.add_argument("--folder", type=Path, default=Path("/tmp/layercut-budget-model"))
     args = parser.parse_args()

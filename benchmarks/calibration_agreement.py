@@ -1,6 +1,6 @@
 """Do the default calibration's block choices agree with the measured cut sweep on the default model?
 
-    .venv/bin/python benchmarks/calibration_agreement.py [--task arc_easy] [--limit 200] [--block 6]
+    .venv/bin/python -m benchmarks.calibration_agreement [--task arc_easy] [--limit 200] [--block 6]
 
 For the default calibration (WikiText-2 validation from the data folder, else the built-in
 text; --samples/--seq_len/--source override it) it prints each method's analysis time, its
@@ -13,18 +13,16 @@ the capital of France?" with Paris. The sweep takes minutes on 2 cores and is ca
 
 from __future__ import annotations
 
-import argparse
-import os
-import time
 from dataclasses import replace
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 PROMPT = "What is the capital of France?"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--task", default="arc_easy", help="lm-eval task of the sweep")
     parser.add_argument("--limit", type=int, default=200, help="documents of the task")
     parser.add_argument("--block", type=int, default=6, help="block size of the sweep")
@@ -35,10 +33,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, help="calibration windows instead of the default number")
     parser.add_argument("--seq_len", type=int, help="tokens per window instead of the default")
     parser.add_argument("--methods", help="comma list of methods (default: all)")
-    args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    run(args)
+    run(parser.parse_args())
 
 
 def run(args) -> None:
@@ -59,9 +54,9 @@ def run(args) -> None:
     print(f"calibration: {calibration.source}, {windows[0]} windows of {windows[1]} tokens")
 
     context = prune.Context(model, tokenizer, calibration)
-    started = time.perf_counter()
-    context.residual  # computed once, shared by every method below
-    residual_s = time.perf_counter() - started
+    with harness.Clock() as clock:
+        context.residual  # computed once, shared by every method below
+    residual_s = clock.wall
     print(f"residual stream: {residual_s:.1f} s")
 
     names = args.methods.split(",") if args.methods else list(prune.METHODS)
@@ -117,9 +112,9 @@ def cached_sweep(model, tokenizer, task: str, block: int, limit: int, data_dir):
            "limit": limit, "data_dir": str(data_dir)}
     if (cached := store.get(key)) is not None:
         return SweepResult.from_json(cached)
-    started = time.perf_counter()
-    result = sweep(model, tokenizer, task, block, limit=limit, data_dir=data_dir)
-    print(f"sweep: {time.perf_counter() - started:.0f} s")
+    with harness.Clock() as clock:
+        result = sweep(model, tokenizer, task, block, limit=limit, data_dir=data_dir)
+    print(f"sweep: {clock.wall:.0f} s")
     store.put(key, result.to_json())
     return result
 

@@ -1,6 +1,6 @@
 """Batch-1 decode, eager and compiled, against the memory-bandwidth floor: what gpu_check.py's decode step runs.
 
-    PYTHONPATH=. python benchmarks/decode_floor.py [--device cpu] [--eager_only]   (a dry run on a tiny model)
+    python -m benchmarks.decode_floor [--device cpu] [--eager_only]   (a dry run on a tiny model)
 
 For each model (gpu_check.py: the original, its cut, the original in int8 and in int4), a 128-token prompt then 32
 greedy tokens at batch 1: once as transformers runs it (``evaluation.measure.speed._run_once``, eager) and once
@@ -14,7 +14,6 @@ and the floor are the speed step's own (``evaluation.measure.bandwidth``).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from pathlib import Path
@@ -23,9 +22,10 @@ import torch
 
 from evaluation.measure import bandwidth as limit, compiled, speed
 from prune.core.storage import weight_bytes
+from benchmarks import harness
+from benchmarks.record import write_result
+from benchmarks.renderers import decode_floor as table  # the rows as a Markdown table, as the docs render them
 from prune.core.devices import input_device
-from record import write_result  # beside this script
-from renderers import decode_floor as table  # the rows as a Markdown table, as the docs render them
 
 _MIB = 2**20
 
@@ -44,9 +44,9 @@ def decode_row(label: str, model, mode: str, *, prompt_len: int, new_tokens: int
     try:
         if mode == "compiled":
             runs = compiled.CompiledRuns(new_tokens)
-            started = time.perf_counter()
-            runs.run(model, ids, new_tokens)  # the first run at this shape: compiles (and records CUDA graphs)
-            row["compile_s"] = time.perf_counter() - started
+            with harness.Clock() as clock:
+                runs.run(model, ids, new_tokens)  # the first run at this shape: compiles (and records CUDA graphs)
+            row["compile_s"] = clock.wall
             run = runs
         else:
             speed._run_once(model, ids, new_tokens)  # a warm-up
@@ -100,7 +100,7 @@ def main() -> None:
 
     from prune.core.recipe import Recipe
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--eager_only", action="store_true")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Every default job of the page, timed twice on the default model, beside the estimate the page shows for it.
 
-    python benchmarks/default_jobs.py              # the page's defaults, cut A as the page opens, B the best 6
-    python benchmarks/default_jobs.py --training   # also a short rank search and a short heal (smaller settings)
+    python -m benchmarks.default_jobs              # the page's defaults, cut A as the page opens, B the best 6
+    python -m benchmarks.default_jobs --training   # also a short rank search and a short heal (smaller settings)
 
 The backend and the page are built as ``app.py`` builds them, the page opened (its startup: load, analysis,
 stability), then each job run through the page's own handler with the values its inputs start with: once right
@@ -13,26 +13,12 @@ prints the seconds measured, the page's estimate (``ui.page.estimates``) and est
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-import tempfile
-import time
-from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from benchmarks import harness
+from benchmarks.record import write_result
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def fresh_cache() -> None:
-    """Results and analyses in a new folder; the dequantized default model is reused (as the tests do)."""
-    persistent = Path(os.environ.get("LAYERCUT_CACHE") or Path.home() / ".cache" / "layercut")
-    root = Path(tempfile.mkdtemp(prefix="layercut-default-jobs-"))
-    (persistent / "models").mkdir(parents=True, exist_ok=True)
-    (root / "models").symlink_to(persistent / "models", target_is_directory=True)
-    os.environ["LAYERCUT_CACHE"] = str(root)
 
 
 def quiet_progress(*_args, **_kwargs) -> None:
@@ -89,25 +75,27 @@ def jobs(page, handlers, training: bool) -> list[tuple[str, object, object]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--training", action="store_true", help="also a short rank search and a short heal")
     args = parser.parse_args()
-    fresh_cache()
+    harness.in_fresh_cache(lambda: run(args))
+
+
+def run(args) -> None:
     import torch
 
     from evaluation.serving.backend import Backend
     from prune.core.recipe import Recipe
-    from record import write_result  # beside this script
     from ui.page import build_page
     from ui.session import Session
 
     backend = Backend()
     page = build_page(backend)
     handlers = page.handlers
-    began = time.perf_counter()
-    session = run_all(handlers.pick.startup(Session(), page.header.method.value, progress=quiet_progress))[
-        page.view.session]
-    opened = time.perf_counter() - began
+    with harness.Clock() as clock:
+        session = run_all(handlers.pick.startup(Session(), page.header.method.value, progress=quiet_progress))[
+            page.view.session]
+    opened = clock.wall
     print(f"page opened (load, analysis, stability) in {opened:.1f} s; torch threads "
           f"{torch.get_num_threads()}; rates {backend.models.rates(session.spec)}; {session.result.method} "
           f"{session.result.timing()}")
@@ -120,9 +108,9 @@ def main() -> None:
     timed = {name: [] for name, _call, _estimate in todo}
     for _round in range(2):
         for name, call, _estimate in todo:
-            began = time.perf_counter()
-            call(session)
-            timed[name].append(time.perf_counter() - began)
+            with harness.Clock() as clock:
+                call(session)
+            timed[name].append(clock.wall)
     found = {}
     for name, _call, estimate in todo:
         cold, warm = timed[name]
@@ -135,6 +123,7 @@ def main() -> None:
     write_result("default_jobs_training" if args.training else "default_jobs", figures, model=session.info.name,
                  how="each default job through the page's own handler with its starting values, once after launch "
                      "(cold, a fresh results cache) and once more (warm); estimate: ui.page.estimates")
+
 
 if __name__ == "__main__":
     main()

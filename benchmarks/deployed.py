@@ -2,7 +2,7 @@
 limit (int8 and int4 also with the LM head in int8, as llama.cpp stores it), and what timing each column adds to the
 process's memory high-water mark.
 
-    .venv/bin/python benchmarks/deployed.py [--model llama1b|default] [--layers 8] [--repeats 5] [--compiled]
+    .venv/bin/python -m benchmarks.deployed [--model llama1b|default] [--layers 8] [--repeats 5] [--compiled]
 
 ``llama1b``: a randomly initialised Llama of Llama-3.2-1B's shape (hidden 2048, MLP 8192, 32 heads, 8 KV heads,
 vocabulary 128,256, tied head) with ``--layers`` layers, in bfloat16, built here with a fixed seed. ``default``: the
@@ -17,11 +17,10 @@ mode (``evaluation.measure.compiled``; compile time apart). Writes ``benchmarks/
 
 from __future__ import annotations
 
-import argparse
 import gc
-import time
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 _MIB = 2**20
 
@@ -38,12 +37,7 @@ def llama_1b_shape(layers: int):
 
 
 def default_model():
-    from evaluation.serving.backend import Backend
-    from evaluation.core.pool import ModelSpec
-
-    backend = Backend()
-    spec = ModelSpec()
-    backend.models.load(spec)
+    backend, spec, _info = harness.default_model()
     return backend.models.model(spec)
 
 
@@ -75,7 +69,7 @@ def high_water_rise(model, ids, new_tokens: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", choices=("llama1b", "default"), default="llama1b")
     parser.add_argument("--layers", type=int, default=8, help="llama1b: decoder layers (Llama-3.2-1B has 16)")
     parser.add_argument("--repeats", type=int, default=5)
@@ -86,11 +80,10 @@ def main() -> None:
     import prune
     from evaluation.measure.speed import measure_speed
 
-    started = time.perf_counter()
-    original = llama_1b_shape(args.layers) if args.model == "llama1b" else default_model()
-    columns = {"original": original, **{f"int{bits}{'+head' if head else ''}": prune.Quantize.of(bits, head=head)
-                                        .apply(original) for head in (False, True) for bits in (8, 4)}}
-    built_s = time.perf_counter() - started
+    with harness.Clock() as built:
+        original = llama_1b_shape(args.layers) if args.model == "llama1b" else default_model()
+        columns = {"original": original, **{f"int{bits}{'+head' if head else ''}": prune.Quantize.of(bits, head=head)
+                                            .apply(original) for head in (False, True) for bits in (8, 4)}}
     rows = measure_speed(columns, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=args.repeats)
     decode = {m.model: m for m in rows if m.name.startswith("decode latency")}
     prefill = {m.model: m for m in rows if m.name.startswith("prefill latency")}
@@ -120,7 +113,7 @@ def main() -> None:
     found["int4"]["layer_weights_vs_int8"] = round(found["int4"]["layer_weights_MiB"] /
                                                    found["int8"]["layer_weights_MiB"], 3)
     result = {"dtype": str(next(original.parameters()).dtype).removeprefix("torch."), "columns": found,
-              "build_s": round(built_s, 1), "threads": torch.get_num_threads()}
+              "build_s": round(built.wall, 1), "threads": torch.get_num_threads()}
     name = args.model if args.model == "default" else f"{args.model}_{args.layers}layers"
     path = write_result(f"deployed_{name}", result,
                         model=args.model if args.model == "default" else

@@ -1,6 +1,6 @@
 """An outside anchor: each column's batch-1 decode in LayerCut beside the same column's GGUF export in llama.cpp.
 
-    .venv/bin/python benchmarks/engines.py [--model default|llama1b] [--layers 8] [--repeats 5]
+    .venv/bin/python -m benchmarks.engines [--model default|llama1b] [--layers 8] [--repeats 5]
         [--llama_python /work/llama-venv/bin/python]
 
 llama.cpp is not one of LayerCut's dependencies: build its Python binding from source, for this benchmark only, in a
@@ -26,7 +26,6 @@ turns so the machine's load falls on all alike; the median of ``--repeats`` turn
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -34,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 PROMPT, NEW = 128, 32
 PAIRS = {"original": "F16", "int8+head": "Q8_0", "int4+head": "Q4_0"}
@@ -98,7 +98,7 @@ def kv_f16_bytes(config, context: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--model", choices=("default", "llama1b"), default="default")
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)

@@ -1,6 +1,6 @@
 """Release-to-numbers time of the cut feedback (issue 12) on the default model, beside a full forward of each cut.
 
-    python benchmarks/explain.py                 # SmolLM2-135M, the feedback slice, 10 releases
+    python -m benchmarks.explain                 # SmolLM2-135M, the feedback slice, 10 releases
 
 What a release costs: ``backend.explain.cut_feedback`` with the cache off (perplexity of the cut and of the
 original, mean KL, top-1 agreement on the slice), the original's residual stream computed beforehand
@@ -14,40 +14,23 @@ counts other people's work, and the best of three is the least disturbed. Writes
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import sys
-import time
-from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
 import prune
+from benchmarks import harness
+from benchmarks.record import write_result
 from evaluation.explain import cut as explain
 from evaluation.serving.backend import Backend
 from prune.core.calibration import token_windows
 from prune.core.recipe import Recipe
-from record import write_result  # beside this script
 
 CUTS = [(13, 16), (15, 21), (2, 8), (20, 26), (5, 9), (10, 14), (24, 30), (0, 4), (17, 19), (8, 12)]
 SHOWN = [(13, 16), (15, 21), (2, 8)]
-
-
-class Clock:
-    """Wall and process-CPU seconds of a block."""
-
-    def __enter__(self):
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
 
 
 def spread(values: list[float]) -> str:
@@ -57,7 +40,7 @@ def spread(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--releases", type=int, default=len(CUTS), help=f"cuts released (at most {len(CUTS)})")
     parser.add_argument("--repeats", type=int, default=3, help="releases (and full forwards) per cut, alternating")
     args = parser.parse_args()
@@ -71,7 +54,7 @@ def main() -> None:
     print(f"model {spec.label}: {num_layers} layers; slice: {cal.source}, "
           f"{ids.shape[0]} windows × {ids.shape[1]} tokens")
 
-    with Clock() as once:
+    with harness.Clock() as once:
         backend.explain.cut_feedback(spec, Recipe(), use_cache=False)  # computes the original's states
     print(f"one-off: the original's residual stream and distributions: {once.wall:.2f} s wall, {once.cpu:.2f} s CPU")
     backend.explain.cut_feedback(spec, Recipe.block(num_layers, 14, 15), use_cache=False)  # warm-up, not counted
@@ -82,9 +65,9 @@ def main() -> None:
         cut_model = recipe.apply(model)
         releases, fulls = [], []
         for _ in range(args.repeats):  # alternating, so a burst of other people's work hits both sides
-            with Clock() as release:
+            with harness.Clock() as release:
                 found = backend.explain.cut_feedback(spec, recipe, use_cache=False)
-            with Clock() as full, torch.no_grad():
+            with harness.Clock() as full, torch.no_grad():
                 cut_model(input_ids=ids, use_cache=False)
             releases.append(release)
             fulls.append(full)

@@ -1,7 +1,7 @@
 """Side by side, in one run: the fast scorer vs HFLM, and the cut sweep vs evaluating each cut.
 
-    python benchmarks/fast_scorer.py                 # default model, first 200 hellaswag docs, K = 6
-    python benchmarks/fast_scorer.py --quick         # 20 docs, every 4th cut for the naive side
+    python -m benchmarks.fast_scorer                 # default model, first 200 hellaswag docs, K = 6
+    python -m benchmarks.fast_scorer --quick         # 20 docs, every 4th cut for the naive side
 
 Targets (issue 5): fast ≤ 0.5× HFLM's time with identical accuracy; the sweep over every
 start ≤ 0.55× evaluating each cut on its own (both sides use the fast scorer, so the
@@ -12,36 +12,20 @@ CPU seconds are both printed; torch runs one thread unless --threads says otherw
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
-import time
 from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 from lm_eval.models.huggingface import HFLM
 
 import prune
-from prune.core.architectures import num_layers as len_layers
+from benchmarks import harness
+from benchmarks.record import write_result
 from evaluation.quality.fast_lm import FastLM
 from evaluation.sweeps.cuts import evaluate_loaded, load_task, sweep, task_metrics
-from record import write_result  # beside this script
-
-
-class Clock:
-    """Wall and process-CPU seconds of a block."""
-
-    def __enter__(self):
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc):
-        self.wall, self.cpu = time.perf_counter() - self.wall, time.process_time() - self.cpu
+from prune.core.architectures import num_layers as len_layers
 
 
 def recording(lm):
@@ -59,7 +43,7 @@ def recording(lm):
 
 
 def timed_eval(lm, loaded, name, limit):
-    with Clock() as clock:
+    with harness.Clock() as clock:
         metrics, _ = task_metrics(evaluate_loaded(lm, loaded, limit), name)
     return metrics, clock
 
@@ -96,7 +80,7 @@ def compare_sweep(model, tokenizer, loaded, name, task, limit, block_size, batch
     """The sweep vs each cut evaluated on its own with the fast scorer (every ``every``-th start timed)."""
     count = len_layers(model)
     starts = list(range(count - block_size + 1))
-    with Clock() as clock:
+    with harness.Clock() as clock:
         result = sweep(model, tokenizer, task, block_size, limit=limit, batch_size=batch_size)
     naive_wall = naive_cpu = 0.0
     timed = starts[::every]
@@ -130,7 +114,7 @@ def compare_sweep(model, tokenizer, loaded, name, task, limit, block_size, batch
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--limit", type=int, default=200, help="documents of the task (first N, file order)")
     parser.add_argument("--task", default="hellaswag")
     parser.add_argument("--block-size", type=int, default=6)

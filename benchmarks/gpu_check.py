@@ -1,7 +1,7 @@
 """The CUDA paths in one command: a Llama-2-7B-shaped random model in bf16 through every kind of job, one table.
 
-    PYTHONPATH=. python benchmarks/gpu_check.py [--device cuda] [--data_dir ../shared/benchdata] [--small]
-                                                [--questions N] [--encoders_only] [--decode_only] [--eager_only]
+    python -m benchmarks.gpu_check [--device cuda] [--data_dir ../shared/benchdata] [--small]
+                                   [--questions N] [--encoders_only] [--decode_only] [--eager_only]
 
 Steps (each timed, with the peak GPU memory it reached): bf16 load of a random model of Llama-2-7B's shape
 (hidden 4096, 32 layers, MLP 11008, 32 heads; the embedded model's tokenizer and vocabulary), angular-distance
@@ -24,21 +24,20 @@ JSON, one file per run: ``benchmarks/results/gpu/<date>-<time>-<card>.json`` (``
 
 from __future__ import annotations
 
-import argparse
 import re
 import time
 
 import torch
 
-from record import device_name, write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import device_name, write_result
 
 _GIB = 2**30
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, "data_dir")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: LayerCut's)")
     parser.add_argument("--small", action="store_true", help="a tiny model: check the script, not the GPU")
     parser.add_argument("--questions", type=int, default=100)
     parser.add_argument("--encoders_only", action="store_true", help="only the encoder and T5 steps")
@@ -143,7 +142,7 @@ def run(args, rows: list) -> None:
 def decode_modes(args, step, rows: list, backend, spec, cut) -> None:
     """Batch-1 decode of the original, ``cut``, the original in int8 and in int4, eager and compiled, against the
     bandwidth floor; the rows also as JSON under benchmarks/results/."""
-    import decode_floor  # beside this script
+    from benchmarks import decode_floor
     from prune.core.recipe import Recipe
     from prune.quantize.step import Quantize
 
@@ -179,12 +178,12 @@ def timed_step(args, rows: list):
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
-        started = time.perf_counter()
-        result, note = work()
-        if cuda:
-            torch.cuda.synchronize()
+        with harness.Clock() as clock:
+            result, note = work()
+            if cuda:
+                torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated() / _GIB if cuda else float("nan")
-        rows.append((name, time.perf_counter() - started, peak, note))
+        rows.append((name, clock.wall, peak, note))
         return result
 
     return step

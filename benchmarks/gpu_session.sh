@@ -49,9 +49,9 @@ run)
         timeout -s INT -k 20 "$seconds" "$@" 2>&1 | tee "$OUT/$log"
         echo "== $log: $((SECONDS - started)) s"
     }
-    limited "${T24:-70}" two_four.log python3 benchmarks/two_four_kernels.py
-    limited "${TDEC:-230}" decode.log python3 benchmarks/gpu_check.py --decode_only ${DECODE_ARGS:-}
-    limited "${TFULL:-220}" full.log python3 benchmarks/gpu_check.py --eager_only --questions 50 --data_dir .gpu/benchdata
+    limited "${T24:-70}" two_four.log python3 -m benchmarks.two_four_kernels
+    limited "${TDEC:-230}" decode.log python3 -m benchmarks.gpu_check --decode_only ${DECODE_ARGS:-}
+    limited "${TFULL:-220}" full.log python3 -m benchmarks.gpu_check --eager_only --questions 50 --data_dir .gpu/benchdata
     mkdir -p "$OUT/res"
     cp benchmarks/results/two_four_kernels.json benchmarks/results/gpu_decode_*.json benchmarks/results/gpu/*.json \
         "$OUT/res/" 2>/dev/null

@@ -1,6 +1,6 @@
 """Healing a cut of the default model: WikiText-2 test perplexity and hellaswag before and after, time per method.
 
-    .venv/bin/python benchmarks/heal.py [--start 15 --end 21] [--ppl_windows 64] [--hellaswag 200]
+    .venv/bin/python -m benchmarks.heal [--start 15 --end 21] [--ppl_windows 64] [--hellaswag 200]
 
 The cut removes layers ``[start, end)`` (end exclusive); each method of :mod:`prune.healing.train` then
 heals it with its default steps on WikiText-2 *validation* (its last windows held out for the
@@ -14,50 +14,39 @@ Everything goes through the Backend the app uses; results go to a fresh cache. W
 
 from __future__ import annotations
 
-import argparse
-import time
-
-from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
-from record import write_result
-from repair_rows import print_table, quality_rows
+from benchmarks import harness
+from benchmarks.record import write_result
+from benchmarks.repair_rows import print_table, quality_rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, "ppl_windows", "hellaswag", "data_dir")
     parser.add_argument("--start", type=int, default=15, help="first layer cut (0-based)")
     parser.add_argument("--end", type=int, default=21, help="end of the cut, exclusive")
     parser.add_argument("--methods", default="lora,last_layers", help="comma list of healing methods")
     parser.add_argument("--steps", type=int, default=None, help="healing steps (default: each method's default)")
-    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
-    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
-    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
     args = parser.parse_args()
-    in_fresh_cache(lambda: run(args))
+    harness.in_fresh_cache(lambda: run(args))
 
 
 def run(args) -> None:
     import torch
 
-    from evaluation.serving.backend import Backend
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.core.pool import ModelSpec
-    from prune.core.calibration import Calibration
-    from prune.healing.step import Heal
     from prune.core.recipe import Recipe
+    from prune.healing.step import Heal
 
-    backend = Backend(data_dir=args.data_dir)
-    spec = ModelSpec()
-    info = backend.models.load(spec)
-    text = Calibration(source="wikitext2", path=str(backend.models.data_dir) if backend.models.data_dir else None)
+    backend, spec, info = harness.default_model(args.data_dir)
+    text = harness.wikitext2(backend)
     cut = Recipe.block(info.num_layers, args.start, args.end, origin="by hand")
     variants = {"cut": cut}
     timing = {}
     print(f"{info.name}: {info.num_layers} layers; cut {cut.describe()}; threads {torch.get_num_threads()}")
     for method in args.methods.split(","):
         recipe = cut.then(Heal.of(method, args.steps, text=text))
-        started = time.perf_counter()
-        healed = backend.models.model(spec, recipe)
-        timing[method] = (time.perf_counter() - started, healed.config.layercut_healed)
+        with harness.Clock() as clock:
+            healed = backend.models.model(spec, recipe)
+        timing[method] = (clock.wall, healed.config.layercut_healed)
         variants[method] = recipe
         print(f"{method}: {recipe.steps[-1].describe()}", flush=True)
 

@@ -2,7 +2,7 @@
 60 % of the parameters (WikiText-2 perplexity, time to decompose), and what factored projections do to speed,
 measured against the FLOPs ideal.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/lowrank.py [--windows 16] [--seq-len 512] [--ratios 0.8,0.6]
+    .venv/bin/python -m benchmarks.lowrank [--windows 16] [--seq-len 512] [--ratios 0.8,0.6]
         [--parts quality,speed,search] [--search-layers 2] [--search-on wikitext2|TASK] [--search-limit 40]
 
 Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tokens of the raw WikiText-2 test
@@ -22,18 +22,17 @@ split, the rest the test split. Writes ``benchmarks/results/lowrank.json``.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 
 import torch
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--windows", type=int, default=16, help="perplexity windows per model")
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per perplexity window")
     parser.add_argument("--ratios", default="0.8,0.6", help="comma list of parameter ratios")
@@ -47,7 +46,6 @@ def main() -> None:
     parser.add_argument("--parts", default="quality,speed,search",
                         help="comma list: quality (perplexity, time), speed, search (rank search)")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import prune
     from evaluation.quality import perplexity
@@ -102,10 +100,9 @@ def quality(model, tokenizer, ids, calibration, ratios, windows: int, seq_len: i
     factored = {}
     for ratio in ratios:
         for space in ("weight", "feature"):
-            started = time.perf_counter()
-            derived = lowrank.decompose(model, tokenizer, space=space, param_ratio=ratio, calibration=calibration)
-            seconds = time.perf_counter() - started
-            rows.append((space, f"{100 * ratio:g} %", sum(p.numel() for p in derived.parameters()), seconds,
+            with harness.Clock() as clock:
+                derived = lowrank.decompose(model, tokenizer, space=space, param_ratio=ratio, calibration=calibration)
+            rows.append((space, f"{100 * ratio:g} %", sum(p.numel() for p in derived.parameters()), clock.wall,
                          ppl(derived)))
             print(f"  {rows[-1]}", flush=True)
             if space == "feature":
@@ -191,11 +188,11 @@ def rank_search(model, tokenizer, data_dir, calibration, layers: int, criterion:
 
     search, test, bound = criterion_splits(criterion, tolerance, tokenizer, data_dir, limit=limit)
     count = len(decoder_layers(model))
-    started = time.perf_counter()
-    result = surgical_search(model, tokenizer, search=search, test=test, calibration=calibration, tolerance=bound,
-                             layers=range(count - layers, count), test_each_layer=True,
-                             progress=lambda fraction, message: print(f"  {message}", flush=True))
-    seconds = time.perf_counter() - started
+    with harness.Clock() as clock:
+        result = surgical_search(model, tokenizer, search=search, test=test, calibration=calibration,
+                                 tolerance=bound, layers=range(count - layers, count), test_each_layer=True,
+                                 progress=lambda fraction, message: print(f"  {message}", flush=True))
+    seconds = clock.wall
     print(f"\nSurgical rank search over layers {count - layers}–{count - 1} on {criterion} ({limit} windows or "
           f"documents, 20 % search / 80 % test; tolerance {tolerance:g}), {seconds:.0f} s:")
     print(format_search(result, criterion))

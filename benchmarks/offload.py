@@ -1,6 +1,6 @@
 """A model larger than the memory budget, read layer by layer from its files, beside the same model in memory.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/offload.py [--hidden 2048 --layers 16 --intermediate 5632]
+    .venv/bin/python -m benchmarks.offload [--hidden 2048 --layers 16 --intermediate 5632]
         [--vocab 49152] [--dtype float32] [--budget 2GiB] [--windows 4 --seq-len 128] [--folder DIR]
 
 Writes a randomly initialised Llama of that shape to ``--folder`` (once; ~4.1 GB in float32 by default), then
@@ -19,10 +19,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from record import write_result  # beside this script
+from benchmarks import REPO, harness
+from benchmarks.record import write_result
 
 _GIB = 2**30
 
@@ -87,19 +87,18 @@ def _child(folder: str, dtype: str, windows: int, seq_len: int, out: str) -> Non
     from prune.core.recipe import Recipe
 
     times, anonymous = {}, AnonymousPeak()
-    started = time.perf_counter()
-    model, tokenizer = prune.load_model(folder, device="cpu", dtype=dtype)
-    times["load"] = time.perf_counter() - started
+    with harness.Clock() as clock:
+        model, tokenizer = prune.load_model(folder, device="cpu", dtype=dtype)
+    times["load"] = clock.wall
     calibration = Calibration(n_samples=windows, seq_len=seq_len)
-    started = time.perf_counter()
-    result = prune.score(model, tokenizer, "angular", calibration=calibration, use_cache=False)
-    times["angular analysis"] = time.perf_counter() - started
+    with harness.Clock() as clock:
+        result = prune.score(model, tokenizer, "angular", calibration=calibration, use_cache=False)
+    times["angular analysis"] = clock.wall
     start, end = result.best_block(max(1, len(result.layer_scores) // 4))
-    started = time.perf_counter()
-    ids = token_windows(tokenizer, calibration)[:1]
-    with torch.no_grad():
+    with harness.Clock() as clock, torch.no_grad():
+        ids = token_windows(tokenizer, calibration)[:1]
         logits = Recipe.block(len(result.layer_scores), start, end).apply(model)(input_ids=ids).logits
-    times["cut's logits (1 window)"] = time.perf_counter() - started
+    times["cut's logits (1 window)"] = clock.wall
     Path(out).write_text(json.dumps({
         "offloaded": is_offloaded(model), "resident": resident_bytes(model), "peak": peak_resident_bytes(),
         "anonymous peak": anonymous.stop(),
@@ -117,7 +116,7 @@ def _tokenizer():
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--hidden", type=int, default=2048)
     parser.add_argument("--layers", type=int, default=16)
     parser.add_argument("--intermediate", type=int, default=5632)
@@ -133,16 +132,16 @@ def main() -> None:
         _child(args.child[0], args.dtype, args.windows, args.seq_len, args.child[1])
         return
     args.folder.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    weights = write_model(args.folder, args)
-    print(f"model: {weights / _GIB:.2f} GiB of weights ({args.dtype}), ready in {time.perf_counter() - started:.0f} s")
+    with harness.Clock() as clock:
+        weights = write_model(args.folder, args)
+    print(f"model: {weights / _GIB:.2f} GiB of weights ({args.dtype}), ready in {clock.wall:.0f} s")
     runs = {}
     for name, env in (("in memory", {}), (f"budget {args.budget}", {"LAYERCUT_MEMORY_BUDGET": args.budget})):
         out = args.folder / f"run-{len(runs)}.json"
-        command = [sys.executable, __file__, "--child", str(args.folder), str(out), "--dtype", args.dtype,
+        command = [sys.executable, "-m", __spec__.name, "--child", str(args.folder), str(out), "--dtype", args.dtype,
                    "--windows", str(args.windows), "--seq-len", str(args.seq_len)]
         clean = {k: v for k, v in os.environ.items() if k != "LAYERCUT_MEMORY_BUDGET"}
-        subprocess.run(command, check=True, env={**clean, **env, "PYTHONPATH": str(Path(__file__).parents[1])})
+        subprocess.run(command, check=True, env={**clean, **env, "PYTHONPATH": str(REPO)})
         runs[name] = json.loads(out.read_text())
     print_table(runs, weights)
     first, second = runs.values()

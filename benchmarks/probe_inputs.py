@@ -1,5 +1,5 @@
-"""The hostile inputs ``shared_probe.py`` sends: values per kind of parameter, special tables for the parameters
-that name things (models, exports, calibration data, method options), and each endpoint's cheap baseline.
+"""The hostile inputs ``benchmarks/shared_probe.py`` sends: values per kind of parameter, special tables for the
+parameters that name things (models, exports, calibration data, method options), and each endpoint's cheap baseline.
 
 A case is one call: the endpoint's baseline with one parameter (or a few) replaced by a hostile value.
 """
@@ -10,12 +10,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = str(Path(__file__).resolve().parents[1])
+from benchmarks import REPO
+
 HUGE_TEXT = "A" * 100_000
 LONG_NAME = "a" * 300
 
 # Each kind's values, most telling first; a "light" parameter (same check as one probed in full) gets a few.
-TEXT = [None, "", " \n\t ", HUGE_TEXT, "/etc/passwd", "../../x", "~/.ssh/id_rsa", "file:///etc/passwd", REPO,
+TEXT = [None, "", " \n\t ", HUGE_TEXT, "/etc/passwd", "../../x", "~/.ssh/id_rsa", "file:///etc/passwd", str(REPO),
         "\x00", "NaN", "é🙂\u202e", "<img src=x onerror=alert(1)>", "{0.__class__}%s%n", 12, 2.5, ["a"],
         {"path": "/etc/passwd"}]
 # NaN and infinities go as strings: gradio_client sends JSON only, and JSON has no NaN.
@@ -93,7 +94,7 @@ class Case:
 def model_names(root: Path, outside: Path) -> list[Case]:
     """Models a visitor may name: paths on the server, path tricks, over-long names, and remote code."""
     refused = [None, "/etc/passwd", "/etc", "/", ".", "..", "../../x", "~/.ssh/id_rsa", "~root", "~nosuchuser/x",
-               "file:///etc/passwd", REPO, f"{REPO}/assets", "./evaluation", "evaluation", "prune",
+               "file:///etc/passwd", str(REPO), f"{REPO}/assets", "./evaluation", "evaluation", "prune",
                "\\\\server\\share", "C:\\Windows", LONG_NAME, f"org/{LONG_NAME}", "a/" * 200, HUGE_TEXT, "\x00",
                "org/model/extra", "org/../model", "%2e%2e/x", "http://127.0.0.1:1/x", "https://huggingface.co/gpt2",
                str(root / "missing"), str(root / ".." / "outside" / "evil"), str(outside / "evil"),
@@ -116,7 +117,7 @@ def export_names() -> list[Case]:
 def calibration_rows() -> list[Case]:
     """Calibration sources with details that name server paths, hub datasets that are paths, and texts."""
     rows = [("hub", "/etc:train:text"), ("hub", "./evaluation:train:text"), ("hub", "../../x:train:text"),
-            ("hub", f"{REPO}:train:text"), ("hub", HUGE_TEXT), ("wikitext2", "/etc"), ("wikitext2", REPO),
+            ("hub", f"{REPO}:train:text"), ("hub", HUGE_TEXT), ("wikitext2", "/etc"), ("wikitext2", str(REPO)),
             ("wikitext2", "../../x"), ("file", "/etc/passwd"), ("upload", ""), ("text", ""), ("text", HUGE_TEXT),
             ("default", "/etc/passwd"), ("builtin", "/etc/passwd")]
     return [Case("/analyze", {"source": source, "detail": detail}, disk_read=DATASETS_READ if source == "hub" else None,

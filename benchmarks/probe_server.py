@@ -1,8 +1,9 @@
 """The shared server a probe attacks: ``app.py --shared`` in a subprocess, with a private cache, model root and
-Hugging Face modules folder, offline but believing the Hub reachable; imported by ``shared_probe.py`` beside it.
+Hugging Face modules folder, offline but believing the Hub reachable; imported by ``shared_probe.py``, and run by
+it as ``python -m benchmarks.probe_server PORT MODEL_ROOT``.
 
-The private cache reuses the dequantized default model of the persistent cache (``models`` is a symlink), as
-``fresh_cache.py`` does, so only the first run ever dequantizes.
+The private cache reuses the dequantized default model of the persistent cache
+(:func:`benchmarks.harness.cache_reusing_models`), so only the first run ever dequantizes.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import REPO, harness
+
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")
 
 
@@ -29,8 +31,7 @@ def serve(port: int, model_root: str) -> None:
     leaves the machine: huggingface_hub read HF_HUB_OFFLINE=1 at import and stays offline, datasets too, and the
     Hub's address is a closed port on 127.0.0.1.
     """
-    sys.path.insert(0, str(REPO))
-    import app
+    import app  # the repository's root is the working directory
     import prune.core.loading
     from ui.inputs import Policy
 
@@ -43,14 +44,6 @@ def serve(port: int, model_root: str) -> None:
     demo.block_thread()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Server:
     """One shared server in a subprocess; ``restart`` after a crash gives a fresh one on the same folders."""
 
@@ -60,10 +53,7 @@ class Server:
         self.model_root = self.tmp / "models"
         self.outside = self.tmp / "outside"  # a folder beside the model root, never loadable
         self.marker = self.tmp / "MARKER-remote-code-ran"
-        persistent = Path(os.environ.get("LAYERCUT_CACHE") or Path.home() / ".cache" / "layercut") / "models"
-        persistent.mkdir(parents=True, exist_ok=True)
-        self.cache.mkdir()
-        (self.cache / "models").symlink_to(persistent, target_is_directory=True)
+        harness.cache_reusing_models(self.cache)
         for folder in (self.model_root, self.outside):
             folder.mkdir()
         self.log_path = self.tmp / "server.log"
@@ -83,16 +73,16 @@ class Server:
     def start(self, timeout_s: float = 240) -> float:
         """Start the server (on its port again after a restart, so visitors' clients still reach it); the seconds it
         took to answer."""
-        self.port = self.port or free_port()
+        self.port = self.port or harness.free_port()
         env = {**os.environ, "LAYERCUT_SHARED": "1", "LAYERCUT_CACHE": str(self.cache),
                "LAYERCUT_MODEL_ROOT": str(self.model_root), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",  # nothing listens there: refused at once
+               "HF_ENDPOINT": f"http://127.0.0.1:{harness.free_port()}",  # nothing listens there: refused at once
                "HF_MODULES_CACHE": str(self.tmp / "hf_modules"), "GRADIO_ANALYTICS_ENABLED": "False",
                "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
         started = time.monotonic()
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, str(self.port), str(self.model_root)], cwd=REPO, env=env,
+                [sys.executable, "-m", __spec__.name, str(self.port), str(self.model_root)], cwd=REPO, env=env,
                 stdout=log, stderr=subprocess.STDOUT)
         while time.monotonic() - started < timeout_s:
             if self.proc.poll() is not None:
@@ -143,4 +133,8 @@ class Server:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), sys.argv[2])
+    parser = harness.parser(__doc__)
+    parser.add_argument("port", type=int)
+    parser.add_argument("model_root")
+    args = parser.parse_args()
+    serve(args.port, args.model_root)

@@ -1,7 +1,7 @@
 """Prune, then quantize: the default model dense, 50 % Wanda and cut [15, 21), each without, with int8 and with int4
 weights (torchao, weight-only), side by side.
 
-    .venv/bin/python benchmarks/quantization.py [--ppl_windows 64] [--hellaswag 200] [--repeats 5]
+    .venv/bin/python -m benchmarks.quantization [--ppl_windows 64] [--hellaswag 200] [--repeats 5]
 
 Rows: WikiText-2 test perplexity (the first windows of 128 tokens), hellaswag acc_norm on the first N questions,
 the weights' real bytes (a quantized weight's int8 values and scales; the embeddings and head are not quantized),
@@ -13,22 +13,16 @@ the bytes a variant owns beside the original, and decode latency per token at ba
 
 from __future__ import annotations
 
-import argparse
-import time
-
-from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
-from record import write_result
-from repair_rows import print_table
+from benchmarks import harness
+from benchmarks.record import write_result
+from benchmarks.repair_rows import print_table
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
-    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
+    parser = harness.parser(__doc__, "ppl_windows", "hellaswag", "data_dir")
     parser.add_argument("--repeats", type=int, default=5, help="timed decode runs per model")
-    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
     args = parser.parse_args()
-    in_fresh_cache(lambda: run(args))
+    harness.in_fresh_cache(lambda: run(args))
 
 
 def variants(num_layers: int, calibration) -> dict:
@@ -54,29 +48,23 @@ def run(args) -> None:
     from prune.core.storage import weight_bytes
     from evaluation.measure.speed import measure_speed
     from evaluation.quality import lm_eval_adapter
-    from evaluation.serving.backend import Backend
-    from evaluation.core.pool import ModelSpec
     from evaluation.serving.variants import own_bytes
-    from prune.core.calibration import Calibration
 
-    backend = Backend(data_dir=args.data_dir)
-    spec = ModelSpec()
-    info = backend.models.load(spec)
-    data = str(backend.models.data_dir) if backend.models.data_dir else None
-    chosen = variants(info.num_layers, Calibration(source="wikitext2", path=data))
+    backend, spec, info = harness.default_model(args.data_dir)
+    chosen = variants(info.num_layers, harness.wikitext2(backend))
     print(f"{info.name}: {info.num_layers} layers; threads {torch.get_num_threads()}", flush=True)
     models, built = {}, {}
     for name, recipe in chosen.items():
-        started = time.perf_counter()
-        models[name] = backend.models.model(spec, recipe)
-        built[name] = time.perf_counter() - started
+        with harness.Clock() as clock:
+            models[name] = backend.models.model(spec, recipe)
+        built[name] = clock.wall
         print(f"{name} ({built[name]:.1f} s): {recipe.describe()}", flush=True)
     base = models["dense"]
     rows = {"weight MiB (real bytes)": {k: f"{weight_bytes(m) / 2**20:.1f}" for k, m in models.items()},
             "owned beside the original, MiB": {k: f"{own_bytes(m, base) / 2**20:.1f}" for k, m in models.items()}}
 
     compared = {k: v for k, v in chosen.items() if k != "dense"}
-    pairs = [dict(list(compared.items())[i: i + 2]) for i in range(0, len(compared), 2)]
+    pairs = harness.pairs(compared)
     ppl = {}
     for pair in pairs:
         ppl.update({m.model: m.value for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,),

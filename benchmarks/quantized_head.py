@@ -1,7 +1,7 @@
 """What quantizing the LM head too costs and buys on the default model: int8 and int4, each without and with an int8
 head (``Quantize(head=True)``, as llama.cpp stores the output matrix), side by side.
 
-    .venv/bin/python benchmarks/quantized_head.py [--ppl_windows 64] [--hellaswag 200]
+    .venv/bin/python -m benchmarks.quantized_head [--ppl_windows 64] [--hellaswag 200]
 
 Rows per column: WikiText-2 test perplexity (the first windows of 128 tokens), hellaswag acc_norm on the first N
 questions, the weights' bytes as stored (``weight_bytes``: a tied model's untied head adds its int8 copy beside the
@@ -12,18 +12,15 @@ Everything goes through the Backend the app uses, in a fresh cache. Speed is ``b
 
 from __future__ import annotations
 
-import argparse
-
-from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
-from record import write_result
+from benchmarks import harness
+from benchmarks.record import write_result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
+    parser = harness.parser(__doc__, "ppl_windows")
     parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions")
     args = parser.parse_args()
-    in_fresh_cache(lambda: run(args))
+    harness.in_fresh_cache(lambda: run(args))
 
 
 def run(args) -> None:
@@ -33,14 +30,10 @@ def run(args) -> None:
     from evaluation.measure.measurement import ORIGINAL
     from prune.core.storage import weight_bytes
     from evaluation.quality import lm_eval_adapter
-    from evaluation.serving.backend import Backend
-    from evaluation.core.pool import ModelSpec
     from prune.core.recipe import Recipe
     from prune.quantize.step import Quantize
 
-    backend = Backend()
-    spec = ModelSpec()
-    backend.models.load(spec)
+    backend, spec, _info = harness.default_model()
     chosen = {step.short(): Recipe((step,)) for head in (False, True) for step in
               (Quantize.of(8, head=head), Quantize.of(4, head=head))}
     models = {name: backend.models.model(spec, recipe) for name, recipe in chosen.items()}
@@ -49,7 +42,7 @@ def run(args) -> None:
                     "read_per_token_MiB": round(bandwidth.decode_bytes(m, 144) / 2**20, 1)}
              for name, m in models.items()}
     names = list(chosen)
-    pairs = [dict(list(chosen.items())[i: i + 2]) for i in range(0, len(chosen), 2)]
+    pairs = harness.pairs(chosen)
     request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.models.data_dir)
     for pair in pairs:
         for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,), max_windows=args.ppl_windows):

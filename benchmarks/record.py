@@ -1,8 +1,8 @@
 """What a benchmark measured, written as data: its figures as JSON under ``benchmarks/results/``, with the machine,
-device, versions, commit, date and command line that produced them (issue 42). ``benchmarks/tables.py`` renders the
-docs' tables from these files.
+device, versions, commit, date and command line that produced them (issue 42). ``python -m benchmarks.tables``
+renders the docs' tables from these files.
 
-    from record import write_result  # beside the scripts
+    from benchmarks.record import write_result
 
     write_result("deployed_default", {"columns": found}, how="batch 1, median of 5", model="default")
 
@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import REPO
+
 RESULTS = REPO / "benchmarks" / "results"
 ALWAYS = ("torch", "transformers")  # their versions are written whether the script imported them or not
 IF_IMPORTED = {"lm_eval": "lm_eval", "gradio": "gradio", "torchao": "torchao", "peft": "peft", "gguf": "gguf",
@@ -102,11 +103,20 @@ def versions() -> dict:
 
 
 def command() -> str:
-    """The command line as typed, the script's path relative to the repository when it lies inside it."""
-    argv = list(sys.argv) or [""]
-    if Path(argv[0]).is_file() and Path(argv[0]).resolve().is_relative_to(REPO):
-        argv[0] = str(Path(argv[0]).resolve().relative_to(REPO))
-    return shlex.join(["python", *argv])
+    """The command line as typed (:func:`program`, then the arguments)."""
+    return shlex.join([*program(), *sys.argv[1:]])
+
+
+def program() -> list[str]:
+    """What started this process: ``python -m <module>`` for a module run so (``argv[0]`` is then its file), else
+    ``python <script>``, the script's path relative to the repository when it lies inside it."""
+    module = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if module is not None:
+        return ["python", "-m", module.name.removesuffix(".__main__")]
+    script = sys.argv[0] if sys.argv else ""
+    if Path(script).is_file() and Path(script).resolve().is_relative_to(REPO):
+        script = str(Path(script).resolve().relative_to(REPO))
+    return ["python", script]
 
 
 def _finite(value):

@@ -1,7 +1,7 @@
 """Recovering a cut of the default model: the linear patch (no training) against healing on the text and by
 distillation from the original, at the same number of steps.
 
-    .venv/bin/python benchmarks/recovery.py [--start 15 --end 21] [--steps 30] [--ppl_windows 64] [--hellaswag 200]
+    .venv/bin/python -m benchmarks.recovery [--start 15 --end 21] [--steps 30] [--ppl_windows 64] [--hellaswag 200]
 
 The cut removes layers ``[start, end)`` (end exclusive). Each column repairs that same cut:
 
@@ -19,26 +19,20 @@ trained column is printed every 10 steps (the curves). Writes ``benchmarks/resul
 
 from __future__ import annotations
 
-import argparse
-import time
-
-from fresh_cache import in_fresh_cache  # benchmarks/fresh_cache.py, beside this script
-from record import write_result
-from repair_rows import print_table, quality_rows
+from benchmarks import harness
+from benchmarks.record import write_result
+from benchmarks.repair_rows import print_table, quality_rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, "ppl_windows", "hellaswag", "data_dir")
     parser.add_argument("--start", type=int, default=15, help="first layer cut (0-based)")
     parser.add_argument("--end", type=int, default=21, help="end of the cut, exclusive")
     parser.add_argument("--steps", type=int, default=30, help="optimizer steps of every trained column")
     parser.add_argument("--columns", default="patch,patch-cos,lora,lora+kd,lora+kd0.5,last-3+kd",
                         help="comma list of the repairs to run")
-    parser.add_argument("--ppl_windows", type=int, default=64, help="WikiText-2 test windows of 128 tokens")
-    parser.add_argument("--hellaswag", type=int, default=200, help="hellaswag questions (0: skip)")
-    parser.add_argument("--data_dir", default=None, help="benchmark data folder (default: as the app finds it)")
     args = parser.parse_args()
-    in_fresh_cache(lambda: run(args))
+    harness.in_fresh_cache(lambda: run(args))
 
 
 LABELS = {"patch": "patch (least squares)", "patch-cos": "patch (cosine)", "lora": "LoRA, next-token loss",
@@ -60,27 +54,20 @@ def run(args) -> None:
     import torch
 
     from evaluation.measure.measurement import ORIGINAL
-    from evaluation.serving.backend import Backend
-    from evaluation.core.pool import ModelSpec
-    from prune.core.calibration import Calibration
     from prune.core.recipe import Recipe
     from prune.patch.step import CALIBRATION
 
-    backend = Backend(data_dir=args.data_dir)
-    spec = ModelSpec()
-    info = backend.models.load(spec)
-    data = str(backend.models.data_dir) if backend.models.data_dir else None
-    text = Calibration(source="wikitext2", path=data)
+    backend, spec, info = harness.default_model(args.data_dir)
     cut = Recipe.block(info.num_layers, args.start, args.end, origin="by hand")
-    chosen = {k: v for k, v in repairs(args.steps, text, Calibration(source="wikitext2", path=data, **CALIBRATION))
-              .items() if k in args.columns.split(",")}
+    every = repairs(args.steps, harness.wikitext2(backend), harness.wikitext2(backend, **CALIBRATION))
+    chosen = {k: v for k, v in every.items() if k in args.columns.split(",")}
     variants, timing, records = {"cut": cut}, {}, {}
     print(f"{info.name}: {info.num_layers} layers; cut {cut.describe()}; threads {torch.get_num_threads()}")
     for name, step in chosen.items():
         recipe = cut.then(step)
-        started = time.perf_counter()
-        model = backend.models.model(spec, recipe)
-        timing[name] = time.perf_counter() - started
+        with harness.Clock() as clock:
+            model = backend.models.model(spec, recipe)
+        timing[name] = clock.wall
         records[name] = getattr(model.config, "layercut_healed", None) or getattr(model.config, "layercut_patched")
         variants[name] = recipe
         print(f"{name} ({timing[name]:.1f} s): {step.describe()}", flush=True)

@@ -1,7 +1,7 @@
 """A shared server's resident memory under rounds of visitors, with glibc's defaults and with LayerCut's
 allocator settings (evaluation/core/allocator.py), side by side in one run.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/server_memory.py [--rounds 10 8] [--budget-gib 1] [--mmap-kib 256 4096]
+    .venv/bin/python -m benchmarks.server_memory [--rounds 10 8] [--budget-gib 1] [--mmap-kib 256 4096]
 
 Each case runs in a process of its own (a clean heap): a CPU backend loads the default model, its
 variant cache gets a budget of ``--budget-gib``, then each round's visitors build a magnitude-sparsity
@@ -28,7 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from record import write_result  # beside this script
+from benchmarks import REPO, harness
+from benchmarks.record import write_result
 
 CASES = ("glibc defaults", "LayerCut allocator")
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
@@ -36,7 +37,7 @@ _MIB = 2**20
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rounds", type=int, nargs="+", default=[10, 8], help="visitors in each round")
     parser.add_argument("--budget-gib", type=float, default=1.0, help="the variant cache's budget")
     parser.add_argument("--mmap-kib", type=int, nargs="*", default=[], help="also fix the mmap threshold here")
@@ -46,12 +47,12 @@ def main() -> None:
         threshold = args.mmap_kib[0] * 1024 if args.mmap_kib else None
         print(json.dumps(measure(args.case, threshold, args.rounds, int(args.budget_gib * 2**30))))
         return
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     print(f"rounds of {args.rounds} visitors, variant budget {args.budget_gib:g} GiB, default model, CPU; MiB")
     print(f"{'case':<36}{'baseline':>10}{'peak':>10}{'settled':>10}{'held':>10}{'build':>9}  release (malloc_trim)")
     cases = {}
     for case, kib in [(case, []) for case in CASES] + [(CASES[1], [kib]) for kib in args.mmap_kib]:
-        command = [sys.executable, __file__, "--case", case, "--rounds", *map(str, args.rounds),
+        command = [sys.executable, "-m", __spec__.name, "--case", case, "--rounds", *map(str, args.rounds),
                    "--budget-gib", str(args.budget_gib), "--mmap-kib", *map(str, kib)]
         found = json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True)
                            .stdout.splitlines()[-1])
@@ -103,9 +104,9 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
 def timed(release, into: list[float]):
     """``release``, recording how long each call takes."""
     def run():
-        start = time.perf_counter()
-        release()
-        into.append(time.perf_counter() - start)
+        with harness.Clock() as clock:
+            release()
+        into.append(clock.wall)
     return run
 
 

@@ -1,10 +1,10 @@
 """Probe a shared LayerCut server as hostile visitors would, and count what goes wrong.
 
-    .venv/bin/python benchmarks/shared_probe.py [--quick] [--only /load_model,/export] [--checks] [--all] [--keep]
+    .venv/bin/python -m benchmarks.shared_probe [--quick] [--only /load_model,/export] [--checks] [--all] [--keep]
 
 Starts ``app.py --shared`` in a subprocess (private cache, model root and HF modules folder; the dequantized
 default model is reused), then, as visitors with gradio_client, sends every named endpoint hostile inputs
-(``probe_inputs.py``: wrong types, huge numbers, NaN, 100,000-character strings, server paths, path tricks,
+(``benchmarks/probe_inputs.py``: wrong types, huge numbers, NaN, 100,000-character strings, server paths, path tricks,
 remote code under the model root, uploads over the limit, bad export names), and checks isolation between
 visitors (cuts, results, Stop, exports of the same name), the file route without a session and ``/config``.
 Each reply is classed: ok, a one-line message, the catch-all "Something went wrong", Gradio's bare error, a
@@ -15,7 +15,6 @@ failing input, and one summary line, and writes them to ``benchmarks/results/sha
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -27,15 +26,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # probe_server, probe_inputs beside this script
-
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 
-import probe_inputs as pi
-from probe_server import TRACEBACK, Server
-from record import write_result
+from benchmarks import harness
+from benchmarks import probe_inputs as pi
+from benchmarks.probe_server import TRACEBACK, Server
+from benchmarks.record import write_result
 from ui.slot_text import NO_GGUF
 
 LIGHT_WAIT_S, MEDIUM_WAIT_S, HEAVY_WAIT_S, STOP_WAIT_S = 30, 10, 4, 60
@@ -500,7 +497,7 @@ def report(probe: Probe, seconds: float, every: bool) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--quick", action="store_true", help="every fourth input only (a smoke run)")
     parser.add_argument("--only", default="", help="comma list of endpoints to probe (no isolation checks then)")
     parser.add_argument("--checks", action="store_true", help="the isolation and file-route checks only")

@@ -5,16 +5,14 @@ packages, then copies the repository in and runs ``python app.py``; a user runs 
 ``layercut`` command. Both are replayed in fresh venvs, the servers waited for (and the default heatmap in
 headless Chromium when playwright is importable), and the figures written as JSON::
 
-    /work/main/.venv/bin/python benchmarks/space_build.py [--only space|package] [--out FILE]
+    /work/main/.venv/bin/python -m benchmarks.space_build [--only space|package] [--out FILE]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,9 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from record import provenance, results_dir, write_result  # beside this script
+from benchmarks import REPO, harness
+from benchmarks.record import provenance, results_dir, write_result
 
-REPO = Path(__file__).resolve().parents[1]
 SPACE_PYTHON = "/root/.pyenv/versions/3.12.1/bin/python3.12"  # the README's python_version
 PACKAGE_PYTHON = "/usr/bin/python3.11"
 BUILDER_EXTRAS = ['gradio[oauth,mcp]==6.31.0', "uvicorn>=0.14.0", "spaces"]  # the builder's own pip arguments
@@ -37,9 +35,9 @@ VERSIONS = ("torch", "transformers", "gradio", "llama_cpp_python", "llm", "llm_s
 def timed(cmd: list[str], **kw) -> float:
     """Run a command to completion (its output streamed to ours) and return its seconds."""
     print("$", " ".join(cmd), flush=True)
-    started = time.perf_counter()
-    subprocess.run(cmd, check=True, **kw)
-    return round(time.perf_counter() - started, 1)
+    with harness.Clock() as clock:
+        subprocess.run(cmd, check=True, **kw)
+    return round(clock.wall, 1)
 
 
 def fresh_venv(python: str, folder: Path) -> Path:
@@ -70,12 +68,6 @@ def versions(bin_dir: Path) -> dict:
 def mib(folder: Path) -> int:
     """What a venv weighs on disk (the Space's image grows by as much)."""
     return round(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) / 2**20)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_up(url: str, server: subprocess.Popen, timeout: float = 600) -> None:
@@ -111,23 +103,23 @@ def heatmap_drawn(url: str) -> bool:
 
 def serve(cmd: list[str], cwd: Path, env: dict, browse: bool) -> dict:
     """Start a server, time it until it answers (and until its heatmap shows), then stop it."""
-    port = free_port()
+    port = harness.free_port()
     url = f"http://127.0.0.1:{port}/"
     env = {**env, "GRADIO_SERVER_NAME": "127.0.0.1", "GRADIO_SERVER_PORT": str(port)}
-    started = time.perf_counter()
-    server = subprocess.Popen(cmd, cwd=cwd, env=env)
-    try:
-        wait_up(url, server)
-        figures = {"launch_to_server_up_s": round(time.perf_counter() - started, 1)}
-        if browse and heatmap_drawn(url):
-            figures["launch_to_heatmap_s"] = round(time.perf_counter() - started, 1)
-        return figures
-    finally:
-        server.terminate()
+    with harness.Clock() as clock:
+        server = subprocess.Popen(cmd, cwd=cwd, env=env)
         try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+            wait_up(url, server)
+            figures = {"launch_to_server_up_s": round(clock.elapsed, 1)}
+            if browse and heatmap_drawn(url):
+                figures["launch_to_heatmap_s"] = round(clock.elapsed, 1)
+            return figures
+        finally:
+            server.terminate()
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
 
 
 def run_env(cache: Path) -> dict:
@@ -183,7 +175,7 @@ def package(work: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--only", choices=("space", "package"), default=None)
     parser.add_argument("--out", default=None, help="the JSON file (default: benchmarks/results/space_build.json)")
     args = parser.parse_args(argv)

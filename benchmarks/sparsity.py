@@ -2,7 +2,7 @@
 SparseGPT at 50 % unstructured and at 2:4, the time each takes to prune, and what zeros stored
 densely do to decode speed.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/sparsity.py [--windows 16] [--seq-len 512]
+    .venv/bin/python -m benchmarks.sparsity [--windows 16] [--seq-len 512]
 
 Perplexity: the first ``--windows`` non-overlapping windows of ``--seq-len`` tokens of the raw
 WikiText-2 test split (evaluation/perplexity.py, no BOS), the same windows for every model; the
@@ -16,22 +16,18 @@ dense-with-zeros one taking turns run by run; ratio = dense latency / sparse lat
 
 from __future__ import annotations
 
-import argparse
-import os
-import time
-
 import torch
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--windows", type=int, default=16, help="perplexity windows per model")
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per perplexity window")
     parser.add_argument("--repeats", type=int, default=5, help="speed runs per model and batch size")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     import prune
     from evaluation.quality import perplexity
@@ -60,11 +56,10 @@ def main() -> None:
     sparse_for_speed = None
     for pattern in ("unstructured", "2:4"):
         for method in prune.sparsity.masks.METHODS:
-            started = time.perf_counter()
-            sparse = prune.sparsify(model, tokenizer, method, 0.5 if pattern == "unstructured" else None,
-                                    pattern=pattern, calibration=calibration)
-            seconds = time.perf_counter() - started
-            rows.append((method, "50 % unstructured" if pattern == "unstructured" else pattern, seconds,
+            with harness.Clock() as clock:
+                sparse = prune.sparsify(model, tokenizer, method, 0.5 if pattern == "unstructured" else None,
+                                        pattern=pattern, calibration=calibration)
+            rows.append((method, "50 % unstructured" if pattern == "unstructured" else pattern, clock.wall,
                          zero_fraction(sparse), *ppl(sparse, method)))
             print(f"  {rows[-1]}", flush=True)
             if method == "wanda" and pattern == "unstructured":

@@ -1,10 +1,10 @@
 """Seed 004's sparsity sweep on the default model: a task's accuracy and WikiText-2 perplexity at each
 sparsity level, for magnitude, Wanda and SparseGPT, and the time each method takes.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/sparsity_sweep.py [--task arc_easy] [--limit 100]
+    .venv/bin/python -m benchmarks.sparsity_sweep [--task arc_easy] [--limit 100]
         [--levels 0,0.1,0.5,0.9,0.99] [--methods magnitude,wanda,sparsegpt] [--windows 16] [--seq-len 512]
     # the seed's own table: its cloze rule on CBT-style questions (not CBT), magnitude and Wanda
-    PYTHONPATH=. .venv/bin/python benchmarks/sparsity_sweep.py --task cbt_style_cn --methods magnitude,wanda
+    .venv/bin/python -m benchmarks.sparsity_sweep --task cbt_style_cn --methods magnitude,wanda
 
 Everything goes through ``backend.sweeps.sparsity``, as the app and the CLI's ``--sparsity_sweep``
 do: the task's primary metric (acc_norm for arc_easy and hellaswag, the cloze rule's acc for cbt_*) on its
@@ -17,17 +17,15 @@ times measured when it was computed (``--no_cache`` recomputes everything). Writ
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
-import time
 
-from record import write_result  # beside this script
-from renderers import sparsity_sweep as table  # the docs' table of it
+from benchmarks import harness
+from benchmarks.record import write_result
+from benchmarks.renderers import sparsity_sweep as table  # the docs' table of it
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--task", default="arc_easy",
                         help="a task with an accuracy (arc_easy, hellaswag, cbt_style_cn, …)")
     parser.add_argument("--limit", type=int, default=100, help="documents of the task")
@@ -37,19 +35,13 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=512, help="tokens per perplexity window")
     parser.add_argument("--no_cache", action="store_true", help="recompute every point")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
     import torch
 
-    from evaluation.quality import lm_eval_adapter
-    from evaluation.serving.backend import Backend
     from evaluation.core.jobs import final
-    from evaluation.core.pool import ModelSpec
+    from evaluation.quality import lm_eval_adapter
 
-    backend = Backend()
-    spec = ModelSpec()
-    info = backend.models.load(spec)
+    backend, spec, info = harness.default_model()
     request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.models.data_dir)
     cal = backend.models.default_calibration
     print(f"{info.name}: {info.num_layers} layers, {info.num_params:,} parameters; torch threads "
@@ -61,13 +53,13 @@ def main() -> None:
             print(f"[{100 * fraction:5.1f}%] {message}", file=sys.stderr, flush=True)
             last[0] = message
 
-    started = time.perf_counter()
-    result = final(backend.sweeps.sparsity(spec, request, levels=[float(x) for x in args.levels.split(",")],
-                                    methods=args.methods.split(","), calibration=cal, ppl_seq_len=args.seq_len,
-                                    ppl_windows=args.windows, use_cache=not args.no_cache, progress=progress))
-    wall = time.perf_counter() - started
+    with harness.Clock() as clock:
+        result = final(backend.sweeps.sparsity(spec, request, levels=[float(x) for x in args.levels.split(",")],
+                                               methods=args.methods.split(","), calibration=cal,
+                                               ppl_seq_len=args.seq_len, ppl_windows=args.windows,
+                                               use_cache=not args.no_cache, progress=progress))
 
-    figures = {"sweep": result.to_json(), "wall_s": round(wall, 1), "threads": torch.get_num_threads()}
+    figures = {"sweep": result.to_json(), "wall_s": round(clock.wall, 1), "threads": torch.get_num_threads()}
     print(f"\n{table(figures)}\n\n(A cached point keeps the seconds measured when it was computed and cost this run "
           "nothing.)")
     write_result(f"sparsity_sweep_{args.task}", figures,

@@ -1,6 +1,6 @@
 """Attention-only drop against whole-layer cuts of about the same parameter count, on the default model.
 
-    .venv/bin/python benchmarks/sublayer_vs_layers.py [--drop 10] [--limit 200] [--data_dir DIR]
+    .venv/bin/python -m benchmarks.sublayer_vs_layers [--drop 10] [--limit 200] [--data_dir DIR]
 
 Scores the attention and MLP blocks with the sub-layer method (He et al. 2024) on the default
 calibration, drops the ``--drop`` lowest-scored attention blocks (a third of the layers by
@@ -13,28 +13,20 @@ original) beside the FLOPs ideal, and the KV cache measured after generating. Wr
 
 from __future__ import annotations
 
-import argparse
-
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__, "data_dir")
     parser.add_argument("--drop", type=int, default=10, help="attention blocks to drop")
     parser.add_argument("--limit", type=int, default=200, help="hellaswag questions")
-    parser.add_argument("--data_dir", default=None)
     args = parser.parse_args()
 
-    import prune
     from evaluation.quality import lm_eval_adapter
-    from evaluation.serving.backend import Backend
-    from evaluation.core.pool import ModelSpec
-    from prune.core.paths import default_data_dir
     from prune.core.recipe import Recipe
 
-    backend = Backend(data_dir=str(args.data_dir or default_data_dir()))
-    spec = ModelSpec(prune.DEFAULT_MODEL)
-    info = backend.models.load(spec)
+    backend, spec, info = harness.default_model(args.data_dir)
     drop = backend.analysis.score(spec, "sublayer")
     angular = backend.analysis.score(spec, "angular")
     attention = drop.best_sublayers("attention", args.drop)

@@ -9,26 +9,22 @@ and is rendered from ``benchmarks/results/deployed_default.json`` by the rendere
 (``benchmarks/renderers.py``).
 ``<!-- results: frontier#bytes80 -->`` asks that result's renderer for a view of it (here: by bytes, the 80 % rows).
 
-    python benchmarks/tables.py           # rewrite every marked block from its JSON
-    python benchmarks/tables.py --check   # exit 1, naming each block that differs from what its JSON renders
+    python -m benchmarks.tables           # rewrite every marked block from its JSON
+    python -m benchmarks.tables --check   # exit 1, naming each block that differs from what its JSON renders
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
 from pathlib import Path
 
-if __package__:  # imported: benchmarks.tables
-    from .renderers import renderer
-else:  # run as a script: the module beside it
-    from renderers import renderer
+from benchmarks import REPO, harness
+from benchmarks.record import RESULTS
+from benchmarks.renderers import renderer
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
-REGENERATE = ".venv/bin/python benchmarks/tables.py"
+REGENERATE = ".venv/bin/python -m benchmarks.tables"
 BLOCK = re.compile(r"^(?P<indent>[ \t]*)<!-- results: (?P<name>\S+) -->[ \t]*\n"
                    r"(?P<body>(?:(?!<!-- results: ).)*?)"  # another block's opening marker: this one is unclosed
                    r"^[ \t]*<!-- /results -->[ \t]*$", re.M | re.S)
@@ -130,7 +126,7 @@ def caption(name: str, found: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a table differs from its JSON")
     args = parser.parse_args()
     if args.check:

@@ -1,33 +1,33 @@
 """Tokens the fast scorer runs per question of each benchmark task, on the default model's tokenizer.
 
-    python benchmarks/task_tokens.py            # the first 40 questions of every task, 0-shot (cloze tasks too)
+    python -m benchmarks.task_tokens            # the first 40 questions of every task, 0-shot (cloze tasks too)
 
 The cost table of ``evaluation.measure.estimate`` (``TASKS``) is this script's output: per task, the packed
 tokens per document (contexts once, continuations behind them, padding included), the documents one unit of
 the page's question limit takes (MMLU: one of each of its 57 subjects) and the documents of the whole test set.
-Nothing runs the model: requests are recorded, then planned. Writes ``benchmarks/results/task_tokens.json``.
+Nothing runs the model: requests are recorded, then planned. Writes ``benchmarks/results/task_tokens.json`` and,
+unless ``LAYERCUT_RESULTS_DIR`` sends it elsewhere (a trial run), the same file as ``evaluation/measure``'s package
+data, which the estimates read (an installed LayerCut has no benchmarks folder).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
+import shutil
 from pathlib import Path
 
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import prune
+from benchmarks import harness
+from benchmarks.record import RESULTS, results_dir, write_result
+from evaluation.core.settings import BATCH_SIZE
+from evaluation.measure import estimate
 from evaluation.quality import lm_eval_adapter
 from evaluation.quality.fast_lm import Answer, FastLM
 from evaluation.sweeps.cuts import evaluate_loaded
-from evaluation.core.settings import BATCH_SIZE
 from prune.core.errors import InvalidInput
 from prune.core.paths import default_data_dir
-from record import write_result  # beside this script
 
 
 class Recorder(FastLM):
@@ -48,7 +48,7 @@ def packed_tokens(lm: Recorder) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--limit", type=int, default=40)
     args = parser.parse_args()
     model, tokenizer = prune.load_model()
@@ -68,9 +68,11 @@ def main() -> None:
         print(f'    "{task}": Task({packed_tokens(lm) / read:.0f}, {len(parts)}, {sum(parts)}),')
         found[task] = {"tokens_per_document": packed_tokens(lm) / read, "documents_per_unit": len(parts),
                        "documents": sum(parts)}
-    write_result("task_tokens", {"limit": args.limit, "tasks": found}, model="the default model's tokenizer",
-                 how=f"lm-eval's requests for the first {args.limit} documents of each task, 0-shot, recorded and "
-                     "packed as the fast scorer packs them (padding included); nothing runs the model")
+    path = write_result("task_tokens", {"limit": args.limit, "tasks": found}, model="the default model's tokenizer",
+                        how=f"lm-eval's requests for the first {args.limit} documents of each task, 0-shot, recorded "
+                            "and packed as the fast scorer packs them (padding included); nothing runs the model")
+    if results_dir().resolve() == RESULTS.resolve():  # a measured run: the estimates read it from now on
+        shutil.copyfile(path, Path(estimate.__file__).with_name(estimate.SIZES))
 
 
 if __name__ == "__main__":

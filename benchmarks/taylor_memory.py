@@ -1,6 +1,6 @@
 """Peak memory of Taylor+ over the weight memory, on a 1B-class random Llama and on the default model.
 
-    .venv/bin/python benchmarks/taylor_memory.py [--only 1b|default] [--reference] [--folder DIR]
+    .venv/bin/python -m benchmarks.taylor_memory [--only 1b|default] [--reference] [--folder DIR]
 
 Peak is measured the way evaluation/memory.py measures it on a CPU: the kernel's high-water
 mark of the resident set (VmHWM) after resetting it with /proc/self/clear_refs, taken over
@@ -17,25 +17,22 @@ computation before ``prune.core.chunked_loss``), side by side; ``--folder`` meas
 
 from __future__ import annotations
 
-import argparse
 import gc
-import os
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--only", choices=["1b", "default"], help="measure one model only")
     parser.add_argument("--reference", action="store_true", help="also measure the plain full backward pass")
     parser.add_argument("--folder", help="measure this model folder only (e.g. Gemma 3 270M: a 262k vocabulary)")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoTokenizer
 
     import prune
@@ -132,10 +129,9 @@ def peak_while(run):
     if not _reset_peak_rss():
         raise SystemExit("This benchmark needs /proc/self/clear_refs (Linux).")
     base = _proc_status("VmRSS")
-    started = time.perf_counter()
-    result = run()
-    seconds = time.perf_counter() - started
-    return result, _proc_status("VmHWM") - base, seconds
+    with harness.Clock() as clock:
+        result = run()
+    return result, _proc_status("VmHWM") - base, clock.wall
 
 
 def plain_saliency(model, ids) -> np.ndarray:

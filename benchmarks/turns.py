@@ -1,6 +1,6 @@
 """Models taking turns within a memory budget: a variant that fits only without the original, streamed or swapped in.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/turns.py [--folder DIR] [--tokens 16] [--device cuda]
+    .venv/bin/python -m benchmarks.turns [--folder DIR] [--tokens 16] [--device cuda]
 
 Writes (once) a random Llama (hidden 1024, 12 layers, MLP 2816, vocabulary 49152: ~0.96 GiB in float32) and, with
 ``LAYERCUT_MEMORY_BUDGET`` at 1.3 × its weights, loads it whole through the backend and builds a Wanda 2:4 variant
@@ -17,15 +17,14 @@ ratios. The embedded model's tokenizer feeds it. Writes ``benchmarks/results/tur
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 
-from record import write_result  # beside this script
+from benchmarks import harness
+from benchmarks.record import write_result
 
 _GIB = 2**30
 
@@ -51,7 +50,7 @@ def rss() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--folder", default=str(Path(tempfile.gettempdir()) / "layercut-turns-model"))
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--device", default="cpu")
@@ -79,18 +78,18 @@ def main() -> None:
     print(f"weights {weights / _GIB:.2f} GiB; budget {1.3 * weights / _GIB:.2f} GiB; device {args.device}")
     backend = Backend(device=args.device, data_dir="")
     spec = ModelSpec(str(folder))
-    started = time.perf_counter()
-    info = backend.models.load(spec)
+    with harness.Clock() as clock:
+        info = backend.models.load(spec)
     found = {"weights_GiB": weights / _GIB, "budget_GiB": 1.3 * weights / _GIB, "tokens": args.tokens,
-             "load_s": time.perf_counter() - started, "loaded_resident_GiB": info.resident_bytes / _GIB}
+             "load_s": clock.wall, "loaded_resident_GiB": info.resident_bytes / _GIB}
     print(f"load {found['load_s']:.1f} s: {info.resident_bytes / _GIB:.2f} GiB in memory")
     recipe = Recipe((Sparsify.of("wanda", None, "2:4", Calibration(n_samples=4, seq_len=64)),))
-    started = time.perf_counter()
-    print(f"B into files: {backend.models.built_into_files(spec, recipe)}")
-    backend.models.build(spec, recipe)
-    base = backend.models.pool.get(spec)
-    b = backend.models.variants.get(base, recipe)
-    found["B"] = {"build_s": time.perf_counter() - started, "resident_GiB": resident_bytes(b) / _GIB, "rss_GiB": rss()}
+    with harness.Clock() as clock:
+        print(f"B into files: {backend.models.built_into_files(spec, recipe)}")
+        backend.models.build(spec, recipe)
+        base = backend.models.pool.get(spec)
+        b = backend.models.variants.get(base, recipe)
+    found["B"] = {"build_s": clock.wall, "resident_GiB": resident_bytes(b) / _GIB, "rss_GiB": rss()}
     print(f"B built in {found['B']['build_s']:.1f} s; B holds {found['B']['resident_GiB']:.2f} GiB in memory; "
           f"rss {found['B']['rss_GiB']:.2f} GiB")
     prompt = "The history of the city begins"
@@ -101,9 +100,9 @@ def main() -> None:
     print(f"streamed: B decodes {streamed['tokens_per_s']:.2f} tokens/s (first token {streamed['ttft_s']:.2f} s); "
           f"rss {found['streamed']['rss_GiB']:.2f} GiB")
 
-    started = time.perf_counter()
-    states = list(backend.measure.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
-    took = time.perf_counter() - started
+    with harness.Clock() as clock:
+        states = list(backend.measure.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
+    took = clock.wall
     turn, swap = states["B"], backend.models.residency.last
     found["turns"] = {"original_tokens_per_s": states["original"]["tokens_per_s"], "tokens_per_s": turn["tokens_per_s"],
                       "ttft_s": turn["ttft_s"], "swap_s": swap.seconds, "brought_GiB": swap.brought_bytes / _GIB,
@@ -117,10 +116,10 @@ def main() -> None:
     print(f"same answer: {turn['token_ids'] == streamed['token_ids']}")
     print(f"B's decode speed, turns ÷ streamed: {turn['tokens_per_s'] / streamed['tokens_per_s']:.2f} ×")
     print(backend.models.residency.summary())
-    started = time.perf_counter()
-    again = list(backend.measure.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
-    swap = backend.models.residency.last
-    found["again"] = {"all_s": time.perf_counter() - started, "swap_s": swap.seconds, "rss_GiB": rss(),
+    with harness.Clock() as clock:
+        again = list(backend.measure.generate(spec, {"B": recipe}, prompt, max_new_tokens=args.tokens))[-1]
+        swap = backend.models.residency.last
+    found["again"] = {"all_s": clock.wall, "swap_s": swap.seconds, "rss_GiB": rss(),
                       "same_answers": [s["token_ids"] for s in again.values()] == [s["token_ids"]
                                                                                    for s in states.values()]}
     print(f"again: all {found['again']['all_s']:.1f} s; swap {swap.seconds:.2f} s; rss {found['again']['rss_GiB']:.2f} "

@@ -1,6 +1,6 @@
 """PyTorch's 2:4 semi-structured kernels against dense, one matrix at a time, at Llama-2-7B's shapes.
 
-    PYTHONPATH=. python benchmarks/two_four_kernels.py      (an NVIDIA GPU of compute capability 8.0 or newer)
+    python -m benchmarks.two_four_kernels      (an NVIDIA GPU of compute capability 8.0 or newer)
 
 For each weight shape of a Llama-2-7B layer (4096 → 4096, 4096 → 11008, 11008 → 4096) and each number of
 input rows (tokens × batch: 1, 4, 8, 16, 32 as one-token decode steps, then 128, 1024, 4096), a bfloat16 weight
@@ -23,9 +23,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.sparse import SparseSemiStructuredTensor
 
+from benchmarks import harness
+from benchmarks.record import provenance, results_dir, write_result
 from evaluation.measure.sparse_kernels import TwoFourLinear
 from prune.sparsity.masks import _magnitude_mask
-from record import provenance, results_dir, write_result  # beside this script
 
 SHAPES = ((4096, 4096), (4096, 11008), (11008, 4096))  # (in, out)
 ABOUT = ("benchmarks/two_four_kernels.py: per GPU, per weight shape (in → out) and number of input rows, the median ms "
@@ -49,6 +50,7 @@ def timed(work, repeats: int = 50) -> float:
 
 
 def main() -> None:
+    harness.parser(__doc__).parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("two_four_kernels.py times PyTorch's 2:4 kernels on a CUDA GPU, and this machine has none.")
     torch.manual_seed(0)

@@ -26,7 +26,7 @@ What LayerCut does:
   but every block that large then costs fresh page faults: builds and forward passes slow down
   markedly. Fixed at 4 MiB it still slowed builds (their temporaries are that large) and bounded
   nothing for the default model, whose matrices are smaller. Blocks over 32 MiB (a 1B model's
-  matrices) are mmapped either way. ``benchmarks/server_memory.py --mmap-kib 256 4096`` measures it.
+  matrices) are mmapped either way. ``python -m benchmarks.server_memory --mmap-kib 256 4096`` measures it.
 
 An operator's own ``MALLOC_ARENA_MAX`` is left as it is. Where the C library is not glibc (macOS,
 Windows, musl) :func:`configure` and :func:`release` do nothing.

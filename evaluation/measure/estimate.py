@@ -10,40 +10,36 @@ lm-eval's bookkeeping) is left out, and a result already cached takes no time: a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import resources
 
 from prune.core.errors import InvalidInput
 
 from evaluation.core.timing import Rates
 
+SIZES = "task_tokens.json"  # package data: the result of python -m benchmarks.task_tokens, copied by it
+
 
 @dataclass(frozen=True)
 class Task:
-    """A benchmark task's size, from ``benchmarks/task_tokens.py`` (the default model's tokenizer, 0-shot)."""
+    """A benchmark task's size, measured by ``python -m benchmarks.task_tokens`` (the default model's tokenizer,
+    0-shot)."""
 
     tokens: int  # tokens the fast scorer runs per document (context once, the choices behind it, padding)
     per_limit: int  # documents one unit of the question limit takes (MMLU: one of each of its 57 subjects)
     documents: int  # documents of the whole test set
 
 
-TASKS = {
-    "hellaswag": Task(82, 1, 10042),
-    "arc_easy": Task(46, 1, 2376),
-    "arc_challenge": Task(66, 1, 1172),
-    "winogrande": Task(39, 1, 1267),
-    "piqa": Task(64, 1, 1838),
-    "boolq": Task(160, 1, 3270),
-    "openbookqa": Task(25, 1, 500),
-    "mmlu": Task(112, 57, 14042),
-    "truthfulqa_mc1": Task(251, 1, 817),
-    "truthfulqa_mc2": Task(270, 1, 817),
-    "lambada_openai": Task(85, 1, 5153),
-    "wikitext": Task(6674, 1, 62),
-    "cbt_style_ne": Task(571, 1, 36),
-    "cbt_style_cn": Task(751, 1, 431),
-    "cbt_style_p": Task(737, 1, 758),
-}  # the hub's CBT (cbt_*) has no row: task_tokens.py runs offline
+def measured_tasks() -> dict[str, Task]:
+    """Every task ``SIZES`` measured, tokens rounded; one it skipped (the hub's CBT, offline) has no row."""
+    found = json.loads(resources.files(__package__).joinpath(SIZES).read_text(encoding="utf-8"))
+    return {name: Task(round(size["tokens_per_document"]), size["documents_per_unit"], size["documents"])
+            for name, size in found["tasks"].items() if "skipped" not in size}
+
+
+TASKS = measured_tasks()
 BACKWARD_COST = 2  # a backward pass costs about two forward passes (training steps: 1 + this)
 CHARS_PER_TOKEN = 4  # an English prompt's characters per token, near enough for a prefill's share of a generation
 

@@ -115,10 +115,7 @@ def test_the_floor_is_bytes_over_bandwidth_and_decode_rows_carry_it_with_their_i
 def test_an_interrupted_decode_step_keeps_the_rows_measured_before_it_and_says_where_it_stopped(monkeypatch):
     """gpu_check.py's decode step on an H200: a 7B compile ran for minutes and the run's time limit (SIGINT) lost
     the eager rows measured before it. Now they are kept, and the interrupted row says so."""
-    from conftest import REPO
-
-    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
-    import decode_floor
+    from benchmarks import decode_floor
 
     monkeypatch.setattr(bandwidth, "_FOUND", {})
     monkeypatch.setattr(bandwidth, "_probe", lambda device: bandwidth.Bandwidth(1e9, "a made-up 1 GB/s"))

@@ -1,12 +1,16 @@
 """Estimates before a job: each job's work counted by hand over made-up rates; the probe on a tiny model."""
 
+import json
+import tomllib
+from pathlib import Path
+
 import pytest
 
 from evaluation.measure import estimate as E
 from evaluation.core.timing import Rates
 from evaluation.measure.speed import probe_rates
 
-from conftest import tiny_model
+from conftest import REPO, tiny_model
 
 RATES = Rates(forward_tokens_per_s=100.0, decode_s_per_token=0.05)
 
@@ -29,6 +33,21 @@ def test_memory_and_generation():
     # a 39-character prompt is 1 + 9 tokens; each answer 10 decode steps; then both read prompt and answer again
     seconds = E.generation(RATES, [1.0, 0.5], prompt="x" * 39, max_new_tokens=11)
     assert seconds == pytest.approx(1.5 * (0.1 + 0.5) + 1.5 * 21 / 100)
+
+
+def test_the_task_sizes_are_the_ones_the_benchmark_measured():
+    """TASKS is read from the package's copy of benchmarks/results/task_tokens.json (an installed LayerCut has no
+    benchmarks folder): the copy is that file, shipped in the wheel, and every task it measured has its row."""
+    packaged = Path(E.__file__).with_name(E.SIZES)
+    measured = REPO / "benchmarks" / "results" / "task_tokens.json"
+    assert packaged.read_text(encoding="utf-8") == measured.read_text(encoding="utf-8"), \
+        f"{packaged.relative_to(REPO)} differs from {measured.relative_to(REPO)}: python -m benchmarks.task_tokens " \
+        "writes both (or copy the result over)"
+    data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert E.SIZES in data["evaluation.measure"]
+    tasks = json.loads(measured.read_text(encoding="utf-8"))["tasks"]
+    assert set(E.TASKS) == {name for name, size in tasks.items() if "skipped" not in size}
+    assert E.TASKS["mmlu"] == E.Task(round(tasks["mmlu"]["tokens_per_document"]), 57, 14042) == E.Task(112, 57, 14042)
 
 
 def test_benchmarks_count_each_tasks_tokens_per_question():

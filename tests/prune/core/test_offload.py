@@ -282,7 +282,7 @@ def test_the_backend_and_the_cli_obey_the_budget_with_the_same_results(tiny_fold
 
 @pytest.mark.slow
 def test_peak_resident_memory_stays_a_quarter_of_the_weights_below_the_in_memory_run(tmp_path):
-    """benchmarks/offload.py's two fresh processes on a ~390 MiB model (its layers most of it, as in real models): the
+    """benchmarks.offload's two fresh processes on a ~390 MiB model (its layers most of it, as in real models): the
     kernel's high-water mark of each. The weights of both runs are mapped file pages (their anonymous peaks are
     equal), which the kernel keeps or drops as its load goes, so the saving moves from run to run: 0.81-0.96 × the
     weights here, 0.46 × on a busy CI machine. A quarter of the weights leaves room for that and still fails a
@@ -290,8 +290,8 @@ def test_peak_resident_memory_stays_a_quarter_of_the_weights_below_the_in_memory
     from conftest import REPO
 
     small = ["--hidden", "256", "--layers", "12", "--intermediate", "8192", "--windows", "2", "--seq-len", "64"]
-    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "offload.py"), *small, "--budget", "1MiB",
-                           "--folder", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=600,
+    done = subprocess.run([sys.executable, "-m", "benchmarks.offload", *small, "--budget", "1MiB", "--folder",
+                           str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=600,
                           env={**os.environ, "LAYERCUT_RESULTS_DIR": str(tmp_path)})  # not the committed figures
     assert done.returncode == 0, done.stderr[-2000:]
     runs = [json.loads((tmp_path / f"run-{i}.json").read_text()) for i in range(2)]
