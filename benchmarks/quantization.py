@@ -68,7 +68,7 @@ def run(args) -> None:
     ppl = {}
     for pair in pairs:
         ppl.update({m.model: m.value for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
-                                                                 max_windows=args.ppl_windows)})
+                                                                         max_windows=args.ppl_windows)})
     ppl["dense"] = ppl.pop(ORIGINAL)
     rows[f"WikiText-2 test ppl ({args.ppl_windows} × 128)"] = {k: f"{v:.2f}" for k, v in ppl.items()}
     if args.hellaswag:

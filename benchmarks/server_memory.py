@@ -94,7 +94,7 @@ def measure(case: str, threshold: int | None, rounds: list[int], budget: int) ->
         for number, visitors in enumerate(rounds):
             levels = [round(0.1 + 0.04 * i + 0.01 * number, 2) for i in range(visitors)]
             list(pool.map(lambda level: backend.models.build(spec, Recipe((Sparsify.of("magnitude", level),)),
-                                                      owner=str(level)), levels))
+                                                             owner=str(level)), levels))
             builds += visitors
     return {"baseline": baseline, "peak": _status("VmHWM"), "settled": _status("VmRSS"),
             "held": backend.models.variants.used_bytes, "budget": budget, "trims": trims,
