@@ -100,9 +100,11 @@ def run(args, rows: list) -> None:
     step("cut and Wanda 2:4 built", lambda: ([backend.models.model(spec, r) for r in compared.values()],
                                              f"A: layers {start}–{end - 1}; B: Wanda 2:4"))
     step("generation side by side", lambda: (list(backend.measure.generate(spec, compared, "The capital of France is",
-                                                                    max_new_tokens=32)), "32 tokens × 3 models"))
+                                                                            max_new_tokens=32)),
+                                             "32 tokens × 3 models"))
     speeds = step("speed", lambda: (backend.measure.speed(spec, compared, batch_sizes=(1, 8), prompt_len=128,
-                                                          new_tokens=(32,), repeats=3), "batch 1 and 8, 128 + 32 tokens"))
+                                                          new_tokens=(32,), repeats=3),
+                                    "batch 1 and 8, 128 + 32 tokens"))
     for m in speeds:
         if m.name.startswith(("decode latency", "prefill latency")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f} {m.unit}"))

@@ -12,7 +12,7 @@ from functools import cache
 
 from conftest import REPO
 
-PACKAGES = ("prune", "evaluation", "ui")
+PACKAGES = ("prune", "evaluation", "ui", "benchmarks")
 IMPORTANCE = ("prune.depth.methods", "prune.depth.result")  # the depth family's registry, which drop scores on
 FACE = "evaluation.serving"  # the backend's public face (its package's __init__): all the page takes from evaluation/
 COMMAND = ("ui.command", "evaluation.cli")  # the installed `layercut` command hands `layercut bench` to the CLI
@@ -92,6 +92,7 @@ def test_the_scan_sees_the_imports_it_judges_deferred_ones_too():
     assert ("prune.depth.step", "prune.core.step") in found and ("ui.catalog", "prune.core.family") in found
     assert ("evaluation.serving.analysis", "prune") in found
     assert ("evaluation.quality.cloze", "evaluation.quality.cloze_task") in found  # inside a function
+    assert ("benchmarks.width", "benchmarks.harness") in found
 
 
 def test_the_circle_finder_finds_a_circle_and_its_members():
@@ -152,3 +153,7 @@ def test_the_page_imports_no_private_name():
                for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom)
                for a in node.names if a.name.startswith("_")]
     assert private == []
+
+
+def test_nothing_the_package_installs_imports_the_benchmarks():
+    assert [(a, b) for a, b in imports() if a.split(".")[0] != "benchmarks" and b.split(".")[0] == "benchmarks"] == []
