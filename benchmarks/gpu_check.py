@@ -95,8 +95,7 @@ def run(args, rows: list) -> None:
                    lambda: (backend.analysis.score(spec, "angular", use_cache=False), "the default calibration"))
     step("Taylor+ analysis", lambda: (backend.analysis.score(spec, "taylor", use_cache=False), "one backward pass"))
     start, end = angular.best_block(max(1, layers // 4))
-    compared = {"A": Recipe.block(layers, start, end),
-                "B": Recipe((Sparsify.of("wanda", 0.5, "2:4"),))}
+    compared = {"A": Recipe.block(layers, start, end), "B": Recipe((Sparsify.of("wanda", 0.5, "2:4"),))}
     step("cut and Wanda 2:4 built", lambda: ([backend.models.model(spec, r) for r in compared.values()],
                                              f"A: layers {start}–{end - 1}; B: Wanda 2:4"))
     step("generation side by side", lambda: (list(backend.measure.generate(spec, compared, "The capital of France is",
