@@ -475,3 +475,20 @@ def offload(found: dict) -> str:
             f"\n\nThe angular scores and the cut's logits are {equal} (bit for bit); the budget's peak is "
             f"{saved / gib:.2f} GiB lower: {saved / found['weights_bytes']:.2f} × the weights "
             f"({found['weights_bytes'] / gib:.2f} GiB).")
+
+
+@renders("agent_session")
+def agent_session(found: dict) -> str:
+    """benchmarks/agent_session.py: an MCP client's calls on the embedded model, each answer and its seconds."""
+    best = found["best"]
+    scores = ", ".join(f"{label} {num(value)} %" for label, value in found["hellaswag"].items())
+    rows = [["analyze_model", num(found["analyze_model"]["seconds"]),
+             "the best block of 6: layers {start}–{last}".format(last=found["best_block_of_6"]["end"] - 1,
+                                                                 **found["best_block_of_6"])],
+            ["best_under_target", num(found["best_under_target"]["seconds"]),
+             f"{found['measured']} models measured for {found['target']}; best: {best['label']}, "
+             f"{best['weight_bytes'] / 2**20:.1f} MiB, perplexity {num(best['perplexity'], '.2f')}"],
+            ["compare_models", num(found["compare_models"]["seconds"]),
+             f"hellaswag acc_norm {scores}"]]
+    return (f"Tools listed: {', '.join(found['tools'])}; every answer read with json.loads and given as structured "
+            "content too.\n\n" + table(["tool", "seconds", "answer"], rows, "lrl"))

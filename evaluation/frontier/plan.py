@@ -80,12 +80,14 @@ class FrontierPlan:
     calibration: Calibration | None  # for Wanda, width, low-rank (None: the built-in text)
     ppl_seq_len: int = PERPLEXITY.seq_len
     ppl_windows: int = PERPLEXITY.windows
+    families: tuple[str, ...] = FAMILIES  # the families tried (FAMILIES' order); every one by default
 
 
 def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
                calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
-               ppl_windows: int = PERPLEXITY.windows) -> FrontierPlan:
-    """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once)."""
+               ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES) -> FrontierPlan:
+    """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once), known
+    families (at least one)."""
     if axis not in AXES:
         raise InvalidInput(f"Measure the frontier by {', '.join(AXES)}, not {quoted(axis)}.")
     if method not in METHODS:
@@ -94,7 +96,13 @@ def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES,
     for value, what in ((ppl_seq_len, "The perplexity window length"), (ppl_windows, "The perplexity windows")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidInput(f"{what} must be a whole number ≥ 1, not {quoted(value)}.")
-    return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows)
+    named = tuple(families)
+    unknown = [f for f in named if f not in FAMILIES]
+    if unknown or not named:
+        what = f"not {quoted(unknown[0])}" if unknown else "none were given"
+        raise InvalidInput(f"The frontier's families are {'; '.join(FAMILIES)}; {what}.")
+    return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows,
+                        tuple(f for f in FAMILIES if f in named))
 
 
 def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:
@@ -188,11 +196,15 @@ def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
 
     for size in plan.sizes:
         for family, made in _planned(model, plan, depth, blocks, size * total, total):
+            if family not in plan.families:
+                continue
             if isinstance(made, str):
                 why[(family, size)] = made
             else:
                 add(family, size, made)
     for family, made in _fixed(plan):
+        if family not in plan.families:
+            continue
         if isinstance(made, str):
             why.update({(family, size): made for size in plan.sizes})
         else:

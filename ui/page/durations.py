@@ -32,6 +32,7 @@ class Durations:
     frontier = staticmethod(fixed(FRONTIER_S))
     analyze_model = staticmethod(fixed(LOAD_S))  # the public endpoints (ui/api.py): a load, then an analysis
     compare_models = staticmethod(fixed(COMPARE_S))
+    best_under_target = staticmethod(fixed(FRONTIER_S))
 
     def __init__(self, seconds: Seconds):
         self.seconds = seconds

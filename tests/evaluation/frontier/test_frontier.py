@@ -56,8 +56,8 @@ def by_bytes(backend, spec, request_, result) -> FrontierResult:
     return final(backend.frontier.run(spec, request_, sizes=SIZES, **SMALL))
 
 
-def _planned(backend, spec, axis="params", sizes=(0.9, 0.8, 0.7), method="block_influence"):
-    plan = check_plan(axis, sizes, method, backend.models.default_calibration)
+def _planned(backend, spec, axis="params", sizes=(0.9, 0.8, 0.7), method="block_influence", families=FAMILIES):
+    plan = check_plan(axis, sizes, method, backend.models.default_calibration, families=families)
     depth = backend.analysis.score(spec, method, calibration=plan.calibration)
     blocks = backend.analysis.score(spec, "sublayer", calibration=plan.calibration)
     found, why = planning.candidates(backend.models.pool.peek(spec).model, plan, depth, blocks)
@@ -113,6 +113,26 @@ def test_by_memory_sparsity_is_refused_and_quantization_planned_and_one_recipe_i
     # angular distance's paper picks a block: the same cut stands for both depth families, measured once
     assert found[("depth, paper", 0.9)] is found[("depth, block", 0.9)]
     assert found[("depth, paper", 0.9)].families == ("depth, paper", "depth, block")
+
+
+def test_a_plan_of_some_families_is_exactly_those_families_candidates(backend, spec):
+    every, every_why, *_ = _planned(backend, spec, axis="bytes")
+    chosen = ("depth, block", "width", "int4")
+    found, why, *_ = _planned(backend, spec, axis="bytes", families=reversed(chosen))
+    kept = {key: c.recipe for key, c in every.items() if key[0] in chosen}
+    assert {key: c.recipe for key, c in found.items()} == kept
+    assert why == {key: w for key, w in every_why.items() if key[0] in chosen}
+    assert check_plan(families=reversed(chosen)).families == chosen  # in the table's order
+    for bad, words in ((("int8", "depth"), "not 'depth'"), ((), "none were given")):
+        with pytest.raises(InvalidInput, match=words):
+            check_plan(families=bad)
+
+
+def test_a_target_alone_that_the_original_meets_or_no_family_plans_for_is_one_line(backend, spec, request_):
+    for target, words in (("bytes=10GiB", "already meets 10 GiB"), ("bytes=100%", "already meets 100 %"),
+                          ("bytes=0.01", "no family is planned under 5 %")):
+        with pytest.raises(InvalidInput, match=words):
+            backend.frontier.run(spec, request_, sizes=(), target=check_target(target), **SMALL)
 
 
 def test_a_patch_follows_each_cut_that_keeps_layer_0(backend, spec):
