@@ -18,7 +18,8 @@ FACE = "evaluation.serving"  # the backend's public face (its package's __init__
 COMMAND = ("ui.command", "evaluation.cli")  # the installed `layercut` command hands `layercut bench` to the CLI
 # evaluation's floors, bottom first: a floor imports only its own and lower ones (the CLI sits on the backend)
 FLOORS = (("evaluation.core",), ("evaluation.measure",), ("evaluation.quality",),
-          ("evaluation.explain", "evaluation.exports", "evaluation.sweeps"), ("evaluation.frontier",),
+          ("evaluation.explain", "evaluation.exports", "evaluation.sweeps",
+           "evaluation.engines"), ("evaluation.frontier",),
           ("evaluation.serving",), ("evaluation.cli",))
 
 

@@ -29,7 +29,7 @@ def compare(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str, Recip
     judged_report = tasks.run(args, backend, spec, cuts, results, judged, info, out_dir, progress)
     measurements = _write_results(results, cuts, config, info, out_dir)
     if args.speed:
-        measurements += _speed(backend, spec, cuts, config, out_dir, progress)
+        measurements += _speed(args, backend, spec, cuts, config, out_dir, progress)
     if args.export_dir:
         _export(args, backend, spec, cuts, measurements, progress)
     _write_comparison(info, cuts, measurements, judged_report, out_dir)
@@ -72,11 +72,11 @@ def _write_results(results: dict[str, dict], cuts: dict[str, Recipe], config: di
     return measurements
 
 
-def _speed(backend: Backend, spec: ModelSpec, cuts: dict[str, Recipe], config: dict, out_dir: Path,
+def _speed(args, backend: Backend, spec: ModelSpec, cuts: dict[str, Recipe], config: dict, out_dir: Path,
            progress) -> list:
     """--speed: the page's speed and memory rows, also written to ``speed_memory.json``."""
     labelled = {_label(mode, cuts): recipe for mode, recipe in cuts.items()}
-    timed = output.speed_and_memory(backend, spec, labelled, progress)
+    timed = output.speed_and_memory(backend, spec, labelled, progress, engine=args.engine, int4_type=args.int4_type)
     output.write_json(out_dir / "speed_memory.json", {"config": {**config, **output.SPEED},
                                                       "measurements": [m.to_dict() for m in timed]})
     return timed

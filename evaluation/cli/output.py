@@ -24,6 +24,7 @@ from evaluation.sweeps.sparsity import DEFAULT_LEVELS, format_table
 from evaluation.frontier import plan as frontier_plan, result as frontier_text
 from evaluation.frontier.result import format_table as frontier_table
 from evaluation.core.jobs import final
+from evaluation.core.settings import PERPLEXITY
 
 
 def results_json(entries: dict[str, dict], config: dict) -> dict:
@@ -184,16 +185,24 @@ SPEED = {"batch_sizes": (1,), "prompt_len": 128, "new_tokens": (32,), "repeats":
 MEMORY_NEW_TOKENS = 16  # tokens each model generates while its peak memory is watched (as on the page)
 
 
-def speed_and_memory(backend: Backend, spec: ModelSpec, variants: dict[str, Recipe], progress) -> list:
+def speed_and_memory(backend: Backend, spec: ModelSpec, variants: dict[str, Recipe], progress, *,
+                     engine: str | None = None, int4_type: str | None = None) -> list:
     """--speed: the page's speed rows (prefill, decode with its bytes per token, floor and share of the limit,
     throughput) and memory rows for the original and each variant; more variants than the page compares at once are
-    timed in pairs beside the original (its rows from the first pair)."""
+    timed in pairs beside the original (its rows from the first pair). ``engine``: each column in llama.cpp too, its
+    speed rows and its WikiText-2 perplexity (the page's default windows) with top-1 agreement."""
+    in_engine = {} if engine is None else {"engine": engine, "int4_type": int4_type}
     labels = list(variants)
     pairs = [labels[i:i + 2] for i in range(0, len(labels), 2)] or [[]]
     found = []
     for i, pair in enumerate(pairs):
         chosen = {label: variants[label] for label in pair}
-        rows = backend.measure.speed(spec, chosen, **SPEED, progress=progress)
+        rows = backend.measure.speed(spec, chosen, **SPEED, **in_engine, progress=progress)
         rows += backend.measure.memory(spec, chosen, new_tokens=MEMORY_NEW_TOKENS, progress=progress)
+        if engine is not None:  # the page's windows, shorter where the model's positions end sooner
+            positions = getattr(backend.models.model(spec).config, "max_position_embeddings", None)
+            rows += backend.measure.perplexity(spec, chosen, seq_lens=(min(PERPLEXITY.seq_len, positions or 10**9),),
+                                               bos=(False,), max_windows=PERPLEXITY.windows, **in_engine,
+                                               progress=progress)
         found += [m for m in rows if i == 0 or m.model != ORIGINAL]
     return found

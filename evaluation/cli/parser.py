@@ -14,6 +14,7 @@ from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 
 from evaluation.cli import output, tasks, zigzag
 from evaluation.core.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
+from evaluation.engines.llama_cpp import ENGINE as LLAMA_CPP, INT4_TYPES
 from evaluation.exports.gguf_out import GGUF_TYPES
 from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES
 from evaluation.quality import lm_eval_adapter
@@ -156,6 +157,12 @@ def _extras(parser: argparse.ArgumentParser) -> None:
                              "bytes each token reads, the floor at this device's bandwidth and the share of it "
                              "reached; weight memory, peak memory, checkpoint size) into the report and "
                              "speed_memory.json")
+    parser.add_argument("--engine", default=None, choices=(LLAMA_CPP,),
+                        help=f"with --speed: each column's batch-1 rows in {LLAMA_CPP} too, written as a GGUF of the "
+                             "type that matches its storage (F16/BF16, int8 → Q8_0, int4 → --int4_type), and its "
+                             f"WikiText-2 perplexity and top-1 agreement from {LLAMA_CPP}'s logits")
+    parser.add_argument("--int4_type", default=INT4_TYPES[0], choices=INT4_TYPES,
+                        help=f"with --engine: the GGUF type an int4 column runs in (default {INT4_TYPES[0]})")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
     parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
                         help="with --export_dir: also write the model as one GGUF file of this type in the folder")

@@ -157,7 +157,7 @@ def _run_once(model, input_ids: torch.Tensor, new_tokens: int) -> tuple[float, f
     return prefill.ms, decode.ms
 
 
-def _summary(name: str, samples: list[float], unit: str, higher: bool, model: str, details: dict) -> Measurement:
+def summary(name: str, samples: list[float], unit: str, higher: bool, model: str, details: dict) -> Measurement:
     q1, median, q3 = np.percentile(samples, [25, 50, 75])
     return Measurement(name, float(median), unit, higher, float(q3 - q1), "IQR", model, GROUP,
                        details={**details, "samples": [float(s) for s in samples]})
@@ -212,16 +212,16 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
                         _report(job, done / steps, f"{label}: batch {batch}, {count} new tokens, run {r + 1}/{repeats}")
                 common = {"batch": batch, "prompt_len": prompt_len, "new_tokens": count, "device": str(device)}
                 for label in models:
-                    results.append(_summary(f"decode latency per token (batch {batch}, {count} new)", decode[label],
+                    results.append(summary(decode_name(batch, count), decode[label],
                                             "ms", False, label, {**common, "context": prompt_len + count / 2}))
-                    results.append(_summary(f"throughput (batch {batch}, {count} new)", throughput[label], "tokens/s",
+                    results.append(summary(f"throughput (batch {batch}, {count} new)", throughput[label], "tokens/s",
                                             True, label, common))
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             raise InvalidInput(f"Batch size {batch} ran out of memory on {device}: "
                                "choose smaller batch sizes.") from None
         for label in models:
-            results.append(_summary(f"prefill latency (batch {batch}, {prompt_len} tokens)", prefills[label], "ms",
+            results.append(summary(f"prefill latency (batch {batch}, {prompt_len} tokens)", prefills[label], "ms",
                                     False, label, {"batch": batch, "prompt_len": prompt_len, "device": str(device)}))
             samples = utils[label].samples
             if samples:
@@ -236,6 +236,11 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
 
 DECODE = "decode latency per token"
 LIMIT = "limit"  # the group of the bandwidth-limit rows
+
+
+def decode_name(batch: int, count: int) -> str:
+    """The decode row's name at a batch size and a number of new tokens."""
+    return f"{DECODE} (batch {batch}, {count} new)"
 
 
 def with_limit(results: list[Measurement], models: dict, device: torch.device) -> list[Measurement]:

@@ -48,6 +48,10 @@ from evaluation.quality.mt_bench import (COLUMNS as MT_BENCH_COLUMNS, LOSS, OVER
                                          parse_winner)
 from evaluation.sweeps.sparsity import format_table as sparsity_table
 
+# llama.cpp as a second engine: its name, the GGUF types an int4 column runs in, why a column did not run there.
+from evaluation.engines.llama_cpp import ENGINE as LLAMA_CPP, INT4_TYPES
+from evaluation.serving.engine import NOTE as ENGINE_NOTE
+
 # A job's seconds said before it starts (its work over this machine's rates), and the compile's own allowance.
 from evaluation.measure import estimate
 from evaluation.measure.compiled import COMPILE_ALLOWANCE_S
@@ -64,5 +68,6 @@ __all__ = [
     "FASTER", "MIB", "frontier_table", "gains", "target_line", "comparison_rows", "decimals", "noise_band",
     "noise_words", "to_dataframe", "to_measurements", "MT_BENCH_COLUMNS", "LOSS", "OVERALL", "TIE", "WIN",
     "mt_bench_cells", "parse_winner", "sparsity_table",
+    "LLAMA_CPP", "INT4_TYPES", "ENGINE_NOTE",
     "estimate", "COMPILE_ALLOWANCE_S",
 ]

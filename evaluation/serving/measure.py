@@ -21,13 +21,26 @@ from evaluation.core.pool import ModelSpec
 from evaluation.core.settings import BATCH_SIZE
 from evaluation.core.store import ResultStore
 from evaluation.measure import compiled as compiled_mode, generation, memory, sparse_kernels, speed
+from evaluation.engines import llama_cpp
 from evaluation.measure.measurement import ORIGINAL, Measurement, from_json_list, to_json_list
 from evaluation.quality import c4, lm_eval_adapter, perplexity, reuse
 from evaluation.quality.lm_eval_adapter import DEFAULT_SCORER
+from evaluation.serving import engine as engines
 from evaluation.serving.models import Models, Variants
 from evaluation.serving.variants import Side
 
 MEMORY_PROMPT_TOKENS = 128
+
+
+def check_engine(engine: str | None, int4_type: str) -> None:
+    """A second engine LayerCut runs the columns in (None: its own loop only), and the GGUF type of an int4 column."""
+    if engine not in (None, llama_cpp.ENGINE):
+        raise InvalidInput(f"The engines are LayerCut's own and {llama_cpp.ENGINE}, not {engine!r}.")
+    if int4_type not in llama_cpp.INT4_TYPES:
+        raise InvalidInput(f"An int4 column runs in {llama_cpp.ENGINE} as {', '.join(llama_cpp.INT4_TYPES)}, "
+                           f"not {int4_type!r}.")
+    if engine is not None and (why := llama_cpp.why_not_installed()):
+        raise InvalidInput(why)
 
 
 class Measure:
@@ -62,10 +75,14 @@ class Measure:
         return stream()
 
     def speed(self, spec: ModelSpec, variants: Variants, *, batch_sizes=(1, 8, 32), prompt_len: int = 128,
-              new_tokens=(32,), repeats: int = 3, compiled: bool = False, progress: Progress | None = None,
+              new_tokens=(32,), repeats: int = 3, compiled: bool = False, engine: str | None = None,
+              int4_type: str = llama_cpp.INT4_TYPES[0], progress: Progress | None = None,
               owner: str | None = None) -> list[Measurement]:
         """Prefill/decode latency and throughput of every compared model, with the ideal speedup beside each;
-        ``compiled``: the compiled mode's rows too (``evaluation.measure.compiled``), beside the eager ones."""
+        ``compiled``: the compiled mode's rows too (``evaluation.measure.compiled``), beside the eager ones;
+        ``engine="llama.cpp"``: each column's batch-1 rows in llama.cpp too (``evaluation.serving.engine``), an int4
+        column as ``int4_type``."""
+        check_engine(engine, int4_type)
         with self.models.jobs.run("the speed measurement", progress, owner=owner) as job:
             base, sides = self.models.sides(spec, variants, job)
             together = self.models.ready(base, sides, job)  # else each takes its turn on the device, timed alone
@@ -81,6 +98,9 @@ class Measure:
                                                   batch_sizes=batches, prompt_len=prompt_len, new_tokens=new_tokens,
                                                   repeats=repeats, job=job)
                 del fast, kernel_forms  # the kernel forms' compressed weights go before the next turn
+            if engine is not None:
+                found += engines.speed_rows(self.models, base, sides, prompt_len=prompt_len, new_tokens=new_tokens,
+                                            repeats=repeats, int4_type=int4_type, job=job)
         found = [replace(m, details={**m.details, "sparsity_note": notes[m.model]}) if notes[m.model] else m
                  for m in found]
         original = [m for m in found if m.model == ORIGINAL]
@@ -179,9 +199,13 @@ class Measure:
         return [m for label, entries in results.items() for m in lm_eval_adapter.to_measurements(entries, model=label)]
 
     def perplexity(self, spec: ModelSpec, variants: Variants, *, seq_lens=(128, 2048), bos=(False, True),
-                   max_windows: int | None = None, use_cache: bool = True, progress: Progress | None = None,
+                   max_windows: int | None = None, engine: str | None = None,
+                   int4_type: str = llama_cpp.INT4_TYPES[0], use_cache: bool = True, progress: Progress | None = None,
                    owner: str | None = None) -> list[Measurement]:
-        """WikiText-2 perplexity of every compared model at each sequence length, with and without BOS."""
+        """WikiText-2 perplexity of every compared model at each sequence length, with and without BOS;
+        ``engine="llama.cpp"``: each column's perplexity from llama.cpp's logits on the same windows too, and its
+        top-1 agreement with the column in PyTorch."""
+        check_engine(engine, int4_type)
         rows = perplexity.wikitext2_rows(self.models.data_dir)
         store = ResultStore(enabled=use_cache)
         text = digest("\n".join(rows))
@@ -207,6 +231,12 @@ class Measure:
                             bos=(with_bos,), max_windows=max_windows, job=job.sub(step, step + 1 / steps)))
                         store.put(key, cached)
                     out += [replace(m, model=side.label) for m in from_json_list(cached)]  # this caller's label
+            if engine is not None:
+                ids = perplexity.token_ids(base.tokenizer, rows) if ids is None else ids
+                for seq_len, with_bos in settings:
+                    out += engines.perplexity_rows(self.models, base, sides, ids, seq_len=seq_len, with_bos=with_bos,
+                                                   max_windows=max_windows, int4_type=int4_type, store=store,
+                                                   text=text, job=job)
             job.update(1.0, "Perplexity measured.")
         return out
 

@@ -18,6 +18,7 @@ EXPLAIN_S = 30  # the divergence, the logit lens, the cut's next-token feedback:
 PATCH_S = 90
 FRONTIER_S = 300  # every family at each size: the longest ZeroGPU grants here; a longer frontier stops there
 COMPARE_S = 180  # the API's comparison: a load, the columns built, their benchmarks
+GGUF_S = 30  # a column written as a GGUF for llama.cpp (an allowance, seconds for the default model)
 
 
 class Durations:
@@ -37,11 +38,14 @@ class Durations:
     def __init__(self, seconds: Seconds):
         self.seconds = seconds
 
-    def speed(self, session, batches, prompt_len, new_tokens, repeats, compiled=False, *_):
+    def speed(self, session, batches, prompt_len, new_tokens, repeats, compiled=False, llama_cpp=False, *_):
         eager = self.seconds.speed(session, batches, prompt_len, new_tokens, repeats)
-        if not compiled or eager is None:
+        if eager is None:
             return asked(eager)
-        return asked(2 * eager + COMPILE_ALLOWANCE_S * len(batches) * (1 + len(session.variants())))
+        engine = eager / len(batches) + GGUF_S * (1 + len(session.variants())) if llama_cpp else 0  # batch 1 there
+        if not compiled:
+            return asked(eager + engine)
+        return asked(2 * eager + engine + COMPILE_ALLOWANCE_S * len(batches) * (1 + len(session.variants())))
 
     def memory(self, session, *_):
         return asked(self.seconds.memory(session))

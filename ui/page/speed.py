@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from evaluation.serving import ENGINE_NOTE, INT4_TYPES, LLAMA_CPP
 from prune.core.errors import InvalidInput
 
 from ui import help_text, inputs, job_text, plots, slot_text, text
@@ -42,6 +43,8 @@ class SpeedTab:
     new_tokens: NumberInput
     repeats: NumberInput
     compiled: gr.Checkbox  # also the compiled mode's rows (evaluation.measure.compiled); off: eager only
+    llama_cpp: gr.Checkbox  # also each column's batch-1 rows in llama.cpp (evaluation.engines.llama_cpp)
+    int4_type: gr.Dropdown  # the GGUF type an int4 column runs in there
     speed_btn: gr.Button
     memory_btn: gr.Button
     speed_stop: gr.Button
@@ -68,7 +71,12 @@ class SpeedTab:
                     new_tokens=NumberInput(8, label="New tokens", minimum=2, elem_id="new-tokens"),
                     repeats=NumberInput(1, label="Repeats", minimum=1, elem_id="repeats"),
                     compiled=gr.Checkbox(False, label="Also compiled", info=help_text.COMPILED_INFO,
-                                         elem_id="speed-compiled"))
+                                         elem_id="speed-compiled"),
+                    llama_cpp=gr.Checkbox(False, label=f"Also in {LLAMA_CPP}", info=help_text.LLAMA_CPP_INFO,
+                                          elem_id="speed-llama-cpp"),
+                    int4_type=gr.Dropdown(list(INT4_TYPES), value=INT4_TYPES[0], label="int4 as",
+                                          info=f"the GGUF type an int4 column runs in {LLAMA_CPP}",
+                                          elem_id="speed-int4-type"))
             with gr.Row():
                 buttons = dict(speed_btn=gr.Button("Measure speed", variant="primary", elem_id="speed-btn"),
                                memory_btn=gr.Button("Measure memory", variant="primary", elem_id="memory-btn"),
@@ -100,14 +108,15 @@ class SpeedHandlers:
 
     @user_errors
     def speed(self, session: Session, batch_sizes: list, prompt_len, new_tokens, repeats, compiled: bool = False,
-              request: gr.Request = None, progress=gr.Progress()):
+              llama_cpp: bool = False, int4_type: str = INT4_TYPES[0], request: gr.Request = None,
+              progress=gr.Progress()):
         need_model(session)
         settings = speed_settings(batch_sizes, prompt_len, new_tokens, repeats)
         variants = session.variants()
         found = self.context.backend.measure.speed(
             session.spec, variants, batch_sizes=settings["batch_sizes"], prompt_len=settings["prompt_len"],
             new_tokens=(settings["new_tokens"],), repeats=settings["repeats"], compiled=bool(compiled),
-            progress=reporter(progress),
+            engine=LLAMA_CPP if llama_cpp else None, int4_type=int4_type, progress=reporter(progress),
             owner=owner(request))
         tab, names = self.tab, text.model_names(variants)
         return {tab.speed_table: comparison_table(found, variants),
@@ -115,6 +124,7 @@ class SpeedHandlers:
                 tab.throughput_plot: plots.comparison_figure(found, group="speed", unit="tokens/s", title="Throughput",
                                                              names=names),
                 tab.speed_note: "  \n".join(filter(None, (slot_text.model_notes(found, "sparsity_note"),
+                                                          slot_text.model_notes(found, ENGINE_NOTE),
                                                           job_text.beyond_ideal_note(found)))),
                 **tab.speed_measured.fresh(session)}
 
@@ -136,7 +146,8 @@ def wire(page, handlers) -> dict:
     tab = page.speed
     speeds, session, durations = handlers.speed, page.session, handlers.durations
     speed = tab.speed_btn.click(gpu(speeds.speed, durations.speed),
-                                [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats, tab.compiled],
+                                [session, tab.batches, tab.prompt_len, tab.new_tokens, tab.repeats, tab.compiled,
+                                 tab.llama_cpp, tab.int4_type],
                                 [tab.speed_table, tab.speedup_plot, tab.throughput_plot, tab.speed_note,
                                  *tab.speed_measured.outputs()],
                                 api_name="speed", **DEVICE)

@@ -1,0 +1,260 @@
+"""llama.cpp as a second engine on a CPU: a column written as GGUF in the type that matches how it is stored,
+loaded by llama.cpp (llama-cpp-python), timed on the same prompt and new tokens as LayerCut's own loop, and scored
+from llama.cpp's own logits.
+
+* **Timing** (:func:`measure_speed`): batch 1, the prompt through one ``eval`` (the prefill), then greedy decode
+  steps of one token each, the next token the argmax of llama.cpp's last logits, as :func:`evaluation.measure.speed.
+  _run_once` does in PyTorch; llama.cpp's threads are the cores LayerCut's torch uses; the columns take turns, run
+  by run. What a decoded token reads (:func:`decode_bytes`) is counted from the GGUF's own tensors: every matrix in
+  its stored type, one row of the token embedding (the whole of it where it is the output layer too), and llama.cpp's
+  default KV cache (F16) at the mean context.
+* **Quality** (:func:`window_scores`): each perplexity window evaluated with every position's logits; its NLL is
+  summed as :func:`evaluation.quality.perplexity.window_nll` sums it (every token after the first predicted), and its
+  top-1 next tokens are compared with the PyTorch column's on the same window.
+
+A column llama.cpp cannot run (an encoder, dropped attention or MLP blocks, factored low rank: what the GGUF writer
+refuses, :func:`evaluation.exports.gguf_out.gguf_refusal`) is said in one line by :func:`why_not`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+import gguf
+import numpy as np
+import torch
+
+from prune.core.architectures import CAUSAL, kind_of
+from prune.core.errors import InvalidInput
+from prune.core.paths import cache_root, safe_name
+from prune.quantize.weights import QUANTIZED_FIELD
+
+from evaluation.core.timing import Timer
+from evaluation.exports.gguf_out import gguf_refusal, write_gguf
+from evaluation.measure.measurement import Measurement
+from evaluation.measure.speed import GROUP, LIMIT, decode_name, summary
+
+ENGINE = "llama.cpp"
+SUFFIX = f" ({ENGINE})"
+INT4_TYPES = ("Q4_0",)  # the GGUF types an int4 column is timed in (the first by default)
+KV_BYTES = 2  # llama.cpp's default KV cache type: F16
+GGUF_CACHE_BYTES = 8 * 2**30  # the columns' GGUFs kept for the next measurement
+_LOCK = threading.Lock()  # llama.cpp's own threads take every core: one engine run at a time in this process
+
+
+def why_not_installed() -> str | None:
+    """None when llama.cpp's Python binding is importable here, else one line on how to get it."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return f"{ENGINE} is not installed here: `bash setup.sh` installs llama-cpp-python."
+    return None
+
+
+def why_not(model) -> str | None:
+    """Why llama.cpp cannot run ``model`` (one line), or None."""
+    if kind_of(model) != CAUSAL:
+        return f"{ENGINE} runs causal LMs here; this model fills blanks."
+    return why_not_installed() or gguf_refusal(model)
+
+
+def column_type(model, int4_type: str = INT4_TYPES[0]) -> str:
+    """The GGUF type that stores ``model`` as it is stored in LayerCut: int8 weights → Q8_0, int4 → ``int4_type``,
+    dense bfloat16 → BF16, any other dense model → F16."""
+    bits = (getattr(model.config, QUANTIZED_FIELD, None) or {}).get("bits")
+    if bits in (8, 4):
+        return "Q8_0" if bits == 8 else int4_type
+    return "BF16" if next(model.parameters()).dtype == torch.bfloat16 else "F16"
+
+
+def gguf_file(model, tokenizer, file_type: str, path: Path, *, tokenizer_gguf: str | None = None) -> Path:
+    """``model`` as a GGUF of ``file_type`` at ``path``, written once (a file already there is the same column's)."""
+    if path.is_file():
+        os.utime(path)  # recently used: the cache keeps it longest
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_gguf(model, tokenizer, path, file_type, tokenizer_gguf=tokenizer_gguf)
+
+
+def decode_bytes(path: Path, context: float) -> int:
+    """Bytes llama.cpp reads to decode one token at ``context`` positions (see the module docstring)."""
+    reader = gguf.GGUFReader(path)
+    tensors = {t.name: int(t.n_bytes) for t in reader.tensors}
+    embedding = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    weights = sum(tensors.values())
+    if "output.weight" in tensors:  # the embedding is read one row a token; the output layer whole
+        weights -= tensors["token_embd.weight"] - tensors["token_embd.weight"] // int(embedding.shape[-1])
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    layers = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
+    kv_heads = _field(reader, f"{arch}.attention.head_count_kv") or _field(reader, f"{arch}.attention.head_count")
+    head_dim = _field(reader, f"{arch}.attention.key_length") or \
+        _field(reader, f"{arch}.embedding_length") // _field(reader, f"{arch}.attention.head_count")
+    return int(weights + 2 * layers * kv_heads * head_dim * context * KV_BYTES)
+
+
+def _field(reader: gguf.GGUFReader, name: str) -> int | None:
+    field = reader.fields.get(name)
+    return None if field is None else int(field.parts[-1][0])
+
+
+class Engine:
+    """One GGUF loaded in llama.cpp (``with Engine(path, ...) as engine``); ``logits=True`` keeps every position's
+    logits (for scoring), else only the last (for timing, as LayerCut's loop computes the last only)."""
+
+    def __init__(self, path: Path, *, context: int, logits: bool = False, threads: int | None = None):
+        from llama_cpp import Llama
+
+        threads = threads or torch.get_num_threads()
+        with _quiet():
+            self.llm = Llama(model_path=str(path), n_ctx=context, n_batch=context, n_ubatch=context,
+                             n_threads=threads, n_threads_batch=threads, logits_all=logits, verbose=False)
+        self.vocab = self.llm.n_vocab()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.llm.close()
+
+    def last_logits(self) -> np.ndarray:
+        """[V] the logits after the last token evaluated."""
+        import llama_cpp
+
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.vocab,))
+
+    def run_once(self, prompt: list[int], new_tokens: int) -> tuple[float, float]:
+        """(prefill ms, ms of the ``new_tokens`` − 1 decode steps after it), greedy, from an empty cache."""
+        self.llm.reset()
+        with Timer(torch.device("cpu")) as prefill:
+            self.llm.eval(prompt)
+            token = int(self.last_logits().argmax())
+        with Timer(torch.device("cpu")) as decode:
+            for _ in range(new_tokens - 1):
+                self.llm.eval([token])
+                token = int(self.last_logits().argmax())
+        return prefill.ms, decode.ms
+
+    def window_logits(self, window: list[int]) -> np.ndarray:
+        """[T, V] every position's logits over one window, from an empty cache."""
+        self.llm.reset()
+        self.llm.eval(window)
+        return np.array(self.llm.scores[: len(window)], dtype=np.float32)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """llama.cpp's load messages go to the C stderr: kept out of the server's log."""
+    try:
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    try:
+        os.dup2(null, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, repeats: int, seed: int = 0,
+                  vocab: int, bandwidth_limit, check=lambda: None, report=lambda fraction, message: None
+                  ) -> list[Measurement]:
+    """Batch-1 prefill and decode of each GGUF in ``{label: path}`` in llama.cpp, the columns taking turns run by run
+    after one warm-up each; each decode row with its bytes per token, floor and share of ``bandwidth_limit``
+    (``evaluation.measure.bandwidth``), and those three as rows of their own. ``check()`` between runs (a Stop)."""
+    prompt = torch.randint(0, vocab, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
+    prefills = {label: [] for label in files}
+    decodes = {label: [] for label in files}
+    with _LOCK, contextlib.ExitStack() as stack:
+        engines = {label: stack.enter_context(Engine(path, context=prompt_len + new_tokens + 8))
+                   for label, path in files.items()}
+        for label, engine in engines.items():
+            check()
+            engine.run_once(prompt, 2)
+        for r in range(repeats):
+            for label, engine in engines.items():
+                check()
+                report((r + 1) / repeats, f"{label}: {ENGINE}, run {r + 1}/{repeats}")
+                pre_ms, dec_ms = engine.run_once(prompt, new_tokens)
+                prefills[label].append(pre_ms)
+                decodes[label].append(dec_ms / (new_tokens - 1))
+    context = prompt_len + new_tokens / 2
+    return [row for label, path in files.items()
+            for row in _rows(label, path, prefills[label], decodes[label], prompt_len, new_tokens, context,
+                             bandwidth_limit)]
+
+
+def _rows(label: str, path: Path, prefill: list[float], decode: list[float], prompt_len: int, new_tokens: int,
+          context: float, limit) -> list[Measurement]:
+    """The engine's rows of one column: prefill, decode (with its bytes, floor and share) and the limit rows."""
+    common = {"batch": 1, "prompt_len": prompt_len, "device": "cpu", "engine": ENGINE, "gguf_type": file_type(path)}
+    read = decode_bytes(path, context)
+    floor = limit.floor_ms(read)
+    decoded = summary(decode_name(1, new_tokens) + SUFFIX, decode, "ms", False, label,
+                      {**common, "new_tokens": new_tokens, "context": context})
+    found = {"bytes_per_token": read, "floor_ms": floor, "limit_share": floor / decoded.value,
+             "bandwidth_GBps": limit.bytes_per_s / 1e9, "bandwidth_how": limit.how}
+    where = f" (batch 1, {new_tokens} new){SUFFIX}"
+    details = {**common, "context": context, **found}
+    return [summary(f"prefill latency (batch 1, {prompt_len} tokens){SUFFIX}", prefill, "ms", False, label, common),
+            Measurement(decoded.name, decoded.value, decoded.unit, False, decoded.spread, decoded.spread_kind,
+                        label, GROUP, details={**decoded.details, **found}),
+            Measurement(f"bytes read per decoded token{where}", read / 2**20, "MiB", False, model=label, group=LIMIT,
+                        details=details),
+            Measurement(f"floor per decoded token at {limit.bytes_per_s / 1e9:.1f} GB/s{where}", floor, "ms", False,
+                        model=label, group=LIMIT, details=details),
+            Measurement(f"share of the bandwidth limit reached{where}", 100 * floor / decoded.value, "%", True,
+                        model=label, group=LIMIT, details=details)]
+
+
+def file_type(path: Path) -> str:
+    """The GGUF's file type as llama.cpp names it (``general.file_type``), else its name's last part."""
+    field = gguf.GGUFReader(path).fields.get("general.file_type")
+    if field is not None:
+        return gguf.LlamaFileType(int(field.parts[-1][0])).name.removeprefix("MOSTLY_")
+    return path.suffixes[-2].lstrip(".") if len(path.suffixes) > 1 else "?"
+
+
+def window_scores(path: Path, windows: torch.Tensor, reference: list[torch.Tensor] | None = None,
+                  check=lambda: None) -> dict:
+    """llama.cpp's summed NLL over ``windows`` [W, T] (every token after the first predicted), the tokens predicted,
+    and, given the PyTorch column's top-1 next tokens per window (``reference``: [T − 1] each), how many agree."""
+    if windows.numel() == 0:
+        raise InvalidInput("The text is shorter than one window.")
+    nll, predicted, agree = 0.0, 0, 0
+    with _LOCK, Engine(path, context=windows.shape[1], logits=True) as engine:
+        for index, window in enumerate(windows.tolist()):
+            check()
+            logits = torch.from_numpy(engine.window_logits(window))[:-1].double()  # [T - 1, V]
+            targets = torch.tensor(window[1:])
+            nll += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
+            predicted += len(targets)
+            if reference is not None:
+                agree += int((logits.argmax(dim=-1) == reference[index]).sum())
+    return {"nll": nll, "tokens": predicted, "agree": agree if reference is not None else None}
+
+
+def cache_path(model_key: str, recipe_key: str, file_type: str) -> Path:
+    """Where a column's GGUF is kept (the server's cache: never offered to a visitor), the oldest files past
+    ``GGUF_CACHE_BYTES`` removed first."""
+    folder = cache_root() / "gguf"
+    if folder.is_dir():
+        files = sorted(folder.glob("*.gguf"), key=lambda p: p.stat().st_mtime, reverse=True)
+        total = 0
+        for path in files:
+            total += path.stat().st_size
+            if total > GGUF_CACHE_BYTES:
+                path.unlink(missing_ok=True)
+    return folder / f"{safe_name(model_key, 40)}-{recipe_key}.{file_type}.gguf"
+
+
+def version() -> str:
+    """The installed llama-cpp-python's version (in cache keys: another llama.cpp may compute other numbers)."""
+    from importlib.metadata import version as installed
+
+    return installed("llama_cpp_python")

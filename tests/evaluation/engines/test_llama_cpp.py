@@ -1,0 +1,126 @@
+"""llama.cpp as a second engine: tiny models written as GGUF, timed and scored by the real llama.cpp
+(llama-cpp-python, installed by setup.sh), against hand counts and the same weights in PyTorch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import prune
+from conftest import build_tiny_tokenizer, tiny_model
+from evaluation.engines import llama_cpp
+from evaluation.core.pool import ModelSpec
+from evaluation.quality import perplexity
+from evaluation.serving.backend import Backend
+from evaluation.serving.engine import NOTE
+from evaluation.serving.measure import check_engine
+from prune.core.errors import InvalidInput
+from prune.core.recipe import Recipe
+
+COLUMNS = {"A": Recipe.block(4, 1, 2), "B": Recipe((prune.Quantize.of(8),))}
+SETTINGS = dict(batch_sizes=(1,), prompt_len=16, new_tokens=(8,), repeats=2)
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    return Backend(device="cpu", data_dir="")
+
+
+def by_hand_bytes(model, context: float) -> int:
+    """What a decoded token reads from an F16 GGUF of ``model``, counted from the PyTorch weights: every matrix in two
+    bytes, every vector (norms) in four, the embedding one row (the output layer is its own matrix) and the F16 KV
+    cache of every layer at ``context`` positions."""
+    config = model.config
+    matrices = sum(2 * p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed_tokens" not in n)
+    vectors = sum(4 * p.numel() for p in model.parameters() if p.dim() == 1)
+    head_dim = config.hidden_size // config.num_attention_heads
+    kv = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * context * 2
+    return int(matrices + vectors + 2 * config.hidden_size + kv)
+
+
+def test_each_column_is_timed_in_the_gguf_type_of_its_storage_with_the_bytes_it_reads(backend, tiny_folder):
+    spec = ModelSpec(tiny_folder)
+    found = [m for m in backend.measure.speed(spec, COLUMNS, engine=llama_cpp.ENGINE, **SETTINGS)
+             if m.name.endswith(llama_cpp.SUFFIX)]
+    decode = {m.model: m for m in found if m.name.startswith("decode latency")}
+    assert {label: m.details["gguf_type"] for label, m in decode.items()} == {"original": "F16", "A": "F16",
+                                                                               "B": "Q8_0"}
+    assert all(m.value > 0 and m.spread_kind == "IQR" and len(m.details["samples"]) == 2 for m in decode.values())
+    context = 16 + 8 / 2
+    for label, recipe in {"original": Recipe(), "A": COLUMNS["A"]}.items():
+        model = backend.models.model(spec, recipe)
+        assert decode[label].details["bytes_per_token"] == by_hand_bytes(model, context)
+        assert decode[label].details["limit_share"] == pytest.approx(decode[label].details["floor_ms"] /
+                                                                     decode[label].value)
+    assert decode["B"].details["bytes_per_token"] < decode["original"].details["bytes_per_token"] / 1.5
+    names = {m.name for m in found if m.model == "B"}
+    assert {"prefill latency (batch 1, 16 tokens) (llama.cpp)", "bytes read per decoded token (batch 1, 8 new) "
+            "(llama.cpp)", "share of the bandwidth limit reached (batch 1, 8 new) (llama.cpp)"} <= names
+
+
+def test_a_column_llama_cpp_cannot_run_says_why_in_one_line_and_the_others_run(backend, tiny_folder):
+    found = backend.measure.speed(ModelSpec(tiny_folder), {"A": Recipe.drop(4, attention=[1])},
+                                  engine=llama_cpp.ENGINE, **SETTINGS)
+    decode = {m.model: m for m in found if m.name == "decode latency per token (batch 1, 8 new) (llama.cpp)"}
+    assert math.isnan(decode["A"].value) and "\n" not in decode["A"].details[NOTE]
+    assert "attention" in decode["A"].details[NOTE] and decode["original"].value > 0
+
+
+def test_perplexity_from_llama_cpp_logits_is_the_same_weights_perplexity_in_pytorch(tmp_path):
+    model, tokenizer = tiny_model("llama", 4), build_tiny_tokenizer()
+    path = llama_cpp.gguf_file(model, tokenizer, "F16", tmp_path / "tiny.F16.gguf")
+    ids = torch.randint(0, model.config.vocab_size, (600,), generator=torch.Generator().manual_seed(3))
+    windows = perplexity.windows(ids, 64, None)[:4]
+    rounded = tiny_model("llama", 4).half().float()  # the weights the F16 file holds, computed in float32
+    with torch.no_grad():
+        top1 = [row[:-1].argmax(dim=-1) for row in rounded(windows).logits]
+    found = llama_cpp.window_scores(path, windows, top1)
+    nll, count = perplexity.mean_nll(rounded, windows)
+    assert found["tokens"] == count == 4 * 63
+    assert math.exp(found["nll"] / found["tokens"]) == pytest.approx(math.exp(nll), rel=2e-3)
+    assert found["agree"] >= 0.97 * count
+    with llama_cpp.Engine(path, context=64, logits=True) as engine:  # the NLL summed by hand from llama.cpp's logits
+        logits = engine.window_logits(windows[0].tolist()).astype(np.float64)[:-1]
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    by_hand = float(np.sum(np.log(np.exp(shifted).sum(axis=1)) - shifted[np.arange(63), windows[0, 1:].numpy()]))
+    assert llama_cpp.window_scores(path, windows[:1])["nll"] == pytest.approx(by_hand, rel=1e-9)
+
+
+def test_the_backend_scores_each_column_in_llama_cpp_beside_its_own_perplexity(backend, tiny_folder, data_dir):
+    scored = Backend(device="cpu", data_dir=data_dir)
+    found = scored.measure.perplexity(ModelSpec(tiny_folder), COLUMNS, seq_lens=(64,), bos=(False,), max_windows=2,
+                                      engine=llama_cpp.ENGINE)
+    ours = {m.model: m.value for m in found if m.name == "WikiText-2 perplexity (seq 64)"}
+    theirs = {m.model: m for m in found if m.name == "WikiText-2 perplexity (seq 64) (llama.cpp)"}
+    for label in ("original", "A"):  # F16 files of float32 columns: the same perplexity to a tenth of a percent
+        assert theirs[label].value == pytest.approx(ours[label], rel=1e-3)
+    assert theirs["B"].details["gguf_type"] == "Q8_0" and theirs["B"].value == pytest.approx(ours["B"], rel=2e-2)
+    agree = {m.model: m.value for m in found if m.name.startswith("top-1 agreement")}
+    assert agree["original"] > 97 and set(agree) == {"original", "A", "B"}
+
+
+@pytest.mark.parametrize("engine, int4_type, words", [
+    ("vllm", "Q4_0", "The engines are LayerCut's own and llama.cpp, not 'vllm'"),
+    ("llama.cpp", "Q3_K", "An int4 column runs in llama.cpp as"),
+])
+def test_an_unknown_engine_or_type_is_one_line(engine, int4_type, words):
+    with pytest.raises(InvalidInput, match=words):
+        check_engine(engine, int4_type)
+
+
+def test_without_llama_cpp_the_engine_is_refused_in_one_line(monkeypatch, backend, tiny_folder):
+    monkeypatch.setattr(llama_cpp, "why_not_installed", lambda: "llama.cpp is not installed here: `bash setup.sh` "
+                                                                "installs llama-cpp-python.")
+    with pytest.raises(InvalidInput, match="bash setup.sh"):
+        backend.measure.speed(ModelSpec(tiny_folder), {}, engine=llama_cpp.ENGINE, **SETTINGS)
+
+
+def test_the_command_line_takes_the_engine_with_speed_only(capsys):
+    from evaluation import cli
+
+    assert cli.main(["--full", "--engine", "llama.cpp"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "goes with --speed" in err and len(err.splitlines()) == 1
