@@ -97,6 +97,8 @@ SPEED_HELP = (
 LLAMA_CPP_INFO = ("Rows marked (llama.cpp) beside LayerCut's: each column written as a GGUF of the type that "
                   "matches its storage (F16/BF16, int8 → Q8_0, int4 → the type below), timed at batch 1 by "
                   "llama.cpp on this CPU's cores, its bytes per token counted from the file")
+LLAMA_CPP_PPL_INFO = ("WikiText-2 only: each column's perplexity computed from llama.cpp's logits on the same windows, "
+                      "and how often its top-1 next token agrees with the same column in PyTorch")
 COMPILED_INFO = ("Rows marked (compiled) beside the eager ones: a static KV cache and torch.compile (CUDA graphs on a "
                  "GPU), each model's compile time a row apart. Compiling takes minutes on a CPU.")
 

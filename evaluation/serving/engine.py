@@ -62,6 +62,21 @@ def speed_rows(models: Models, base: Loaded, sides: list[Side], *, prompt_len: i
     return rows
 
 
+def beside(rows: list[Measurement]) -> list[Measurement]:
+    """``rows`` with every llama.cpp row right after the first of LayerCut's of the same name (a table lists its
+    metrics in the order they first appear, so each engine row stands under LayerCut's own)."""
+    theirs = [m for m in rows if m.name.endswith(llama_cpp.SUFFIX)]
+    out = []
+    for m in rows:
+        if m.name.endswith(llama_cpp.SUFFIX):
+            continue
+        out.append(m)
+        twins = [t for t in theirs if t.name == m.name + llama_cpp.SUFFIX]
+        out += twins
+        theirs = [t for t in theirs if t not in twins]
+    return out + theirs
+
+
 def perplexity_rows(models: Models, base: Loaded, sides: list[Side], ids: torch.Tensor, *, seq_len: int,
                     with_bos: bool, max_windows: int | None, int4_type: str, store: ResultStore, text: str,
                     job: Job) -> list[Measurement]:

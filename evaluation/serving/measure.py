@@ -107,7 +107,7 @@ class Measure:
         out = list(original)
         for side in sides[1:]:
             out += speed.with_ideal(sides[0].model, side.model, original, [m for m in found if m.model == side.label])
-        return out
+        return engines.beside(out)
 
     @staticmethod
     def _kernel_forms(turn: list[Side], batch_sizes, with_kernels: tuple[int, ...], notes: dict) -> dict:
@@ -238,7 +238,7 @@ class Measure:
                                                    max_windows=max_windows, int4_type=int4_type, store=store,
                                                    text=text, job=job)
             job.update(1.0, "Perplexity measured.")
-        return out
+        return engines.beside(out)
 
     def c4_results(self, spec: ModelSpec, variants: Variants, *, limit: int | None = None, use_cache: bool = True,
                    progress: Progress | None = None, owner: str | None = None) -> dict[str, dict]:

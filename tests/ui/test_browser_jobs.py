@@ -251,3 +251,17 @@ def test_mt_bench_self_judged_fills_its_table_and_shows_each_columns_answer(page
     page.wait_for_function("document.querySelector('#mt-asked').innerText.includes('Question 82')", timeout=30_000)
     assert page.input_value("#mt-verdict-original textarea").startswith("Turn 1: ")
     shoot(page, "#mt-bench-box", "screenshot-mt-bench.png")
+
+
+def test_the_speed_tab_times_each_column_in_llama_cpp_beside_layercuts_rows(page):
+    """'Also in llama.cpp': A's cut and the original written as GGUF and timed there, their rows beside LayerCut's."""
+    best_block_in_a(page)
+    tab(page, "Speed & memory")
+    page.locator("#speed-llama-cpp input").check()
+    page.click("#speed-btn")
+    table = settled_text(page, "#speed-table", "(llama.cpp)", timeout=300_000)
+    for row in ("decode latency per token (batch 1, 8 new)", "bytes read per decoded token (batch 1, 8 new)"):
+        assert f"{row} (llama.cpp)" in table and row in table.replace(f"{row} (llama.cpp)", "")
+    page.locator("#speed-table").scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
+    page.locator("#speed-table").screenshot(path=str(ASSETS / "screenshot-speed-llama-cpp.png"))

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 import gradio as gr
 
 import prune
-from evaluation.serving import c4_missing, c4_shard, C4_TASK, check_request, PERPLEXITY, sparsity_table, to_measurements
+from evaluation.serving import (c4_missing, c4_shard, C4_TASK, check_request, ENGINE_NOTE, LLAMA_CPP, PERPLEXITY,
+                                sparsity_table, to_measurements)
 from prune.core.errors import InvalidInput
 from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 from prune.core.surgery import largest_cut
 
-from ui import help_text, inputs, job_text, plots, text
+from ui import help_text, inputs, job_text, plots, slot_text, text
 from ui.handlers import Context, main_unit, need_model, owner, reporter, user_errors
 from ui.number_input import NumberInput
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
@@ -84,6 +85,7 @@ class BenchmarksTab:
     ppl_text: gr.Radio  # WikiText-2 or C4
     ppl_len: gr.Dropdown  # WikiText-2's window (C4's is the papers')
     ppl_windows: NumberInput
+    ppl_llama_cpp: gr.Checkbox  # WikiText-2 also from llama.cpp's logits, with top-1 agreement
     ppl_btn: gr.Button
     results: Results
     mt_bench: MtBenchBox
@@ -92,6 +94,7 @@ class BenchmarksTab:
     frontier: FrontierBox
     bench_estimate: gr.Markdown
     ppl_estimate: gr.Markdown
+    ppl_note: gr.Markdown  # why a column did not run in llama.cpp
 
     @classmethod
     def layout(cls, context: Context) -> BenchmarksTab:
@@ -114,8 +117,11 @@ class BenchmarksTab:
                     ppl_len = gr.Dropdown(["128", "512", "2048"], value=str(PERPLEXITY.seq_len),
                                           label="Window (tokens)")
                     ppl_windows = NumberInput(2, label=f"Windows ({limit_words})", minimum=0, elem_id="ppl-windows")
+                    ppl_llama_cpp = gr.Checkbox(False, label=f"Also in {LLAMA_CPP}", info=help_text.LLAMA_CPP_PPL_INFO,
+                                                elem_id="ppl-llama-cpp")
                     ppl_btn = gr.Button("Measure perplexity", elem_id="ppl-btn")
                 ppl_estimate = gr.Markdown(elem_id="ppl-estimate")
+                ppl_note = gr.Markdown(elem_id="ppl-note")
                 gr.Markdown(help_text.C4_HELP)
             results = Results(gr.Dataframe(EMPTY_TABLE, label="Results", interactive=False, wrap=True,
                                            elem_id="bench-table"),
@@ -125,8 +131,8 @@ class BenchmarksTab:
             sweep = _sweep(limit_words)
             sparsity = _sparsity_sweep(limit_words)
             frontier = FrontierBox.layout(limit_words)
-        return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_text, ppl_len, ppl_windows, ppl_btn, results,
-                   judged, sweep, sparsity, frontier, bench_estimate, ppl_estimate)
+        return cls(tasks, limit, fewshot, bench_btn, bench_stop, ppl_text, ppl_len, ppl_windows, ppl_llama_cpp, ppl_btn,
+                   results, judged, sweep, sparsity, frontier, bench_estimate, ppl_estimate, ppl_note)
 
 
 def _sweep(limit_words: str) -> Sweep:
@@ -202,10 +208,10 @@ class BenchmarkHandlers:
         return self._results_shown(session.with_results(found))
 
     @user_errors
-    def perplexity(self, session: Session, seq_len, max_windows, source=WIKITEXT2, request: gr.Request = None,
-                   progress=gr.Progress()):
-        """WikiText-2 perplexity at the chosen window, or C4's by the pruning papers' rule
-        (``evaluation.quality.c4``)."""
+    def perplexity(self, session: Session, seq_len, max_windows, source=WIKITEXT2, llama_cpp: bool = False,
+                   request: gr.Request = None, progress=gr.Progress()):
+        """WikiText-2 perplexity at the chosen window (and from llama.cpp's logits, with each column's top-1 agreement
+        there), or C4's by the pruning papers' rule (``evaluation.quality.c4``)."""
         need_model(session)
         backend, windows = self.context.backend, self.context.policy.limit(max_windows, "Windows")
         if source not in dict(PPL_TEXTS).values():
@@ -220,8 +226,10 @@ class BenchmarkHandlers:
             found = backend.measure.perplexity(
                 session.spec, session.variants(),
                 seq_lens=(inputs.whole_number(seq_len, "The window", minimum=2, maximum=8192),),
-                max_windows=windows, progress=reporter(progress), owner=owner(request))
-        return self._results_shown(session.with_results(found))
+                max_windows=windows, engine=LLAMA_CPP if llama_cpp else None, progress=reporter(progress),
+                owner=owner(request))
+        shown = self._results_shown(session.with_results(found))
+        return {**shown, self.tab.ppl_note: slot_text.model_notes(found, ENGINE_NOTE)}
 
     def _results_shown(self, session: Session) -> dict:
         return {**self.tab.results.show(session), self.session: session}
@@ -284,8 +292,8 @@ def wire(page, handlers) -> dict:
     bench = tab.bench_btn.click(gpu(runs.benchmarks, durations.benchmarks),
                                 [session, tab.tasks, tab.limit, tab.fewshot], results, api_name="benchmarks", **DEVICE)
     ppl = tab.ppl_btn.click(gpu(runs.perplexity, durations.perplexity),
-                            [session, tab.ppl_len, tab.ppl_windows, tab.ppl_text], results, api_name="perplexity",
-                            **DEVICE)
+                            [session, tab.ppl_len, tab.ppl_windows, tab.ppl_text, tab.ppl_llama_cpp],
+                            [*results, tab.ppl_note], api_name="perplexity", **DEVICE)
     tab.ppl_text.change(window_for, [tab.ppl_text], [tab.ppl_len], api_name="perplexity_text", **LIGHT)
     sweep = tab.sweep.button.click(gpu(runs.sweep, durations.sweep),
                                    [session, tab.sweep.task, tab.sweep.block_size, tab.sweep.limit, tab.sweep.others],

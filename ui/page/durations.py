@@ -53,8 +53,11 @@ class Durations:
     def benchmarks(self, session, tasks, limit, fewshot, *_):
         return asked(self.seconds.benchmarks(session, tasks, limit, fewshot))
 
-    def perplexity(self, session, seq_len, windows, source=None, *_):
-        return asked(self.seconds.perplexity(session, seq_len, windows, source))
+    def perplexity(self, session, seq_len, windows, source=None, llama_cpp=False, *_):
+        seconds = self.seconds.perplexity(session, seq_len, windows, source)
+        if seconds is None or not llama_cpp:
+            return asked(seconds)
+        return asked(3 * seconds + GGUF_S * (1 + len(session.variants())))  # llama.cpp's pass and the top-1 pass
 
     def mt_bench(self, session, limit, turns, judge, remote_model, answer_tokens, judge_tokens, *_):
         seconds = self.seconds.mt_bench(session, limit, turns, judge, remote_model, answer_tokens, judge_tokens)
