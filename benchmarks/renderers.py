@@ -492,3 +492,25 @@ def agent_session(found: dict) -> str:
              f"hellaswag acc_norm {scores}"]]
     return (f"Tools listed: {', '.join(found['tools'])}; every answer read with json.loads and given as structured "
             "content too.\n\n" + table(["tool", "seconds", "answer"], rows, "lrl"))
+
+
+@renders("llama_engine_*")
+def llama_engine(found: dict, view: str = "timing") -> str:
+    """benchmarks/llama_engine.py: ``timing``, the Speed rows' llama.cpp ms/token beside an independent llama.cpp
+    process's; ``quality``, perplexity from llama.cpp's logits beside LayerCut's, and Q4_0 against Q4_K_M."""
+    if view == "timing":
+        rows = [[label, c["gguf_type"], num(c["speed_row_ms"], ".2f"), num(c["independent_ms"], ".2f"),
+                 f"{c['difference_pct']:+.1f} %", num(c["bytes_per_token_MiB"]), pct(c["share_of_floor"])]
+                for label, c in found["timing"].items()]
+        return table(["column", "GGUF", "Speed row (ms/token)", "independent (ms/token)", "difference",
+                      "MiB a token", "share of floor"], rows, "llrrrrr")
+    rows = [[label, c["gguf_type"], num(c["layercut_ppl"], ".2f"), num(c["llama_cpp_ppl"], ".2f"),
+             f"{c['ppl_difference_pct']:+.2f} %", num(c["top1_agreement_pct"], ".1f")]
+            for label, c in found["quality"].items()]
+    files = [[name, num(f["MiB"]), num(f["ppl"], ".2f"), num(f["top1_agreement_with_original_pct"], ".1f")]
+             for name, f in found["int4_files"].items()]
+    return (table(["column", "GGUF", "LayerCut ppl", "llama.cpp ppl", "difference",
+                   "top-1 agreement with the column in PyTorch (%)"], rows, "llrrrr") +
+            "\n\nThe original written in 4 bits two ways, each file's top-1 next tokens against the original in "
+            "PyTorch:\n\n" + table(["GGUF", "MiB", "perplexity", "top-1 agreement with the original (%)"], files,
+                                    "lrrr"))

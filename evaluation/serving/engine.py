@@ -98,7 +98,7 @@ def perplexity_rows(models: Models, base: Loaded, sides: list[Side], ids: torch.
         if (found := store.get(key)) is None:
             models.ready(base, [side], job)
             job.update(i / len(sides), f"{side.label}: WikiText-2 in {llama_cpp.ENGINE}…")
-            found = llama_cpp.window_scores(paths[side.label], chunks, _top1(side.model, chunks), check=job.check)
+            found = llama_cpp.window_scores(paths[side.label], chunks, top1(side.model, chunks), check=job.check)
             store.put(key, found)
         details = {"windows": len(chunks), "tokens": found["tokens"], "seq_len": seq_len, "bos": with_bos,
                    "nll": found["nll"] / found["tokens"], "engine": llama_cpp.ENGINE, "gguf_type": file_type}
@@ -112,6 +112,6 @@ def perplexity_rows(models: Models, base: Loaded, sides: list[Side], ids: torch.
 
 
 @torch.no_grad()
-def _top1(model, chunks: torch.Tensor) -> list[torch.Tensor]:
+def top1(model, chunks: torch.Tensor) -> list[torch.Tensor]:
     """The PyTorch column's top-1 next token at every position but the last of each window."""
     return [model(window[None].to(input_device(model))).logits[0, :-1].argmax(dim=-1).cpu() for window in chunks]
