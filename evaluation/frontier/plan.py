@@ -46,6 +46,7 @@ from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 
 from evaluation.core.settings import PERPLEXITY
+from evaluation.frontier import compound
 
 AXES = {"bytes": "weight bytes as stored (MiB)",
         "params": "parameters not zero (zeros stored densely save no bytes and no time)",
@@ -55,9 +56,11 @@ DEFAULT_SIZES = (0.9, 0.8, 0.7)
 DEFAULT_METHOD = "block_influence"  # its paper (ShortGPT) picks layers anywhere, so "paper" and "block" differ
 STORED_ZEROS = "sparsity stores its zeros densely: the weights take as many bytes"
 DROP_METHOD = "sublayer"  # He et al.'s attention and MLP scores
-# the candidates' families, in the table's order
-FAMILIES = ("depth, paper", "depth, paper + patch", "depth, block", "depth, block + patch", "attention drop",
-            "MLP drop", "width", "low-rank", "sparsity", "2:4", "int8", "int4")
+# the candidates' families, in the table's order: each family alone, then the compounds (evaluation.frontier.compound)
+SINGLES = ("depth, paper", "depth, paper + patch", "depth, block", "depth, block + patch", "attention drop",
+           "MLP drop", "width", "low-rank", "sparsity", "2:4", "int8", "int4")
+FAMILIES = (*SINGLES, *compound.FAMILIES)
+PATCH_AT_0 = "the linear patch folds into the layer before the cut, and this cut starts at layer 0"
 
 
 @dataclass(frozen=True)
@@ -81,13 +84,15 @@ class FrontierPlan:
     ppl_seq_len: int = PERPLEXITY.seq_len
     ppl_windows: int = PERPLEXITY.windows
     families: tuple[str, ...] = FAMILIES  # the families tried (FAMILIES' order); every one by default
+    repair: compound.Repair | None = None  # each structural point also trained this long before it is quantized
 
 
 def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
                calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
-               ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES) -> FrontierPlan:
+               ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES,
+               repair: compound.Repair | None = None) -> FrontierPlan:
     """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once), known
-    families (at least one)."""
+    families (at least one; with a repair, its repaired families too: all of them when ``families`` is all)."""
     if axis not in AXES:
         raise InvalidInput(f"Measure the frontier by {', '.join(AXES)}, not {quoted(axis)}.")
     if method not in METHODS:
@@ -96,13 +101,14 @@ def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES,
     for value, what in ((ppl_seq_len, "The perplexity window length"), (ppl_windows, "The perplexity windows")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidInput(f"{what} must be a whole number ≥ 1, not {quoted(value)}.")
-    named = tuple(families)
-    unknown = [f for f in named if f not in FAMILIES]
+    known = (*FAMILIES, *(repair.families() if repair else ()))
+    named = tuple(families) + (repair.families() if repair and tuple(families) == FAMILIES else ())
+    unknown = [f for f in named if f not in known]
     if unknown or not named:
         what = f"not {quoted(unknown[0])}" if unknown else "none were given"
-        raise InvalidInput(f"The frontier's families are {'; '.join(FAMILIES)}; {what}.")
+        raise InvalidInput(f"The frontier's families are {'; '.join(known)}; {what}.")
     return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows,
-                        tuple(f for f in FAMILIES if f in named))
+                        tuple(f for f in known if f in named), repair)
 
 
 def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:
@@ -209,6 +215,19 @@ def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
             why.update({(family, size): made for size in plan.sizes})
         else:
             add(family, None, made)
+    for size in plan.sizes:
+        for family, made in _compounds(model, plan, depth, size):
+            if family not in plan.families:
+                continue
+            if isinstance(made, str):
+                why[(family, size)] = made
+            else:
+                add(family, size, made)
+    if plan.repair is not None:
+        for candidate in list(found.values()):
+            for family in candidate.families:
+                if (repaired := _repaired(family, candidate.recipe, plan)) is not None:
+                    add(repaired[0], candidate.size, repaired[1])
     return list(found.values()), why
 
 
@@ -216,16 +235,11 @@ def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, bloc
              total: int):
     """(family, recipe or why not) of every family planned for ``limit`` parameters."""
     base = size_of(model)
-    label = get_method(plan.method).label
-    for selection in ("paper", "block"):
-        cut = _fewest(lambda n: chosen_recipe(depth, n, selection, origin=f"frontier: {label}"),
-                      lambda r: r.size(base).total, limit, largest_cut(len(base.layers)))
-        yield f"depth, {selection}", cut
-        if not isinstance(cut, str) and 0 in cut.depth_cut.layers:
-            patched = "the linear patch folds into the layer before the cut, and this cut starts at layer 0"
-        else:
-            patched = cut if isinstance(cut, str) else cut.then(Patch.of("lstsq", _patch_calibration(plan.calibration)))
-        yield f"depth, {selection} + patch", patched
+    patch = Patch.of("lstsq", _patch_calibration(plan.calibration))
+    for family, make in _depth_makers(plan, depth).items():
+        cut = _fewest(make, lambda r: r.size(base).total, limit, largest_cut(len(base.layers)))
+        yield family, cut
+        yield f"{family} + patch", cut if isinstance(cut, str) else _patched(cut, patch)
     held = _block_params(model)
     for kind, family in ((ATTENTION, "attention drop"), (MLP, "MLP drop")):
         if kind not in held:
@@ -247,6 +261,61 @@ def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, bloc
                                  origin=f"frontier: Wanda {100 * level:g} %")
     else:
         yield "sparsity", f"zeroing every decoder matrix cannot reach {100 * fraction:g} % of the parameters"
+
+
+def _depth_makers(plan: FrontierPlan, depth: ImportanceResult) -> dict:
+    """The depth families' recipe of n layers: as the paper selects them, and the best block."""
+    label = get_method(plan.method).label
+    return {f"depth, {selection}": (lambda n, selection=selection: chosen_recipe(depth, n, selection,
+                                                                               origin=f"frontier: {label}"))
+            for selection in ("paper", "block")}
+
+
+def _compounds(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, fraction: float):
+    """(family, recipe or why not) of every compound planned for ``fraction`` of the original's bytes as stored
+    (see :mod:`evaluation.frontier.compound`)."""
+    base, element = size_of(model), next(model.parameters()).element_size()
+    limit = int(fraction * Recipe().stored_bytes(base, element))
+    ratios = {"width": lambda f: Recipe((WidthPrune.of(f, plan.calibration),), origin="frontier: width"),
+              "low-rank": lambda f: Recipe((Decompose.of("feature", f, calibration=plan.calibration),),
+                                           origin="frontier: low-rank")}
+    patch = Patch.of("lstsq", _patch_calibration(plan.calibration))
+    for bits in compound.QUANTIZED:
+        step = compound.quantization(bits)
+        alone = Recipe((step,)).stored_bytes(base, element) <= limit
+        for structure, make in (*_depth_makers(plan, depth).items(), *ratios.items()):
+            if plan.axis == "params":
+                made = "quantization keeps every parameter (it shrinks the bytes: size by bytes)"
+            elif alone:
+                made = f"{bits} alone reaches this size: no structure is needed"
+            elif structure in ratios:
+                made = compound.largest_fitting(make, lambda r: r.then(step), limit, base, element)
+            else:
+                made = compound.fewest_fitting(make, lambda r: r.then(step), limit, base, element,
+                                               largest_cut(len(base.layers)))
+            yield f"{structure} + {bits}", made
+            if structure.startswith("depth"):
+                yield f"{structure} + patch + {bits}", made if isinstance(made, str) else _patched(made, patch)
+
+
+def _patched(recipe: Recipe, patch: Patch) -> Recipe | str:
+    """``recipe`` (a cut, then more steps) with the linear patch right after its cut, or why it cannot take one."""
+    if 0 in recipe.depth_cut.layers:
+        return PATCH_AT_0
+    return Recipe((recipe.steps[0], patch, *recipe.steps[1:]), recipe.origin)
+
+
+def _repaired(family: str, recipe: Recipe, plan: FrontierPlan) -> tuple[str, Recipe] | None:
+    """A structural candidate's repaired twin (the repair before its quantization), if the plan asks for it."""
+    structure, _, bits = family.rpartition(" + ") if family.endswith(compound.QUANTIZED) else (family, "", "")
+    if structure not in compound.STRUCTURES or plan.repair is None:
+        return None
+    name = f"{structure} + {plan.repair.name}{' + ' + bits if bits else ''}"
+    if name not in plan.families:
+        return None
+    heal = plan.repair.step(None)  # WikiText-2 validation of the data folder, as healing trains by default
+    steps = recipe.steps[:-1] if bits else recipe.steps
+    return name, Recipe((*steps, heal, *recipe.steps[len(steps):]), recipe.origin)
 
 
 def _sparsity_reaching(base, zeros: float) -> float | None:

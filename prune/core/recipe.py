@@ -113,6 +113,15 @@ class Recipe:
             size = item.resize(size)
         return size
 
+    def stored_bytes(self, size: Size, element: int) -> int:
+        """The weight bytes the variant of a model of ``size`` (``element`` bytes a dense parameter) holds as stored,
+        by arithmetic: its parameters dense, then each step's storage (``Step.stored``: quantized matrices)."""
+        after = self.size(size)
+        stored = after.total * element
+        for item in self.steps:
+            stored = item.stored(after, element, stored)
+        return stored
+
     def then(self, item) -> Recipe:
         """This recipe followed by one more step."""
         return Recipe((*self.steps, item), self.origin)

@@ -45,6 +45,8 @@ class Size:
     layers: tuple[int, ...]
     shape: LayerShape | None  # None: this architecture's width cannot be pruned
     matrices: tuple[tuple[Matrix, ...], ...] = ()  # each layer's linear maps (what low-rank steps count)
+    embedding: tuple[int, int] = (0, 0)  # the input embedding's rows (the vocabulary) and width
+    tied: bool = False  # the LM head is the input embedding
 
     @property
     def total(self) -> int:
@@ -62,7 +64,10 @@ def size_of(model: nn.Module) -> Size:
         shape, kinds = None, {}
     found = tuple(tuple(replace(m, **kinds.get(m.path, {})) for m in layer_matrices(layer))
                   for layer in decoder_layers(model))
-    return Size(total - sum(layers), layers, shape, found)
+    embedding = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    tied = head is not None and (head.weight is embedding or getattr(model.config, "tie_word_embeddings", False))
+    return Size(total - sum(layers), layers, shape, found, tuple(embedding.shape), tied)
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -93,6 +93,12 @@ class Step:
         """The bytes owned after this step (``after`` is ``resize(found.size)``); nothing new by default."""
         return found
 
+    def stored(self, after: Size, element: int, stored: int) -> int:
+        """The variant's weight bytes as stored once this step is applied (``after``: its size; ``stored``: the bytes
+        before it, as if every parameter were dense in ``element`` bytes); unchanged unless the step stores weights
+        in another form."""
+        return stored
+
     def removed_blocks(self, base: list[int], gone: dict[int, set[str]]) -> list[int]:
         """Record in ``gone`` what this step removes of each base layer; return the base index of each layer left."""
         return base

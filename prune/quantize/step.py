@@ -19,7 +19,7 @@ from prune.core.family import Choice, Family, Option, register_family
 from prune.core.sizes import Size
 from prune.core.step import Estimate, Progress, Step, step
 from prune.quantize.weights import (BITS, DEFAULT_GROUP, GROUPS, QUANTIZED_FIELD, check, head_bytes, quantize,
-                                    quantized_bytes, restore)
+                                    int8_bytes, quantized_bytes, restore)
 
 NAMES = {"int8": 8, "int4": 4}
 HEAD = "+head"  # a picker name's suffix: the LM head in int8 too ("int4+head")
@@ -60,6 +60,17 @@ class Quantize(Step):
                     for layer in after.matrices for m in layer)
         owned += head_bytes(found.base) if self.head else 0
         return replace(found, owned=owned, built=False)
+
+    def stored(self, after: Size, element: int, stored: int) -> int:
+        """Every layer matrix in its quantized bytes instead of dense (one kept dense stays so); with ``head``, the LM
+        head as its int8 copy (a tied head untied: the embedding stays beside it)."""
+        matrices = [m for layer in after.matrices for m in layer]
+        dense = sum((m.params + (m.outputs if m.bias else 0)) * element for m in matrices)
+        stored += sum(quantized_bytes(m, self.bits, self.group, element, True) for m in matrices) - dense
+        if self.head:
+            rows, width = after.embedding
+            stored += int8_bytes(rows, width, element) - (0 if after.tied else rows * width * element)
+        return stored
 
     def base_layers(self, kept: list[int]) -> list[int]:
         """It removes no layer."""

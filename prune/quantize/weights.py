@@ -125,10 +125,10 @@ def restore(model: nn.Module) -> nn.Module:
 def head_bytes(model: nn.Module) -> int:
     """What an int8 LM head owns: a byte per weight and a scale (the model's dtype) per row."""
     weight = model.get_output_embeddings().weight
-    return _int8_bytes(*weight.shape, weight.element_size())
+    return int8_bytes(*weight.shape, weight.element_size())
 
 
-def _int8_bytes(rows: int, inputs: int, element: int) -> int:
+def int8_bytes(rows: int, inputs: int, element: int) -> int:
     """An int8 matrix's bytes: a byte per weight and a scale (``element`` bytes) per row."""
     return rows * inputs + rows * element
 
@@ -148,7 +148,7 @@ def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, 
         if group is not None and inputs % group:
             total += outputs * inputs * element if copied else 0
         elif group is None:
-            total += _int8_bytes(outputs, inputs, element)
+            total += int8_bytes(outputs, inputs, element)
         else:
             total += outputs * inputs // 2 + outputs * (inputs // group) * 2 * 2
     return total + (matrix.outputs * element if matrix.bias and copied else 0)

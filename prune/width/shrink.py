@@ -118,7 +118,7 @@ def resized(size: Size, found: Plan) -> Size:
 
     matrices = tuple(tuple(replace(m, outputs=scaled(m.outputs, m.out_kind), inputs=scaled(m.inputs, m.in_kind))
                            for m in layer) for layer in size.matrices)
-    return Size(size.other, tuple(n - removed for n in size.layers), after, matrices)
+    return replace(size, layers=tuple(n - removed for n in size.layers), shape=after, matrices=matrices)
 
 
 def matching_depth_layers(size: Size, param_ratio: float) -> int:
