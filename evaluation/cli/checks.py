@@ -11,7 +11,9 @@ from prune.depth.selection import check_remove
 from evaluation.cli import tasks, zigzag
 from evaluation.cli.steps import adds_step
 from evaluation.core.settings import RANK_SEARCH
-from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES, check_plan, check_sizes, check_target
+from evaluation.frontier.compound import check_repair
+from evaluation.frontier.plan import (DEFAULT_AXIS, DEFAULT_SIZES, FAMILIES as FRONTIER_FAMILIES, check_plan,
+                                      check_sizes, check_target)
 from evaluation.sweeps.search_splits import WIKITEXT
 
 
@@ -73,12 +75,22 @@ def check_frontier(args) -> None:
         args.target = check_target(args.target)
         if args.axis not in (None, args.target.axis):
             raise InvalidInput(f"--target {args.target.axis}=… measures by {args.target.axis}: leave out --axis.")
-    check_plan(args.axis or DEFAULT_AXIS, DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes),
-               args.frontier)
+    repair = None if args.repair is None else check_repair(args.repair[0], _seconds(args.repair[1]))
+    args.families = FRONTIER_FAMILIES if args.families is None else \
+        tuple(part.strip() for part in args.families.split(";") if part.strip())
+    args.plan = check_plan(args.axis or DEFAULT_AXIS, DEFAULT_SIZES if args.sizes is None else check_sizes(args.sizes),
+                           args.frontier, families=args.families, repair=repair)
     if args.export_dir and args.target is None:
         raise InvalidInput("--frontier saves a model with --target (the best under it) and --export_dir.")
     if args.explain:
         raise InvalidInput("--explain compares chosen cuts: not with --frontier.")
+
+
+def _seconds(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # refused in one line by check_repair
 
 
 def _check_rank_search(args) -> None:

@@ -16,7 +16,7 @@ from evaluation.cli import output, tasks, zigzag
 from evaluation.core.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
 from evaluation.engines.llama_cpp import ENGINE as LLAMA_CPP, INT4_TYPES
 from evaluation.exports.gguf_out import GGUF_TYPES
-from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES
+from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES as FRONTIER_FAMILIES
 from evaluation.quality import lm_eval_adapter
 from evaluation.sweeps.search_splits import WIKITEXT
 from evaluation.sweeps.sparsity import DEFAULT_LEVELS
@@ -114,6 +114,14 @@ def _sweeps_and_frontier(parser: argparse.ArgumentParser) -> None:
                              "stored), bytes=400MiB (or 1.5GiB), ms=20 (per token) or params=0.8 (not zero); its axis "
                              "is the frontier's. On bytes and ms a model neither smaller in bytes nor faster than "
                              "the original (sparsity stored densely) is never the best")
+    parser.add_argument("--families", default=None, metavar="F;F;…",
+                        help="with --frontier: the families tried, separated by ';' (default: every one, each alone "
+                             "and the structural ones with int8 and int4: "
+                             f"{'; '.join(FRONTIER_FAMILIES)})")
+    parser.add_argument("--repair", nargs=2, default=None, metavar=("kd|lora", "SECONDS"),
+                        help="with --frontier: also train each structural point that long before it is quantized "
+                             "(kd: LoRA distilled from the original; lora: on WikiText-2 validation), beside the "
+                             "unrepaired ones (default: no repair)")
     parser.add_argument("--ppl_seq_len", type=int, default=PERPLEXITY.seq_len,
                         help="with --sparsity_sweep, --frontier or --heal: tokens per WikiText-2 perplexity window "
                              f"(default {PERPLEXITY.seq_len})")

@@ -16,7 +16,7 @@ from prune.core.paths import digest
 from prune.core.recipe import Recipe
 from prune.core.storage import weight_bytes
 
-from evaluation.frontier import plan as planning
+from evaluation.frontier import compound, plan as planning
 from evaluation.frontier.plan import (DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, DROP_METHOD, FAMILIES, Candidate,
                                       FrontierPlan, Target)
 from evaluation.frontier.result import FrontierResult
@@ -41,7 +41,8 @@ class Frontier:
     def run(self, spec: ModelSpec, request: lm_eval_adapter.TaskRequest, *, axis: str = DEFAULT_AXIS,
             sizes: Iterable[float] = DEFAULT_SIZES, target: Target | None = None, method: str = DEFAULT_METHOD,
             calibration: Calibration | None = None, ppl_seq_len: int = PERPLEXITY.seq_len,
-            ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES, batch_size: int = BATCH_SIZE,
+            ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES,
+            repair: compound.Repair | None = None, batch_size: int = BATCH_SIZE,
             use_cache: bool = True, progress: Progress | None = None,
             owner: str | None = None) -> Iterator[FrontierResult]:
         """Every family's point at each size, as it goes: the result after the original and after each candidate; the
@@ -49,7 +50,8 @@ class Frontier:
 
         With ``target`` the axis is the target's and its size joins ``sizes``, so each family is planned to
         reach it (with no sizes of its own, a target the original meets or that no family plans for is refused in
-        one line). ``families``: those tried (default: all of ``FAMILIES``). The depth candidates come from
+        one line). ``families``: those tried (default: all of ``FAMILIES``); ``repair``: each structural point
+        also trained before it is quantized (``evaluation.frontier.compound``). The depth candidates come from
         ``method``'s analysis, the drops from the sub-layer analysis, both on ``calibration`` (None: the backend's
         default), as Wanda, width and low-rank calibrate.
         """
@@ -58,7 +60,7 @@ class Frontier:
         if target is not None:
             axis, sizes = target.axis, (*sizes, *self._target_size(spec, target, alone=not tuple(sizes)))
         plan = planning.check_plan(axis, sizes, method, calibration, ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows,
-                                   families=families)
+                                   families=families, repair=repair)
         rows = perplexity.wikitext2_rows(self.models.data_dir)
         store = ResultStore(enabled=use_cache)
         found, why = self._candidates(spec, plan, store, progress, owner)
@@ -94,7 +96,8 @@ class Frontier:
         base = self.models.base(spec)
         key = {"kind": "frontier_plan", **self.models.key(base, Recipe()), "axis": plan.axis, "sizes": list(plan.sizes),
                "method": plan.method, "calibration": digest(plan.calibration.key()),
-               **({} if plan.families == FAMILIES else {"families": list(plan.families)})}  # older keys stay valid
+               **({} if plan.families == FAMILIES else {"families": list(plan.families)}),  # older keys stay valid
+               **({} if plan.repair is None else {"repair": [plan.repair.name, plan.repair.seconds]})}
         cached = store.get(key)
         if cached is None:
             depth = self.analysis.score(spec, plan.method, calibration=plan.calibration, progress=progress, owner=owner)
