@@ -57,7 +57,8 @@ class Exports:
             model = self.models.variants.get(base, recipe, building(job, "the export"))
             return folder.export(model, base.tokenizer, recipe, base_name=base.info.name,
                                  num_layers=base.info.num_layers, target=target, scores=scores, factored=factored,
-                                 gguf=gguf, tokenizer_gguf=getattr(base.model, "layercut_gguf", None))
+                                 gguf=gguf, tokenizer_gguf=getattr(base.model, "layercut_gguf", None),
+                                 progress=job.update)
 
     def offer(self, spec: ModelSpec, recipe: Recipe, name: str, downloads: Downloads, *,
               scores: list[Measurement] | None = None, gguf: str | None = None, progress: Progress | None = None,
