@@ -29,6 +29,7 @@ import psutil
 from torch import nn
 
 import prune
+from prune.core.calibration import Calibration
 from prune.core.errors import InvalidCut, InvalidInput, quoted
 from prune.core.paths import write_atomic
 from prune.core.recipe import CONFIG_FIELD, Recipe
@@ -67,7 +68,7 @@ def check_export_name(name: str) -> str:
 def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_layers: int, target: Path,
            scores: list[Measurement] | None = None, origin: str = "", factored: bool = False,
            gguf: str | None = None, tokenizer_gguf: str | None = None, gguf_quantizer: str | None = None,
-           progress: Progress | None = None) -> Path:
+           gguf_calibration: Calibration | None = None, progress: Progress | None = None) -> Path:
     """Save the derived model, tokenizer, card and tool configs at ``target``, all or nothing.
 
     ``model`` is ``recipe.apply(base)``; ``origin`` says where the base weights came from (a Hub id,
@@ -75,8 +76,9 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     Low-rank projections are saved merged into dense matrices (any transformers loads them), or, with
     ``factored``, as their factors (smaller; ``prune.load_model`` only). ``gguf``: also write the model as
     ``<name>.<type>.gguf`` of that GGUF type (:mod:`evaluation.exports.gguf_file`), checked before anything is
-    written, by ``gguf_quantizer`` (default: the type's own); ``tokenizer_gguf``: the GGUF the base model came from,
-    whose tokenizer it copies; ``progress`` hears of llama.cpp's quantizer and may raise to stop it.
+    written, by ``gguf_quantizer`` (default: the type's own), llama.cpp's with an importance matrix from
+    ``gguf_calibration`` if given; ``tokenizer_gguf``: the GGUF the base model came from, whose tokenizer it copies;
+    ``progress`` hears of that work and may raise to stop it.
     """
     target = Path(target).expanduser()
     check_export_name(target.name)
@@ -102,7 +104,7 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
                                                                    factored=factored).markdown())
         written = None if gguf_name is None else gguf_file.write(
             model, tokenizer, staging / gguf_name, gguf, quantizer=gguf_quantizer, tokenizer_gguf=tokenizer_gguf,
-            progress=progress)
+            calibration=gguf_calibration, progress=progress)
         write_atomic(staging / CARD, model_card(model, recipe, base_name=base_name, num_layers=num_layers,
                                                 name=target.name, scores=scores, origin=origin, factored=factored,
                                                 gguf=gguf_name, gguf_note=written.note() if written else ""))

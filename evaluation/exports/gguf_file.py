@@ -1,7 +1,8 @@
 """The GGUF file of an export, written by the quantizer that writes its type: LayerCut's own writer
 (:mod:`evaluation.exports.gguf_out`, numpy through the ``gguf`` package) for its types, llama.cpp's quantizer
 (:mod:`evaluation.exports.llama_quantize`) for the others, from an F16 file (BF16 for a bfloat16 model) LayerCut
-writes first beside the target and removes afterwards.
+writes first beside the target and removes afterwards, with an importance matrix from calibration text when one is
+given and the installed llama-cpp-python can pass it (:mod:`evaluation.exports.imatrix`).
 
 A type both write (Q8_0, Q5_1, Q5_0, Q4_1, Q4_0) is LayerCut's by default: it needs no llama.cpp and rounds the
 float32 weights once; ``quantizer="llama.cpp"`` asks for llama.cpp's. On the same F16 weights the two write the same
@@ -17,11 +18,14 @@ from pathlib import Path
 
 import torch
 
+from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, MissingDependency, quoted
 
-from evaluation.exports.gguf_out import GGUF_TYPES, write_gguf
+from evaluation.core.jobs import Progress
 from evaluation.exports import llama_quantize
-from evaluation.exports.llama_quantize import LLAMA_TYPES, Progress, Quantized, size_order
+from evaluation.exports.gguf_out import GGUF_TYPES, write_gguf
+from evaluation.exports.imatrix import imatrix
+from evaluation.exports.llama_quantize import LLAMA_TYPES, Quantized, size_order
 from evaluation.exports.texts import model_dtype
 
 LAYERCUT, LLAMA_CPP = "LayerCut", "llama.cpp"
@@ -56,6 +60,7 @@ class Written:
     quantizer: str
     source_type: str | None = None  # what LayerCut wrote for llama.cpp to quantize: F16 or BF16
     report: Quantized | None = None  # llama.cpp's choices
+    importance: str = "without an importance matrix"  # or from which calibration tokens llama.cpp had one
 
     def note(self) -> str:
         """The model card's paragraph on llama.cpp's part; "" for a file LayerCut wrote alone (its card unchanged)."""
@@ -63,25 +68,49 @@ class Written:
             return ""
         return (f"LayerCut wrote it in {self.source_type}, then llama.cpp's own quantizer (`llama_model_quantize`, "
                 f"llama-cpp-python {llama_quantize.version()}) made it {self.report.file_type}, each tensor's type "
-                "chosen by llama.cpp's rules with its default output and embedding types, without an importance "
-                "matrix. " + self.report.describe())
+                f"chosen by llama.cpp's rules with its default output and embedding types, {self.importance}. "
+                + self.report.describe())
 
 
 def write(model, tokenizer, path: Path, file_type: str, *, quantizer: str | None = None,
-          tokenizer_gguf: str | None = None, progress: Progress | None = None) -> Written:
-    """Write ``model`` as the GGUF file ``path`` of ``file_type`` by its quantizer (:func:`quantizer_for`);
-    ``progress`` hears of llama.cpp's tensors and may raise (a Stop) to end it."""
+          tokenizer_gguf: str | None = None, calibration: Calibration | None = None,
+          progress: Progress | None = None) -> Written:
+    """Write ``model`` as the GGUF file ``path`` of ``file_type`` by its quantizer (:func:`quantizer_for`); llama.cpp's
+    with an importance matrix from ``calibration`` where it can take one. ``progress`` hears of each calibration window
+    and llama.cpp's tensors, and may raise (a Stop) to end the work."""
     path = Path(path)
     by = quantizer_for(file_type, quantizer)
     if by == LAYERCUT:
         return Written(write_gguf(model, tokenizer, path, file_type, tokenizer_gguf=tokenizer_gguf), by)
+    columns, importance = _importance(model, tokenizer, calibration, _span(progress, 0.0, 0.4))
     source_type = "BF16" if model_dtype(model) == torch.bfloat16 else "F16"
     source = path.with_name(f".{path.name}.{source_type}.gguf")
+    quantizing = _span(progress, 0.4 if columns else 0.0, 1.0)
     try:
-        if progress is not None:
-            progress(0.0, f"Writing the model in {source_type} for llama.cpp's quantizer…")
+        if quantizing is not None:
+            quantizing(0.0, f"Writing the model in {source_type} for llama.cpp's quantizer…")
         write_gguf(model, tokenizer, source, source_type, tokenizer_gguf=tokenizer_gguf)
-        report = llama_quantize.quantized(source, path, file_type, progress=progress)
+        report = llama_quantize.quantized(source, path, file_type, imatrix=columns, progress=quantizing)
     finally:
         source.unlink(missing_ok=True)
-    return Written(path, by, source_type, report)
+    return Written(path, by, source_type, report, importance)
+
+
+def _importance(model, tokenizer, calibration: Calibration | None, progress: Progress | None) -> tuple[dict, str]:
+    """llama.cpp's importance matrix from ``calibration`` (None without one, or where llama-cpp-python cannot pass
+    it), and the card's words for it."""
+    if calibration is None:
+        return None, Written.importance
+    if not llama_quantize.takes_imatrix():
+        return None, (f"without an importance matrix (llama-cpp-python {llama_quantize.version()} cannot pass one to "
+                      "llama.cpp)")
+    windows = token_windows(tokenizer, calibration)
+    return imatrix(model, windows, progress), (f"with an importance matrix from {windows.numel():,} tokens of the "
+                                               f"calibration text ({calibration.source})")
+
+
+def _span(progress: Progress | None, start: float, end: float) -> Progress | None:
+    """``progress`` for one stage of the work, its 0…1 mapped onto ``start…end``."""
+    if progress is None:
+        return None
+    return lambda fraction, message: progress(start + (end - start) * fraction, message)

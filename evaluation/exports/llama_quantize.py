@@ -22,6 +22,7 @@ text, as ``llama-imatrix`` computes and ``llama-quantize`` divides) is passed as
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
@@ -33,7 +34,7 @@ import sys
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,8 @@ import numpy as np
 
 from prune.core.errors import InvalidInput, MissingDependency, quoted
 
-Progress = Callable[[float, str], object]
+from evaluation.core.jobs import Progress
+
 CHILD = Path(__file__).with_name("llama_child.py")
 # Left out of the file types llama.cpp names (gguf-py's LlamaFileType mirrors llama.h's llama_ftype):
 # IQ*: most are refused without an importance matrix ("this quantization requires an imatrix"), the rest are made to
@@ -211,8 +213,9 @@ def _run(spec: dict, progress: Progress | None) -> tuple[int, list[str]]:
     threading.Thread(target=_pump, args=(child.stderr, lines), daemon=True).start()
     log: list[str] = []
     try:
-        child.stdin.write(json.dumps(spec))
-        child.stdin.close()
+        with contextlib.suppress(BrokenPipeError):  # a child that ended at once says why in its log and status
+            child.stdin.write(json.dumps(spec))
+            child.stdin.close()
         while (line := _next(lines)) is not None:
             log += [line] if line else []
             if progress is not None and (not line or _PROGRESS.search(line)):  # a tensor done, or a quiet while

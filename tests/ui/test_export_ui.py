@@ -148,4 +148,5 @@ def test_a_k_quant_is_offered_as_llama_cpps_and_written_by_it_in_the_export_job(
     assert Path(single).name == "cut-k.Q4_K_M.gguf" and "`cut-k.Q4_K_M.gguf`" in shown[box.status]
     card = (unzipped(archive, tmp_path / "k") / exports.CARD).read_text()
     assert "llama.cpp's own quantizer (`llama_model_quantize`" in card and "made it Q4_K_M" in card
+    assert "with an importance matrix from 4,096 tokens of the calibration text (builtin)" in card  # the server's
     assert any(str(report).startswith("llama.cpp quantizing to Q4_K_M: ") for report in reports)  # the job's bar

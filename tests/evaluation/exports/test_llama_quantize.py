@@ -1,7 +1,8 @@
 """llama.cpp's own quantizer for GGUF out, on tiny Llamas: the tensor types it picks (a known answer from its rules in
 ``src/llama-quant.cpp``), the model's metadata kept, the file run by llama.cpp itself and read by transformers through
 gguf-py's dequantizer (an independent route), LayerCut's numpy writer against llama.cpp's quantizer for the types both
-write (the same bytes on the same F16 weights), and each refusal in one line."""
+write (the same bytes on the same F16 weights), the importance matrix (computed as llama-imatrix does, and weighting
+llama.cpp's rounding), and each refusal in one line."""
 
 import json
 import os
@@ -20,8 +21,10 @@ from conftest import tiny_model
 from evaluation.exports import folder, gguf_file, llama_quantize
 from evaluation.exports.gguf_file import LAYERCUT, LLAMA_CPP
 from evaluation.exports.gguf_out import FAMILIES, GGUF_TYPES, _tensors, write_gguf
+from evaluation.exports.imatrix import imatrix
 from evaluation.exports.llama_quantize import LLAMA_TYPES, MISSING, quantize, quantized
 from evaluation.exports.texts import model_card
+from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, LayerCutError, MissingDependency
 from prune.core.recipe import Recipe
 
@@ -297,7 +300,7 @@ def test_the_child_process_takes_llama_cpps_abort_and_a_stop_ends_it(tiny_tokeni
 def test_a_bfloat16_model_goes_to_llama_cpp_in_bf16(tiny_tokenizer, tmp_path, monkeypatch):
     seen = {}
 
-    def fake(source, target, file_type, progress=None):
+    def fake(source, target, file_type, imatrix=None, progress=None):
         seen["source"] = gguf.GGUFReader(source).tensors[0].tensor_type.name
         target.write_bytes(b"")
         return llama_quantize.Quantized(target, file_type, {}, {})
@@ -308,3 +311,63 @@ def test_a_bfloat16_model_goes_to_llama_cpp_in_bf16(tiny_tokenizer, tmp_path, mo
     written = gguf_file.write(model, tiny_tokenizer, tmp_path / "m.Q4_K_M.gguf", "Q4_K_M")
     assert (written.source_type, seen["source"]) == ("BF16", "BF16")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.Q4_K_M.gguf"]
+
+
+def test_the_importance_matrix_is_each_matrixs_mean_squared_input_column():
+    model, windows = tiny_model("llama", 3), torch.randint(0, 320, (3, 16))
+    found = imatrix(model, windows)
+    widths = {"attn_q": 32, "attn_k": 32, "attn_v": 32, "attn_output": 32, "ffn_gate": 32, "ffn_up": 32,
+              "ffn_down": 64}
+    assert {name: len(v) for name, v in found.items()} == {f"blk.{i}.{m}.weight": width for i in range(3)
+                                                           for m, width in widths.items()}
+    with torch.no_grad():
+        states = model(input_ids=windows, output_hidden_states=True).hidden_states  # each layer's input
+        for i, layer in enumerate(model.model.layers):  # attention reads the input norm of the layer's input
+            expected = layer.input_layernorm(states[i]).square().mean(dim=(0, 1)).numpy()
+            for name in ("attn_q", "attn_k", "attn_v"):
+                np.testing.assert_allclose(found[f"blk.{i}.{name}.weight"], expected, rtol=1e-5)
+
+
+@needs_llama
+def test_llama_cpp_weights_its_rounding_by_the_importance_matrix(files):
+    """An importance matrix reaches llama.cpp through the Python binding: the error it weights drops for every matrix
+    of a Q4_K_M and a Q4_0 file, Q8_0 ignores it (quantize_q8_0), and Q4_0 moves the first eighth of the layers'
+    ffn_down to Q4_1 as llama.cpp does only with one (llama_tensor_get_type_impl)."""
+    source = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in gguf.GGUFReader(files["F16"]).tensors}
+    rng = np.random.default_rng(0)
+    columns = {name: np.exp(rng.normal(0, 2, w.shape[1])).astype(np.float32)  # [in_features], very uneven
+               for name, w in source.items() if name.startswith("blk.") and w.ndim == 2}
+    out = files["out"] / "imatrix"
+    for kind, most in (("Q4_K_M", 0.8), ("Q4_0", 0.8), ("Q8_0", 1.0)):
+        plain = {t.name: t for t in gguf.GGUFReader(quantize(files["F16"], out / f"plain.{kind}.gguf", kind)).tensors}
+        weighted = {t.name: t for t in gguf.GGUFReader(
+            quantized(files["F16"], out / f"weighted.{kind}.gguf", kind, imatrix=columns).path).tensors}
+        for name, tensor in weighted.items():
+            if name not in columns:
+                assert np.array_equal(tensor.data, plain[name].data)  # token_embd, output and norms: no importances
+                continue
+            errors = [(columns[name] * np.square(gguf.quants.dequantize(t.data, t.tensor_type) - source[name])).sum()
+                      for t in (tensor, plain[name])]
+            assert errors[0] <= most * errors[1], (kind, name)
+        assert weighted["blk.0.ffn_down.weight"].tensor_type.name == {"Q4_0": "Q4_1"}.get(kind, plain[
+            "blk.0.ffn_down.weight"].tensor_type.name)
+
+
+@needs_llama
+def test_an_export_with_calibration_quantizes_with_its_importance_matrix_and_says_so(tiny_tokenizer, tmp_path):
+    recipe = Recipe.block(4, 1, 2)
+    cut = recipe.apply(tiny_model("llama", 4))
+    calibration = Calibration(n_samples=4, seq_len=32)
+    steps = []
+    path = folder.export(cut, tiny_tokenizer, recipe, base_name="tiny", num_layers=4, target=tmp_path / "cut",
+                         gguf="Q4_K_M", gguf_calibration=calibration, progress=lambda f, m: steps.append((f, m)))
+    card = (path / folder.CARD).read_text()
+    assert "with its default output and embedding types, with an importance matrix from 128 tokens of the " \
+           "calibration text (builtin). Tensor types: " in card
+    fractions = [f for f, _ in steps]
+    assert fractions == sorted(fractions) and steps[0] == (0.4, "Importance matrix for llama.cpp: 4 of 4 calibration "
+                                                            "windows")
+    plain = gguf_file.write(cut, tiny_tokenizer, tmp_path / "plain.Q4_K_M.gguf", "Q4_K_M")
+    differ = [a.name for a, b in zip(gguf.GGUFReader(path / "cut.Q4_K_M.gguf").tensors,
+                                     gguf.GGUFReader(plain.path).tensors) if not np.array_equal(a.data, b.data)]
+    assert differ and all(name.startswith("blk.") for name in differ)
