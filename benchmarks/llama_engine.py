@@ -44,7 +44,7 @@ def timings(backend, spec, compared: dict, repeats: int) -> tuple[dict, dict]:
     rows = []
     for pair in harness.pairs(compared):
         found = backend.measure.speed(spec, pair, batch_sizes=(1,), prompt_len=PROMPT, new_tokens=(NEW,),
-                                      repeats=repeats, engine=llama_cpp.ENGINE)
+                                      repeats=repeats, engine=llama_cpp.LLAMA_CPP)
         rows += [m for m in found if m.name.startswith("decode latency") and m.name.endswith(llama_cpp.SUFFIX)
                  and (m.model != "original" or not rows)]
     base = backend.models.base(spec)
@@ -88,7 +88,7 @@ def quality(backend, spec, compared: dict, windows: int) -> dict:
     found = {}
     for pair in harness.pairs(compared):
         rows = backend.measure.perplexity(spec, pair, seq_lens=(PPL_SEQ,), bos=(False,), max_windows=windows,
-                                          engine=llama_cpp.ENGINE)
+                                          engine=llama_cpp.LLAMA_CPP)
         for m in rows:
             engine = m.name.endswith(llama_cpp.SUFFIX)
             key = "top1_agreement_pct" if m.name.startswith("top-1") else \

@@ -14,8 +14,8 @@ from prune.sparsity.masks import METHODS as SPARSITY_METHODS
 
 from evaluation.cli import output, tasks, zigzag
 from evaluation.core.settings import BATCH_SIZE, PERPLEXITY, RANK_SEARCH
-from evaluation.engines.llama_cpp import ENGINE as LLAMA_CPP, INT4_TYPES
-from evaluation.exports.gguf_out import GGUF_TYPES
+from evaluation.engines.llama_cpp import INT4_TYPES
+from evaluation.exports.gguf_file import EXPORT_TYPES, LAYERCUT, LLAMA_CPP, default_quantizer
 from evaluation.frontier.plan import AXES, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES as FRONTIER_FAMILIES
 from evaluation.quality import lm_eval_adapter
 from evaluation.sweeps.search_splits import WIKITEXT
@@ -172,5 +172,8 @@ def _extras(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--int4_type", default=INT4_TYPES[0], choices=INT4_TYPES,
                         help=f"with --engine: the GGUF type an int4 column runs in (default {INT4_TYPES[0]})")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")
-    parser.add_argument("--gguf", default=None, choices=GGUF_TYPES,
-                        help="with --export_dir: also write the model as one GGUF file of this type in the folder")
+    parser.add_argument("--gguf", default=None, choices=EXPORT_TYPES,
+                        help="with --export_dir: also write the model as one GGUF file of this type in the folder ("
+                             + ", ".join(t for t in EXPORT_TYPES if default_quantizer(t) == LLAMA_CPP)
+                             + f": by llama.cpp's quantizer, from llama-cpp-python; the others by {LAYERCUT}'s own "
+                             "writer)")

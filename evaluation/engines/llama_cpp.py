@@ -33,13 +33,14 @@ from prune.core.paths import cache_root, safe_name
 from prune.quantize.weights import QUANTIZED_FIELD
 
 from evaluation.core.timing import Timer
-from evaluation.exports.gguf_out import gguf_refusal, write_gguf
+from evaluation.exports import gguf_file as gguf_files
+from evaluation.exports.gguf_file import LLAMA_CPP
+from evaluation.exports.gguf_out import gguf_refusal
 from evaluation.measure.measurement import Measurement
 from evaluation.measure.speed import GROUP, LIMIT, decode_name, summary
 
-ENGINE = "llama.cpp"
-SUFFIX = f" ({ENGINE})"
-INT4_TYPES = ("Q4_0",)  # the GGUF types an int4 column is timed in (the first by default)
+SUFFIX = f" ({LLAMA_CPP})"
+INT4_TYPES = ("Q4_0", "Q4_K_M", "Q4_K_S")  # the GGUF types an int4 column runs in (the first by default)
 KV_BYTES = 2  # llama.cpp's default KV cache type: F16
 GGUF_CACHE_BYTES = 8 * 2**30  # the columns' GGUFs kept for the next measurement
 _LOCK = threading.Lock()  # llama.cpp's own threads take every core: one engine run at a time in this process
@@ -50,14 +51,14 @@ def why_not_installed() -> str | None:
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
-        return f"{ENGINE} is not installed here: `bash setup.sh` installs llama-cpp-python."
+        return f"{LLAMA_CPP} is not installed here: `bash setup.sh` installs llama-cpp-python."
     return None
 
 
 def why_not(model) -> str | None:
     """Why llama.cpp cannot run ``model`` (one line), or None."""
     if kind_of(model) != CAUSAL:
-        return f"{ENGINE} runs causal LMs here; this model fills blanks."
+        return f"{LLAMA_CPP} runs causal LMs here; this model fills blanks."
     return why_not_installed() or gguf_refusal(model)
 
 
@@ -70,13 +71,17 @@ def column_type(model, int4_type: str = INT4_TYPES[0]) -> str:
     return "BF16" if next(model.parameters()).dtype == torch.bfloat16 else "F16"
 
 
-def gguf_file(model, tokenizer, file_type: str, path: Path, *, tokenizer_gguf: str | None = None) -> Path:
-    """``model`` as a GGUF of ``file_type`` at ``path``, written once (a file already there is the same column's)."""
+def gguf_file(model, tokenizer, file_type: str, path: Path, *, tokenizer_gguf: str | None = None,
+              calibration=None, progress=None) -> Path:
+    """``model`` as a GGUF of ``file_type`` at ``path``, written once (a file already there is the same column's), by
+    the quantizer that writes the type (``evaluation.exports.gguf_file``: a K-quant by llama.cpp's, with an importance
+    matrix from ``calibration``)."""
     if path.is_file():
         os.utime(path)  # recently used: the cache keeps it longest
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    return write_gguf(model, tokenizer, path, file_type, tokenizer_gguf=tokenizer_gguf)
+    return gguf_files.write(model, tokenizer, path, file_type, tokenizer_gguf=tokenizer_gguf, calibration=calibration,
+                            progress=progress).path
 
 
 def decode_bytes(path: Path, context: float) -> int:
@@ -179,7 +184,7 @@ def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, r
         for r in range(repeats):
             for label, engine in engines.items():
                 check()
-                report((r + 1) / repeats, f"{label}: {ENGINE}, run {r + 1}/{repeats}")
+                report((r + 1) / repeats, f"{label}: {LLAMA_CPP}, run {r + 1}/{repeats}")
                 pre_ms, dec_ms = engine.run_once(prompt, new_tokens)
                 prefills[label].append(pre_ms)
                 decodes[label].append(dec_ms / (new_tokens - 1))
@@ -192,7 +197,7 @@ def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, r
 def _rows(label: str, path: Path, prefill: list[float], decode: list[float], prompt_len: int, new_tokens: int,
           context: float, limit) -> list[Measurement]:
     """The engine's rows of one column: prefill, decode (with its bytes, floor and share) and the limit rows."""
-    common = {"batch": 1, "prompt_len": prompt_len, "device": "cpu", "engine": ENGINE, "gguf_type": file_type(path)}
+    common = {"batch": 1, "prompt_len": prompt_len, "device": "cpu", "engine": LLAMA_CPP, "gguf_type": file_type(path)}
     read = decode_bytes(path, context)
     floor = limit.floor_ms(read)
     decoded = summary(decode_name(1, new_tokens) + SUFFIX, decode, "ms", False, label,

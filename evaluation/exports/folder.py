@@ -29,13 +29,15 @@ import psutil
 from torch import nn
 
 import prune
+from prune.core.calibration import Calibration
 from prune.core.errors import InvalidCut, InvalidInput, quoted
 from prune.core.paths import write_atomic
 from prune.core.recipe import CONFIG_FIELD, Recipe
 from prune.drop.sublayers import dropped
 
-from evaluation.exports import scale_out
-from evaluation.exports.gguf_out import check_file_type, gguf_refusal, write_gguf
+from evaluation.core.jobs import Progress
+from evaluation.exports import gguf_file, scale_out
+from evaluation.exports.gguf_out import gguf_refusal
 from evaluation.exports.gguf_tokenizer import tokenizer_refusal
 from evaluation.exports.texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text,
                                       llama_refusal, mergekit_yaml, model_card, model_dtype, tools_read)
@@ -65,15 +67,18 @@ def check_export_name(name: str) -> str:
 
 def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_layers: int, target: Path,
            scores: list[Measurement] | None = None, origin: str = "", factored: bool = False,
-           gguf: str | None = None, tokenizer_gguf: str | None = None) -> Path:
+           gguf: str | None = None, tokenizer_gguf: str | None = None, gguf_quantizer: str | None = None,
+           gguf_calibration: Calibration | None = None, progress: Progress | None = None) -> Path:
     """Save the derived model, tokenizer, card and tool configs at ``target``, all or nothing.
 
     ``model`` is ``recipe.apply(base)``; ``origin`` says where the base weights came from (a Hub id,
     folder or GGUF file) for the card. ``target`` may be new, empty, or an earlier LayerCut export.
     Low-rank projections are saved merged into dense matrices (any transformers loads them), or, with
     ``factored``, as their factors (smaller; ``prune.load_model`` only). ``gguf``: also write the model as
-    ``<name>.<type>.gguf`` of that GGUF type (:mod:`evaluation.exports.gguf_out`), checked before anything is
-    written; ``tokenizer_gguf``: the GGUF the base model came from, whose tokenizer it copies.
+    ``<name>.<type>.gguf`` of that GGUF type (:mod:`evaluation.exports.gguf_file`), checked before anything is
+    written, by ``gguf_quantizer`` (default: the type's own), llama.cpp's with an importance matrix from
+    ``gguf_calibration`` if given; ``tokenizer_gguf``: the GGUF the base model came from, whose tokenizer it copies;
+    ``progress`` hears of that work and may raise to stop it.
     """
     target = Path(target).expanduser()
     check_export_name(target.name)
@@ -85,7 +90,8 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     made_for = getattr(recipe.steps[0], "num_layers", num_layers)
     if made_for != num_layers:
         raise InvalidCut(f"This recipe was made for a {made_for}-layer model, not {num_layers}.")
-    gguf_name = None if gguf is None else check_gguf(model, tokenizer, gguf, target.name, tokenizer_gguf)
+    gguf_name = None if gguf is None else check_gguf(model, tokenizer, gguf, target.name, tokenizer_gguf,
+                                                     gguf_quantizer)
     target.parent.mkdir(parents=True, exist_ok=True)
     _check_replaceable(target)
     staging = _partial_path(target)
@@ -96,11 +102,12 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
         config = json.loads((staging / "config.json").read_text())
         write_atomic(staging / scale_out.FILE, scale_out.scale_out(f"./{target.name}", config, recipe,
                                                                    factored=factored).markdown())
+        written = None if gguf_name is None else gguf_file.write(
+            model, tokenizer, staging / gguf_name, gguf, quantizer=gguf_quantizer, tokenizer_gguf=tokenizer_gguf,
+            calibration=gguf_calibration, progress=progress)
         write_atomic(staging / CARD, model_card(model, recipe, base_name=base_name, num_layers=num_layers,
                                                 name=target.name, scores=scores, origin=origin, factored=factored,
-                                                gguf=gguf_name))
-        if gguf_name is not None:
-            write_gguf(model, tokenizer, staging / gguf_name, gguf, tokenizer_gguf=tokenizer_gguf)
+                                                gguf=gguf_name, gguf_note=written.note() if written else ""))
         refused = llama_refusal(model) if removed is not None else None  # llama.cpp would run this cut wrong
         if removed is not None and tools_read(model):
             write_atomic(staging / MERGEKIT_FILE, mergekit_yaml(recipe, base_name, model_dtype(model)))
@@ -118,11 +125,13 @@ def export(model: nn.Module, tokenizer, recipe: Recipe, *, base_name: str, num_l
     return target
 
 
-def check_gguf(model: nn.Module, tokenizer, file_type: str, name: str, tokenizer_gguf: str | None = None) -> str:
-    """The GGUF file's name in the export, ``<name>.<type>.gguf``, or a one-line refusal: an unknown type, a model
-    the GGUF writer cannot express (:func:`evaluation.exports.gguf_out.gguf_refusal`), or a tokenizer it cannot
-    convert (when the model did not come from a GGUF whose tokenizer it copies)."""
-    check_file_type(file_type)
+def check_gguf(model: nn.Module, tokenizer, file_type: str, name: str, tokenizer_gguf: str | None = None,
+               quantizer: str | None = None) -> str:
+    """The GGUF file's name in the export, ``<name>.<type>.gguf``, or a one-line refusal: an unknown type or one its
+    quantizer cannot write here (:func:`evaluation.exports.gguf_file.quantizer_for`), a model the GGUF writer cannot
+    express (:func:`evaluation.exports.gguf_out.gguf_refusal`), or a tokenizer it cannot convert (when the model did
+    not come from a GGUF whose tokenizer it copies)."""
+    gguf_file.quantizer_for(file_type, quantizer)
     refusal = gguf_refusal(model) or (tokenizer_refusal(tokenizer) if tokenizer_gguf is None else None)
     if refusal is not None:
         raise InvalidInput(f"No GGUF for this model: {refusal}")

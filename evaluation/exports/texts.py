@@ -157,9 +157,9 @@ def _gguf_name(base_name: str) -> str:
 
 def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: int, name: str = "",
                scores: list[Measurement] | None = None, origin: str = "", factored: bool = False,
-               gguf: str | None = None) -> str:
+               gguf: str | None = None, gguf_note: str = "") -> str:
     """README.md: what was cut from which model and how it was chosen, scores, loading, other tools; ``gguf``: the
-    name of the GGUF file the export holds beside the folder, if any."""
+    name of the GGUF file the export holds beside the folder, if any; ``gguf_note``: how llama.cpp quantized it."""
     name = name or default_export_name(base_name, recipe)
     removed = base_layers_removed(recipe)
     drops = _only_drop(recipe)
@@ -180,7 +180,8 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
     if gguf is not None:
         lines += ["## GGUF (llama.cpp, Ollama)", "", f"`{gguf}` holds this model as one GGUF file, written by LayerCut "
                   f"with its own metadata ({len(decoder_layers(model))} blocks): `llama-cli -m {gguf}`. transformers "
-                  f"reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`).", ""]
+                  f"reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`).", "",
+                  *([gguf_note, ""] if gguf_note else [])]
     return "\n".join(lines + _tools_lines(model, recipe, base_name, removed, drops))
 
 

@@ -22,7 +22,7 @@ from evaluation.serving.training import LossPoint, RankSearchDone
 
 # What a visitor may choose, and the defaults the command line shares.
 from evaluation.core.settings import C4_PERPLEXITY, MT_BENCH, PERPLEXITY, RANK_SEARCH
-from evaluation.exports.gguf_out import GGUF_TYPES
+from evaluation.exports.gguf_file import EXPORT_TYPES as GGUF_TYPES, default_quantizer as gguf_quantizer
 from evaluation.frontier.plan import AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES
 from evaluation.quality.c4 import TASK as C4_TASK
 from evaluation.quality.cloze import CLOZE_TASKS
@@ -49,7 +49,7 @@ from evaluation.quality.mt_bench import (COLUMNS as MT_BENCH_COLUMNS, LOSS, OVER
 from evaluation.sweeps.sparsity import format_table as sparsity_table
 
 # llama.cpp as a second engine: its name, the GGUF types an int4 column runs in, why a column did not run there.
-from evaluation.engines.llama_cpp import ENGINE as LLAMA_CPP, INT4_TYPES
+from evaluation.engines.llama_cpp import INT4_TYPES, LLAMA_CPP
 from evaluation.serving.engine import NOTE as ENGINE_NOTE
 
 # A job's seconds said before it starts (its work over this machine's rates), and the compile's own allowance.
@@ -60,8 +60,9 @@ __all__ = [
     "Backend", "Downloads", "HubCheck",
     "Cancelled", "ModelInfo", "ModelSpec", "COMPARISON_BYTES", "Comparison", "FrontierResult", "FrontierPoint",
     "ORIGINAL", "Measurement", "JudgeChoice", "MtBenchRun", "LossPoint", "RankSearchDone",
-    "C4_PERPLEXITY", "MT_BENCH", "PERPLEXITY", "RANK_SEARCH", "GGUF_TYPES", "AXES", "DEFAULT_AXIS", "DEFAULT_METHOD",
-    "DEFAULT_SIZES", "FAMILIES", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED", "PERCENT_METRICS", "TASKS",
+    "C4_PERPLEXITY", "MT_BENCH", "PERPLEXITY", "RANK_SEARCH", "GGUF_TYPES", "gguf_quantizer", "AXES", "DEFAULT_AXIS",
+    "DEFAULT_METHOD", "DEFAULT_SIZES", "FAMILIES", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED",
+    "PERCENT_METRICS", "TASKS",
     "MEMORY_PROMPT_TOKENS", "SEARCH_WINDOW", "SEARCH_SHARE", "WIKITEXT",
     "check_sizes", "check_target", "c4_missing", "c4_shard", "choose_judge", "names_a_judge", "urls_allowed",
     "check_request", "check_mt_bench", "metric_name", "tolerance_for", "check_sparsity_plan",

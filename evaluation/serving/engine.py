@@ -34,10 +34,12 @@ def files(models: Models, base: Loaded, sides: list[Side], int4_type: str, job: 
         if reason is None:
             file_type = llama_cpp.column_type(side.model, int4_type)
             path = llama_cpp.cache_path(base.fingerprint, side.recipe.key, file_type)
-            job.update(i / len(sides), f"{side.label}: its {file_type} GGUF for {llama_cpp.ENGINE}…")
+            step = job.sub(i / len(sides), (i + 1) / len(sides))
+            step.update(0.0, f"{side.label}: its {file_type} GGUF for {llama_cpp.LLAMA_CPP}…")
             try:
                 found[side.label] = llama_cpp.gguf_file(side.model, base.tokenizer, file_type, path,
-                                                        tokenizer_gguf=getattr(base.model, "layercut_gguf", None))
+                                                        tokenizer_gguf=getattr(base.model, "layercut_gguf", None),
+                                                        calibration=models.default_calibration, progress=step.update)
             except InvalidInput as err:
                 reason = str(err)
         if reason is not None:
@@ -97,11 +99,11 @@ def perplexity_rows(models: Models, base: Loaded, sides: list[Side], ids: torch.
                "llama_cpp": llama_cpp.version()}
         if (found := store.get(key)) is None:
             models.ready(base, [side], job)
-            job.update(i / len(sides), f"{side.label}: WikiText-2 in {llama_cpp.ENGINE}…")
+            job.update(i / len(sides), f"{side.label}: WikiText-2 in {llama_cpp.LLAMA_CPP}…")
             found = llama_cpp.window_scores(paths[side.label], chunks, top1(side.model, chunks), check=job.check)
             store.put(key, found)
         details = {"windows": len(chunks), "tokens": found["tokens"], "seq_len": seq_len, "bos": with_bos,
-                   "nll": found["nll"] / found["tokens"], "engine": llama_cpp.ENGINE, "gguf_type": file_type}
+                   "nll": found["nll"] / found["tokens"], "engine": llama_cpp.LLAMA_CPP, "gguf_type": file_type}
         rows += [Measurement(f"WikiText-2 perplexity ({where}){llama_cpp.SUFFIX}",
                              math.exp(found["nll"] / found["tokens"]), "", False, model=side.label,
                              group=perplexity.GROUP, details=details),

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 
@@ -45,10 +46,11 @@ class Exports:
 
     def write(self, spec: ModelSpec, recipe: Recipe, target: Path, *, scores: list[Measurement] | None = None,
               progress: Progress | None = None, owner: str | None = None, factored: bool = False,
-              gguf: str | None = None) -> Path:
+              gguf: str | None = None, calibration: Calibration | None = None) -> Path:
         """Save what ``recipe`` derives as a normal Hugging Face folder with a model card at ``target``;
         ``factored`` keeps low-rank factors as they are (smaller; LayerCut loads them); ``gguf``: a GGUF type, to
-        write the model as a GGUF file in the folder too."""
+        write the model as a GGUF file in the folder too (llama.cpp's types with an importance matrix from
+        ``calibration``, default the server's)."""
         if recipe.is_original:
             raise InvalidInput("Choose a cut before exporting: there is no compressed model yet.")
         with self.models.jobs.run("the export", progress, owner=owner) as job:
@@ -57,7 +59,9 @@ class Exports:
             model = self.models.variants.get(base, recipe, building(job, "the export"))
             return folder.export(model, base.tokenizer, recipe, base_name=base.info.name,
                                  num_layers=base.info.num_layers, target=target, scores=scores, factored=factored,
-                                 gguf=gguf, tokenizer_gguf=getattr(base.model, "layercut_gguf", None))
+                                 gguf=gguf, tokenizer_gguf=getattr(base.model, "layercut_gguf", None),
+                                 gguf_calibration=calibration or self.models.default_calibration,
+                                 progress=job.update)
 
     def offer(self, spec: ModelSpec, recipe: Recipe, name: str, downloads: Downloads, *,
               scores: list[Measurement] | None = None, gguf: str | None = None, progress: Progress | None = None,

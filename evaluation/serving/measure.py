@@ -34,10 +34,10 @@ MEMORY_PROMPT_TOKENS = 128
 
 def check_engine(engine: str | None, int4_type: str) -> None:
     """A second engine LayerCut runs the columns in (None: its own loop only), and the GGUF type of an int4 column."""
-    if engine not in (None, llama_cpp.ENGINE):
-        raise InvalidInput(f"The engines are LayerCut's own and {llama_cpp.ENGINE}, not {engine!r}.")
+    if engine not in (None, llama_cpp.LLAMA_CPP):
+        raise InvalidInput(f"The engines are LayerCut's own and {llama_cpp.LLAMA_CPP}, not {engine!r}.")
     if int4_type not in llama_cpp.INT4_TYPES:
-        raise InvalidInput(f"An int4 column runs in {llama_cpp.ENGINE} as {', '.join(llama_cpp.INT4_TYPES)}, "
+        raise InvalidInput(f"An int4 column runs in {llama_cpp.LLAMA_CPP} as {', '.join(llama_cpp.INT4_TYPES)}, "
                            f"not {int4_type!r}.")
     if engine is not None and (why := llama_cpp.why_not_installed()):
         raise InvalidInput(why)

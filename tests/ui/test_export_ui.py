@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM
 
-from evaluation.exports import folder as exports
+from evaluation.exports import folder as exports, llama_quantize
 from evaluation.exports.texts import default_export_name
 from evaluation.measure.memory import folder_bytes
 from evaluation.serving.backend import Backend
@@ -134,3 +134,19 @@ def test_a_cut_llama_cpp_would_run_wrong_says_why_it_has_no_prune_layers_argumen
         message and "the llama.cpp `--prune-layers` argument," not in message
     with pytest.raises(gr.Error, match="No GGUF for this model: llama.cpp derives Gemma 3's attention"):
         exporting(page, backend, tmp_path, False).export(session, "gemma-gguf", "A", "F16")
+
+
+@pytest.mark.skipif(llama_quantize.why_not() is not None, reason="llama-cpp-python is not installed")
+def test_a_k_quant_is_offered_as_llama_cpps_and_written_by_it_in_the_export_job(served, page, tmp_path):
+    backend, session = served
+    assert ("Q4_K_M (llama.cpp)", "Q4_K_M") in page.cut.export.gguf.choices
+    assert ("Q4_0 (LayerCut)", "Q4_0") in page.cut.export.gguf.choices
+    cuts, box = exporting(page, backend, tmp_path, False), page.cut.export
+    reports = []
+    shown = cuts.export(session, "cut-k", "A", "Q4_K_M", progress=lambda fraction, desc: reports.append(desc))
+    archive, single = shown[box.files]
+    assert Path(single).name == "cut-k.Q4_K_M.gguf" and "`cut-k.Q4_K_M.gguf`" in shown[box.status]
+    card = (unzipped(archive, tmp_path / "k") / exports.CARD).read_text()
+    assert "llama.cpp's own quantizer (`llama_model_quantize`" in card and "made it Q4_K_M" in card
+    assert "with an importance matrix from 4,096 tokens of the calibration text (builtin)" in card  # the server's
+    assert any(str(report).startswith("llama.cpp quantizing to Q4_K_M: ") for report in reports)  # the job's bar

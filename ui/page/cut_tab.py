@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.serving import GGUF_TYPES
+from evaluation.serving import GGUF_TYPES, gguf_quantizer
 
 from prune.depth.selection import SELECTIONS
 
@@ -24,6 +24,7 @@ from ui.session import SLOTS
 from ui.slot_text import NO_GGUF
 
 HEATMAP_HEIGHT = 320  # with the header, the range and the tab strip: one 1280×720 screen
+GGUF_CHOICES = [(NO_GGUF, NO_GGUF), *((f"{t} ({gguf_quantizer(t)})", t) for t in GGUF_TYPES)]  # "Q4_K_M (llama.cpp)"
 
 
 @dataclass
@@ -111,7 +112,7 @@ def _side_column() -> dict:
     with gr.Accordion("Export A or B (a Hugging Face checkpoint, one .zip)", open=False):
         export = Export(slot=gr.Radio(list(SLOTS), value=SLOTS[0], label="Which model", elem_id="export-slot"),
                         folder=gr.Textbox(label="Name (empty: <model>-minus-<n>-layers)"),
-                        gguf=gr.Dropdown([NO_GGUF, *GGUF_TYPES], value=NO_GGUF, elem_id="export-gguf",
+                        gguf=gr.Dropdown(GGUF_CHOICES, value=NO_GGUF, elem_id="export-gguf",
                                          label="Also as GGUF (llama.cpp, Ollama): its type"),
                         button=gr.Button("Export as one .zip", elem_id="export-btn"), status=gr.Markdown(),
                         files=gr.File(label="Download", elem_id="export-file", file_count="multiple"))

@@ -43,7 +43,7 @@ def by_hand_bytes(model, context: float) -> int:
 
 def test_each_column_is_timed_in_the_gguf_type_of_its_storage_with_the_bytes_it_reads(backend, tiny_folder):
     spec = ModelSpec(tiny_folder)
-    found = [m for m in backend.measure.speed(spec, COLUMNS, engine=llama_cpp.ENGINE, **SETTINGS)
+    found = [m for m in backend.measure.speed(spec, COLUMNS, engine=llama_cpp.LLAMA_CPP, **SETTINGS)
              if m.name.endswith(llama_cpp.SUFFIX)]
     decode = {m.model: m for m in found if m.name.startswith("decode latency")}
     assert {label: m.details["gguf_type"] for label, m in decode.items()} == {"original": "F16", "A": "F16",
@@ -63,7 +63,7 @@ def test_each_column_is_timed_in_the_gguf_type_of_its_storage_with_the_bytes_it_
 
 def test_a_column_llama_cpp_cannot_run_says_why_in_one_line_and_the_others_run(backend, tiny_folder):
     found = backend.measure.speed(ModelSpec(tiny_folder), {"A": Recipe.drop(4, attention=[1])},
-                                  engine=llama_cpp.ENGINE, **SETTINGS)
+                                  engine=llama_cpp.LLAMA_CPP, **SETTINGS)
     decode = {m.model: m for m in found if m.name == "decode latency per token (batch 1, 8 new) (llama.cpp)"}
     assert math.isnan(decode["A"].value) and "\n" not in decode["A"].details[NOTE]
     assert "attention" in decode["A"].details[NOTE] and decode["original"].value > 0
@@ -92,7 +92,7 @@ def test_perplexity_from_llama_cpp_logits_is_the_same_weights_perplexity_in_pyto
 def test_the_backend_scores_each_column_in_llama_cpp_beside_its_own_perplexity(backend, tiny_folder, data_dir):
     scored = Backend(device="cpu", data_dir=data_dir)
     found = scored.measure.perplexity(ModelSpec(tiny_folder), COLUMNS, seq_lens=(64,), bos=(False,), max_windows=2,
-                                      engine=llama_cpp.ENGINE)
+                                      engine=llama_cpp.LLAMA_CPP)
     ours = {m.model: m.value for m in found if m.name == "WikiText-2 perplexity (seq 64)"}
     theirs = {m.model: m for m in found if m.name == "WikiText-2 perplexity (seq 64) (llama.cpp)"}
     for label in ("original", "A"):  # F16 files of float32 columns: the same perplexity to a tenth of a percent
@@ -115,7 +115,7 @@ def test_without_llama_cpp_the_engine_is_refused_in_one_line(monkeypatch, backen
     monkeypatch.setattr(llama_cpp, "why_not_installed", lambda: "llama.cpp is not installed here: `bash setup.sh` "
                                                                 "installs llama-cpp-python.")
     with pytest.raises(InvalidInput, match="bash setup.sh"):
-        backend.measure.speed(ModelSpec(tiny_folder), {}, engine=llama_cpp.ENGINE, **SETTINGS)
+        backend.measure.speed(ModelSpec(tiny_folder), {}, engine=llama_cpp.LLAMA_CPP, **SETTINGS)
 
 
 def test_the_command_line_takes_the_engine_with_speed_only(capsys):
