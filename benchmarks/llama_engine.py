@@ -9,8 +9,9 @@ a 128-token prompt, 32 new tokens), the columns compared two at a time; then eac
 timed) loaded in a separate process by ``benchmarks.engines.LlamaCpp`` and timed the same way, the columns taking
 turns, median of ``--repeats``. **Quality**: WikiText-2 test perplexity (512-token windows) from llama.cpp's logits
 beside LayerCut's own for each column (``backend.measure.perplexity(..., engine=...)``), and the original written as
-Q4_0 (LayerCut's numpy writer) and as Q4_K_M (llama.cpp's quantizer), each file's top-1 next tokens against the
-original in PyTorch on the same windows. ``llama1b`` is ``benchmarks.engines``' random Llama of Llama-3.2-1B's width.
+Q4_0 (LayerCut's numpy writer) and as Q4_K_M (llama.cpp's quantizer, without and with an importance matrix from the
+calibration text), each file's top-1 next tokens against the original in PyTorch on the same windows. ``llama1b`` is
+``benchmarks.engines``' random Llama of Llama-3.2-1B's width.
 Writes ``benchmarks/results/llama_engine_<model>.json``.
 """
 
@@ -107,7 +108,7 @@ def int4_files(backend, spec, windows: int) -> dict:
     import math
 
     from evaluation.engines import llama_cpp
-    from evaluation.exports import llama_quantize
+    from evaluation.exports import gguf_file
     from evaluation.quality import perplexity
     from evaluation.serving.engine import top1
 
@@ -116,9 +117,12 @@ def int4_files(backend, spec, windows: int) -> dict:
     chunks = perplexity.windows(ids, PPL_SEQ, None)[:windows]
     reference = top1(base.model, chunks)
     folder = Path(tempfile.mkdtemp(prefix="layercut-int4-"))
-    source = llama_cpp.gguf_file(base.model, base.tokenizer, llama_cpp.column_type(base.model), folder / "f.gguf")
-    files = {"Q4_0": llama_cpp.gguf_file(base.model, base.tokenizer, "Q4_0", folder / "q4_0.gguf"),
-             "Q4_K_M": llama_quantize.quantize(source, folder / "q4_k_m.gguf", "Q4_K_M")}
+    def written(name: str, file_type: str, **how) -> Path:
+        return gguf_file.write(base.model, base.tokenizer, folder / f"{name}.gguf", file_type, **how).path
+
+    files = {"Q4_0": written("q4_0", "Q4_0"), "Q4_K_M": written("q4_k_m", "Q4_K_M"),
+             "Q4_K_M with an importance matrix": written("q4_k_m_imatrix", "Q4_K_M",
+                                                         calibration=backend.models.default_calibration)}
     found = {}
     for name, path in files.items():
         scores = llama_cpp.window_scores(path, chunks, reference)

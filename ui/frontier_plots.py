@@ -6,16 +6,30 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from evaluation.serving import AXES, FAMILIES, FrontierPoint, FrontierResult, gains, MIB
+from evaluation.serving import AXES, COMPOUND_STRUCTURES, FrontierPoint, FrontierResult, gains, MIB, SINGLES
 from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
 from ui.plots import FONT, styled
 
-# a colour and a marker per family: depth cuts share a hue, a repair is its hollow twin
-_LOOKS = dict(zip(FAMILIES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-open"), (OKABE_ITO[1], "square"),
+# a colour and a marker per single family: depth cuts share a hue, a repair is its hollow twin
+_LOOKS = dict(zip(SINGLES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-open"), (OKABE_ITO[1], "square"),
                              (OKABE_ITO[1], "square-open"), (OKABE_ITO[7], "triangle-up"),
                              (OKABE_ITO[7], "triangle-down"), (OKABE_ITO[3], "diamond"), (OKABE_ITO[2], "cross"),
                              (OKABE_ITO[5], "x"),
                              (OKABE_ITO[5], "star-triangle-up"), (BLACK, "hexagon"), (GREY, "hexagon-open")]))
+
+
+COMPOUND_SYMBOLS = {"int8": "triangle-left", "int4": "triangle-right"}  # a structure quantized: its hue, this marker
+
+
+def look(family: str) -> tuple[str, str]:
+    """(colour, marker) of a family: a single one's own; a compound's its structure's colour with a marker per
+    quantization, hollow where a training repair came before it (``depth, block + kd + int4``)."""
+    if family in _LOOKS:
+        return _LOOKS[family]
+    structure = max((s for s in COMPOUND_STRUCTURES if family.startswith(s + " + ")), key=len)
+    parts = family[len(structure) + 3:].split(" + ")
+    symbol = COMPOUND_SYMBOLS.get(parts[-1], "diamond-tall")
+    return _LOOKS[structure][0], symbol + ("-open" if parts[0] not in COMPOUND_SYMBOLS else "")
 
 
 def _x(result: FrontierResult, point: FrontierPoint) -> float:
@@ -42,7 +56,7 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
         points = [p for p in result.points if family in p.families]
         if not points:
             continue
-        color, symbol = _LOOKS[family]
+        color, symbol = look(family)
         hover = [f"{family}: {p.recipe.short()}<br>perplexity {p.perplexity:.4g}, {result.task} "
                  f"{100 * p.task:.1f}<br>{p.weight_bytes / MIB:.1f} MiB as stored, {p.ms:.1f} ms/token, "
                  f"{100 * p.params / result.dense.params:.1f} % params"

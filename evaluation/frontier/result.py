@@ -125,7 +125,7 @@ class FrontierResult:
     def families(self) -> list[str]:
         """The families that have a point or a reason, in the table's order."""
         named = {f for p in self.points for f in p.families} | {f for f, _ in self.why}
-        return [f for f in FAMILIES if f in named]
+        return [f for f in FAMILIES if f in named] + sorted(named - set(FAMILIES))  # then the repaired ones
 
     def front(self) -> list[Point]:
         """The Pareto front on the axis: no other point is as small and has a lower perplexity, smallest first (on

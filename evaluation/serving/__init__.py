@@ -23,7 +23,8 @@ from evaluation.serving.training import LossPoint, RankSearchDone
 # What a visitor may choose, and the defaults the command line shares.
 from evaluation.core.settings import C4_PERPLEXITY, MT_BENCH, PERPLEXITY, RANK_SEARCH
 from evaluation.exports.gguf_file import EXPORT_TYPES as GGUF_TYPES, default_quantizer as gguf_quantizer
-from evaluation.frontier.plan import AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES
+from evaluation.frontier.compound import REPAIRS, STRUCTURES as COMPOUND_STRUCTURES
+from evaluation.frontier.plan import AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, SINGLES
 from evaluation.quality.c4 import TASK as C4_TASK
 from evaluation.quality.cloze import CLOZE_TASKS
 from evaluation.quality.judge import DEFAULT as DEFAULT_JUDGE, SELF_JUDGED
@@ -32,6 +33,7 @@ from evaluation.serving.measure import MEMORY_PROMPT_TOKENS
 from evaluation.sweeps.search_splits import PPL_SEQ_LEN as SEARCH_WINDOW, SEARCH_SHARE, WIKITEXT
 
 # Input checked once where it enters, by the same rules as on the command line (each raises one line).
+from evaluation.frontier.compound import check_repair
 from evaluation.frontier.plan import check_sizes, check_target
 from evaluation.quality.c4 import missing as c4_missing, shard as c4_shard
 from evaluation.quality.judge import choose as choose_judge, names_a_judge, urls_allowed
@@ -61,11 +63,12 @@ __all__ = [
     "Cancelled", "ModelInfo", "ModelSpec", "COMPARISON_BYTES", "Comparison", "FrontierResult", "FrontierPoint",
     "ORIGINAL", "Measurement", "JudgeChoice", "MtBenchRun", "LossPoint", "RankSearchDone",
     "C4_PERPLEXITY", "MT_BENCH", "PERPLEXITY", "RANK_SEARCH", "GGUF_TYPES", "gguf_quantizer", "AXES", "DEFAULT_AXIS",
-    "DEFAULT_METHOD", "DEFAULT_SIZES", "FAMILIES", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED",
+    "DEFAULT_METHOD", "DEFAULT_SIZES", "FAMILIES", "SINGLES", "REPAIRS",
+    "COMPOUND_STRUCTURES", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED",
     "PERCENT_METRICS", "TASKS",
     "MEMORY_PROMPT_TOKENS", "SEARCH_WINDOW", "SEARCH_SHARE", "WIKITEXT",
-    "check_sizes", "check_target", "c4_missing", "c4_shard", "choose_judge", "names_a_judge", "urls_allowed",
-    "check_request", "check_mt_bench", "metric_name", "tolerance_for", "check_sparsity_plan",
+    "check_repair", "check_sizes", "check_target", "c4_missing", "c4_shard", "choose_judge", "names_a_judge",
+    "urls_allowed", "check_request", "check_mt_bench", "metric_name", "tolerance_for", "check_sparsity_plan",
     "FASTER", "MIB", "frontier_table", "gains", "target_line", "comparison_rows", "decimals", "noise_band",
     "noise_words", "to_dataframe", "to_measurements", "MT_BENCH_COLUMNS", "LOSS", "OVERALL", "TIE", "WIN",
     "mt_bench_cells", "parse_winner", "sparsity_table",

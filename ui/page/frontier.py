@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 
 import gradio as gr
 
-from evaluation.serving import (AXES, check_request, check_sizes, check_target, DEFAULT_AXIS, DEFAULT_METHOD,
-                                DEFAULT_SIZES, frontier_table, PERPLEXITY, target_line)
+from evaluation.serving import (AXES, check_repair, check_request, check_sizes, check_target, DEFAULT_AXIS,
+                                DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, frontier_table, PERPLEXITY, REPAIRS,
+                                target_line)
 from prune.core.errors import InvalidInput
 from prune.depth.methods import METHODS
 
@@ -23,6 +24,7 @@ from ui.session import SLOTS, Session
 AXIS_CHOICES = [("bytes as stored", "bytes"), ("parameters not zero (zeros stored densely save nothing)", "params"),
                 ("decode ms/token", "ms")]
 INTO = SLOTS[0]  # the slot the best model goes into
+NO_REPAIR = "none"
 MAX_SIZES = 5  # sizes per run from the page (the command line takes any number)
 
 
@@ -33,6 +35,9 @@ class FrontierBox:
     task: gr.Dropdown
     limit: NumberInput
     windows: NumberInput
+    families: gr.CheckboxGroup  # the families tried: each alone, and the structural ones quantized (compounds)
+    repair: gr.Dropdown  # none, or a training repair of each structural point before it is quantized
+    repair_s: NumberInput  # that repair's seconds a point
     button: gr.Button
     summary: gr.Markdown
     plot: PlotView
@@ -58,6 +63,15 @@ class FrontierBox:
                     windows=NumberInput(2, label=f"Perplexity windows ({PERPLEXITY.seq_len} tokens)", minimum=1,
                                         elem_id="frontier-windows"),
                     button=gr.Button("Run frontier", variant="primary", elem_id="frontier-btn"))
+            with gr.Row(equal_height=True):
+                settings.update(
+                    families=gr.CheckboxGroup(list(FAMILIES), value=list(FAMILIES), scale=4,
+                                              label="Families (each alone; the structural ones with int8 and int4)",
+                                              elem_id="frontier-families"),
+                    repair=gr.Dropdown([NO_REPAIR, *REPAIRS], value=NO_REPAIR, label="Repair before quantizing",
+                                       info="kd: LoRA distilled from the original; lora: on WikiText-2 validation",
+                                       elem_id="frontier-repair"),
+                    repair_s=NumberInput(120, label="Repair seconds a point", minimum=1, elem_id="frontier-repair-s"))
             summary = gr.Markdown(elem_id="frontier-summary")
             plot = PlotView(plots.empty_figure("Run the frontier to see every family against size"), height=460,
                             elem_id="frontier-plot")
@@ -79,10 +93,11 @@ class FrontierHandlers:
         self.box, self.view = page.benchmarks.frontier, page.view
 
     @user_errors
-    def run(self, session: Session, axis: str, sizes: str, task: str, limit, windows, request: gr.Request = None,
-            progress=gr.Progress()):
+    def run(self, session: Session, axis: str, sizes: str, task: str, limit, windows, families=None,
+            repair: str = NO_REPAIR, repair_s=120, request: gr.Request = None, progress=gr.Progress()):
         """Every family's candidate at each size, the table and the figure redrawn as each point arrives (each
-        cached); depth cuts by the analysis on show (else Block Influence)."""
+        cached); depth cuts by the analysis on show (else Block Influence); ``families``: those tried (None: all);
+        ``repair``: each structural point also trained that many seconds before it is quantized."""
         need_model(session)
         if axis not in AXES:
             raise InvalidInput(f"Size the frontier by {', '.join(AXES)}, not {axis!r}.")
@@ -96,10 +111,13 @@ class FrontierHandlers:
             raise InvalidInput(f"Give at most {MAX_SIZES} sizes at once: "
                                "each adds a dozen models to build and measure.")
         box = self.box
+        repaired = None if repair in (None, "", NO_REPAIR) else \
+            check_repair(repair, inputs.whole_number(repair_s, "Repair seconds", minimum=1, maximum=3600))
         for result in backend.frontier.run(
                 session.spec, task_request, axis=axis, sizes=chosen, method=method,
                 calibration=session.calibration or self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+                families=FAMILIES if families is None else tuple(families), repair=repaired,
                 progress=reporter(progress), owner=owner(request)):
             yield {box.plot: frontier_plots.frontier_figure(result), box.table: frontier_table(result),
                    box.summary: text.frontier_progress(result), box.shown: (session.spec, result)}
@@ -127,7 +145,8 @@ class FrontierHandlers:
 def wire(page, handlers) -> dict:
     box = page.benchmarks.frontier
     run = box.button.click(gpu(handlers.frontier.run, handlers.durations.frontier),
-                           [page.session, box.axis, box.sizes, box.task, box.limit, box.windows],
+                           [page.session, box.axis, box.sizes, box.task, box.limit, box.windows, box.families,
+                            box.repair, box.repair_s],
                            [box.plot, box.table, box.summary, box.shown], api_name="frontier",
                            show_progress_on=[box.summary], **DEVICE)
     best = box.best_btn.click(handlers.frontier.best, [page.session, box.shown, box.target],
