@@ -114,8 +114,9 @@ def _check_extras(args, adding: bool) -> None:
     if args.speed and (args.sweep is not None or args.sparsity_sweep or args.frontier is not None or args.explain):
         raise InvalidInput("--speed adds speed and memory rows to a comparison (--full, a cut mode, a step or "
                            "--recipe); the frontier times every candidate itself, and sweeps and --explain do not.")
-    if args.engine and not args.speed:
-        raise InvalidInput(f"--engine {args.engine} goes with --speed: it times and scores the compared columns there.")
+    if args.engine and not (args.speed or args.frontier is not None):
+        raise InvalidInput(f"--engine {args.engine} goes with --speed (the compared columns timed and scored there) or "
+                           "--frontier (each point's decode timed there).")
     if args.gguf and not args.export_dir:
         raise InvalidInput("--gguf goes with --export_dir.")
     if args.full and args.export_dir and not adding:

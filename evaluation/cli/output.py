@@ -129,7 +129,8 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
     result = final(backend.frontier.run(spec, request, axis=args.axis or frontier_plan.DEFAULT_AXIS, sizes=sizes,
                               target=args.target, method=args.frontier, calibration=calibration_of(args, backend),
                               ppl_seq_len=args.ppl_seq_len, ppl_windows=args.ppl_windows,
-                              families=args.plan.families, repair=args.plan.repair, batch_size=args.batch_size,
+                              families=args.plan.families, repair=args.plan.repair, engine=args.engine,
+                              batch_size=args.batch_size,
                               use_cache=not args.no_cache, progress=progress))
     data = {"frontier": result.to_json(), "model": backend.models.load(spec).name,
             "layercut_version": prune.__version__}

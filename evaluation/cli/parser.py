@@ -168,7 +168,8 @@ def _extras(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", default=None, choices=(LLAMA_CPP,),
                         help=f"with --speed: each column's batch-1 rows in {LLAMA_CPP} too, written as a GGUF of the "
                              "type that matches its storage (F16/BF16, int8 → Q8_0, int4 → --int4_type), and its "
-                             f"WikiText-2 perplexity and top-1 agreement from {LLAMA_CPP}'s logits")
+                             f"WikiText-2 perplexity and top-1 agreement from {LLAMA_CPP}'s logits; with --frontier: "
+                             f"each point's decode timed in {LLAMA_CPP} (the latency axis as deployed on a CPU)")
     parser.add_argument("--int4_type", default=INT4_TYPES[0], choices=INT4_TYPES,
                         help=f"with --engine: the GGUF type an int4 column runs in (default {INT4_TYPES[0]})")
     parser.add_argument("--export_dir", default=None, help="save the pruned checkpoint (a normal HF folder) here")

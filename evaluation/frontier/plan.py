@@ -46,6 +46,7 @@ from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
 
 from evaluation.core.settings import PERPLEXITY
+from evaluation.engines.llama_cpp import LLAMA_CPP, why_not_installed
 from evaluation.frontier import compound
 
 AXES = {"bytes": "weight bytes as stored (MiB)",
@@ -60,6 +61,7 @@ DROP_METHOD = "sublayer"  # He et al.'s attention and MLP scores
 SINGLES = ("depth, paper", "depth, paper + patch", "depth, block", "depth, block + patch", "attention drop",
            "MLP drop", "width", "low-rank", "sparsity", "2:4", "int8", "int4")
 FAMILIES = (*SINGLES, *compound.FAMILIES)
+FIXED_FAMILIES = ("2:4", "int8", "int4")  # one size each, whatever the sizes asked
 PATCH_AT_0 = "the linear patch folds into the layer before the cut, and this cut starts at layer 0"
 
 
@@ -85,12 +87,13 @@ class FrontierPlan:
     ppl_windows: int = PERPLEXITY.windows
     families: tuple[str, ...] = FAMILIES  # the families tried (FAMILIES' order); every one by default
     repair: compound.Repair | None = None  # each structural point also trained this long before it is quantized
+    engine: str | None = None  # the decode timed in llama.cpp (each point's GGUF) instead of LayerCut's own loop
 
 
 def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
                calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
                ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES,
-               repair: compound.Repair | None = None) -> FrontierPlan:
+               repair: compound.Repair | None = None, engine: str | None = None) -> FrontierPlan:
     """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once), known
     families (at least one; with a repair, its repaired families too: all of them when ``families`` is all)."""
     if axis not in AXES:
@@ -107,8 +110,12 @@ def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES,
     if unknown or not named:
         what = f"not {quoted(unknown[0])}" if unknown else "none were given"
         raise InvalidInput(f"The frontier's families are {'; '.join(known)}; {what}.")
+    if engine not in (None, LLAMA_CPP):
+        raise InvalidInput(f"A frontier's decode is timed in LayerCut or {LLAMA_CPP}, not {quoted(engine)}.")
+    if engine is not None and (why := why_not_installed()):
+        raise InvalidInput(why)
     return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows,
-                        tuple(f for f in known if f in named), repair)
+                        tuple(f for f in known if f in named), repair, engine)
 
 
 def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:

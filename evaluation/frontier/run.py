@@ -12,19 +12,26 @@ the speed rows carried floors keeps none (shown as missing, not measured again: 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
 
-from prune.core.errors import LayerCutError
+import torch
+
+from prune.core.errors import InvalidInput, LayerCutError
 from prune.core.paths import digest
 from prune.core.recipe import Recipe
 from prune.core.sizes import parameter_count
 from prune.core.storage import weight_bytes
 
+from evaluation.engines import llama_cpp
 from evaluation.frontier.plan import Candidate, FrontierPlan
 from evaluation.frontier.result import FrontierResult, Point
-from evaluation.measure import memory, speed
+from evaluation.measure import bandwidth, memory, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.quality.fast_lm import make_fast
 from evaluation.core.jobs import Cancelled, Job, cancellable
@@ -52,7 +59,8 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
     settings = {"kind": "frontier_point", "task": task, "limit": request.limit, "num_fewshot": request.num_fewshot,
                 "data": request.data, "batch_size": batch_size, "scorer": "fast", "ppl_seq_len": plan.ppl_seq_len,
                 "ppl_windows": plan.ppl_windows, "text": digest("\n".join(wikitext_rows)),
-                "speed": {k: list(v) if isinstance(v, tuple) else v for k, v in SPEED.items()}}
+                "speed": {k: list(v) if isinstance(v, tuple) else v for k, v in SPEED.items()},
+                **({} if plan.engine is None else {"engine": plan.engine, "llama_cpp": llama_cpp.version()})}
     inputs: dict = {}  # the loaded task and the WikiText-2 ids, made at the first point not cached
 
     def measured(candidate: Candidate, step: Job) -> dict:
@@ -66,33 +74,36 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
     why = dict(why)
     points: list[Point] = []
     metric = None
-    for index, candidate in enumerate(todo):
-        step = job.sub(index / len(todo), (index + 1) / len(todo))
-        key = {**settings, **identify(candidate.recipe)} if store is not None and identify is not None else None
-        entry = store.get(key) if key is not None else None
-        if entry is None:
-            try:
-                entry = measured(candidate, step)
-            except Cancelled:
-                raise
-            except LayerCutError as err:  # this candidate cannot be built here: said in its cells, the rest go on
-                if not candidate.families:
+    try:
+        for index, candidate in enumerate(todo):
+            step = job.sub(index / len(todo), (index + 1) / len(todo))
+            key = {**settings, **identify(candidate.recipe)} if store is not None and identify is not None else None
+            entry = store.get(key) if key is not None else None
+            if entry is None:
+                try:
+                    entry = measured(candidate, step)
+                except Cancelled:
                     raise
-                entry = {"failed": " ".join(str(err).split())}
-            if key is not None:
-                store.put(key, entry)
-        if "failed" in entry:
-            why.update({(family, size): entry["failed"] for family in candidate.families
-                        for size in ((candidate.size,) if candidate.size is not None else plan.sizes)})
-        else:
-            metric = metric or primary_metric(entry["metrics"])
-            points.append(point_of(candidate, entry, metric))
-        step.update(1.0, f"{candidate.families and ' / '.join(candidate.families) or 'original'}: "
-                         + (entry.get("failed") or f"perplexity {from_json_number(entry['perplexity']):.4g}"))
-        if index == len(todo) - 1:
-            job.update(1.0, "Frontier done.")
-        yield FrontierResult(plan.axis, plan.sizes, plan.method, task, metric, request.limit, plan.ppl_seq_len,
-                             plan.ppl_windows, points[0], tuple(points[1:]), dict(why), len(todo) - index - 1)
+                except LayerCutError as err:  # this candidate cannot be built here: said in its cells, the rest go on
+                    if not candidate.families:
+                        raise
+                    entry = {"failed": " ".join(str(err).split())}
+                if key is not None:
+                    store.put(key, entry)
+            if "failed" in entry:
+                why.update({(family, size): entry["failed"] for family in candidate.families
+                            for size in ((candidate.size,) if candidate.size is not None else plan.sizes)})
+            else:
+                metric = metric or primary_metric(entry["metrics"])
+                points.append(point_of(candidate, entry, metric))
+            step.update(1.0, f"{candidate.families and ' / '.join(candidate.families) or 'original'}: "
+                             + (entry.get("failed") or f"perplexity {from_json_number(entry['perplexity']):.4g}"))
+            if index == len(todo) - 1:
+                job.update(1.0, "Frontier done.")
+            yield FrontierResult(plan.axis, plan.sizes, plan.method, task, metric, request.limit, plan.ppl_seq_len,
+                                 plan.ppl_windows, points[0], tuple(points[1:]), dict(why), len(todo) - index - 1)
+    finally:  # the GGUFs a run in llama.cpp wrote
+        shutil.rmtree(inputs.get("gguf", ""), ignore_errors=True)
 
 
 def point_of(candidate: Candidate, entry: dict, metric: str) -> Point:
@@ -101,6 +112,26 @@ def point_of(candidate: Candidate, entry: dict, metric: str) -> Point:
     return Point(candidate.families, candidate.size, candidate.recipe, entry["params"], entry["weight_bytes"],
                  **number, task=from_json_number(entry["metrics"].get(metric)), build_s=entry["build_s"],
                  measure_s=entry["measure_s"], floor_ms=to_json_number(entry.get("floor_ms")))
+
+
+def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
+    """The decode rows of ``timed`` ({label: model}) in llama.cpp: each written as a GGUF of its storage's type
+    (the original's once a run, in ``inputs``), timed in turns; a model llama.cpp cannot run is refused in one line."""
+    folder = inputs.setdefault("gguf", Path(tempfile.mkdtemp(prefix="layercut-frontier-gguf-")))
+    files = {}
+    for label, model in timed.items():
+        if (why := llama_cpp.why_not(model)) is not None:
+            raise InvalidInput(why)
+        kind = llama_cpp.column_type(model)
+        path = folder / ("original" if label == "original" else "point") / f"model.{kind}.gguf"
+        if label != "original":
+            shutil.rmtree(path.parent, ignore_errors=True)
+        files[label] = llama_cpp.gguf_file(model, tokenizer, kind, path)
+    prompt, new, repeats = SPEED["prompt_len"], SPEED["new_tokens"][0], SPEED["repeats"]
+    found = llama_cpp.measure_speed(files, prompt_len=prompt, new_tokens=new, repeats=repeats,
+                                    vocab=timed["original"].config.vocab_size,
+                                    bandwidth_limit=bandwidth.bandwidth(torch.device("cpu")), check=step.check)
+    return [replace(m, name=m.name.removesuffix(llama_cpp.SUFFIX)) for m in found]
 
 
 def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,
@@ -122,7 +153,8 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
                                             max_windows=plan.ppl_windows)[0].value
         step.update(0.85, f"{name}: decode latency…")
         timed = {"original": model} if derived is model else {"original": model, name: derived}
-        found = speed.measure_speed(timed, **SPEED, job=step.sub(0.85, 1.0))
+        found = speed.measure_speed(timed, **SPEED, job=step.sub(0.85, 1.0)) if plan.engine is None else \
+            _in_llama_cpp(timed, tokenizer, inputs, step.sub(0.85, 1.0))
     decode = {m.model: m for m in found if m.name.startswith(speed.DECODE)}
     ours = decode[name if derived is not model else "original"]
     context = SPEED["prompt_len"] + SPEED["new_tokens"][0] // 2

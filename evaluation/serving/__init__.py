@@ -24,7 +24,9 @@ from evaluation.serving.training import LossPoint, RankSearchDone
 from evaluation.core.settings import C4_PERPLEXITY, MT_BENCH, PERPLEXITY, RANK_SEARCH
 from evaluation.exports.gguf_file import EXPORT_TYPES as GGUF_TYPES, default_quantizer as gguf_quantizer
 from evaluation.frontier.compound import REPAIRS, STRUCTURES as COMPOUND_STRUCTURES
-from evaluation.frontier.plan import AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, SINGLES
+from evaluation.frontier.plan import (AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, FIXED_FAMILIES,
+                                      SINGLES)
+from evaluation.frontier.run import SPEED as FRONTIER_SPEED
 from evaluation.quality.c4 import TASK as C4_TASK
 from evaluation.quality.cloze import CLOZE_TASKS
 from evaluation.quality.judge import DEFAULT as DEFAULT_JUDGE, SELF_JUDGED
@@ -63,7 +65,8 @@ __all__ = [
     "Cancelled", "ModelInfo", "ModelSpec", "COMPARISON_BYTES", "Comparison", "FrontierResult", "FrontierPoint",
     "ORIGINAL", "Measurement", "JudgeChoice", "MtBenchRun", "LossPoint", "RankSearchDone",
     "C4_PERPLEXITY", "MT_BENCH", "PERPLEXITY", "RANK_SEARCH", "GGUF_TYPES", "gguf_quantizer", "AXES", "DEFAULT_AXIS",
-    "DEFAULT_METHOD", "DEFAULT_SIZES", "FAMILIES", "SINGLES", "REPAIRS",
+    "DEFAULT_METHOD", "DEFAULT_SIZES", "FAMILIES", "FIXED_FAMILIES", "SINGLES", "REPAIRS",
+    "FRONTIER_SPEED",
     "COMPOUND_STRUCTURES", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED",
     "PERCENT_METRICS", "TASKS",
     "MEMORY_PROMPT_TOKENS", "SEARCH_WINDOW", "SEARCH_SHARE", "WIKITEXT",

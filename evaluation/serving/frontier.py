@@ -42,7 +42,7 @@ class Frontier:
             sizes: Iterable[float] = DEFAULT_SIZES, target: Target | None = None, method: str = DEFAULT_METHOD,
             calibration: Calibration | None = None, ppl_seq_len: int = PERPLEXITY.seq_len,
             ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES,
-            repair: compound.Repair | None = None, batch_size: int = BATCH_SIZE,
+            repair: compound.Repair | None = None, engine: str | None = None, batch_size: int = BATCH_SIZE,
             use_cache: bool = True, progress: Progress | None = None,
             owner: str | None = None) -> Iterator[FrontierResult]:
         """Every family's point at each size, as it goes: the result after the original and after each candidate; the
@@ -51,7 +51,8 @@ class Frontier:
         With ``target`` the axis is the target's and its size joins ``sizes``, so each family is planned to
         reach it (with no sizes of its own, a target the original meets or that no family plans for is refused in
         one line). ``families``: those tried (default: all of ``FAMILIES``); ``repair``: each structural point
-        also trained before it is quantized (``evaluation.frontier.compound``). The depth candidates come from
+        also trained before it is quantized (``evaluation.frontier.compound``); ``engine="llama.cpp"``: each point's
+        decode timed in llama.cpp (its GGUF) instead of LayerCut's loop. The depth candidates come from
         ``method``'s analysis, the drops from the sub-layer analysis, both on ``calibration`` (None: the backend's
         default), as Wanda, width and low-rank calibrate.
         """
@@ -60,7 +61,7 @@ class Frontier:
         if target is not None:
             axis, sizes = target.axis, (*sizes, *self._target_size(spec, target, alone=not tuple(sizes)))
         plan = planning.check_plan(axis, sizes, method, calibration, ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows,
-                                   families=families, repair=repair)
+                                   families=families, repair=repair, engine=engine)
         rows = perplexity.wikitext2_rows(self.models.data_dir)
         store = ResultStore(enabled=use_cache)
         found, why = self._candidates(spec, plan, store, progress, owner)

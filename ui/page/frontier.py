@@ -39,6 +39,7 @@ class FrontierBox:
     repair: gr.Dropdown  # none, or a training repair of each structural point before it is quantized
     repair_s: NumberInput  # that repair's seconds a point
     button: gr.Button
+    estimate: gr.Markdown  # the run's seconds at most, before it starts (ui.page.estimates)
     summary: gr.Markdown
     plot: PlotView
     table: gr.Markdown
@@ -72,6 +73,7 @@ class FrontierBox:
                                        info="kd: LoRA distilled from the original; lora: on WikiText-2 validation",
                                        elem_id="frontier-repair"),
                     repair_s=NumberInput(120, label="Repair seconds a point", minimum=1, elem_id="frontier-repair-s"))
+            settings.update(estimate=gr.Markdown(elem_id="frontier-estimate"))
             summary = gr.Markdown(elem_id="frontier-summary")
             plot = PlotView(plots.empty_figure("Run the frontier to see every family against size"), height=460,
                             elem_id="frontier-plot")

@@ -124,3 +124,18 @@ def test_the_command_line_takes_the_engine_with_speed_only(capsys):
     assert cli.main(["--full", "--engine", "llama.cpp"]) == 2
     err = capsys.readouterr().err.strip()
     assert "goes with --speed" in err and len(err.splitlines()) == 1
+
+
+def test_the_frontier_times_each_point_in_llama_cpp_on_request_and_says_what_it_cannot_run(tiny_folder, data_dir):
+    from evaluation.core.jobs import final
+    from evaluation.quality import lm_eval_adapter
+
+    backend, spec = Backend(device="cpu", data_dir=data_dir), ModelSpec(tiny_folder)
+    request = lm_eval_adapter.check_request(["arc_easy"], limit=2, data_dir=backend.models.data_dir)
+    settings = dict(axis="ms", sizes=(0.8,), families=("int8", "attention drop"), ppl_seq_len=32, ppl_windows=1,
+                    batch_size=4)
+    ours = final(backend.frontier.run(spec, request, **settings))
+    theirs = final(backend.frontier.run(spec, request, engine=llama_cpp.LLAMA_CPP, **settings))
+    assert theirs.dense.perplexity == ours.dense.perplexity  # only the timing changed engine
+    assert theirs.dense.ms < ours.dense.ms / 2  # llama.cpp's decode of the 4-layer model, not LayerCut's loop
+    assert "attention" in theirs.why[("attention drop", 0.8)] and any(p.families == ("int8",) for p in theirs.points)
