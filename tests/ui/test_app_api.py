@@ -246,9 +246,9 @@ def test_the_api_schema_gives_the_types_the_server_takes(client):
     assert window == {"type": "string", "enum": ["128", "512", "2048"]}
     assert {p["type"]["type"] for p in endpoints["/generate"]["parameters"][1:4]} == {"number"}  # the sliders
     client.predict("", "", False, "auto", api_name="/load_model")
-    table, *_ = client.predict(["1"], 8, 2, 1, False, api_name="/speed")  # the last: also compiled
+    table, *_ = client.predict(["1"], 8, 2, 1, False, False, "Q4_0", api_name="/speed")  # compiled, llama.cpp, int4 as
     assert table["value"]["data"], table
-    shown, _plot = client.predict("128", 1, "wikitext2", api_name="/perplexity")
+    shown, *_ = client.predict("128", 1, "wikitext2", False, api_name="/perplexity")  # the last: also in llama.cpp
     table = shown["value"]
     metrics = [row[table["headers"].index("Metric")] for row in table["data"]]
     assert any("perplexity" in metric.lower() for metric in metrics), metrics

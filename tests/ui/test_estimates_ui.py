@@ -78,7 +78,7 @@ def test_every_line_is_filled_after_the_model_or_a_cut_changes(page, data_dir):
     handlers = handlers_on(page, _stand_in(data_dir=data_dir))  # MT-Bench counts the questions in its files
     values = [setting.value for line in handlers.estimates.lines for setting in line.settings]
     shown = handlers.estimates.every(LOADED, *values)
-    assert len(shown) == len(handlers.estimates.lines) == 11
+    assert len(shown) == len(handlers.estimates.lines) == 12
     assert shown[page.speed.speed_estimate].startswith("Estimate: ")
     assert shown[page.generate.estimate].startswith("Estimate: at most")
     assert shown[page.benchmarks.mt_bench.estimate].startswith("Estimate: at most")
