@@ -40,7 +40,9 @@ After the chosen cut (or, with --full, on the original) one more step may follow
                                                 retrain briefly on WikiText-2 *validation* (after another step only),
                                                 on its tokens or distilled from the original; prints WikiText-2
                                                 *test* perplexity before and after healing
-  --quantize int8|int4 [--quant_group G]        last: every decoder matrix in int8 or int4 weights (torchao)
+  --quantize int8|int4 [--quant_group G] [--quant_method rtn|gptq]
+                                                last: every decoder matrix in int8 or int4 weights, rounded to
+                                                nearest (torchao) or chosen by GPTQ on the calibration text
 (several: the patch, then width, then low rank, then sparsity, then healing, then quantization).
 
 --model takes a Hub id, a folder, a .gguf file or a Hub GGUF as owner/repo/file.gguf (dequantized once, cached).

@@ -1,4 +1,5 @@
-"""The quantization family's recipe step: weight-only int8 or int4 (torchao's numbers, PyTorch's kernels), last.
+"""The quantization family's recipe step: weight-only int8 or int4, rounded to nearest (torchao's numbers) or chosen by
+GPTQ on calibration text, in PyTorch's kernels' form, last.
 
 Registered under the kind ``quantize`` when ``prune`` is imported. It may follow any other step (or stand alone:
 "int4 alone") and nothing may follow it (:attr:`Quantize.last`): healing, sparsifying or cutting quantized weights
@@ -16,13 +17,18 @@ from torch import nn
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput
 from prune.core.family import Choice, Family, Option, register_family
+from prune.core.errors import quoted
 from prune.core.sizes import Size
-from prune.core.step import Estimate, Progress, Step, step
+from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
+                             rebuildable, step, text_digest, with_digest)
+from prune.quantize.calibrated import quantize_gptq
 from prune.quantize.weights import (BITS, DEFAULT_GROUP, GROUPS, QUANTIZED_FIELD, check, head_bytes, quantize,
                                     int8_bytes, quantized_bytes, restore)
 
 NAMES = {"int8": 8, "int4": 4}
 HEAD = "+head"  # a picker name's suffix: the LM head in int8 too ("int4+head")
+GPTQ = "-gptq"  # a picker name's suffix: the integers chosen by GPTQ ("int4-gptq")
+METHODS = {"rtn": "round-to-nearest", "gptq": "GPTQ"}  # how the integers are chosen → its words
 KERNELS = {8: "`torch._weight_int8pack_mm`", 4: "tinygemm's `_weight_int4pack_mm_for_cpu`"}  # a CPU's (elsewhere the
 # products dequantize, then multiply)
 
@@ -38,19 +44,42 @@ class Quantize(Step):
     bits: int  # 8 or 4
     group: int | None = None  # int4: inputs per scale; int8: None (one scale per row)
     head: bool = False  # the LM head in int8 too (a scale per row)
+    method: str = "rtn"  # "rtn" (round to nearest) or "gptq" (calibrated, see prune.quantize.gptq)
+    calibration: Calibration | None = None  # GPTQ's; None for rtn, which reads no data
+    text_digest: str | None = None  # sha256 prefix of an inline calibration text (source "text")
 
     @classmethod
-    def of(cls, bits: int = 8, group: int | None = None, head: bool = False) -> Quantize:
+    def of(cls, bits: int = 8, group: int | None = None, head: bool = False, method: str = "rtn",
+           calibration: Calibration | None = None) -> Quantize:
+        """A checked step; GPTQ calibrates on ``calibration`` (None: the built-in text)."""
         if not isinstance(head, bool):
             raise InvalidInput("Whether the LM head is quantized is true or false.")
-        return cls(*check(bits, group), head)
+        if method not in METHODS:
+            raise InvalidInput(f"Quantization rounds to nearest (rtn) or solves by GPTQ (gptq), not {quoted(method)}.")
+        calibration = calibration or Calibration() if method == "gptq" else None
+        return cls(*check(bits, group), head, method, calibration, text_digest(calibration))
 
     @classmethod
     def from_record(cls, data: dict) -> Quantize:
-        return cls.of(data.get("bits"), data.get("group"), data.get("head", False))
+        """A recorded step; one recorded before GPTQ (no ``method``) rounds to nearest."""
+        made = cls.of(data.get("bits"), data.get("group"), data.get("head", False), data.get("method", "rtn"),
+                      calibration_from(data.get("calibration")))
+        return with_digest(made, data.get("text_digest"))
+
+    def record(self) -> dict:
+        """The JSON fields (without ``kind``): round-to-nearest's as they were before GPTQ (its recipes' keys
+        unchanged); GPTQ's with its calibration (an inline text by digest)."""
+        found = {"bits": self.bits, "group": self.group, "head": self.head}
+        if self.method == "rtn":
+            return found
+        return {**found, "method": self.method, "calibration": calibration_record(self.calibration),
+                "text_digest": self.text_digest}
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
-        return quantize(model, self.bits, self.group, self.head)
+        if self.method == "rtn":
+            return quantize(model, self.bits, self.group, self.head)
+        return quantize_gptq(model, tokenizer, self.bits, self.group, self.head,
+                             calibration=rebuildable(self.calibration, self.text_digest), progress=progress)
 
     def estimate(self, found: Estimate, after: Size) -> Estimate:
         """Every layer matrix quantized, by arithmetic: it replaces the copies an earlier step made of those
@@ -77,8 +106,8 @@ class Quantize(Step):
         return kept
 
     def handoff_note(self) -> str:
-        return ("the weights were quantized by torchao; the mergekit and llama.cpp commands build the unquantized "
-                "model (llama-quantize quantizes in its own formats)")
+        return (f"the weights were quantized {'by torchao' if self.method == 'rtn' else 'by GPTQ'}; the mergekit and "
+                "llama.cpp commands build the unquantized model (llama-quantize quantizes in its own formats)")
 
     def card_line(self, model: nn.Module, factored: bool = False) -> str:
         found = getattr(model.config, QUANTIZED_FIELD, None) or {}
@@ -86,48 +115,58 @@ class Quantize(Step):
         kept = f"; {dense} projection(s) kept dense (input width not a multiple of the group)" if dense else ""
         packed = ", int4 packed two values a byte with bfloat16 scales" if self.bits == 4 else ""
         head = " and the LM head (int8, untied from the input embedding)" if self.head else ""
-        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{head}{kept}. In "
-                "LayerCut, "
+        solved = (" The integers were chosen by GPTQ (Frantar et al. 2023) layer by layer on the calibration text; "
+                  "stored as round-to-nearest's are." if self.method == "gptq" else "")
+        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{head}{kept}.{solved} "
+                "In LayerCut, "
                 f"on a CPU, the products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to "
                 f"bfloat16{packed}. Saved in torchao's plain format (the same integers and scales): transformers with "
                 "torchao installed reloads it (`TorchAoConfig` in config.json) and multiplies in the model's dtype, "
                 "so its logits differ from LayerCut's by the bfloat16 rounding of the activations.")
 
     def describe(self) -> str:
-        """'int4 weight-only quantization (torchao, symmetric, groups of 32 inputs)'."""
+        """'int4 weight-only quantization (torchao, symmetric, groups of 32 inputs)'; by GPTQ: '… (GPTQ, symmetric,
+        groups of 32 inputs) (calibration: wikitext2, 32 × 128 tokens)'."""
         scale = "one scale per row" if self.group is None else f"groups of {self.group} inputs"
         head = "; the LM head in int8, a scale per row" if self.head else ""
-        return f"int{self.bits} weight-only quantization (torchao, symmetric, {scale}{head})"
+        who = "torchao" if self.method == "rtn" else METHODS[self.method]
+        return (f"int{self.bits} weight-only quantization ({who}, symmetric, {scale}{head})"
+                f"{calibration_words(self.calibration)}")
 
     def short(self) -> str:
-        """A column title: 'int8', 'int4 g32' or 'int8+head'."""
-        return (f"int{self.bits}" if self.group is None else f"int{self.bits} g{self.group}") + (HEAD if self.head
-                                                                                                else "")
+        """A column title: 'int8', 'int4 g32', 'int8+head' or 'int4 g32 gptq'."""
+        solved = f" {self.method}" if self.method != "rtn" else ""
+        return (f"int{self.bits}" if self.group is None else f"int{self.bits} g{self.group}") + solved + (
+            HEAD if self.head else "")
 
 
 def build(name: str, level: float, pattern: str, calibration: Calibration) -> Quantize:
-    """The picker's step (it has no level)."""
-    return Quantize.of(NAMES[name.removesuffix(HEAD)], head=name.endswith(HEAD))
+    """The picker's step (it has no level): 'int4', 'int4+head' or 'int4-gptq' (calibrated on ``calibration``)."""
+    method = "gptq" if name.endswith(GPTQ) else "rtn"
+    return Quantize.of(NAMES[name.removesuffix(HEAD).removesuffix(GPTQ)], head=name.endswith(HEAD), method=method,
+                       calibration=calibration)
 
 
 def from_args(args, calibration: Calibration, data_dir=None) -> Quantize | None:
     if args.quantize is None:
         return None
-    return Quantize.of(NAMES[args.quantize], args.quant_group if args.quantize == "int4" else None, args.quant_head)
+    return Quantize.of(NAMES[args.quantize], args.quant_group if args.quantize == "int4" else None, args.quant_head,
+                       args.quant_method, calibration)
 
 
 def check_args(args) -> None:
     if args.quant_group is not None and args.quantize != "int4":
         raise InvalidInput("--quant_group goes with --quantize int4.")
-    if args.quant_head and args.quantize is None:
-        raise InvalidInput("--quant_head goes with --quantize.")
+    if (args.quant_head or args.quant_method != "rtn") and args.quantize is None:
+        raise InvalidInput("--quant_head and --quant_method go with --quantize.")
 
 
 FAMILY = register_family(Family(
     name="quantize", label="Quantization", step=Quantize,
-    paper="torchao (PyTorch's quantization library): weight-only int8 and int4", link="https://github.com/pytorch/ao",
-    about="Stores every decoder matrix in int8 (a scale per row) or int4 (a scale per group of inputs), weight-only; "
-          "last in a recipe, after any other step.",
+    paper="torchao (PyTorch's quantization library): weight-only int8 and int4; GPTQ (Frantar et al. 2023)",
+    link="https://github.com/pytorch/ao",
+    about="Stores every decoder matrix in int8 (a scale per row) or int4 (a scale per group of inputs), weight-only, "
+          "rounded to nearest or chosen by GPTQ; last in a recipe, after any other step.",
     choices=(Choice("int8", "int8 weights (torchao, weight-only)",
                     "one int8 per weight and a scale per row: a quarter of float32's bytes; on a CPU the products run "
                     "PyTorch's int8 kernel with bfloat16 activations. Last in a recipe: tick 'Start from this slot's "
@@ -141,13 +180,23 @@ FAMILY = register_family(Family(
                       f"as int{bits}, and the LM head too in int8, a scale per row, as llama.cpp stores it in higher "
                       "precision than the layers (Q8_0 beside Q8_0, Q6_K beside Q4_0): the head is the largest matrix "
                       "of a small model, read whole for every token. A tied head is untied; the input embedding stays "
-                      "the original's.", None) for bits in BITS)),
+                      "the original's.", None) for bits in BITS),
+             *(Choice(f"int{bits}{GPTQ}", f"int{bits} weights by GPTQ (Frantar et al. 2023)",
+                      f"as int{bits}, the same bytes and kernels, but each layer's integers (and, in groups, scales) "
+                      "chosen on the calibration text layer by layer so that the layer's outputs change least: each "
+                      "column's rounding error is spread over the columns not yet rounded (blocks of 128, 1 % "
+                      "dampening). Slower to build than rounding to nearest (per-layer progress).", None)
+               for bits in BITS)),
     build=build,
     options=(Option("--quantize", dict(choices=tuple(NAMES), default=None,
                                        help="last: store every decoder matrix in int8 (a scale per row) or int4 (a "
-                                            "scale per group), weight-only, through torchao")),
+                                            "scale per group), weight-only, in torchao's format")),
              Option("--quant_group", dict(type=int, choices=GROUPS, default=None,
                                           help=f"with --quantize int4: inputs per scale (default {DEFAULT_GROUP})")),
+             Option("--quant_method", dict(choices=tuple(METHODS), default="rtn",
+                                           help="with --quantize: rtn rounds each weight to nearest (fast); gptq "
+                                                "chooses the integers layer by layer on the calibration text (GPTQ, "
+                                                "Frantar et al. 2023), the same storage")),
              Option("--quant_head", dict(action="store_true",
                                          help="with --quantize: the LM head too, in int8 (a scale per row), as "
                                               "llama.cpp stores it; a tied head is untied"))),

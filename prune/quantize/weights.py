@@ -62,29 +62,49 @@ def quantizable(module: nn.Module, group: int | None) -> bool:
 
 
 def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False) -> nn.Module:
-    """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit (and with ``head``, its LM head
-    int8); ``model`` is untouched."""
+    """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit, rounded to nearest (and with
+    ``head``, its LM head int8); ``model`` is untouched."""
     from torchao.quantization import quantize_
-    from transformers import TorchAoConfig
 
-    from prune.quantize.packed import packed_model
+    refuse_quantized(model)
+    variant = clone_layers(model)
+    linears, chosen = chosen_linears(variant, bits, group)
+    config = torchao_config(bits, group)
+    quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
+    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "rtn")
 
+
+def refuse_quantized(model: nn.Module) -> None:
+    """A one-line refusal for a model already quantized: its weights are no longer the float ones to round."""
     if getattr(model, "hf_quantizer", None) is not None:
         raise InvalidInput("This model is already quantized: quantize the unquantized model, once.")
-    variant = clone_layers(model)
+
+
+def chosen_linears(variant: nn.Module, bits: int, group: int | None) -> tuple[list[nn.Linear], set[int]]:
+    """The decoder layers' linear maps, and the ids of those quantized (a one-line refusal when there are none)."""
     linears = [m for layer in decoder_layers(variant) for m in layer.modules() if isinstance(m, nn.Linear)]
     chosen = {id(m) for m in linears if quantizable(m, group)}
     if not chosen:
         raise InvalidInput(f"No projection of this model can be quantized to int{bits}: torchao quantizes "
                            f"nn.Linear maps{'' if group is None else f' whose input width is a multiple of {group}'}.")
-    config = torchao_config(bits, group)
-    quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
+    return linears, chosen
+
+
+def finished(variant: nn.Module, bits: int, group: int | None, head: bool, counts: tuple[int, int],
+             method: str) -> nn.Module:
+    """``variant``, its layers' weights quantized by ``method``, with its head (``head``), the config that saves and
+    reloads it and what was done (``counts``: projections quantized and kept dense), in kernel form."""
+    from transformers import TorchAoConfig
+
+    from prune.quantize.packed import packed_model
+
     if head:
         _quantize_head(variant)
     # transformers skips the output embedding on reload unless told: an int8 head names no module to skip
-    variant.config.quantization_config = TorchAoConfig(config, **({"modules_to_not_convert": []} if head else {}))
-    setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": len(chosen),
-                                              "dense": len(linears) - len(chosen), "head": head})
+    variant.config.quantization_config = TorchAoConfig(torchao_config(bits, group),
+                                                       **({"modules_to_not_convert": []} if head else {}))
+    setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": counts[0],
+                                              "dense": counts[1], "head": head, "method": method})
     return packed_model(variant)
 
 

@@ -1,0 +1,92 @@
+"""GPTQ over a whole model: each decoder layer's projections rounded by :func:`prune.quantize.gptq.gptq` on the
+calibration inputs that reach that layer through the layers before it, already quantized (the authors' order).
+
+As the authors' ``llama.py`` runs it without ``--true-sequential``: one pass of the unquantized layer gives every
+projection's H = XᵀX, each projection is then solved, and the quantized layer's outputs are the next layer's inputs
+(the calibration pipeline Wanda and SparseGPT use, :mod:`prune.core.sequential`). The layer computes those outputs as
+the variant will, through the kernels. A projection no calibration token reached is rounded to nearest (H = I).
+The stored form is round-to-nearest's: the same integer grid, scales, packing, bytes and exports; only the integers
+(and, in groups, the scales, read from the updated weights) differ.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, kind_of
+from prune.core.calibration import Calibration, token_windows
+from prune.core.devices import input_device
+from prune.core.errors import InvalidInput
+from prune.core.sequential import layer_calls, run_layer
+from prune.core.surgery import clone_layers
+from prune.quantize.gptq import Grid, gptq
+from prune.quantize.weights import chosen_linears, finished, refuse_quantized
+
+Progress = Callable[[float, str], object]
+
+
+def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, head: bool = False, *,
+                  calibration: Calibration | None = None, actorder: bool = False, progress: Progress | None = None,
+                  batch_size: int = 8) -> nn.Module:
+    """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit, chosen by GPTQ on
+    ``calibration`` (None: the built-in text); with ``head``, its LM head int8 (rounded to nearest). ``model`` is
+    untouched; ``progress(fraction, message)`` is called after each layer (raising there cancels)."""
+    refuse_quantized(model)
+    if architecture_of(model).stacks or kind_of(model) != CAUSAL:
+        raise InvalidInput("GPTQ calibrates a causal language model's decoder layers in order: quantize this model "
+                           "by round-to-nearest (method rtn).")
+    if tokenizer is None:
+        raise InvalidInput("GPTQ reads calibration activations: it needs the model's tokenizer.")
+    variant = clone_layers(model)
+    linears, chosen = chosen_linears(variant, bits, group)
+    windows = token_windows(tokenizer, calibration or Calibration())
+    hidden, calls = layer_calls(variant, windows.to(input_device(model)), batch_size)
+    report = progress or (lambda _fraction, _message: None)
+    layers = decoder_layers(variant)
+    for index, layer in enumerate(layers):
+        mine = {name: m for name, m in layer.named_modules() if id(m) in chosen}
+        own_calls = [c[index] for c in calls]
+        hessians = _hessians(layer, mine, hidden, own_calls)
+        for name, module in mine.items():
+            module.weight = nn.Parameter(_solved(module.weight, hessians.get(name), bits, group, actorder),
+                                         requires_grad=False)
+        hidden = run_layer(layer, hidden, own_calls)  # the next layer reads the quantized layer's outputs
+        report((index + 1) / len(layers), f"GPTQ: layer {index + 1} of {len(layers)} quantized")
+    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "gptq")
+
+
+def _solved(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, group: int | None,
+            actorder: bool) -> torch.Tensor:
+    """One projection's GPTQ weight in kernel form (the form round-to-nearest's weights take)."""
+    from prune.quantize.packed import Int4Groups, Int8Rows
+
+    grid = Grid(bits, group, torch.bfloat16 if bits == 4 else weight.dtype)
+    hessian = torch.eye(weight.shape[1], device=weight.device) if hessian is None else hessian
+    integers, scales = gptq(weight, hessian, grid, actorder=actorder)
+    if bits == 8:
+        return Int8Rows(integers, scales[:, 0].to(weight.dtype), weight.dtype)
+    return Int4Groups.of(integers, scales, group, weight.dtype)
+
+
+@torch.no_grad()
+def _hessians(layer: nn.Module, modules: dict[str, nn.Module], hidden: list[torch.Tensor],
+              calls: list[tuple]) -> dict[str, torch.Tensor]:
+    """Per projection of one layer, XᵀX [inputs, inputs] over its calibration inputs, from one pass of the layer."""
+    found: dict[str, torch.Tensor] = {}
+
+    def collect(name):
+        def hook(_module, args, _output):
+            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # [tokens, inputs]
+            found[name] = found[name] + x.T @ x if name in found else x.T @ x
+        return hook
+
+    handles = [m.register_forward_hook(collect(name)) for name, m in modules.items()]
+    try:
+        run_layer(layer, hidden, calls)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
