@@ -1,6 +1,8 @@
 """The default model's frontier: every family at 90 / 80 / 70 % of the bytes as stored, its table and its figure.
 
     .venv/bin/python -m benchmarks.frontier                     # measure (each point cached)
+    .venv/bin/python -m benchmarks.frontier --sizes 50,30,20 --name frontier_compound   # with compounds
+    .venv/bin/python -m benchmarks.frontier --sizes 50,30,20 --repair kd 120 --name frontier_kd120
     .venv/bin/python -m benchmarks.frontier --from results/frontier_params.json --png assets/frontier.png
     .venv/bin/python -m benchmarks.frontier --from results/frontier_params.json \
         --also results/frontier_mib.json --retime --png assets/frontier.png
@@ -14,7 +16,8 @@ PNG through Debian's Chromium (plotly's own JavaScript, offline).
 machine's load falls on every model alike: the frontier times each point in turns with the original only, when it
 is measured, and a busy machine moves those times between points. ``--also`` adds the points of another axis's
 run (sparsity and 2:4 from ``--axis params``, int8 and int4 from a run by bytes; an older ``frontier_mib.json``
-reads as one by bytes) to the figure and the re-timing. Writes ``benchmarks/results/frontier.json``.
+reads as one by bytes) to the figure and the re-timing. ``--sizes``, ``--families`` and ``--repair`` as the CLI's.
+Writes ``benchmarks/results/<--name>.json`` (default ``frontier.json``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from pathlib import Path
 import prune
 from benchmarks import harness
 from benchmarks.record import write_result
-from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES
+from evaluation.frontier import compound
+from evaluation.frontier.plan import DEFAULT_AXIS, DEFAULT_SIZES, FAMILIES, check_sizes
 from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
@@ -44,8 +48,13 @@ def measured(args) -> FrontierResult:
         return FrontierResult.from_json(json.loads(Path(args.source).read_text())["frontier"])
     backend = Backend()
     request = lm_eval_adapter.check_request([args.task], limit=args.limit, data_dir=backend.models.data_dir)
-    return final(backend.frontier.run(ModelSpec(prune.DEFAULT_MODEL), request, axis=args.axis, sizes=DEFAULT_SIZES,
-                            progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr, flush=True)))
+    families = tuple(f.strip() for f in args.families.split(";")) if args.families else FAMILIES
+    repair = compound.check_repair(args.repair[0], float(args.repair[1])) if args.repair else None
+    return final(backend.frontier.run(ModelSpec(prune.DEFAULT_MODEL), request, axis=args.axis,
+                                      sizes=check_sizes(args.sizes) if args.sizes else DEFAULT_SIZES,
+                                      families=families, repair=repair,
+                                      progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr,
+                                                                  flush=True)))
 
 
 def retimed(result: FrontierResult) -> FrontierResult:
@@ -98,8 +107,13 @@ def main() -> None:
     parser.add_argument("--png", default=None, help="draw the figure into this PNG")
     parser.add_argument("--also", default=None, help="another frontier_<axis>.json whose extra points join")
     parser.add_argument("--retime", action="store_true", help="time every point again, all taking turns")
+    parser.add_argument("--sizes", default=None, help="fractions of the original, e.g. '50,30,20' (default 90/80/70)")
+    parser.add_argument("--families", default=None, help="the families tried, ';'-separated (default: all)")
+    parser.add_argument("--repair", nargs=2, default=None, metavar=("KIND", "SECONDS"), help="kd|lora and seconds")
+    parser.add_argument("--name", default="frontier", help="the results file's name (default frontier)")
     args = parser.parse_args()
-    result = measured(args)
+    with harness.Clock() as clock:
+        result = measured(args)
     if args.also:
         result = merged(result, FrontierResult.from_json(json.loads(Path(args.also).read_text())["frontier"]))
     if args.retime:
@@ -108,9 +122,10 @@ def main() -> None:
     build = sum(p.build_s for p in result.everything())
     measure = sum(p.measure_s for p in result.everything())
     print(f"\n{len(result.points)} points beside the original: building {build:.0f} s, measuring {measure:.0f} s "
-          f"(analyses and loading not included).")
-    write_result("frontier", {"frontier": result.to_json(), "build_s": round(build, 1), "measure_s": round(measure, 1),
-                              "read_from": [args.source, args.also], "retimed": args.retime},
+          f"(analyses and loading not included); {clock.wall:.0f} s in all.")
+    write_result(args.name, {"frontier": result.to_json(), "build_s": round(build, 1), "measure_s": round(measure, 1),
+                             "wall_s": round(clock.wall, 1), "read_from": [args.source, args.also],
+                             "retimed": args.retime, "repair": args.repair},
                  model=prune.DEFAULT_MODEL, how=f"as the CLI's --frontier: WikiText-2 test perplexity over 16 × 512 "
                  f"tokens, {args.task}'s first {args.limit}, decode at batch 1 timed in turns with the original"
                  + ("; every point timed again in one run, taking turns (5 runs each)" if args.retime else ""))

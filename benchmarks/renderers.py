@@ -514,3 +514,20 @@ def llama_engine(found: dict, view: str = "timing") -> str:
             "\n\nThe original written in 4 bits two ways, each file's top-1 next tokens against the original in "
             "PyTorch:\n\n" + table(["GGUF", "MiB", "perplexity", "top-1 agreement with the original (%)"], files,
                                     "lrrr"))
+
+
+@renders("gptq")
+def gptq(found: dict) -> str:
+    """benchmarks/gptq.py: each quantization rounded to nearest and solved by GPTQ, and the gap GPTQ recovers."""
+    columns = found["columns"]
+
+    def accuracy(c: dict) -> str:
+        value = c.get("hellaswag_acc_norm")
+        return "—" if value is None else f"{value[0]:.1f} ± {value[1]:.1f}"
+
+    rows = [["WikiText-2 test perplexity", *(num(c["wikitext2_ppl"], ".2f") for c in columns.values())],
+            ["hellaswag acc_norm", *(accuracy(c) for c in columns.values())],
+            ["weight memory, MiB", *(num(c.get("weight_MiB")) for c in columns.values())],
+            ["build time (s)", *(num(c.get("build_s")) for c in columns.values())]]
+    gaps = "; ".join(f"{name} {share:.0f} %" for name, share in found["gap_recovered_pct"].items())
+    return (table(["", *columns], rows) + f"\n\nShare of round-to-nearest's perplexity gap that GPTQ closes: {gaps}.")

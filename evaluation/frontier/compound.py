@@ -34,9 +34,10 @@ REPAIR_STEPS = 100_000  # steps asked of a repair: its seconds stop it first
 RATIO_STEP = 0.001  # the finest width or rank ratio a compound is planned at
 
 
-def quantization(name: str) -> Quantize:
-    """The step of the frontier's ``int8`` or ``int4`` (groups of 32: GGUF's Q4_0 group)."""
-    return Quantize.of(8) if name == "int8" else Quantize.of(4)
+def quantization(name: str, calibration: Calibration | None) -> Quantize:
+    """The step of the frontier's ``int8`` (rounded to nearest: GPTQ buys int8 nothing measurable) or ``int4``
+    (groups of 32, GGUF's Q4_0 group, by GPTQ on the frontier's ``calibration``: what a deployment ships)."""
+    return Quantize.of(8) if name == "int8" else Quantize.of(4, method="gptq", calibration=calibration)
 
 
 @dataclass(frozen=True)

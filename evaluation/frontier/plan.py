@@ -40,7 +40,6 @@ from prune.depth.selection import chosen_recipe
 from prune.drop.sublayers import ATTENTION, MLP
 from prune.lowrank.step import Decompose
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, Patch
-from prune.quantize.step import Quantize
 from prune.sparsity.masks import MAX_SPARSITY
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
@@ -288,7 +287,7 @@ def _compounds(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, fr
                                            origin="frontier: low-rank")}
     patch = Patch.of("lstsq", _patch_calibration(plan.calibration))
     for bits in compound.QUANTIZED:
-        step = compound.quantization(bits)
+        step = compound.quantization(bits, plan.calibration)
         alone = Recipe((step,)).stored_bytes(base, element) <= limit
         for structure, make in (*_depth_makers(plan, depth).items(), *ratios.items()):
             if plan.axis == "params":
@@ -341,9 +340,9 @@ def _fixed(plan: FrontierPlan):
     int8, int4 (they keep every parameter)."""
     yield "2:4", STORED_ZEROS if plan.axis == "bytes" else \
         Recipe((Sparsify.of("wanda", pattern="2:4", calibration=plan.calibration),), origin="frontier: Wanda 2:4")
-    for bits in (8, 4):
-        yield f"int{bits}", ("quantization keeps every parameter (it shrinks the bytes: size by bytes)"
-                             if plan.axis == "params" else Recipe((Quantize.of(bits),), origin=f"frontier: int{bits}"))
+    for bits in compound.QUANTIZED:
+        yield bits, ("quantization keeps every parameter (it shrinks the bytes: size by bytes)" if plan.axis == "params"
+                     else Recipe((compound.quantization(bits, plan.calibration),), origin=f"frontier: {bits}"))
 
 
 def _ratio_reaching(family: str, make, base, fraction: float) -> Recipe | str:

@@ -73,14 +73,14 @@ def test_each_compound_is_the_mildest_structure_that_fits_the_size_once_quantize
             cut = found[(f"depth, block + {bits}", target)]
             assert cut.stored_bytes(size, element) <= target * original
             start, end = cut.depth_cut.layers[0], cut.depth_cut.layers[-1] + 1
-            milder = Recipe.block(LAYERS, start, end - 1).then(compound.quantization(bits))
+            milder = Recipe.block(LAYERS, start, end - 1).then(compound.quantization(bits, None))
             assert end - start == 1 or milder.stored_bytes(size, element) > target * original
             width = found.get((f"width + {bits}", target))
             if width is None:  # width pruning keeps a KV group and 8 channels a layer: it may not go that low
                 assert "no ratio" in why[(f"width + {bits}", target)]
                 continue
             ratio = width.steps[0].param_ratio
-            wider = Recipe((WidthPrune.of(round(ratio + 0.001, 6)), compound.quantization(bits)))
+            wider = Recipe((WidthPrune.of(round(ratio + 0.001, 6)), compound.quantization(bits, None)))
             assert width.stored_bytes(size, element) <= target * original < wider.stored_bytes(size, element)
         patched = found.get(("depth, block + patch + int4", 0.3))
         assert patched is None or patched.steps[1].kind == "patch"
