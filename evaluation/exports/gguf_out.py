@@ -297,8 +297,12 @@ def own_types(model, file_type: str) -> dict[str, gguf.GGMLQuantizationType]:
     (``Quantize(embedding=True)``), as llama.cpp's ``token_embd`` beside Q8_0 and Q4 layers."""
     if file_type not in BELOW_Q8_0:
         return {}
-    int8 = is_quantized(model.get_input_embeddings().weight)
-    return {output_tensor(model): OUTPUT_TYPE, **({"token_embd.weight": OUTPUT_TYPE} if int8 else {})}
+    return {output_tensor(model): OUTPUT_TYPE, **({"token_embd.weight": OUTPUT_TYPE} if int8_embedding(model) else {})}
+
+
+def int8_embedding(model) -> bool:
+    """Whether LayerCut stores ``model``'s input embedding quantized (int8, ``Quantize(embedding=True)``)."""
+    return is_quantized(model.get_input_embeddings().weight)
 
 
 def output_tensor(model) -> str:
