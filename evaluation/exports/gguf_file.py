@@ -23,7 +23,7 @@ from prune.core.errors import InvalidInput, MissingDependency, quoted
 
 from evaluation.core.jobs import Progress
 from evaluation.exports import llama_quantize
-from evaluation.exports.gguf_out import GGUF_TYPES, write_gguf
+from evaluation.exports.gguf_out import GGUF_TYPES, OUTPUT_TYPE, int8_embedding, write_gguf
 from evaluation.exports.imatrix import imatrix
 from evaluation.exports.llama_quantize import LLAMA_TYPES, Quantized, size_order
 from evaluation.exports.texts import model_dtype
@@ -90,7 +90,8 @@ def write(model, tokenizer, path: Path, file_type: str, *, quantizer: str | None
         if quantizing is not None:
             quantizing(0.0, f"Writing the model in {source_type} for llama.cpp's quantizer…")
         write_gguf(model, tokenizer, source, source_type, tokenizer_gguf=tokenizer_gguf)
-        report = llama_quantize.quantized(source, path, file_type, imatrix=columns, progress=quantizing)
+        report = llama_quantize.quantized(source, path, file_type, imatrix=columns, progress=quantizing,
+                                          embedding_type=OUTPUT_TYPE.name if int8_embedding(model) else None)
     finally:
         source.unlink(missing_ok=True)
     return Written(path, by, source_type, report, importance)

@@ -29,11 +29,11 @@ loader derive the pattern from the index: :func:`pattern_break` refuses a cut th
 (Mistral too) and qwen2 read no sliding window: every layer runs full attention.
 
 On purpose unlike the converter: ``rope.freq_base``, ``key_length``, ``value_length`` written for every architecture;
-Gemma 3's embedding rows past the tokenizer kept (as ``[PAD<id>]``), not cut; types below Q8_0 are written directly
-(the converter stops at Q8_0), every matrix in the type except the output layer (``output.weight``, or the tied
+Gemma 3's embedding rows past the tokenizer kept (as ``[PAD<id>]``), not cut; types below Q8_0 are written directly (the
+converter stops at Q8_0), every matrix in the type except the output layer (``output.weight``, or the tied
 ``token_embd.weight``), which is Q8_0: ``llama-quantize`` (``llama_tensor_get_type``) keeps it at Q6_K, which the
-``gguf`` package cannot write. As the converter: vectors and norms stay F32; a matrix whose rows do not split into
-the type's blocks falls back to F16.
+``gguf`` package cannot write; an input embedding LayerCut stores in int8 is Q8_0 too. As the converter: vectors and
+norms stay F32; a matrix whose rows do not split into the type's blocks falls back to F16.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ from evaluation.exports.gguf_tokenizer import add_tokenizer
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Factored
+from prune.core.storage import is_quantized, parts
 
 GGUF_TYPES = ("F16", "BF16", "Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")  # those gguf.quants quantizes in numpy
 BELOW_Q8_0 = ("Q5_1", "Q5_0", "Q4_1", "Q4_0")  # their output layer is written in OUTPUT_TYPE
@@ -213,10 +214,9 @@ def write_gguf(model, tokenizer, path, file_type: str = "F16", *, tokenizer_gguf
         writer = gguf.GGUFWriter(tmp, gguf.MODEL_ARCH_NAMES[family.arch])
         _add_metadata(writer, model, family, file_type)
         add_tokenizer(writer, tokenizer, model.config, tokenizer_gguf)
-        qtype = gguf.GGMLQuantizationType[file_type]
-        output = output_tensor(model)
+        qtype, own = gguf.GGMLQuantizationType[file_type], own_types(model, file_type)
         for name, data in _tensors(model, family):
-            _add_tensor(writer, name, data, OUTPUT_TYPE if name == output and file_type in BELOW_Q8_0 else qtype)
+            _add_tensor(writer, name, data, own.get(name, qtype))
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
@@ -292,6 +292,19 @@ def _tensors(model, family: Family):
         yield gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS] + ".weight", llama3_rope_factors(model.config)
 
 
+def own_types(model, file_type: str) -> dict[str, gguf.GGMLQuantizationType]:
+    """The tensors a type below Q8_0 writes in Q8_0: the output layer, and an input embedding LayerCut stores in int8
+    (``Quantize(embedding=True)``), as llama.cpp's ``token_embd`` beside Q8_0 and Q4 layers."""
+    if file_type not in BELOW_Q8_0:
+        return {}
+    return {output_tensor(model): OUTPUT_TYPE, **({"token_embd.weight": OUTPUT_TYPE} if int8_embedding(model) else {})}
+
+
+def int8_embedding(model) -> bool:
+    """Whether LayerCut stores ``model``'s input embedding quantized (int8, ``Quantize(embedding=True)``)."""
+    return is_quantized(model.get_input_embeddings().weight)
+
+
 def output_tensor(model) -> str:
     """The GGUF name of the model's output layer: its own, or the token embeddings it is tied to."""
     return "token_embd.weight" if _tied(model) else "output.weight"
@@ -347,4 +360,5 @@ def _head_dim(config) -> int:
 def _tied(model) -> bool:
     """Whether the LM head is the token embedding itself (then the file holds no output.weight, as the converter)."""
     head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
-    return head is None or head.weight is embedding.weight or head.weight.data_ptr() == embedding.weight.data_ptr()
+    shared = {t.data_ptr() for t in parts(embedding.weight)}  # an int8 weight's data_ptr() is 0: its values' is not
+    return head is None or head.weight is embedding.weight or any(t.data_ptr() in shared for t in parts(head.weight))

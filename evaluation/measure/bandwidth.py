@@ -9,10 +9,10 @@ FLOPs per byte: their ideal stays a FLOPs ratio (``evaluation.measure.speed``).
   beyond any cache), the best of a few runs after one to warm up; on CUDA the same sum timed with events. Measured
   once per process and device, then reused.
 * **Bytes per decoded token** (:func:`decode_bytes`): every tensor the model holds as it stores it (parameters and
-  buffers; a quantized weight's integers and scales, a 2:4 kernel form's kept half and metadata), each storage
-  once, but the input embedding, of which a token reads one row per sequence (a head tied to it is read whole:
-  counted once, rows included); plus the KV cache at that context: keys and values of every layer that has
-  attention, per sequence. A model whose weights are read from disk layer by layer has no such floor (its reads are
+  buffers; a quantized weight's integers and scales, a 2:4 kernel form's kept half and metadata), each storage once, but
+  the input embedding, of which a token reads one row per sequence (an int8 one: its int8 row and scale; a head tied to
+  it is read whole: counted once, rows included); plus the KV cache at that context: keys and values of every layer that
+  has attention, per sequence. A model whose weights are read from disk layer by layer has no such floor (its reads are
   the disk's).
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from prune.core.offload import is_offloaded
-from prune.core.storage import parts
+from prune.core.storage import nbytes, parts
 from prune.drop.sublayers import attention_layers
 
 PROBE_BYTES = 2**30
@@ -109,12 +109,12 @@ def decode_bytes(model, context: int, batch: int = 1) -> int | None:
     if is_offloaded(model):
         return None
     embedding = model.get_input_embeddings().weight
-    rows = 0 if _tied(model) else batch * embedding.shape[-1] * embedding.element_size()
+    rows = 0 if _tied(model) else batch * (nbytes(embedding) // embedding.shape[0])  # an int8 row with its scale
     return weights_read(model) + rows + kv_bytes(model, context, batch)
 
 
 def _tied(model) -> bool:
     """Whether the LM head is the input embedding's matrix (read whole for the logits, so its rows come free)."""
     head = model.get_output_embeddings()
-    embedding = model.get_input_embeddings().weight
-    return head is not None and any(p.data_ptr() == embedding.data_ptr() for p in parts(head.weight))
+    embedding = {t.data_ptr() for t in parts(model.get_input_embeddings().weight)}  # an int8 one: values and scales
+    return head is not None and any(p.data_ptr() in embedding for p in parts(head.weight))

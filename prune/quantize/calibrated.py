@@ -29,10 +29,11 @@ Progress = Callable[[float, str], object]
 
 
 def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, head: bool = False, *,
-                  calibration: Calibration | None = None, actorder: bool = False, progress: Progress | None = None,
-                  batch_size: int = 8) -> nn.Module:
+                  embedding: bool = False, calibration: Calibration | None = None, actorder: bool = False,
+                  progress: Progress | None = None, batch_size: int = 8) -> nn.Module:
     """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit, chosen by GPTQ on
-    ``calibration`` (None: the built-in text); with ``head``, its LM head int8 (rounded to nearest). ``model`` is
+    ``calibration`` (None: the built-in text); with ``head`` or ``embedding``, its LM head or input embedding int8
+    (rounded to nearest). ``model`` is
     untouched; ``progress(fraction, message)`` is called after each layer (raising there cancels)."""
     refuse_quantized(model)
     if architecture_of(model).stacks or kind_of(model) != CAUSAL:
@@ -55,7 +56,7 @@ def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, hea
                                          requires_grad=False)
         hidden = run_layer(layer, hidden, own_calls)  # the next layer reads the quantized layer's outputs
         report((index + 1) / len(layers), f"GPTQ: layer {index + 1} of {len(layers)} quantized")
-    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "gptq")
+    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "gptq", embedding)
 
 
 def _solved(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, group: int | None,

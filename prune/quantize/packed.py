@@ -177,6 +177,13 @@ def _linear(func, types, args, kwargs):
     return out if bias is None else out + bias
 
 
+def _embedding(func, types, args, kwargs):
+    """F.embedding (or aten.embedding) with int8 rows: each asked token's int8 row times its scale, one row read per
+    token (the matrix is not dequantized)."""
+    weight, ids = (args[1], args[0]) if func is torch.nn.functional.embedding else (args[0], args[1])
+    return weight.qdata[ids].to(weight.dtype) * weight.scale[ids, None].to(weight.dtype)  # [..., K]
+
+
 def _to_copy(func, types, args, kwargs):
     """``.to(device, dtype)``: int4 repacked for a device of another type."""
     self = args[0]
@@ -189,6 +196,8 @@ for _cls in (Int8Rows, Int4Groups):
     _cls.implements(aten.linear.default)(_linear)
     _cls.implements_torch_function(torch.nn.functional.linear)(_linear)
     _cls.implements(aten._to_copy.default)(_to_copy)
+Int8Rows.implements(aten.embedding.default)(_embedding)
+Int8Rows.implements_torch_function(torch.nn.functional.embedding)(_embedding)
 
 
 def _pack(values: torch.Tensor, packing: str) -> torch.Tensor:
@@ -247,13 +256,16 @@ def from_torchao(weight) -> Int8Rows | Int4Groups:
 
 
 def packed_model(model: nn.Module) -> nn.Module:
-    """``model`` (its own quantized layers and head) with torchao's weights in kernel form, in place, and saved as
-    torchao's."""
-    head = model.get_output_embeddings()
-    for layer in [*decoder_layers(model), *([head] if head is not None else [])]:
-        for module in layer.modules():
-            if isinstance(module, nn.Linear) and is_quantized(module.weight) and not is_packed(module.weight):
-                module.weight = nn.Parameter(from_torchao(module.weight), requires_grad=False)
+    """``model`` (its own quantized layers, head and input embedding) with torchao's weights in kernel form, in
+    place, and saved as torchao's; a weight two modules share (a tied head) stays one."""
+    made: dict[int, nn.Parameter] = {}
+    ends = [m for m in (model.get_input_embeddings(), model.get_output_embeddings()) if m is not None]
+    for module in [*(m for layer in decoder_layers(model) for m in layer.modules()), *ends]:
+        if isinstance(module, (nn.Linear, nn.Embedding)) and is_quantized(module.weight) and not is_packed(
+                module.weight):
+            found = module.weight
+            made.setdefault(id(found), nn.Parameter(from_torchao(found), requires_grad=False))
+            module.weight = made[id(found)]
     model.hf_quantizer = SavesTorchao(model.config.quantization_config)
     return model
 
@@ -264,7 +276,13 @@ class SavesTorchao(TorchAoHfQuantizer):
     def get_state_dict_and_metadata(self, model):
         from torchao.prototype.safetensors.safetensors_support import flatten_tensor_state_dict
 
-        state = {name: value.to_torchao() if is_packed(value) else value for name, value in model.state_dict().items()}
+        state, seen = {}, set()
+        for name, value in model.state_dict(keep_vars=True).items():  # a tied weight once, under its first name (the
+            if not is_packed(value):  # input embedding's): the flattened names escape transformers' tied-key removal
+                state[name] = value.detach()
+            elif id(value) not in seen:
+                state[name] = value.to_torchao()
+                seen.add(id(value))
         return flatten_tensor_state_dict(state)
 
 

@@ -17,10 +17,12 @@ Every ``nn.Linear`` of the decoder layers is quantized (a low-rank step's two fa
 as they are. The LM head stays too by default (torchao's and transformers' default leaves the tied embedding alone);
 with ``head`` it is stored in int8, one scale per row, whatever the layers' bits: llama.cpp's Q8_0 files hold the
 output matrix in Q8_0 and its Q4_0 files in Q6_K, a higher precision than the layers'. A tied head is then untied:
-the variant's head is its own int8 matrix, its input embedding the original's (a token reads one row of it). A
+the variant's head is its own int8 matrix, its input embedding the original's (a token reads one row of it). With
+``embedding`` the input embedding is stored in int8 too, the same rule (llama.cpp's Q8_0 ``token_embd``); a head tied
+to it stays tied, the one int8 matrix (transformers reloads it with ``include_input_output_embeddings``). A
 projection whose input width is not a multiple of the group stays dense and is counted. The original is never
-altered: the variant's layers and head are clones (``prune.core.surgery.clone_layers``) whose linear modules get new,
-quantized parameters.
+altered: the variant's layers, head and embedding are clones (``prune.core.surgery.clone_layers``) whose modules
+get new, quantized parameters.
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ def quantizable(module: nn.Module, group: int | None) -> bool:
     return isinstance(module, nn.Linear) and (group is None or module.in_features % group == 0)
 
 
-def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False) -> nn.Module:
+def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False, embedding: bool = False) -> nn.Module:
     """A variant of ``model`` whose decoder layers' linear weights are ``bits``-bit, rounded to nearest (and with
-    ``head``, its LM head int8); ``model`` is untouched."""
+    ``head`` or ``embedding``, its LM head or input embedding int8); ``model`` is untouched."""
     from torchao.quantization import quantize_
 
     refuse_quantized(model)
@@ -71,7 +73,7 @@ def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False)
     linears, chosen = chosen_linears(variant, bits, group)
     config = torchao_config(bits, group)
     quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
-    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "rtn")
+    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "rtn", embedding)
 
 
 def refuse_quantized(model: nn.Module) -> None:
@@ -91,35 +93,54 @@ def chosen_linears(variant: nn.Module, bits: int, group: int | None) -> tuple[li
 
 
 def finished(variant: nn.Module, bits: int, group: int | None, head: bool, counts: tuple[int, int],
-             method: str) -> nn.Module:
-    """``variant``, its layers' weights quantized by ``method``, with its head (``head``), the config that saves and
-    reloads it and what was done (``counts``: projections quantized and kept dense), in kernel form."""
+             method: str, embedding: bool = False) -> nn.Module:
+    """``variant``, its layers' weights quantized by ``method``, with its head (``head``) and input embedding
+    (``embedding``), the config that saves and reloads it and what was done (``counts``: projections quantized and
+    kept dense), in kernel form."""
     from transformers import TorchAoConfig
 
     from prune.quantize.packed import packed_model
 
-    if head:
-        _quantize_head(variant)
-    # transformers skips the output embedding on reload unless told: an int8 head names no module to skip
-    variant.config.quantization_config = TorchAoConfig(torchao_config(bits, group),
-                                                       **({"modules_to_not_convert": []} if head else {}))
+    _quantize_embeddings(variant, head, embedding)
+    # transformers skips the output embedding on reload unless told: an int8 head names no module to skip; an int8
+    # input embedding (and a head tied to it) is reloaded only where embeddings are included
+    extra = {"modules_to_not_convert": []} if head or embedding else {}
+    variant.config.quantization_config = TorchAoConfig(
+        torchao_config(bits, group), **extra, **({"include_input_output_embeddings": True} if embedding else {}))
     setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": counts[0],
-                                              "dense": counts[1], "head": head, "method": method})
+                                              "dense": counts[1], "head": head, "method": method,
+                                              "embedding": embedding})
     return packed_model(variant)
 
 
-def _quantize_head(variant: nn.Module) -> None:
-    """The variant's LM head replaced by an int8 copy (a scale per row); a tied one is untied."""
+def _quantize_embeddings(variant: nn.Module, head: bool, embedding: bool) -> None:
+    """The variant's input embedding (``embedding``) and LM head (``head``) replaced by int8 copies (a scale per row).
+    A head tied to a quantized embedding stays tied (its own module, the one int8 parameter); a tied head quantized
+    alone is untied."""
+    inputs, outputs = variant.get_input_embeddings(), variant.get_output_embeddings()
+    tied = outputs is not None and outputs.weight is inputs.weight
+    if embedding:
+        own = _int8_copy(inputs, nn.Embedding, "input embedding")
+        variant.set_input_embeddings(own)
+        if tied:
+            sharing = shallow_clone(outputs)
+            sharing.weight = own.weight
+            variant.set_output_embeddings(sharing)
+    if head and not (embedding and tied):
+        variant.set_output_embeddings(_int8_copy(outputs, nn.Linear, "LM head"))
+        for config in {id(c): c for c in (variant.config, variant.config.get_text_config())}.values():
+            config.tie_word_embeddings = False
+
+
+def _int8_copy(module: nn.Module | None, kind: type, what: str) -> nn.Module:
+    """A clone of ``module`` whose weight is torchao's int8 (a scale per row), as its layers' int8 weights are."""
     from torchao.quantization import quantize_
 
-    original = variant.get_output_embeddings()
-    if not isinstance(original, nn.Linear):
-        raise InvalidInput("This model's LM head is not an nn.Linear map: quantize the decoder layers only.")
-    own = shallow_clone(original)
-    quantize_(own, torchao_config(8, None))
-    variant.set_output_embeddings(own)
-    for config in {id(c): c for c in (variant.config, variant.config.get_text_config())}.values():
-        config.tie_word_embeddings = False
+    if not isinstance(module, kind):
+        raise InvalidInput(f"This model's {what} is not an nn.{kind.__name__}: quantize the decoder layers only.")
+    own = shallow_clone(module)
+    quantize_(own, torchao_config(8, None), filter_fn=lambda found, _name: found is own)
+    return own
 
 
 def kernel_of(model: nn.Module) -> str | None:
@@ -140,12 +161,6 @@ def restore(model: nn.Module) -> nn.Module:
     from prune.quantize.packed import packed_model
 
     return packed_model(model)
-
-
-def head_bytes(model: nn.Module) -> int:
-    """What an int8 LM head owns: a byte per weight and a scale (the model's dtype) per row."""
-    weight = model.get_output_embeddings().weight
-    return int8_bytes(*weight.shape, weight.element_size())
 
 
 def int8_bytes(rows: int, inputs: int, element: int) -> int:

@@ -163,6 +163,21 @@ def test_layercuts_packed_weights_are_dequantized_then_written(bits, folder, tin
     torch.testing.assert_close(_logits(_reload(path)), _logits(reference), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("tied, head", [(True, False), (False, True)])
+def test_an_int8_input_embedding_is_written_q8_0_beside_q4_0_layers(tied, head, folder, tiny_tokenizer):
+    from conftest import tied_llama
+    from prune.quantize.step import Quantize
+
+    model = Quantize.of(4, head=head, embedding=True).apply(tied_llama(2) if tied else tiny_model("llama", 2))
+    path = write_gguf(model, tiny_tokenizer, folder / f"emb-{tied}.gguf", "Q4_0")
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(path).tensors}
+    q8, q4 = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0
+    assert types["token_embd.weight"] == q8 and types["blk.0.ffn_down.weight"] == q4
+    assert ("output.weight" not in types) if tied else types["output.weight"] == q8  # two int8 matrices: not tied
+    plain = write_gguf(tiny_model("llama", 2), tiny_tokenizer, folder / "plain.gguf", "Q4_0")
+    assert {t.name: t.tensor_type for t in gguf.GGUFReader(plain).tensors}["token_embd.weight"] == q4  # as before
+
+
 # ---------------------------------------------------------------- metadata and tensors
 
 

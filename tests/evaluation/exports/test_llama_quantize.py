@@ -211,6 +211,15 @@ def test_an_export_in_a_llama_cpp_type_says_so_in_its_card_and_keeps_no_temporar
     assert steps[-1][1] == "llama.cpp quantizing to Q4_K_M: 30 of 30 tensors done (blk.2.ffn_up.weight)"
 
 
+def test_an_int8_input_embedding_stays_q8_0_in_llama_cpps_types(tiny_tokenizer, tmp_path):
+    from prune.quantize.step import Quantize
+
+    untied = tiny_model("llama", 2)  # tied, token_embd is the output layer: Q8_0 already (q6_K falls back)
+    for model, embedding in ((untied, "Q5_0"), (Quantize.of(4, embedding=True).apply(untied), "Q8_0")):
+        written = gguf_file.write(model, tiny_tokenizer, tmp_path / "emb.Q4_K_M.gguf", "Q4_K_M")
+        assert _types(written.path)["token_embd.weight"] == embedding  # a float one: q4_K, 32 wide: q5_0
+
+
 def test_a_numpy_type_keeps_its_card_as_before(tiny_tokenizer, tmp_path):
     model = tiny_model("llama", 4)
     recipe = Recipe.block(4, 1, 2)

@@ -63,6 +63,20 @@ def test_a_tied_head_quantized_is_untied_the_token_reads_it_whole_and_one_row_of
     assert bandwidth.decode_bytes(variant, 10) == tied - layers - HEAD + int8([(320, 32)]) + ROW
 
 
+def test_an_int8_embedding_reads_one_int8_row_and_its_scale_and_tied_to_the_head_the_int8_matrix_whole_once():
+    model = tiny_model("llama")  # untied: the float head read whole, the int8 embedding one row of 32 bytes + a scale
+    layers = [int4(ATTENTION + MLP) + NORMS] * 4
+    assert bandwidth.decode_bytes(prune.Quantize.of(4, embedding=True).apply(model), 10) == whole(
+        layers, 10) - ROW + (32 + 4)
+    both = prune.Quantize.of(4, head=True, embedding=True).apply(model)
+    assert bandwidth.decode_bytes(both, 10, batch=2) == whole(layers, 10, batch=2) - HEAD + int8(
+        [(320, 32)]) - 2 * ROW + 2 * (32 + 4)
+    tied = tied_llama()
+    variant = prune.Quantize.of(8, embedding=True).apply(tied)  # the one int8 matrix, read whole, no row beside it
+    layers = (dense(ATTENTION + MLP) - int8(ATTENTION + MLP)) * 4
+    assert bandwidth.decode_bytes(variant, 10) == bandwidth.decode_bytes(tied, 10) - layers - HEAD + int8([(320, 32)])
+
+
 def test_a_dropped_attention_reads_neither_its_matrices_nor_a_cache_and_a_factored_matrix_reads_its_factors():
     model = tiny_model("llama")
     dropped = prune.SubLayerDrop.of(4, attention=[2]).apply(model)

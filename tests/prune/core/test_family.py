@@ -34,7 +34,8 @@ def test_every_family_declares_its_step_paper_and_link_once():
 def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     found = choices()
     assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "lowrank-feature",
-                           "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8-gptq", "int4-gptq"]
+                           "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb", "int4+emb",
+                           "int8-gptq", "int4-gptq"]
     for name, (family, choice) in found.items():
         made = family.build(name, choice.level.default if choice.level else None, "unstructured", Calibration())
         assert type(made) is family.step
@@ -44,6 +45,7 @@ def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     assert found["lowrank-weight"][0].build("lowrank-weight", 70, "", Calibration()).param_ratio == 0.7
     assert found["width-llm-pruner"][0].build("width-llm-pruner", 80, "", Calibration()).criterion == "llm-pruner"
     assert found["int4+head"][0].build("int4+head", None, "", Calibration()) == Quantize.of(4, head=True)
+    assert found["int8+emb"][0].build("int8+emb", None, "", Calibration()) == Quantize.of(8, embedding=True)
     wiki = Calibration(source="wikitext2", path="/data")
     assert found["int4-gptq"][0].build("int4-gptq", None, "", wiki) == Quantize.of(4, method="gptq", calibration=wiki)
     with pytest.raises(InvalidInput, match="pattern"):
@@ -56,10 +58,11 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     assert {o.flag for f in FAMILIES.values() for o in f.options} <= flags
     args = parser.parse_args(["--full", "--heal", "lora", "--sparsify", "wanda", "--sparsity", "0.3",
                               "--decompose", "feature", "--param_ratio", "0.9", "--width", "0.8", "--patch", "lstsq",
-                              "--quantize", "int4", "--quant_group", "64", "--quant_head", "--quant_method", "gptq"])
+                              "--quantize", "int4", "--quant_group", "64", "--quant_head", "--quant_method", "gptq",
+                              "--quant_embedding"])
     made = extra_steps(args, Calibration())
     assert [s.kind for s in made] == ["patch", "width", "lowrank", "sparsify", "heal", "quantize"]  # the patch right
-    assert made[-1] == Quantize.of(4, 64, head=True, method="gptq", calibration=Calibration())  # last
+    assert made[-1] == Quantize.of(4, 64, head=True, method="gptq", calibration=Calibration(), embedding=True)  # last
     assert (made[0].calibration.n_samples, made[0].calibration.seq_len) == (64, 256)  # its own size, the source's text
     assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing", "quantize"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
@@ -81,8 +84,9 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
      "--patch, --sparsify, --width, --decompose, --heal and --quantize add a step to a compared model"),
     (["--full", "--patch", "lstsq"], "--patch repairs a depth cut: not with --full or --drop."),
     (["--full", "--quant_group", "64"], "--quant_group goes with --quantize int4."),
-    (["--full", "--quant_head"], "--quant_head and --quant_method go with --quantize."),
-    (["--full", "--quant_method", "gptq"], "--quant_head and --quant_method go with --quantize."),
+    (["--full", "--quant_head"], "--quant_head, --quant_embedding and --quant_method go with --quantize."),
+    (["--full", "--quant_embedding"], "--quant_head, --quant_embedding and --quant_method go with --quantize."),
+    (["--full", "--quant_method", "gptq"], "--quant_head, --quant_embedding and --quant_method go with --quantize."),
 ])
 def test_options_that_go_with_a_familys_flag_are_refused_without_it(argv, message):
     with pytest.raises(InvalidInput) as err:

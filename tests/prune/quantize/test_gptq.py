@@ -124,7 +124,7 @@ def test_a_gptq_model_stores_round_to_nearests_form_and_bytes_and_leaves_the_ori
     for name, p in model.named_parameters():
         assert torch.equal(p, before[name][0]) and p.data_ptr() == before[name][1], name
     assert getattr(variant.config, QUANTIZED_FIELD) == {"bits": bits, "group": rtn.group, "quantized": 21, "dense": 0,
-                                                      "head": False, "method": "gptq"}
+                                                      "head": False, "method": "gptq", "embedding": False}
     assert not hasattr(model.config, QUANTIZED_FIELD) and getattr(model, "hf_quantizer", None) is None
 
 

@@ -68,7 +68,7 @@ def test_every_layer_matrix_holds_the_rule_computed_by_hand_and_the_original_is_
         assert torch.equal(p, before[name][0]) and p.data_ptr() == before[name][1], name
     assert getattr(model.config, QUANTIZED_FIELD, None) is None and getattr(model, "hf_quantizer", None) is None
     assert getattr(variant.config, QUANTIZED_FIELD) == {"bits": bits, "group": group, "quantized": 21, "dense": 0,
-                                                      "head": False, "method": "rtn"}
+                                                      "head": False, "method": "rtn", "embedding": False}
 
 
 @pytest.mark.parametrize("bits", [8, 4])
