@@ -36,8 +36,11 @@ RATIO_STEP = 0.001  # the finest width or rank ratio a compound is planned at
 
 def quantization(name: str, calibration: Calibration | None) -> Quantize:
     """The step of the frontier's ``int8`` (rounded to nearest: GPTQ buys int8 nothing measurable) or ``int4``
-    (groups of 32, GGUF's Q4_0 group, by GPTQ on the frontier's ``calibration``: what a deployment ships)."""
-    return Quantize.of(8) if name == "int8" else Quantize.of(4, method="gptq", calibration=calibration)
+    (groups of 32, GGUF's Q4_0 group, by GPTQ on the frontier's ``calibration``), each with the input embedding in
+    int8 (a head tied to it stays tied): what a deployment ships, as llama.cpp stores ``token_embd``."""
+    if name == "int8":
+        return Quantize.of(8, embedding=True)
+    return Quantize.of(4, method="gptq", calibration=calibration, embedding=True)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def spec(backend, tiny_tokenizer):
     return backend.models.adopt(tiny_model("llama", LAYERS), tiny_tokenizer, name="tiny-llama-compound")
 
 
-def planned(backend, spec, axis="bytes", sizes=(0.3, 0.25), repair=None):
+def planned(backend, spec, axis="bytes", sizes=(0.25, 0.2), repair=None):
     plan = check_plan(axis, sizes, "angular", backend.models.default_calibration, repair=repair)
     depth = backend.analysis.score(spec, "angular", calibration=plan.calibration)
     blocks = backend.analysis.score(spec, "sublayer", calibration=plan.calibration)
@@ -67,14 +67,15 @@ def test_each_compound_is_the_mildest_structure_that_fits_the_size_once_quantize
     size, element = size_of(model), 4
     original = Recipe().stored_bytes(size, element)
     found, why = planned(backend, spec)
-    assert Recipe((Quantize.of(4),)).stored_bytes(size, element) > 0.3 * original  # int4 alone is too big here
-    for target in (0.3, 0.25):
+    alone = Recipe((compound.quantization("int4", None),)).stored_bytes(size, element)
+    assert alone > 0.25 * original  # int4 alone (an int8 embedding, the head untied in float) is too big here
+    for target in (0.25, 0.2):
         for bits in ("int8", "int4"):
             cut = found[(f"depth, block + {bits}", target)]
             assert cut.stored_bytes(size, element) <= target * original
             start, end = cut.depth_cut.layers[0], cut.depth_cut.layers[-1] + 1
-            milder = Recipe.block(LAYERS, start, end - 1).then(compound.quantization(bits, None))
-            assert end - start == 1 or milder.stored_bytes(size, element) > target * original
+            assert end - start == 1 or Recipe.block(LAYERS, start, end - 1).then(
+                compound.quantization(bits, None)).stored_bytes(size, element) > target * original  # the mildest
             width = found.get((f"width + {bits}", target))
             if width is None:  # width pruning keeps a KV group and 8 channels a layer: it may not go that low
                 assert "no ratio" in why[(f"width + {bits}", target)]
@@ -82,9 +83,9 @@ def test_each_compound_is_the_mildest_structure_that_fits_the_size_once_quantize
             ratio = width.steps[0].param_ratio
             wider = Recipe((WidthPrune.of(round(ratio + 0.001, 6)), compound.quantization(bits, None)))
             assert width.stored_bytes(size, element) <= target * original < wider.stored_bytes(size, element)
-        patched = found.get(("depth, block + patch + int4", 0.3))
+        patched = found.get(("depth, block + patch + int4", 0.2))
         assert patched is None or patched.steps[1].kind == "patch"
-    assert found[("depth, block + int4", 0.3)].depth_cut.layers != found[("depth, block + int8", 0.3)].depth_cut.layers
+    assert found[("depth, block + int4", 0.2)].depth_cut.layers != found[("depth, block + int8", 0.2)].depth_cut.layers
 
 
 def test_a_size_the_quantization_alone_reaches_and_the_params_axis_plan_no_compound(backend, spec):
@@ -96,12 +97,12 @@ def test_a_size_the_quantization_alone_reaches_and_the_params_axis_plan_no_compo
 
 def test_a_repair_adds_each_structures_trained_twin_before_its_quantization(backend, spec):
     repair = compound.check_repair("kd", 30)
-    found, _ = planned(backend, spec, sizes=(0.3,), repair=repair)
-    twin, plain = found[("depth, block + kd + int4", 0.3)], found[("depth, block + int4", 0.3)]
+    found, _ = planned(backend, spec, sizes=(0.2,), repair=repair)
+    twin, plain = found[("depth, block + kd + int4", 0.2)], found[("depth, block + int4", 0.2)]
     assert [s.kind for s in twin.steps] == ["cut", "heal", "quantize"] and twin.steps[0] == plain.steps[0]
     heal = twin.steps[1]
     assert heal.budget_s == 30 and dict(heal.options)["teacher"] == "forward_kl"
-    assert [s.kind for s in found[("low-rank + kd", 0.3)].steps] == ["lowrank", "heal"]
+    assert [s.kind for s in found[("low-rank + kd + int8", 0.2)].steps] == ["lowrank", "heal", "quantize"]
     for name, seconds, words in (("sft", 30, "kd or lora"), ("kd", 0, "1…3,600 seconds")):
         with pytest.raises(InvalidInput, match=words):
             compound.check_repair(name, seconds)
@@ -110,11 +111,11 @@ def test_a_repair_adds_each_structures_trained_twin_before_its_quantization(back
 def test_a_compound_point_is_measured_under_its_size_and_exports_and_reloads_with_the_same_logits(
         backend, spec, tmp_path):
     request = lm_eval_adapter.check_request(["arc_easy"], limit=2, data_dir=backend.models.data_dir)
-    result = final(backend.frontier.run(spec, request, sizes=(0.3,), families=("depth, block + int4",), **SMALL))
+    result = final(backend.frontier.run(spec, request, sizes=(0.2,), families=("depth, block + int4",), **SMALL))
     point = next(p for p in result.points if p.families == ("depth, block + int4",))
-    assert point.weight_bytes <= 0.3 * result.dense.weight_bytes and point.weight_bytes == weight_bytes(
+    assert point.weight_bytes <= 0.2 * result.dense.weight_bytes and point.weight_bytes == weight_bytes(
         backend.models.model(spec, point.recipe))
-    assert result.best_under(planning.check_target("bytes=0.3")) == point
+    assert result.best_under(planning.check_target("bytes=0.2")) == point
     folder = backend.exports.write(spec, point.recipe, tmp_path / "compound")
     reloaded, _ = prune.load_model(str(folder), device="cpu")
     ids = torch.arange(12)[None] % 300

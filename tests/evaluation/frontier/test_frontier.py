@@ -111,6 +111,7 @@ def test_by_memory_sparsity_is_refused_and_quantization_planned_and_one_recipe_i
     assert "stores its zeros" in why[("sparsity", 0.9)] and "stores its zeros" in why[("2:4", 0.8)]
     int8, int4 = found[("int8", None)].recipe.steps[0], found[("int4", None)].recipe.steps[0]
     assert (int8.bits, int8.method, int4.bits, int4.method) == (8, "rtn", 4, "gptq")  # int4 as deployments solve it
+    assert int8.embedding and int4.embedding  # and the embedding in int8, as llama.cpp stores token_embd
     # angular distance's paper picks a block: the same cut stands for both depth families, measured once
     assert found[("depth, paper", 0.9)] is found[("depth, block", 0.9)]
     assert found[("depth, paper", 0.9)].families == ("depth, paper", "depth, block")
