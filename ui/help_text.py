@@ -196,7 +196,8 @@ def heal_help() -> str:
 FRONTIER_HELP = (
     "*What should I cut?* For each size, the mildest candidate of every family that reaches it: the analysis's depth "
     "cut as its paper picks the layers and as the best block (each also with the linear patch, the cheapest repair), "
-    "attention and MLP drops, width (Wanda-sp), low-rank (feature space), Wanda sparsity and 2:4, int8 and int4. "
+    "attention and MLP drops, width (Wanda-sp), low-rank (feature space), Wanda sparsity and 2:4, int8 and int4 (int4 "
+    "by GPTQ; both with the input embedding in int8, as llama.cpp stores it), and each structure with int8 and int4. "
     "Each is measured on WikiText-2 test perplexity, the task, its weights' bytes as stored and its decode ms/token "
     "(batch 1, timed in turns with the original; the memory-bandwidth floor beside it where measured); a family's "
     "point at a size is its best measured one at or under it. Sizes are by default what a deployment sees: the "

@@ -9,7 +9,9 @@ parameter count, without building anything:
 - He et al.'s attention drop and MLP drop (the fewest lowest-scored blocks of one kind);
 - width pruning (Wanda-sp), a low-rank decomposition (feature space);
 - Wanda sparsity, unstructured at the level that reaches the size, and 2:4 (one fixed size);
-- int8 and int4 weights (one fixed size each: they keep every parameter and shrink the bytes).
+- int8 (rounded to nearest) and int4 (by GPTQ) weights, each with the input embedding in int8 (one fixed size
+  each: they keep every parameter and shrink the bytes);
+- each structural family with int8 and with int4 (:mod:`evaluation.frontier.compound`).
 
 The default size is what a deployment sees: the weights' bytes as stored (what a device must hold and read;
 quantized weights count their real bytes, zeros stored densely count in full). Parameters that are not zero
