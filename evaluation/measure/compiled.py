@@ -2,21 +2,27 @@
 
 The prefill runs eagerly into a transformers ``StaticCache`` sized for the whole run (the prompt and the most new
 tokens asked), the way transformers' guide to static caches and ``torch.compile`` does it (a prefill's length varies:
-compiling it would recompile per prompt). Each decode step is one compiled call: on CUDA in ``mode="reduce-overhead"``,
-which records the step as CUDA graphs and replays them (no Python or launch cost per kernel); elsewhere in inductor's
-default mode (a C++ compiler builds the kernels: minutes for a real model on a CPU). The first run at a shape compiles
-(on CUDA it also records the graphs): its wall time is reported apart, as the compile time, and the timed runs come
-after it. The greedy tokens are the eager loop's (``evaluation.measure.speed._run_once``).
+compiling it would recompile per prompt). The decode steps compile by region (PyTorch's recipe "Reducing torch.compile
+cold start compilation time with regional compilation"): each decoder layer is called through ``torch.compile`` of its
+own call, while the embedding, the mask, the final norm and the head run eagerly. Every layer runs the same code
+(``nn.Module._call_impl``), so dynamo keeps one cache for all of them; it traces each layer once (it specializes on
+the layer's index into the KV cache) and inductor's graph cache compiles a layer's graph once per shape and weight
+type, so the compile no longer grows with the depth as a whole-model graph's does. On CUDA the layers compile in
+``mode="reduce-overhead"``: each layer's step is recorded as a CUDA graph and replayed (no launch cost per kernel);
+elsewhere in inductor's default mode (a C++ compiler builds the kernels). The first run at a shape compiles (on CUDA it
+also records the graphs): its wall time is reported apart, as the compile time, and the timed runs come after it. The
+greedy tokens are the eager loop's (``evaluation.measure.speed._run_once``).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import torch
 from transformers import StaticCache
 
-from prune.core.architectures import CAUSAL, kind_of
+from prune.core.architectures import CAUSAL, decoder_layers, kind_of
 from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
@@ -28,11 +34,11 @@ from evaluation.measure.measurement import Measurement
 
 COMPILE_STEPS = 3  # decode steps of the compiling run: dynamo compiles on the first; CUDA graphs warm up, then record
 # on the second and replay from the third
-RECOMPILE_LIMIT = 64  # dynamo compiles the step once per model and shape; past its default 8 it would run eagerly
+RECOMPILE_LIMIT = 4096  # dynamo's entries for a layer's call: one per layer index, weight type and shape (its default
+# 8 would run the deeper layers eagerly); fail_on_recompile_limit_hit makes reaching it an error, never a slow row
 SUFFIX = " (compiled)"
 COMPILE_ALLOWANCE_S = 60  # what a ZeroGPU job asks per model and batch size for the compile: an allowance, not
 # measured (benchmarks/gpu_check.py's decode step reports the compile seconds on a GPU)
-_STEPS: dict[str, object] = {}  # torch.compile's wrapper of _decode_step, per mode
 
 
 def _decode_step(model, token: torch.Tensor, cache_kwargs: dict) -> torch.Tensor:
@@ -41,11 +47,28 @@ def _decode_step(model, token: torch.Tensor, cache_kwargs: dict) -> torch.Tensor
     return out.logits[:, -1].argmax(dim=-1, keepdim=True)
 
 
-def _compiled_step(device: torch.device):
-    mode = "reduce-overhead" if device.type == "cuda" else "default"
-    if mode not in _STEPS:
-        _STEPS[mode] = torch.compile(_decode_step, mode=mode, fullgraph=True)  # a graph break fails, not runs eagerly
-    return _STEPS[mode]
+def compile_mode(device: torch.device) -> str:
+    """CUDA graphs where a CUDA device replays them; inductor's default mode elsewhere."""
+    return "reduce-overhead" if device.type == "cuda" else "default"
+
+
+@contextlib.contextmanager
+def regionally_compiled(model, device: torch.device):
+    """Within the block, ``model``'s decoder layers run compiled (each layer's own ``_compiled_call_impl``, the hook
+    ``nn.Module.compile`` sets), then run eagerly again: the eager rows and the prefill never meet a compiled layer.
+    A cut's layers are its own shallow copies, so the original's layers are untouched."""
+    layers = list(decoder_layers(model))
+    before = [layer._compiled_call_impl for layer in layers]
+    mode = compile_mode(device)
+    for layer in layers:  # fullgraph: a graph break fails, not runs part of a layer eagerly
+        layer._compiled_call_impl = torch.compile(layer._call_impl, mode=mode, fullgraph=True, dynamic=False)
+    try:
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT,
+                                        fail_on_recompile_limit_hit=True):
+            yield
+    finally:
+        for layer, call in zip(layers, before):
+            layer._compiled_call_impl = call
 
 
 def check_compilable(model) -> None:
@@ -130,18 +153,16 @@ def eager_labelled(results: list[Measurement]) -> list[Measurement]:
 @torch.inference_mode()
 def generate(model, input_ids: torch.Tensor, new_tokens: int, cache: StaticCache):
     """(prefill ms, decode ms, the new tokens [B, new_tokens]): an eager prefill into ``cache`` (emptied first, in
-    place), then compiled steps."""
-
+    place), then steps through the compiled layers."""
     device = input_device(model)
-    step, kwargs = _compiled_step(device), with_cache(model, cache)
+    kwargs = with_cache(model, cache)
     cache.reset()
-    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
-        with Timer(device) as prefill:
-            out = model(input_ids=input_ids, use_cache=True, **kwargs, **last_logits_only(model))
-            tokens = [out.logits[:, -1].argmax(dim=-1, keepdim=True)]
-        with Timer(device) as decode:
-            for _ in range(new_tokens - 1):  # the prefill produced the first token
-                if device.type == "cuda":
-                    torch.compiler.cudagraph_mark_step_begin()  # each call is a new step: earlier outputs may go
-                tokens.append(step(model, tokens[-1], kwargs).clone())  # a graph's output is overwritten next replay
+    with Timer(device) as prefill:
+        out = model(input_ids=input_ids, use_cache=True, **kwargs, **last_logits_only(model))
+        tokens = [out.logits[:, -1].argmax(dim=-1, keepdim=True)]
+    with regionally_compiled(model, device), Timer(device) as decode:
+        for _ in range(new_tokens - 1):  # the prefill produced the first token
+            if device.type == "cuda":
+                torch.compiler.cudagraph_mark_step_begin()  # each call is a new step: earlier outputs may go
+            tokens.append(_decode_step(model, tokens[-1], kwargs).clone())  # kept apart from any graph's output
     return prefill.ms, decode.ms, torch.cat(tokens, dim=1)
