@@ -5,18 +5,20 @@ tokens asked), the way transformers' guide to static caches and ``torch.compile`
 compiling it would recompile per prompt). The decode steps compile by region (PyTorch's recipe "Reducing torch.compile
 cold start compilation time with regional compilation"): each decoder layer is called through ``torch.compile`` of its
 own call, while the embedding, the mask, the final norm and the head run eagerly. Every layer runs the same code
-(``nn.Module._call_impl``), so dynamo keeps one cache for all of them; it traces each layer once (it specializes on
-the layer's index into the KV cache) and inductor's graph cache compiles a layer's graph once per shape and weight
-type, so the compile no longer grows with the depth as a whole-model graph's does. On CUDA the layers compile in
-``mode="reduce-overhead"``: each layer's step is recorded as a CUDA graph and replayed (no launch cost per kernel);
-elsewhere in inductor's default mode (a C++ compiler builds the kernels). The first run at a shape compiles (on CUDA it
-also records the graphs): its wall time is reported apart, as the compile time, and the timed runs come after it. The
-greedy tokens are the eager loop's (``evaluation.measure.speed._run_once``).
+(``nn.Module._call_impl``) and is handed its own layer of the KV cache (:class:`OwnCacheLayer`: the layer's index
+is never read), and dynamo takes the weights as graph inputs: one graph serves every layer of a shape and weight type,
+so the compile no longer grows with the depth as a whole-model graph's does. On CUDA the layers compile in
+``mode="reduce-overhead"``: CUDA graph trees record one graph per layer (the same code, other weights: "static inputs"
+at other addresses) in a chain and replay the chain, with no launch cost per kernel; elsewhere inductor's default mode
+(a C++ compiler builds the kernels). The first run at a shape compiles (on CUDA it also records the graphs): its wall
+time is reported apart, as the compile time, and the timed runs come after it. The greedy tokens are the eager loop's
+(``evaluation.measure.speed._run_once``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import replace
 
 import torch
@@ -26,7 +28,7 @@ from prune.core.architectures import CAUSAL, decoder_layers, kind_of
 from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
-from prune.core.kv import with_cache
+from prune.core.kv import cache_swapped, with_cache
 from prune.core.offload import is_offloaded
 
 from evaluation.core.timing import Timer
@@ -34,8 +36,8 @@ from evaluation.measure.measurement import Measurement
 
 COMPILE_STEPS = 3  # decode steps of the compiling run: dynamo compiles on the first; CUDA graphs warm up, then record
 # on the second and replay from the third
-RECOMPILE_LIMIT = 4096  # dynamo's entries for a layer's call: one per layer index, weight type and shape (its default
-# 8 would run the deeper layers eagerly); fail_on_recompile_limit_hit makes reaching it an error, never a slow row
+RECOMPILE_LIMIT = 256  # dynamo's entries for a layer's call: one per shape and weight type (per layer too, for a cache
+# passed whole); fail_on_recompile_limit_hit makes reaching it an error, never a slow eager row
 SUFFIX = " (compiled)"
 COMPILE_ALLOWANCE_S = 60  # what a ZeroGPU job asks per model and batch size for the compile: an allowance, not
 # measured (benchmarks/gpu_check.py's decode step reports the compile seconds on a GPU)
@@ -52,23 +54,55 @@ def compile_mode(device: torch.device) -> str:
     return "reduce-overhead" if device.type == "cuda" else "default"
 
 
+class OwnCacheLayer:
+    """The one layer of a transformers ``Cache`` that a compiled decoder layer writes: ``update`` ignores the layer
+    index the attention passes, so dynamo does not specialize on it and one graph serves every layer."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
+        return self.layer.update(key_states, value_states, *args, **kwargs)
+
+
+def _with_own_layer(call, own: OwnCacheLayer, *args, **kwargs):
+    return call(*args, **cache_swapped(kwargs, own))
+
+
 @contextlib.contextmanager
-def regionally_compiled(model, device: torch.device):
-    """Within the block, ``model``'s decoder layers run compiled (each layer's own ``_compiled_call_impl``, the hook
-    ``nn.Module.compile`` sets), then run eagerly again: the eager rows and the prefill never meet a compiled layer.
-    A cut's layers are its own shallow copies, so the original's layers are untouched."""
+def regionally_compiled(model, device: torch.device, cache: StaticCache):
+    """The decode step, with ``model``'s decoder layers compiled within the block (each layer's own
+    ``_compiled_call_impl``, the hook ``nn.Module.compile`` sets) and eager again after it: the eager rows and the
+    prefill never meet a compiled layer. A cut's layers are its own shallow copies, so the original's are untouched.
+    A cache whose layers do not match the model's one to one (none here: a static cache has a layer per decoder layer)
+    is passed whole, and dynamo then compiles a graph per layer."""
     layers = list(decoder_layers(model))
     before = [layer._compiled_call_impl for layer in layers]
+    own = list(getattr(cache, "layers", ()))
     mode = compile_mode(device)
-    for layer in layers:  # fullgraph: a graph break fails, not runs part of a layer eagerly
-        layer._compiled_call_impl = torch.compile(layer._call_impl, mode=mode, fullgraph=True, dynamic=False)
+    for index, layer in enumerate(layers):  # fullgraph: a graph break fails, not runs part of a layer eagerly
+        call = torch.compile(layer._call_impl, mode=mode, fullgraph=True, dynamic=False)
+        layer._compiled_call_impl = functools.partial(_with_own_layer, call, OwnCacheLayer(own[index])) \
+            if len(own) == len(layers) else call
     try:
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT,
-                                        fail_on_recompile_limit_hit=True):
-            yield
+        with _limits():
+            yield _decode_step
     finally:
         for layer, call in zip(layers, before):
             layer._compiled_call_impl = call
+
+
+@contextlib.contextmanager
+def wholly_compiled(model, device: torch.device, cache: StaticCache):
+    """The decode step compiled whole, every layer in one graph: what regional compilation replaced (its compile
+    grows with the depth), kept for ``benchmarks/regional_compile.py`` to compare."""
+    with _limits():
+        yield torch.compile(_decode_step, mode=compile_mode(device), fullgraph=True, dynamic=False)
+
+
+def _limits():
+    return torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=RECOMPILE_LIMIT,
+                                      fail_on_recompile_limit_hit=True)
 
 
 def check_compilable(model) -> None:
@@ -151,18 +185,18 @@ def eager_labelled(results: list[Measurement]) -> list[Measurement]:
 
 
 @torch.inference_mode()
-def generate(model, input_ids: torch.Tensor, new_tokens: int, cache: StaticCache):
+def generate(model, input_ids: torch.Tensor, new_tokens: int, cache: StaticCache, compiling=regionally_compiled):
     """(prefill ms, decode ms, the new tokens [B, new_tokens]): an eager prefill into ``cache`` (emptied first, in
-    place), then steps through the compiled layers."""
+    place), then decode steps compiled as ``compiling`` compiles them."""
     device = input_device(model)
     kwargs = with_cache(model, cache)
     cache.reset()
     with Timer(device) as prefill:
         out = model(input_ids=input_ids, use_cache=True, **kwargs, **last_logits_only(model))
         tokens = [out.logits[:, -1].argmax(dim=-1, keepdim=True)]
-    with regionally_compiled(model, device), Timer(device) as decode:
+    with compiling(model, device, cache) as step, Timer(device) as decode:
         for _ in range(new_tokens - 1):  # the prefill produced the first token
             if device.type == "cuda":
                 torch.compiler.cudagraph_mark_step_begin()  # each call is a new step: earlier outputs may go
-            tokens.append(_decode_step(model, tokens[-1], kwargs).clone())  # kept apart from any graph's output
+            tokens.append(step(model, tokens[-1], kwargs).clone())  # kept apart from any graph's output
     return prefill.ms, decode.ms, torch.cat(tokens, dim=1)
