@@ -80,7 +80,7 @@ class Int8Rows(TorchAOBaseTensor):
         """x [M, K] @ Wᵀ by the int8 kernel (a bfloat16 scale goes into it, another is applied after); on CUDA the
         int8 values widened to the model's dtype, the scale applied to the output."""
         if self.device.type == "cuda":
-            return torch.nn.functional.linear(x.to(self.dtype), self.qdata.to(self.dtype)) * self.scale
+            return _widened_mm(x.to(self.dtype), self.qdata, self.scale)
         inside = self.scale if self.scale.dtype == torch.bfloat16 else torch.ones_like(self.scale, dtype=torch.bfloat16)
         out = _int8_mm(x.to(torch.bfloat16), self.qdata, inside).to(self.dtype)
         return out if inside is self.scale else out * self.scale
@@ -159,6 +159,12 @@ def _aligned(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     return tensor if tensor.data_ptr() % ALIGN == 0 and tensor.is_contiguous() else tensor.clone(
         memory_format=torch.contiguous_format)
+
+
+def _widened_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ (q·scale)ᵀ as (x @ qᵀ)·scale: the int8 values [N, K] widened to x's dtype, the scale [N] on the
+    output (N products where scaling the weight would be N·K)."""
+    return torch.nn.functional.linear(x, qdata.to(x.dtype)) * scale
 
 
 # The kernels as custom operators: opaque to torch.compile, which calls them as they are (it cannot trace the

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from prune.quantize import packed
-from prune.quantize.packed import FALLBACK, Int4Groups, _pack, _tinygemm_refusal, _unpack
+from prune.quantize.packed import FALLBACK, Int4Groups, Int8Rows, _pack, _tinygemm_refusal, _unpack, _widened_mm
 
 
 def tile_pack_reference(pairs: torch.Tensor, inner_k_tiles: int) -> torch.Tensor:
@@ -85,3 +85,15 @@ def test_a_matrix_tinygemm_cannot_take_gets_the_dequantizing_path_and_says_why(s
     weight = Int4Groups(_pack(_values(*shape), "nibbles"), torch.zeros(shape[1] // group, shape[0], 2), shape, group,
                         torch.bfloat16, "nibbles")
     assert weight.kernel() == FALLBACK  # on a CPU the fallback needs no reason; on CUDA it carries this one
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int8s_cuda_product_scales_the_output_where_the_dequantized_product_scales_the_weight(dtype):
+    generator = torch.Generator().manual_seed(3)
+    qdata = torch.randint(-127, 128, (48, 64), dtype=torch.int8, generator=generator)
+    scale = (torch.rand(48, generator=generator) / 100).to(dtype)
+    x = torch.randn(5, 64, generator=generator).to(dtype)
+    weight = Int8Rows(qdata, scale, dtype)
+    expected = x.double() @ weight.dequantize().double().T
+    bound = 4 * 2.0 ** -8 * (x.double().abs() @ weight.dequantize().double().abs().T) + 1e-6  # bfloat16 roundings
+    assert ((_widened_mm(x, qdata, scale).double() - expected).abs() <= bound).all()
