@@ -56,13 +56,17 @@ def compile_mode(device: torch.device) -> str:
 
 class OwnCacheLayer:
     """The one layer of a transformers ``Cache`` that a compiled decoder layer writes: ``update`` ignores the layer
-    index the attention passes, so dynamo does not specialize on it and one graph serves every layer."""
+    index the attention passes, so dynamo does not specialize on it and one graph serves every layer. Anything else
+    a layer asks of its cache is the whole cache's (then read by index, as without this)."""
 
-    def __init__(self, layer):
-        self.layer = layer
+    def __init__(self, cache, layer):
+        self.cache, self.layer = cache, layer
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args, **kwargs):
         return self.layer.update(key_states, value_states, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.cache, name)
 
 
 def _with_own_layer(call, own: OwnCacheLayer, *args, **kwargs):
@@ -82,7 +86,7 @@ def regionally_compiled(model, device: torch.device, cache: StaticCache):
     mode = compile_mode(device)
     for index, layer in enumerate(layers):  # fullgraph: a graph break fails, not runs part of a layer eagerly
         call = torch.compile(layer._call_impl, mode=mode, fullgraph=True, dynamic=False)
-        layer._compiled_call_impl = functools.partial(_with_own_layer, call, OwnCacheLayer(own[index])) \
+        layer._compiled_call_impl = functools.partial(_with_own_layer, call, OwnCacheLayer(cache, own[index])) \
             if len(own) == len(layers) else call
     try:
         with _limits():

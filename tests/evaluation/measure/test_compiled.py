@@ -60,6 +60,19 @@ def test_the_layers_compile_by_region_and_another_model_of_the_same_shape_reuses
     assert torch.equal(compiled.generate(other, prompt, 5, cache)[2], _uncached_greedy(other, prompt, 5))
 
 
+@pytest.mark.slow  # as above, 5-12 s an architecture
+@pytest.mark.parametrize("arch", ["mistral", "gemma2", "gpt2"])
+def test_regional_compile_decodes_the_eager_tokens_where_a_layer_asks_more_of_its_cache(arch):
+    """Sliding-window layers (mistral, gemma2's alternating ones) and GPT-2's own layer-index scaling: a layer that
+    reads more than ``update`` from its cache, or its own index, gets a graph of its own and the same tokens."""
+    model = tiny_model(arch)
+    prompt = torch.tensor([[5, 17, 3, 99, 42, 7]])
+    runs = compiled.CompiledRuns(most_new_tokens=5)
+    runs.run(model, prompt, 5)
+    cache, _ = runs._cache(model, prompt)
+    assert torch.equal(compiled.generate(model, prompt, 5, cache)[2], _uncached_greedy(model, prompt, 5))
+
+
 @pytest.mark.slow  # as above (two models, each compiled)
 def test_speed_rows_in_the_compiled_mode_are_named_apart_and_give_each_models_compile_time():
     models = {"original": tiny_model("llama"), "A": tiny_model("llama", layers=2)}
