@@ -76,6 +76,9 @@ class Int8Rows(TorchAOBaseTensor):
     def kernel(self) -> str:
         return {"cpu": INT8_KERNEL, "cuda": INT8_CUDA}.get(self.device.type, FALLBACK)
 
+    def has_kernel(self) -> bool:
+        return self.device.type in ("cpu", "cuda")
+
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x [M, K] @ Wᵀ by the int8 kernel (a bfloat16 scale goes into it, another is applied after); on CUDA the
         int8 values widened to the model's dtype, the scale applied to the output."""
@@ -123,9 +126,13 @@ class Int4Groups(TorchAOBaseTensor):
         """[N, K/g] bfloat16."""
         return self.scale_and_zero[..., 0].T
 
+    def has_kernel(self) -> bool:
+        """Whether a product runs a kernel (read in the forward pass, so traced: nothing cached or probed here)."""
+        return self.packing == self.device.type
+
     def kernel(self) -> str:
         """The kernel a product runs; on CUDA without tinygemm, the dequantizing path and why."""
-        if self.packing == self.device.type:
+        if self.has_kernel():
             return INT4_CUDA if self.packing == "cuda" else INT4_KERNEL
         refusal = _tinygemm_refusal(self.device, tuple(self.shape), self.group) if self.device.type == "cuda" else None
         return f"{FALLBACK} ({refusal})" if refusal else FALLBACK
@@ -200,7 +207,7 @@ def _dequantize(self) -> torch.Tensor:
 def _linear(func, types, args, kwargs):
     """F.linear with a packed weight: the kernel on its device, else dequantize then multiply."""
     x, weight, bias = args[0], args[1], args[2] if len(args) > 2 else None
-    if weight.kernel().startswith(FALLBACK):
+    if not weight.has_kernel():
         return torch.nn.functional.linear(x, weight.dequantize(), bias)
     out = weight.product(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], weight.shape[0])
     return out if bias is None else out + bias
