@@ -1,7 +1,7 @@
 """The CUDA paths in one command: a Llama-2-7B-shaped random model in bf16 through every kind of job, one table.
 
     python -m benchmarks.gpu_check [--device cuda] [--data_dir ../shared/benchdata] [--small]
-                                   [--questions N] [--encoders_only] [--decode_only] [--eager_only]
+                                   [--questions N] [--encoders_only] [--decode_only] [--eager_only] [--skip_decode]
 
 Steps (each timed, with the peak GPU memory it reached): bf16 load of a random model of Llama-2-7B's shape
 (hidden 4096, 32 layers, MLP 11008, 32 heads; the embedded model's tokenizer and vocabulary), angular-distance
@@ -13,7 +13,8 @@ questions and 100 CBT-style cloze questions, width pruning to
 (torchao) timed and measured beside the original; then batch-1 decode of the original, the cut, the original in
 int8 and in int4, each eager and compiled (a static KV cache, CUDA graphs; compile time apart), against the
 memory-bandwidth floor, written to ``benchmarks/results/gpu_decode_<card>.json`` (``benchmarks/decode_floor.py``;
-``--decode_only``: the load, then that step alone, the cut being the last quarter of the layers); last, a random
+``--decode_only``: the load, then that step alone, the cut being the last quarter of the layers; ``--skip_decode``:
+every step but that one, which ``benchmarks/gpu_session.sh`` runs first on its own); last, a random
 BERT-large-shaped encoder and a T5-base-shaped
 encoder-decoder, each analysed (T5: each stack on its own), cut, Wanda-sparsified, timed and scored on the cloze task
 beside its original (``--encoders_only``: those steps alone). ``--small`` runs the same on tiny models (a check that
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--encoders_only", action="store_true", help="only the encoder and T5 steps")
     parser.add_argument("--decode_only", action="store_true", help="only the load and the eager/compiled decode step")
     parser.add_argument("--eager_only", action="store_true", help="the decode step without its compiled runs")
+    parser.add_argument("--skip_decode", action="store_true", help="every step but the eager/compiled decode step")
     args = parser.parse_args()
     rows: list[tuple[str, float, float, str]] = []
     finished = False
@@ -101,9 +103,10 @@ def run(args, rows: list) -> None:
     step("generation side by side", lambda: (list(backend.measure.generate(spec, compared, "The capital of France is",
                                                                             max_new_tokens=32)),
                                              "32 tokens × 3 models"))
-    speeds = step("speed", lambda: (backend.measure.speed(spec, compared, batch_sizes=(1, 8), prompt_len=128,
-                                                          new_tokens=(32,), repeats=3),
-                                    "batch 1 and 8, 128 + 32 tokens"))
+    lengths = timing(args.small)
+    speed = {**lengths, "new_tokens": (lengths["new_tokens"],)}
+    speeds = step("speed", lambda: (backend.measure.speed(spec, compared, batch_sizes=(1, 8), **speed),
+                                    f"batch 1 and 8, {tokens_note(lengths)}"))
     for m in speeds:
         if m.name.startswith(("decode latency", "prefill latency")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:.1f} {m.unit}"))
@@ -130,12 +133,13 @@ def run(args, rows: list) -> None:
     step("int8 cut and int4 built", lambda: ([backend.models.model(spec, r) for r in quantized.values()],
                                              "A: the cut in int8; B: the original in int4 (torchao)"))
     found = step("quantized speed and memory", lambda: (
-        backend.measure.speed(spec, quantized, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=3)
-        + backend.measure.memory(spec, quantized, new_tokens=32), "batch 1, 128 + 32 tokens"))
+        backend.measure.speed(spec, quantized, batch_sizes=(1,), **speed)
+        + backend.measure.memory(spec, quantized, new_tokens=32), f"batch 1, {tokens_note(lengths)}"))
     for m in found:
         if m.name.startswith(("decode latency", "weight memory")):
             rows.append((f"  {m.model}: {m.name}", float("nan"), float("nan"), f"{m.value:,.1f} {m.unit}"))
-    decode_modes(args, step, rows, backend, spec, compared["A"])
+    if not args.skip_decode:
+        decode_modes(args, step, rows, backend, spec, compared["A"])
     backend = model = None  # freed for the encoders (not del: pyflakes then flags the lambdas above that use them)
     encoders(args, step, rows, dtype)
 
@@ -150,13 +154,23 @@ def decode_modes(args, step, rows: list, backend, spec, cut) -> None:
     recipes = {"original": Recipe(), "cut": cut, "int8": Recipe((Quantize.of(8),)), "int4": Recipe((Quantize.of(4),))}
     models = {label: backend.models.model(spec, recipe) for label, recipe in recipes.items()}
     modes = ("eager",) if args.eager_only else ("eager", "compiled")
-    found = step("decode: eager and compiled", lambda: (decode_floor.decode_rows(models, modes=modes),
-                                                        "batch 1, 128 + 32 tokens, " + " and ".join(modes)))
+    lengths = timing(args.small)
+    found = step("decode: eager and compiled", lambda: (decode_floor.decode_rows(models, modes=modes, **lengths),
+                                                        f"batch 1, {tokens_note(lengths)}, " + " and ".join(modes)))
     card = found["device"].split(" (")[0].replace(" ", "_")
     path = decode_floor.write(found, f"gpu_decode_{card}.json" if not args.small else "decode_floor_dry_run.json")
     for r in found["rows"]:
         rows.append((f"  {r['model']}, {r['mode']}", float("nan"), float("nan"), r.get("error") or _decode_note(r)))
     print(decode_floor.table(found) + f"\n\nwritten to {path}")
+
+
+def timing(small: bool) -> dict:
+    """The timed steps' prompt, new tokens and repeats (``--small``: a check that the steps run, not a figure)."""
+    return dict(prompt_len=16, new_tokens=8, repeats=1) if small else dict(prompt_len=128, new_tokens=32, repeats=3)
+
+
+def tokens_note(lengths: dict) -> str:
+    return f"{lengths['prompt_len']} + {lengths['new_tokens']} tokens"
 
 
 def _decode_note(r: dict) -> str:
@@ -256,7 +270,8 @@ def write_run(rows: list, args, finished: bool):
     cuda_missing = args.device.startswith("cuda") and not torch.cuda.is_available()
     device = args.device if cuda_missing else device_name(args.device)
     card = re.sub(r"[^\w.-]+", "_", device).strip("_")
-    name = "gpu_check_dry_run" if args.small else f"gpu/{time.strftime('%Y-%m-%d-%H%M')}-{card}"
+    part = "_decode" if args.decode_only else ""  # the session's decode run and its run of the rest apart
+    name = f"gpu_check_dry_run{part}" if args.small else f"gpu/{time.strftime('%Y-%m-%d-%H%M')}-{card}{part}"
     steps = [{"step": step, "seconds": None if seconds != seconds else round(seconds, 2),
               "peak_gpu_GiB": None if peak != peak else round(peak, 3), "note": note}
              for step, seconds, peak, note in rows]

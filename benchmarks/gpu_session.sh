@@ -1,20 +1,49 @@
 #!/bin/bash
-# A lent GPU machine's checks, prepared here and run there (the device tool's machines reach no package index).
+# A lent GPU machine's checks, prepared here and run there in one device call (the machines reach no package index).
 #
-#   bash benchmarks/gpu_session.sh prepare   # here: .whl/ (wheels the machine's image lacks) and .gpu/ (the embedded
-#                                            # model's tokenizer, its weights left out, and the ARC data); both ignored
-#   bash benchmarks/gpu_session.sh run       # there, carrying .whl and .gpu: 2:4 kernels, the decode step (eager and
-#                                            # compiled), the whole check; each under a time limit (SIGINT: a stopped
-#                                            # step keeps what it measured); figures copied to $OUT/res
+#   bash benchmarks/gpu_session.sh prepare        # here: .whl/ (wheels the machine's image lacks) and .gpu/ (the
+#                                                 # embedded model's tokenizer, its weights left out, and the ARC data)
+#   bash benchmarks/gpu_session.sh run            # there, carrying .whl and .gpu (timeout_s 600); the steps below
+#   bash benchmarks/gpu_session.sh small [DIR]    # here, on the CPU: the same steps on tiny models, results in DIR
+#                                                 # (default: a new temporary folder), never in benchmarks/results
 #
-# Limits (seconds), each skipped at 0: T24 (two_four_kernels.py, 70), TDEC (--decode_only, 230), TFULL (the whole
-# check with --eager_only, 220); DECODE_ARGS adds options to the decode run (--eager_only).
-# On 27 November 2026 an H200 ran these at 16 s, >230 s (the compile did not finish) and 180 s (stopped in the
-# encoders): docs/big-models-and-gpus.md#on-a-gpu.
+# The steps, in order of value, each under its own limit (SIGINT: a stopped step writes what it measured) and all
+# within TOTAL seconds (450) from the script's start, pip included; each step's JSON is copied to $OUT/res as it ends:
+#   1. decode (TDEC 240 s): the 7B shape's original, cut, int8 and int4, eager then compiled (regional compile; CUDA
+#      graphs), batch 1, against the bandwidth floor: results/gpu_decode_<card>.json
+#   2. 2:4 kernels (T24 45 s; CUDA only): results/two_four_kernels.json
+#   3. the rest of gpu_check.py (TFULL 150 s): analyses, cuts, generation, speed, memory, ARC/cloze, width, int8/int4,
+#      encoders: results/gpu/<date>-<time>-<card>.json
+# A limit of 0 skips its step; DECODE_ARGS adds options to the decode run (--eager_only).
 set -u
+cd "$(dirname "$0")/.." || exit 1
+TOTAL=${TOTAL:-450}
+
+limited() {  # limited SECONDS LOG COMMAND…: at most SECONDS and what is left of TOTAL; SIGINT at the limit, SIGKILL 20 s
+    local seconds=$1 log=$2; shift 2  # later; then this step's results are copied to $OUT/res
+    local left=$((TOTAL - SECONDS - 25))
+    [ "$seconds" -gt "$left" ] && seconds=$left
+    if [ "$seconds" -le 0 ]; then echo "== $log: skipped (limit 0 or no time left)"; return 0; fi
+    local started=$SECONDS
+    timeout -s INT -k 20 "$seconds" "$@" 2>&1 | tee "$OUT/$log"
+    echo "== $log: $((SECONDS - started)) s (limit $seconds s)"
+    mkdir -p "$OUT/res"
+    find "$RESULTS" -path "$OUT/res" -prune -o -name '*.json' -newer "$STARTED" -exec cp {} "$OUT/res/" \;
+}
+
+steps() {  # the three steps; $@: the options every gpu_check run takes here
+    limited "${TDEC:-240}" decode.log "$PY" -m benchmarks.gpu_check --decode_only "$@" ${DECODE_ARGS:-}
+    if [ "$CUDA" = 1 ]; then
+        limited "${T24:-45}" two_four.log "$PY" -m benchmarks.two_four_kernels
+    else
+        echo "== two_four.log: skipped (2:4 kernels need a CUDA GPU)"
+    fi
+    limited "${TFULL:-150}" full.log "$PY" -m benchmarks.gpu_check --skip_decode "$@"
+    ls -la "$OUT/res"
+}
+
 case "${1:-}" in
 prepare)
-    cd "$(dirname "$0")/.." || exit 1
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> .git/info/exclude
     grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo /.gpu/ >> .git/info/exclude
     # The image has torch, transformers 5.17 and most of the rest (.library/device/KINDS.md); these it lacks or
@@ -42,21 +71,19 @@ run)
         || exit 3
     export PYTHONPATH=/tmp/site:. LAYERCUT_CACHE=$PWD/.gpu/cache PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-    limited() {  # limited SECONDS LOG COMMAND…: skipped at 0; SIGINT at the limit, SIGKILL 20 s later
-        local seconds=$1 log=$2; shift 2
-        [ "$seconds" -gt 0 ] || return 0
-        local started=$SECONDS
-        timeout -s INT -k 20 "$seconds" "$@" 2>&1 | tee "$OUT/$log"
-        echo "== $log: $((SECONDS - started)) s"
-    }
-    limited "${T24:-70}" two_four.log python3 -m benchmarks.two_four_kernels
-    limited "${TDEC:-230}" decode.log python3 -m benchmarks.gpu_check --decode_only ${DECODE_ARGS:-}
-    limited "${TFULL:-220}" full.log python3 -m benchmarks.gpu_check --eager_only --questions 50 --data_dir .gpu/benchdata
-    mkdir -p "$OUT/res"
-    cp benchmarks/results/two_four_kernels.json benchmarks/results/gpu_decode_*.json benchmarks/results/gpu/*.json \
-        "$OUT/res/" 2>/dev/null
-    ls -la "$OUT/res"
+    PY=python3 CUDA=1 RESULTS=${LAYERCUT_RESULTS_DIR:-benchmarks/results} STARTED=$(mktemp)
+    steps --questions 50 --data_dir .gpu/benchdata
+    ;;
+small)
+    OUT=${2:-$(mktemp -d -t layercut-gpu-session-XXXXXX)}
+    mkdir -p "$OUT" || exit 1
+    OUT=$(cd "$OUT" && pwd)
+    export LAYERCUT_RESULTS_DIR=$OUT PYTHONPATH=. PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+    PY=python3; [ -x .venv/bin/python ] && PY=.venv/bin/python
+    CUDA=0 RESULTS=$OUT STARTED=$(mktemp)
+    steps --small --device cpu --questions 5
+    echo "results in $OUT"
     ;;
 *)
-    sed -n '2,14p' "$0"; exit 2 ;;
+    sed -n '2,20p' "$0"; exit 2 ;;
 esac

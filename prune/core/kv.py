@@ -20,6 +20,11 @@ def cache_passed(kwargs: dict):
     return None
 
 
+def cache_swapped(kwargs: dict, cache) -> dict:
+    """``kwargs`` with the KV cache they pass to a block (under whichever name) replaced by ``cache``."""
+    return {name: cache if name in _BLOCK_KEYWORDS and value is not None else value for name, value in kwargs.items()}
+
+
 def with_cache(model, cache) -> dict:
     """The keyword argument that passes ``cache`` to ``model``'s forward."""
     name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

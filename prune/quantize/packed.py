@@ -1,4 +1,4 @@
-"""Quantized weights held as PyTorch's CPU kernels read them, and multiplied by those kernels: fewer bytes per product.
+"""Quantized weights held as PyTorch's kernels read them, and multiplied by those kernels: fewer bytes per product.
 
 torchao 0.18's weight-only tensors dequantize the whole matrix before every product on a CPU (and store int4 one value
 a byte). These two tensor subclasses hold the same integers and scales in the forms PyTorch's own CPU kernels take:
@@ -10,9 +10,20 @@ a byte). These two tensor subclasses hold the same integers and scales in the fo
   ``_weight_int4pack_mm_for_cpu``. The scales are torchao's rounded to bfloat16.
 
 Both kernels are slower than dense with float32 activations, so the activations go in as bfloat16 and the output comes
-back in the model's dtype. Off a CPU (or for an int4 matrix whose rows are not a multiple of 16) the product
-dequantizes, then multiplies; int4 then holds its values as plain nibble pairs (byte j of a row: value 2j low, 2j+1
-high). :meth:`to_torchao` gives torchao's plain tensors of the same numbers, which transformers saves and reloads.
+back in the model's dtype. On CUDA (``moved`` repacks a weight that changes device type):
+
+* int4 is packed by ``_convert_weight_to_int4pack`` into tinygemm's tensor-core tiles (int32 [N/8, K/(16·t), 32, t/2]
+  for t inner k-tiles; torchao's ``Int4TilePackedTo4dTensor`` packs alike, a byte holding value 2j high and 2j+1 low)
+  and multiplied by ``_weight_int4pack_mm``, which dequantizes (u - 8)·scale + zero like the CPU kernel: the same
+  scales-and-zeros, the same bytes. It needs compute capability 8.0, groups of 32-256 inputs, rows in eights and
+  inputs in multiples of 32; elsewhere the row names the reason and the product dequantizes.
+* int8 widens to the activations' dtype and multiplies densely, its scale applied to the output (compiled, inductor
+  may fuse the widening into the product). torch's CUDA ``_weight_int8pack_mm`` is a reference kernel (a thread per
+  output element, each reading a whole row): slower at batch 1 than widening, so it is not used.
+
+Elsewhere (or for an int4 matrix whose rows are not a multiple of 16 on a CPU) the product dequantizes, then
+multiplies; int4 then holds its values as plain nibble pairs (byte j of a row: value 2j low, 2j+1 high).
+:meth:`to_torchao` gives torchao's plain tensors of the same numbers, which transformers saves and reloads.
 """
 
 from __future__ import annotations
@@ -35,7 +46,10 @@ KERNEL_ROWS = 16  # the int4 CPU packing takes a multiple of 16 rows
 BLOCK = 64  # rows: the int4 CPU packing is read back a block of this many rows at a time where it keeps them apart
 INT8_KERNEL = "torch._weight_int8pack_mm (bfloat16 activations)"
 INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu (bfloat16 activations)"
+INT8_CUDA = "int8 widened, then the dense product (scale on the output)"
+INT4_CUDA = "aten._weight_int4pack_mm, tinygemm (bfloat16 activations)"
 FALLBACK = "dequantize, then multiply"
+TINYGEMM_GROUPS = (32, 64, 128, 256)  # the group sizes tinygemm's CUDA kernel is built for
 
 
 class Int8Rows(TorchAOBaseTensor):
@@ -60,10 +74,16 @@ class Int8Rows(TorchAOBaseTensor):
         return self.scale[:, None]
 
     def kernel(self) -> str:
-        return INT8_KERNEL if self.device.type == "cpu" else FALLBACK
+        return {"cpu": INT8_KERNEL, "cuda": INT8_CUDA}.get(self.device.type, FALLBACK)
+
+    def has_kernel(self) -> bool:
+        return self.device.type in ("cpu", "cuda")
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
-        """x [M, K] @ Wᵀ by the int8 kernel; a bfloat16 scale goes into the kernel, another is applied after."""
+        """x [M, K] @ Wᵀ by the int8 kernel (a bfloat16 scale goes into it, another is applied after); on CUDA the
+        int8 values widened to the model's dtype, the scale applied to the output."""
+        if self.device.type == "cuda":
+            return _widened_mm(x.to(self.dtype), self.qdata, self.scale)
         inside = self.scale if self.scale.dtype == torch.bfloat16 else torch.ones_like(self.scale, dtype=torch.bfloat16)
         out = _int8_mm(x.to(torch.bfloat16), self.qdata, inside).to(self.dtype)
         return out if inside is self.scale else out * self.scale
@@ -90,13 +110,13 @@ class Int4Groups(TorchAOBaseTensor):
     def __init__(self, packed, scale_and_zero, shape, group: int, dtype: torch.dtype, packing: str):
         super().__init__()
         self.packed, self.scale_and_zero = packed, scale_and_zero  # [N, K/2] uint8, [K/g, N, 2] bfloat16
-        self.group, self.packing = group, packing  # packing: "cpu" (the kernel's packing) or "nibbles"
+        self.group, self.packing = group, packing  # packing: "cpu", "cuda" (a kernel's packing) or "nibbles"
 
     @classmethod
     def of(cls, values: torch.Tensor, scales: torch.Tensor, group: int, dtype: torch.dtype) -> Int4Groups:
         """From int4 values [N, K] in [-8, 7] and scales [N, K/g], packed for their device's kernel."""
         pairs = torch.stack([scales, torch.zeros_like(scales)], -1).transpose(0, 1).to(torch.bfloat16).contiguous()
-        packing = "cpu" if values.device.type == "cpu" and values.shape[0] % KERNEL_ROWS == 0 else "nibbles"
+        packing = _packing_for(values.device, tuple(values.shape), group)
         return cls(_pack(values, packing), pairs, values.shape, group, dtype, packing)
 
     def values(self) -> torch.Tensor:
@@ -106,13 +126,23 @@ class Int4Groups(TorchAOBaseTensor):
         """[N, K/g] bfloat16."""
         return self.scale_and_zero[..., 0].T
 
+    def has_kernel(self) -> bool:
+        """Whether a product runs a kernel (read in the forward pass, so traced: nothing cached or probed here)."""
+        return self.packing == self.device.type
+
     def kernel(self) -> str:
-        return INT4_KERNEL if self.packing == "cpu" and self.device.type == "cpu" else FALLBACK
+        """The kernel a product runs; on CUDA without tinygemm, the dequantizing path and why."""
+        if self.has_kernel():
+            return INT4_CUDA if self.packing == "cuda" else INT4_KERNEL
+        refusal = _tinygemm_refusal(self.device, tuple(self.shape), self.group) if self.device.type == "cuda" else None
+        return f"{FALLBACK} ({refusal})" if refusal else FALLBACK
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
-        """x [M, K] @ Wᵀ by tinygemm's CPU kernel."""
-        out = _int4_mm(x.to(torch.bfloat16), self.packed, self.group, self.scale_and_zero)
-        return out.to(self.dtype)
+        """x [M, K] @ Wᵀ by tinygemm's kernel for this device."""
+        x = x.to(torch.bfloat16).contiguous()
+        if self.packing == "cuda":
+            return aten._weight_int4pack_mm(x, self.packed, self.group, self.scale_and_zero).to(self.dtype)
+        return _int4_mm(x, self.packed, self.group, self.scale_and_zero).to(self.dtype)
 
     def moved(self, device: torch.device, dtype: torch.dtype) -> Int4Groups:
         if torch.device(device).type == self.device.type:
@@ -136,6 +166,12 @@ def _aligned(tensor: torch.Tensor) -> torch.Tensor:
         return tensor
     return tensor if tensor.data_ptr() % ALIGN == 0 and tensor.is_contiguous() else tensor.clone(
         memory_format=torch.contiguous_format)
+
+
+def _widened_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [M, K] @ (q·scale)ᵀ as (x @ qᵀ)·scale: the int8 values [N, K] widened to x's dtype, the scale [N] on the
+    output (N products where scaling the weight would be N·K)."""
+    return torch.nn.functional.linear(x, qdata.to(x.dtype)) * scale
 
 
 # The kernels as custom operators: opaque to torch.compile, which calls them as they are (it cannot trace the
@@ -171,7 +207,7 @@ def _dequantize(self) -> torch.Tensor:
 def _linear(func, types, args, kwargs):
     """F.linear with a packed weight: the kernel on its device, else dequantize then multiply."""
     x, weight, bias = args[0], args[1], args[2] if len(args) > 2 else None
-    if weight.kernel() == FALLBACK:
+    if not weight.has_kernel():
         return torch.nn.functional.linear(x, weight.dequantize(), bias)
     out = weight.product(x.reshape(-1, x.shape[-1]).contiguous()).reshape(*x.shape[:-1], weight.shape[0])
     return out if bias is None else out + bias
@@ -200,45 +236,97 @@ Int8Rows.implements(aten.embedding.default)(_embedding)
 Int8Rows.implements_torch_function(torch.nn.functional.embedding)(_embedding)
 
 
+def _packing_for(device: torch.device, shape: tuple, group: int) -> str:
+    """The packing a kernel on ``device`` reads for a matrix of ``shape`` [N, K], else plain nibbles."""
+    if device.type == "cpu":
+        return "cpu" if shape[0] % KERNEL_ROWS == 0 else "nibbles"
+    if device.type == "cuda":
+        return "nibbles" if _tinygemm_refusal(device, shape, group) else "cuda"
+    return "nibbles"
+
+
+def _tinygemm_refusal(device: torch.device, shape: tuple, group: int) -> str | None:
+    """Why tinygemm's CUDA kernel cannot multiply this matrix here, or None."""
+    rows, inputs = shape
+    if group not in TINYGEMM_GROUPS:
+        return f"tinygemm takes groups of {', '.join(map(str, TINYGEMM_GROUPS))} inputs, not {group}"
+    if rows % 8 or inputs % 32:
+        return f"tinygemm takes rows in eights and inputs in multiples of 32, not {rows} × {inputs}"
+    return _tinygemm_missing(torch.device(device))
+
+
+@functools.lru_cache(maxsize=8)
+def _tinygemm_missing(device: torch.device) -> str | None:
+    """Why this GPU or torch build has no tinygemm kernel, or None (checked once per device: an 8 × 64 product)."""
+    if torch.version.hip:
+        return "tinygemm's tiles differ on ROCm"
+    if torch.cuda.get_device_capability(device) < (8, 0):
+        return "tinygemm needs compute capability 8.0 or newer"
+    try:
+        packed = _tile_pack(torch.zeros(8, 32, dtype=torch.uint8, device=device), 2)
+        aten._weight_int4pack_mm(torch.zeros(1, 64, dtype=torch.bfloat16, device=device), packed, 32,
+                                 torch.zeros(2, 8, 2, dtype=torch.bfloat16, device=device))
+    except (RuntimeError, NotImplementedError) as error:
+        return f"this torch build's tinygemm failed: {(str(error).splitlines() or ['?'])[0][:80]}"
+    return None
+
+
+def _inner_k_tiles(inputs: int) -> int:
+    """tinygemm's inner k-tiles for ``inputs`` (a multiple of 32): the most of 8, 4, 2 that divide it in 16s."""
+    return next(tiles for tiles in (8, 4, 2) if inputs % (16 * tiles) == 0)
+
+
+def _tile_pack(pairs: torch.Tensor, inner_k_tiles: int) -> torch.Tensor:
+    """tinygemm's CUDA packing of [N, K/2] bytes (value 2j high, 2j+1 low) into int32 [N/8, K/(16·t), 32, t/2]."""
+    return aten._convert_weight_to_int4pack(pairs.contiguous(), inner_k_tiles)
+
+
 def _pack(values: torch.Tensor, packing: str) -> torch.Tensor:
-    """int4 values [N, K] as [N, K/2] bytes: the CPU kernel's packing, or plain nibble pairs."""
+    """int4 values [N, K] packed for a kernel (N·K/2 bytes in each packing), or as plain nibble pairs."""
     unsigned = (values.to(torch.int32) + 8)
     if packing == "cpu":
         return aten._convert_weight_to_int4pack_for_cpu(unsigned, 1)
+    if packing == "cuda":  # torchao's byte order for this op: the even input in the high nibble
+        return _tile_pack((unsigned[:, 0::2] << 4 | unsigned[:, 1::2]).to(torch.uint8), _inner_k_tiles(values.shape[1]))
     return (unsigned[:, 0::2] | (unsigned[:, 1::2] << 4)).to(torch.uint8)
 
 
+def _nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """Every 4-bit field of ``packed``'s bytes in memory order, low nibble first: [2 · bytes] uint8."""
+    flat = packed.contiguous().view(torch.uint8).reshape(-1)
+    return torch.stack([flat & 15, flat >> 4], -1).reshape(-1)
+
+
 def _unpack(packed: torch.Tensor, shape, packing: str) -> torch.Tensor:
-    """int8 values [N, K] from their packed bytes; the CPU packing's order is read back by packing each position's
-    base-16 digits (it moves whole nibbles, in an order that depends on the CPU's instruction set)."""
-    nibbles = torch.stack([packed & 15, packed >> 4], -1).reshape(shape).to(torch.int8) - 8
+    """int8 values [N, K] from their packed bytes; a kernel's packing is read back by packing each position's base-16
+    digits (it moves whole nibbles, in an order that depends on the CPU's instruction set or the GPU's tiles)."""
+    nibbles = _nibbles(packed).to(torch.int8) - 8
     if packing == "nibbles":
-        return nibbles
+        return nibbles.reshape(shape)
     rows, inputs = shape
-    block = _block_positions(inputs) if rows % BLOCK == 0 else None
+    block = _block_positions(inputs, packing, packed.device) if rows % BLOCK == 0 else None
     blocks = rows // BLOCK if block is not None else 1
-    where = block if block is not None else _positions(rows, inputs)
+    where = block if block is not None else _positions(rows, inputs, packing, packed.device)
     values = torch.empty_like(nibbles).view(blocks, -1)
-    values[:, where.to(packed.device)] = nibbles.view(blocks, -1)
+    values[:, where] = nibbles.view(blocks, -1)
     return values.view(shape)
 
 
 @functools.lru_cache(maxsize=32)
-def _block_positions(inputs: int) -> torch.Tensor | None:
+def _block_positions(inputs: int, packing: str, device: torch.device) -> torch.Tensor | None:
     """:func:`_positions` of a block of :data:`BLOCK` rows, when the packing keeps each such block in its own bytes in
     the same order (checked on two blocks: then the first block's bytes hold only its own rows); else None."""
-    two = _positions(2 * BLOCK, inputs)
+    two = _positions(2 * BLOCK, inputs, packing, device)
     first, second = two.view(2, -1)
     return first.clone() if torch.equal(second, first + BLOCK * inputs) else None
 
 
-def _positions(rows: int, inputs: int) -> torch.Tensor:
-    """For each nibble of the CPU packing (in the order :func:`_unpack` reads them), the weight position it holds."""
-    index = torch.arange(rows * inputs).view(rows, inputs)
-    found = torch.zeros(rows * inputs, dtype=torch.int64)
+def _positions(rows: int, inputs: int, packing: str, device: torch.device) -> torch.Tensor:
+    """For each nibble of a kernel's packing (in the order :func:`_unpack` reads them), the weight position it holds."""
+    index = torch.arange(rows * inputs, device=device).view(rows, inputs)
+    found = torch.zeros(rows * inputs, dtype=torch.int64, device=device)
     for digit in range(math.ceil(math.log2(max(rows * inputs, 2)) / 4)):
-        packed = _pack(((index >> (4 * digit)) & 15) - 8, "cpu")
-        found += torch.stack([packed & 15, packed >> 4], -1).view(-1).to(torch.int64) << (4 * digit)
+        found += _nibbles(_pack(((index >> (4 * digit)) & 15) - 8, packing)).to(torch.int64) << (4 * digit)
     return found
 
 

@@ -44,6 +44,35 @@ def test_the_compiled_mode_decodes_the_eager_tokens_and_compiles_only_in_its_fir
     assert one_row > 0
 
 
+@pytest.mark.slow  # as above
+def test_the_layers_compile_by_region_and_another_model_of_the_same_shape_reuses_their_code():
+    model, other = tiny_model("llama"), tiny_model("llama", seed=1)  # the same shape, other weights
+    prompt = torch.tensor([[5, 17, 3, 99, 42, 7]])
+    runs = compiled.CompiledRuns(most_new_tokens=5)
+    before = _graphs()
+    runs.run(model, prompt, 5)
+    assert _graphs() - before == 1  # one graph serves the four layers (their weights and cache layers are its inputs)
+    assert all(layer._compiled_call_impl is None for layer in model.model.layers)  # eager again after the run
+    compiled_now = _graphs()
+    _, _, second = runs.run(other, prompt, 5)
+    assert _graphs() == compiled_now  # the weights are the graphs' inputs: the first model's code serves
+    cache, _ = runs._cache(other, prompt)
+    assert torch.equal(compiled.generate(other, prompt, 5, cache)[2], _uncached_greedy(other, prompt, 5))
+
+
+@pytest.mark.slow  # as above, 5-12 s an architecture
+@pytest.mark.parametrize("arch", ["mistral", "gemma2", "gpt2"])
+def test_regional_compile_decodes_the_eager_tokens_where_a_layer_asks_more_of_its_cache(arch):
+    """Sliding-window layers (mistral, gemma2's alternating ones) and GPT-2's own layer-index scaling: a layer that
+    reads more than ``update`` from its cache, or its own index, gets a graph of its own and the same tokens."""
+    model = tiny_model(arch)
+    prompt = torch.tensor([[5, 17, 3, 99, 42, 7]])
+    runs = compiled.CompiledRuns(most_new_tokens=5)
+    runs.run(model, prompt, 5)
+    cache, _ = runs._cache(model, prompt)
+    assert torch.equal(compiled.generate(model, prompt, 5, cache)[2], _uncached_greedy(model, prompt, 5))
+
+
 @pytest.mark.slow  # as above (two models, each compiled)
 def test_speed_rows_in_the_compiled_mode_are_named_apart_and_give_each_models_compile_time():
     models = {"original": tiny_model("llama"), "A": tiny_model("llama", layers=2)}
@@ -91,7 +120,7 @@ def test_a_model_the_compiler_refuses_is_one_line(monkeypatch):
     def refusing(model, token, kwargs):
         raise RuntimeError("Unsupported: a tensor subclass without __tensor_flatten__\nmore detail")
 
-    monkeypatch.setattr(compiled, "_compiled_step", lambda device: refusing)
+    monkeypatch.setattr(compiled, "_decode_step", refusing)
     with pytest.raises(InvalidInput, match=r"^torch.compile could not compile this model's decode step \(Unsupported: "
                                            r"a tensor subclass without __tensor_flatten__\); time it eagerly.$"):
         compiled.CompiledRuns(4).run(tiny_model("llama"), torch.tensor([[1, 2, 3]]), 4)
