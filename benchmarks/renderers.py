@@ -529,5 +529,11 @@ def gptq(found: dict) -> str:
             ["hellaswag acc_norm", *(accuracy(c) for c in columns.values())],
             ["weight memory, MiB", *(num(c.get("weight_MiB")) for c in columns.values())],
             ["build time (s)", *(num(c.get("build_s")) for c in columns.values())]]
-    gaps = "; ".join(f"{name} {share:.0f} %" for name, share in found["gap_recovered_pct"].items())
+    bases = {"int4": "original", "int8": "original", "sparsegpt50 + int4": "sparsegpt50"}
+
+    def gap(name: str, share: float) -> str:
+        lost = columns[f"{name} rtn"]["wikitext2_ppl"] - columns[bases[name]]["wikitext2_ppl"]
+        return f"{name} {share:.0f} %" if lost > 0 else f"{name}: round to nearest loses nothing ({lost:+.2f})"
+
+    gaps = "; ".join(gap(name, share) for name, share in found["gap_recovered_pct"].items())
     return (table(["", *columns], rows) + f"\n\nShare of round-to-nearest's perplexity gap that GPTQ closes: {gaps}.")
