@@ -42,11 +42,13 @@ from prune.core.storage import is_quantized
 
 aten = torch.ops.aten
 ALIGN = 64  # bytes: where the int8 kernel's weight and input must start
+INT8_INPUTS = 16  # torch 2.13's CPU int8 kernel reads inputs 16 at a time: another width crashes it (past one row)
 KERNEL_ROWS = 16  # the int4 CPU packing takes a multiple of 16 rows
 BLOCK = 64  # rows: the int4 CPU packing is read back a block of this many rows at a time where it keeps them apart
 INT8_KERNEL = "torch._weight_int8pack_mm (bfloat16 activations)"
 INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu (bfloat16 activations)"
 INT8_CUDA = "int8 widened, then the dense product (scale on the output)"
+INT8_UNEVEN = f"{INT8_CUDA}: an input width not a multiple of {INT8_INPUTS}, which the int8 kernel does not take"
 INT4_CUDA = "aten._weight_int4pack_mm, tinygemm (bfloat16 activations)"
 FALLBACK = "dequantize, then multiply"
 TINYGEMM_GROUPS = (32, 64, 128, 256)  # the group sizes tinygemm's CUDA kernel is built for
@@ -74,15 +76,18 @@ class Int8Rows(TorchAOBaseTensor):
         return self.scale[:, None]
 
     def kernel(self) -> str:
+        if self.device.type == "cpu" and self.shape[1] % INT8_INPUTS:
+            return INT8_UNEVEN
         return {"cpu": INT8_KERNEL, "cuda": INT8_CUDA}.get(self.device.type, FALLBACK)
 
     def has_kernel(self) -> bool:
         return self.device.type in ("cpu", "cuda")
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
-        """x [M, K] @ Wᵀ by the int8 kernel (a bfloat16 scale goes into it, another is applied after); on CUDA the
-        int8 values widened to the model's dtype, the scale applied to the output."""
-        if self.device.type == "cuda":
+        """x [M, K] @ Wᵀ by the int8 kernel (a bfloat16 scale goes into it, another is applied after); on CUDA, or
+        where K is not a multiple of 16, the int8 values widened to the model's dtype, the scale applied to the
+        output."""
+        if self.device.type == "cuda" or self.shape[1] % INT8_INPUTS:
             return _widened_mm(x.to(self.dtype), self.qdata, self.scale)
         inside = self.scale if self.scale.dtype == torch.bfloat16 else torch.ones_like(self.scale, dtype=torch.bfloat16)
         out = _int8_mm(x.to(torch.bfloat16), self.qdata, inside).to(self.dtype)

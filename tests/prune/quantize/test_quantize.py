@@ -208,3 +208,16 @@ def test_quantization_is_last_and_checks_its_values():
         Quantize.of(8).apply(tiny_model("gpt2", 1))
     made = Recipe((prune.DepthCut.of(4, [1]), Quantize.of(4, 64)))
     assert Recipe.from_json(made.to_json()) == made and made.steps[1].short() == "int4 g64"
+
+
+@pytest.mark.parametrize("inputs", [96, 100, 1219])  # a width pruning's odd widths: torch's int8 kernel crashed on them
+def test_an_int8_matrix_of_any_input_width_multiplies_a_batch_to_its_dequantized_product(inputs):
+    from prune.quantize.packed import INT8_KERNEL, INT8_UNEVEN, Int8Rows
+
+    torch.manual_seed(0)
+    values, scale = torch.randint(-127, 128, (24, inputs), dtype=torch.int8), torch.rand(24) / 100
+    weight, x = Int8Rows(values, scale, torch.float32), torch.randn(16, inputs)
+    expected = x @ (values.float() * scale[:, None]).T
+    bound = (x.abs() @ (values.float().abs() * scale[:, None]).T) * 2**-7  # bfloat16 activations at most
+    assert ((weight.product(x) - expected).abs() <= bound).all()
+    assert weight.kernel() == (INT8_KERNEL if inputs % 16 == 0 else INT8_UNEVEN)
