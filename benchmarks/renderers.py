@@ -201,7 +201,7 @@ def gpu_check(found: dict) -> str:
         ("" if found.get("finished", True) else "\n\nThe run stopped before its last step.")
 
 
-@renders("frontier")
+@renders("frontier", "frontier_*")
 def frontier(found: dict, view: str = "") -> str:
     """benchmarks/frontier.py: the CLI's own frontier table. A view names an axis, a size in percent or both:
     ``80`` (the original and the 80 % rows), ``bytes`` (the same points sized by their bytes as stored), ``bytes80``."""
