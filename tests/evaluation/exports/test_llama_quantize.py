@@ -309,7 +309,7 @@ def test_the_child_process_takes_llama_cpps_abort_and_a_stop_ends_it(tiny_tokeni
 def test_a_bfloat16_model_goes_to_llama_cpp_in_bf16(tiny_tokenizer, tmp_path, monkeypatch):
     seen = {}
 
-    def fake(source, target, file_type, imatrix=None, progress=None):
+    def fake(source, target, file_type, imatrix=None, progress=None, **types):
         seen["source"] = gguf.GGUFReader(source).tensors[0].tensor_type.name
         target.write_bytes(b"")
         return llama_quantize.Quantized(target, file_type, {}, {})
