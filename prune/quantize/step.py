@@ -15,9 +15,8 @@ from typing import ClassVar
 from torch import nn
 
 from prune.core.calibration import Calibration
-from prune.core.errors import InvalidInput
+from prune.core.errors import InvalidInput, quoted
 from prune.core.family import Choice, Family, Option, register_family
-from prune.core.errors import quoted
 from prune.core.sizes import Size
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
