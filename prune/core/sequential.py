@@ -8,6 +8,8 @@ runs one layer on given inputs to give the next layer's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
@@ -69,3 +71,30 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
 def run_layer(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple]) -> list[torch.Tensor]:
     """The layer's outputs for each batch's input and arguments (``calls``: this layer's, one per batch)."""
     return [_hidden_out(layer(h, *args, **kwargs)) for h, (args, kwargs) in zip(hidden, calls)]
+
+
+def gram(x: torch.Tensor) -> torch.Tensor:
+    """XᵀX [inputs, inputs] of inputs [tokens, inputs]: SparseGPT's and GPTQ's Hessian, their 2/n left out."""
+    return x.T @ x
+
+
+@torch.no_grad()
+def input_statistics(layer: nn.Module, modules: dict[str, nn.Module], hidden: list[torch.Tensor], calls: list[tuple],
+                     reduce: Callable[[torch.Tensor], torch.Tensor] = gram) -> dict[str, torch.Tensor]:
+    """Per module of one layer (by name), ``reduce`` of its inputs [tokens, inputs] in float32, summed over one pass of
+    the layer on ``hidden`` with its ``calls``; a module no token reached is absent."""
+    found: dict[str, torch.Tensor] = {}
+
+    def collect(name):
+        def hook(_module, args, _output):
+            value = reduce(args[0].detach().reshape(-1, args[0].shape[-1]).float())
+            found[name] = found[name] + value if name in found else value
+        return hook
+
+    handles = [m.register_forward_hook(collect(name)) for name, m in modules.items()]
+    try:
+        run_layer(layer, hidden, calls)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found

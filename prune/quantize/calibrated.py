@@ -20,7 +20,7 @@ from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, ki
 from prune.core.calibration import Calibration, token_windows
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
-from prune.core.sequential import layer_calls, run_layer
+from prune.core.sequential import input_statistics, layer_calls, run_layer
 from prune.core.surgery import clone_layers
 from prune.quantize.gptq import Grid, gptq
 from prune.quantize.weights import chosen_linears, finished, refuse_quantized
@@ -50,7 +50,7 @@ def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, hea
     for index, layer in enumerate(layers):
         mine = {name: m for name, m in layer.named_modules() if id(m) in chosen}
         own_calls = [c[index] for c in calls]
-        hessians = _hessians(layer, mine, hidden, own_calls)
+        hessians = input_statistics(layer, mine, hidden, own_calls)  # XᵀX per projection, one pass
         for name, module in mine.items():
             module.weight = nn.Parameter(_solved(module.weight, hessians.get(name), bits, group, actorder),
                                          requires_grad=False)
@@ -70,24 +70,3 @@ def _solved(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, group
     if bits == 8:
         return Int8Rows(integers, scales[:, 0].to(weight.dtype), weight.dtype)
     return Int4Groups.of(integers, scales, group, weight.dtype)
-
-
-@torch.no_grad()
-def _hessians(layer: nn.Module, modules: dict[str, nn.Module], hidden: list[torch.Tensor],
-              calls: list[tuple]) -> dict[str, torch.Tensor]:
-    """Per projection of one layer, XᵀX [inputs, inputs] over its calibration inputs, from one pass of the layer."""
-    found: dict[str, torch.Tensor] = {}
-
-    def collect(name):
-        def hook(_module, args, _output):
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # [tokens, inputs]
-            found[name] = found[name] + x.T @ x if name in found else x.T @ x
-        return hook
-
-    handles = [m.register_forward_hook(collect(name)) for name, m in modules.items()]
-    try:
-        run_layer(layer, hidden, calls)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return found

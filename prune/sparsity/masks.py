@@ -37,7 +37,7 @@ from prune.core.calibration import Calibration, token_windows
 from prune.core.layer_files import Rebuild
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
 from prune.core.storage import dense
-from prune.core.sequential import layer_calls, matrices, rows_of, run_layer
+from prune.core.sequential import gram, input_statistics, layer_calls, matrices, rows_of, run_layer
 from prune.core.surgery import private_copy
 from prune.sparsity.sparsegpt import count, lowest, sparsegpt
 
@@ -234,22 +234,11 @@ def _nm_mask(score: torch.Tensor, nm: tuple[int, int]) -> torch.Tensor:
 # ---------------------------------------------------------------- statistics
 
 
-@torch.no_grad()
 def _statistics(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple], method: str) -> dict:
     """Per matrix of one layer, from its inputs on the calibration: Σ X_j² [inputs] (Wanda) or XᵀX (SparseGPT)."""
-    found: dict[str, torch.Tensor] = {}
+    return input_statistics(layer, matrices(layer), hidden, calls, _squares if method == "wanda" else gram)
 
-    def collect(name):
-        def hook(_module, args, _output):
-            x = args[0].detach().reshape(-1, args[0].shape[-1]).float()  # [tokens, inputs]
-            value = (x * x).sum(0) if method == "wanda" else x.T @ x
-            found[name] = found[name] + value if name in found else value
-        return hook
 
-    handles = [m.register_forward_hook(collect(name)) for name, m in matrices(layer).items()]
-    try:
-        run_layer(layer, hidden, calls)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return found
+def _squares(x: torch.Tensor) -> torch.Tensor:
+    """Σ X_j² over the tokens [inputs]: Wanda's input norms, squared."""
+    return (x * x).sum(0)

@@ -130,13 +130,13 @@ def test_a_gptq_model_stores_round_to_nearests_form_and_bytes_and_leaves_the_ori
 
 def test_each_layer_is_calibrated_on_the_outputs_of_the_quantized_layers_before_it(tiny_tokenizer, monkeypatch):
     seen = []
-    hessians = calibrated._hessians
+    hessians = calibrated.input_statistics
 
     def recording(layer, modules, hidden, calls):
         seen.append(torch.cat(hidden))
         return hessians(layer, modules, hidden, calls)
 
-    monkeypatch.setattr(calibrated, "_hessians", recording)
+    monkeypatch.setattr(calibrated, "input_statistics", recording)
     model = tiny_model("qwen2", 4)  # sliding-window and full-attention layers: each keeps its own mask
     variant = Quantize.of(4, method="gptq", calibration=CAL).apply(model, tiny_tokenizer)
     assert_read_sequentially(seen, variant, model, token_windows(tiny_tokenizer, CAL))
