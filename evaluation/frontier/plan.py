@@ -208,29 +208,23 @@ def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
                                                          else ())
         found[recipe.key] = Candidate(families, known.size if known else size, recipe)
 
+    def take(family: str, size: float | None, made: Recipe | str) -> None:
+        """A chosen family's candidate at ``size`` (None: a fixed one, said for every size where it is refused)."""
+        if family not in plan.families:
+            return
+        if isinstance(made, str):
+            why.update({(family, s): made for s in (plan.sizes if size is None else (size,))})
+        else:
+            add(family, size, made)
+
     for size in plan.sizes:
         for family, made in _planned(model, plan, depth, blocks, size * total, total):
-            if family not in plan.families:
-                continue
-            if isinstance(made, str):
-                why[(family, size)] = made
-            else:
-                add(family, size, made)
+            take(family, size, made)
     for family, made in _fixed(plan):
-        if family not in plan.families:
-            continue
-        if isinstance(made, str):
-            why.update({(family, size): made for size in plan.sizes})
-        else:
-            add(family, None, made)
+        take(family, None, made)
     for size in plan.sizes:
         for family, made in _compounds(model, plan, depth, size):
-            if family not in plan.families:
-                continue
-            if isinstance(made, str):
-                why[(family, size)] = made
-            else:
-                add(family, size, made)
+            take(family, size, made)
     if plan.repair is not None:
         for candidate in list(found.values()):
             for family in candidate.families:
