@@ -48,8 +48,6 @@ def recovered(original: float, rtn: float, gptq: float) -> float:
 def run(args) -> None:
     import torch
 
-    from evaluation.measure.measurement import ORIGINAL
-    from evaluation.quality import lm_eval_adapter
     from prune.core.storage import weight_bytes
 
     backend, spec, info = harness.default_model(args.data_dir)
@@ -62,19 +60,7 @@ def run(args) -> None:
             model = backend.models.model(spec, recipe)
         built[name], size[name] = clock.wall, weight_bytes(model)
         print(f"{name} ({built[name]:.1f} s): {recipe.describe()}", flush=True)
-    pairs = harness.pairs(chosen)
-    ppl = {}
-    for pair in pairs:
-        ppl.update({m.model: m.value for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
-                                                                         max_windows=args.ppl_windows)})
-    ppl["original"] = ppl.pop(ORIGINAL)
-    acc = {}
-    if args.hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.models.data_dir)
-        for pair in pairs:
-            acc.update({m.model: m for m in backend.measure.benchmarks(spec, pair, request, batch_size=16)
-                        if m.name == "hellaswag acc_norm"})
-        acc["original"] = acc.pop(ORIGINAL)
+    ppl, acc = harness.perplexity_and_hellaswag(backend, spec, chosen, "original", args.ppl_windows, args.hellaswag)
     gaps = {"int4": recovered(ppl["original"], ppl["int4 rtn"], ppl["int4 gptq"]),
             "int8": recovered(ppl["original"], ppl["int8 rtn"], ppl["int8 gptq"]),
             "sparsegpt50 + int4": recovered(ppl["sparsegpt50"], ppl["sparsegpt50 + int4 rtn"],

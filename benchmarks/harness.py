@@ -118,3 +118,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def perplexity_and_hellaswag(backend, spec, variants: dict, original: str, windows: int,
+                             questions: int) -> tuple[dict, dict]:
+    """Each of ``variants`` (and the original, under the name ``original``) measured two at a time beside the original:
+    WikiText-2 test perplexity over the first ``windows`` windows of 128 tokens (no BOS), and the hellaswag
+    acc_norm Measurement on the first ``questions`` (none when 0)."""
+    from evaluation.measure.measurement import ORIGINAL
+    from evaluation.quality import lm_eval_adapter
+
+    ppl, acc = {}, {}
+    for pair in pairs(variants):
+        ppl.update({m.model: m.value for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
+                                                                         max_windows=windows)})
+    if questions:
+        request = lm_eval_adapter.check_request(["hellaswag"], limit=questions, data_dir=backend.models.data_dir)
+        for pair in pairs(variants):
+            acc.update({m.model: m for m in backend.measure.benchmarks(spec, pair, request, batch_size=16)
+                        if m.name == "hellaswag acc_norm"})
+        acc[original] = acc.pop(ORIGINAL)
+    ppl[original] = ppl.pop(ORIGINAL)
+    return ppl, acc

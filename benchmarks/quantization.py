@@ -44,10 +44,8 @@ def variants(num_layers: int, calibration) -> dict:
 def run(args) -> None:
     import torch
 
-    from evaluation.measure.measurement import ORIGINAL
     from prune.core.storage import weight_bytes
     from evaluation.measure.speed import measure_speed
-    from evaluation.quality import lm_eval_adapter
     from evaluation.serving.variants import own_bytes
 
     backend, spec, info = harness.default_model(args.data_dir)
@@ -64,20 +62,9 @@ def run(args) -> None:
             "owned beside the original, MiB": {k: f"{own_bytes(m, base) / 2**20:.1f}" for k, m in models.items()}}
 
     compared = {k: v for k, v in chosen.items() if k != "dense"}
-    pairs = harness.pairs(compared)
-    ppl = {}
-    for pair in pairs:
-        ppl.update({m.model: m.value for m in backend.measure.perplexity(spec, pair, seq_lens=(128,), bos=(False,),
-                                                                         max_windows=args.ppl_windows)})
-    ppl["dense"] = ppl.pop(ORIGINAL)
+    ppl, acc = harness.perplexity_and_hellaswag(backend, spec, compared, "dense", args.ppl_windows, args.hellaswag)
     rows[f"WikiText-2 test ppl ({args.ppl_windows} × 128)"] = {k: f"{v:.2f}" for k, v in ppl.items()}
     if args.hellaswag:
-        request = lm_eval_adapter.check_request(["hellaswag"], limit=args.hellaswag, data_dir=backend.models.data_dir)
-        acc = {}
-        for pair in pairs:
-            acc.update({m.model: m for m in backend.measure.benchmarks(spec, pair, request, batch_size=16)
-                        if m.name == "hellaswag acc_norm"})
-        acc["dense"] = acc.pop(ORIGINAL)
         rows[f"hellaswag acc_norm ({args.hellaswag})"] = {k: f"{m.value:.1f} ± {m.spread:.1f}" for k, m in acc.items()}
 
     speed = measure_speed(models, batch_sizes=(1,), prompt_len=128, new_tokens=(32,), repeats=args.repeats)
