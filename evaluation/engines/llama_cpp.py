@@ -14,17 +14,23 @@ from llama.cpp's own logits.
 
 A column llama.cpp cannot run (an encoder, dropped attention or MLP blocks, factored low rank: what the GGUF writer
 refuses, :func:`evaluation.exports.gguf_out.gguf_refusal`) is said in one line by :func:`why_not`.
+
+**llama.cpp runs in a child process** (:mod:`evaluation.engines.llama_worker`, through :mod:`evaluation.core.child`),
+never in the server's: a build whose kernels this CPU cannot execute (a native build's AMX repack of Q8_0/Q4_0 on some
+virtual machines raises SIGILL), a GGML_ASSERT or an out-of-memory abort ends the child, and that column gets one line
+while every other row and column is still measured. The child loads each file once and times inside itself, so its
+start (0.25–0.4 s here: Python, numpy, the binding) is in no figure; a Stop kills it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import math
 import os
+import re
 import threading
 from pathlib import Path
 
 import gguf
-import numpy as np
 import torch
 
 from prune.core.architectures import CAUSAL, kind_of
@@ -32,7 +38,8 @@ from prune.core.errors import InvalidInput
 from prune.core.paths import cache_root, safe_name
 from prune.quantize.weights import QUANTIZED_FIELD
 
-from evaluation.core.timing import Timer
+from evaluation.core import child
+from evaluation.core.child import ChildDied, signal_name
 from evaluation.exports import gguf_file as gguf_files
 from evaluation.exports.gguf_file import LLAMA_CPP
 from evaluation.exports.gguf_out import gguf_refusal
@@ -43,7 +50,14 @@ SUFFIX = f" ({LLAMA_CPP})"
 INT4_TYPES = ("Q4_0", "Q4_K_M", "Q4_K_S")  # the GGUF types an int4 column runs in (the first by default)
 KV_BYTES = 2  # llama.cpp's default KV cache type: F16
 GGUF_CACHE_BYTES = 8 * 2**30  # the columns' GGUFs kept for the next measurement
-_LOCK = threading.Lock()  # llama.cpp's own threads take every core: one engine run at a time in this process
+_LOCK = threading.Lock()  # llama.cpp's own threads take every core: one engine run at a time from this process
+WORKER = Path(__file__).with_name("llama_worker.py")  # llama.cpp runs in a child: a fault there ends only the child
+NOTE = "llama_cpp_note"  # the details field that says why a column did not run in llama.cpp
+_ASSERT = re.compile(r"GGML_ASSERT\([^\n]*\) failed")
+
+
+class EngineDied(InvalidInput):
+    """llama.cpp's process ended without its result (a signal, an abort): the message is the one line to show."""
 
 
 def why_not_installed() -> str | None:
@@ -105,93 +119,55 @@ def _field(reader: gguf.GGUFReader, name: str) -> int | None:
     return None if field is None else int(field.parts[-1][0])
 
 
-class Engine:
-    """One GGUF loaded in llama.cpp (``with Engine(path, ...) as engine``); ``logits=True`` keeps every position's
-    logits (for scoring), else only the last (for timing, as LayerCut's loop computes the last only)."""
-
-    def __init__(self, path: Path, *, context: int, logits: bool = False, threads: int | None = None):
-        from llama_cpp import Llama
-
-        threads = threads or torch.get_num_threads()
-        with _quiet():
-            self.llm = Llama(model_path=str(path), n_ctx=context, n_batch=context, n_ubatch=context,
-                             n_threads=threads, n_threads_batch=threads, logits_all=logits, verbose=False)
-        self.vocab = self.llm.n_vocab()
-
-    def __enter__(self) -> Engine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.llm.close()
-
-    def last_logits(self) -> np.ndarray:
-        """[V] the logits after the last token evaluated."""
-        import llama_cpp
-
-        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self.llm.ctx, -1), shape=(self.vocab,))
-
-    def run_once(self, prompt: list[int], new_tokens: int) -> tuple[float, float]:
-        """(prefill ms, ms of the ``new_tokens`` − 1 decode steps after it), greedy, from an empty cache."""
-        self.llm.reset()
-        with Timer(torch.device("cpu")) as prefill:
-            self.llm.eval(prompt)
-            token = int(self.last_logits().argmax())
-        with Timer(torch.device("cpu")) as decode:
-            for _ in range(new_tokens - 1):
-                self.llm.eval([token])
-                token = int(self.last_logits().argmax())
-        return prefill.ms, decode.ms
-
-    def window_logits(self, window: list[int]) -> np.ndarray:
-        """[T, V] every position's logits over one window, from an empty cache."""
-        self.llm.reset()
-        self.llm.eval(window)
-        return np.array(self.llm.scores[: len(window)], dtype=np.float32)
+def _words(died: ChildDied, file_type: str) -> str:
+    """One line for a llama.cpp child that ended without its result."""
+    name = signal_name(died.code)
+    if name == "SIGILL":
+        return (f"{LLAMA_CPP} stopped with an illegal instruction on {file_type}: its build uses CPU instructions "
+                "this machine does not run — see docs/install.md.")
+    if name == "SIGABRT":
+        found = _ASSERT.search(died.log)
+        return f"{LLAMA_CPP} aborted on {file_type}" + (f" ({found[0]})." if found else
+                                                         " (an assertion or out of memory).")
+    if name in ("SIGSEGV", "SIGBUS"):
+        return f"{LLAMA_CPP} crashed ({name}) on {file_type}; the other columns still ran."
+    if name == "SIGKILL":
+        return f"{LLAMA_CPP} was killed ({name}, likely out of memory) on {file_type}."
+    last = next((line.strip() for line in reversed(died.log.splitlines()) if line.strip()), "no message")
+    return f"{LLAMA_CPP} ended ({name}) on {file_type}: {Path(last).name[:160]}"
 
 
-@contextlib.contextmanager
-def _quiet():
-    """llama.cpp's load messages go to the C stderr: kept out of the server's log."""
-    try:
-        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    except OSError:
-        yield
-        return
-    try:
-        os.dup2(null, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
+def _threads() -> int:
+    return torch.get_num_threads()
 
 
 def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, repeats: int, seed: int = 0,
                   vocab: int, bandwidth_limit, check=lambda: None, report=lambda fraction, message: None
                   ) -> list[Measurement]:
-    """Batch-1 prefill and decode of each GGUF in ``{label: path}`` in llama.cpp, the columns taking turns run by run
-    after one warm-up each; each decode row with its bytes per token, floor and share of ``bandwidth_limit``
-    (``evaluation.measure.bandwidth``), and those three as rows of their own. ``check()`` between runs (a Stop)."""
+    """Batch-1 prefill and decode of each GGUF in ``{label: path}`` in llama.cpp's own process
+    (:mod:`evaluation.engines.llama_worker`), the columns taking turns run by run after one warm-up each; each decode
+    row with its bytes per token, floor and share of ``bandwidth_limit`` (``evaluation.measure.bandwidth``), and
+    those three as rows of their own. A column whose llama.cpp dies (a signal, an abort) is one row with its reason
+    (``details[NOTE]``); the others are measured again without it. ``check()`` between runs (a Stop kills the child)."""
     prompt = torch.randint(0, vocab, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
-    prefills = {label: [] for label in files}
-    decodes = {label: [] for label in files}
-    with _LOCK, contextlib.ExitStack() as stack:
-        engines = {label: stack.enter_context(Engine(path, context=prompt_len + new_tokens + 8))
-                   for label, path in files.items()}
-        for label, engine in engines.items():
-            check()
-            engine.run_once(prompt, 2)
-        for r in range(repeats):
-            for label, engine in engines.items():
-                check()
-                report((r + 1) / repeats, f"{label}: {LLAMA_CPP}, run {r + 1}/{repeats}")
-                pre_ms, dec_ms = engine.run_once(prompt, new_tokens)
-                prefills[label].append(pre_ms)
-                decodes[label].append(dec_ms / (new_tokens - 1))
+    job = {"op": "speed", "prompt": prompt, "new_tokens": new_tokens, "repeats": repeats, "threads": _threads()}
+    left, why = dict(files), {}
+    times = {}
+    with _LOCK:
+        while left and not times:
+            try:
+                times = child.run(WORKER, {**job, "files": {k: str(v) for k, v in left.items()}}, check=check,
+                                  on_line=lambda line: "progress" in line and report(*line["progress"]))
+            except ChildDied as died:
+                dead = [died.at] if died.at in left else list(left)
+                for label in dead:
+                    why[label] = _words(died, file_type(left.pop(label)))
     context = prompt_len + new_tokens / 2
-    return [row for label, path in files.items()
-            for row in _rows(label, path, prefills[label], decodes[label], prompt_len, new_tokens, context,
-                             bandwidth_limit)]
+    rows = [row for label, path in files.items() if label in times
+            for row in _rows(label, path, times[label]["prefill"], times[label]["decode"], prompt_len, new_tokens,
+                             context, bandwidth_limit)]
+    return rows + [Measurement(decode_name(1, new_tokens) + SUFFIX, math.nan, "ms", False, model=label, group=GROUP,
+                               details={NOTE: reason}) for label, reason in why.items()]
 
 
 def _rows(label: str, path: Path, prefill: list[float], decode: list[float], prompt_len: int, new_tokens: int,
@@ -228,20 +204,17 @@ def file_type(path: Path) -> str:
 def window_scores(path: Path, windows: torch.Tensor, reference: list[torch.Tensor] | None = None,
                   check=lambda: None) -> dict:
     """llama.cpp's summed NLL over ``windows`` [W, T] (every token after the first predicted), the tokens predicted,
-    and, given the PyTorch column's top-1 next tokens per window (``reference``: [T − 1] each), how many agree."""
+    and, given the PyTorch column's top-1 next tokens per window (``reference``: [T − 1] each), how many agree; in
+    llama.cpp's own process. A llama.cpp that dies is :class:`EngineDied`, its reason in one line."""
     if windows.numel() == 0:
         raise InvalidInput("The text is shorter than one window.")
-    nll, predicted, agree = 0.0, 0, 0
-    with _LOCK, Engine(path, context=windows.shape[1], logits=True) as engine:
-        for index, window in enumerate(windows.tolist()):
-            check()
-            logits = torch.from_numpy(engine.window_logits(window))[:-1].double()  # [T - 1, V]
-            targets = torch.tensor(window[1:])
-            nll += float(torch.nn.functional.cross_entropy(logits, targets, reduction="sum"))
-            predicted += len(targets)
-            if reference is not None:
-                agree += int((logits.argmax(dim=-1) == reference[index]).sum())
-    return {"nll": nll, "tokens": predicted, "agree": agree if reference is not None else None}
+    job = {"op": "scores", "path": str(path), "windows": windows.tolist(), "threads": _threads(),
+           "reference": None if reference is None else [r.tolist() for r in reference]}
+    with _LOCK:
+        try:
+            return child.run(WORKER, job, check=check)
+        except ChildDied as died:
+            raise EngineDied(_words(died, file_type(path))) from None
 
 
 def cache_path(model_key: str, recipe_key: str, file_type: str) -> Path:

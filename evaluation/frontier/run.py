@@ -131,6 +131,8 @@ def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
     found = llama_cpp.measure_speed(files, prompt_len=prompt, new_tokens=new, repeats=repeats,
                                     vocab=timed["original"].config.vocab_size,
                                     bandwidth_limit=bandwidth.bandwidth(torch.device("cpu")), check=step.check)
+    if died := next((m.details[llama_cpp.NOTE] for m in found if llama_cpp.NOTE in m.details), None):
+        raise InvalidInput(died)  # the point says why, as a model llama.cpp cannot run does
     return [replace(m, name=m.name.removesuffix(llama_cpp.SUFFIX)) for m in found]
 
 

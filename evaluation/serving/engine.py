@@ -23,7 +23,7 @@ from evaluation.quality import perplexity
 from evaluation.serving.models import Models
 from evaluation.serving.variants import Side
 
-NOTE = "llama_cpp_note"  # the details field that says why a column did not run in llama.cpp
+NOTE = llama_cpp.NOTE  # the details field that says why a column did not run in llama.cpp
 
 
 def files(models: Models, base: Loaded, sides: list[Side], int4_type: str, job: Job) -> tuple[dict, dict]:
@@ -100,7 +100,12 @@ def perplexity_rows(models: Models, base: Loaded, sides: list[Side], ids: torch.
         if (found := store.get(key)) is None:
             models.ready(base, [side], job)
             job.update(i / len(sides), f"{side.label}: WikiText-2 in {llama_cpp.LLAMA_CPP}…")
-            found = llama_cpp.window_scores(paths[side.label], chunks, top1(side.model, chunks), check=job.check)
+            try:
+                found = llama_cpp.window_scores(paths[side.label], chunks, top1(side.model, chunks), check=job.check)
+            except llama_cpp.EngineDied as died:  # not cached: another build or machine may run it
+                rows.append(Measurement(f"WikiText-2 perplexity ({where}){llama_cpp.SUFFIX}", math.nan, "", False,
+                                        model=side.label, group=perplexity.GROUP, details={NOTE: str(died)}))
+                continue
             store.put(key, found)
         details = {"windows": len(chunks), "tokens": found["tokens"], "seq_len": seq_len, "bos": with_bos,
                    "nll": found["nll"] / found["tokens"], "engine": llama_cpp.LLAMA_CPP, "gguf_type": file_type}

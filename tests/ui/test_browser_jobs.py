@@ -266,3 +266,28 @@ def test_the_speed_tab_times_each_column_in_llama_cpp_beside_layercuts_rows(page
     page.locator("#speed-table").scroll_into_view_if_needed()
     page.wait_for_timeout(500)
     page.locator("#speed-table").screenshot(path=str(ASSETS / "screenshot-speed-llama-cpp.png"))
+
+
+def test_a_llama_cpp_that_dies_is_one_line_and_the_server_serves_the_next_visitor(page, browser, monkeypatch,
+                                                                                  tmp_path):
+    """llama.cpp made to die by an illegal instruction on every F16 file (as a native build dies on a CPU it does not
+    suit): the Speed tab shows LayerCut's rows and one line per column, and a second visitor's page opens."""
+    from evaluation.engines import llama_cpp
+    from llama_helpers import DYING_WORKER
+
+    monkeypatch.setattr(llama_cpp, "WORKER", DYING_WORKER)
+    monkeypatch.setenv("LAYERCUT_TEST_DIE", "F16:SIGILL")
+    tab(page, "Speed & memory")
+    page.locator("#speed-llama-cpp input").check()
+    page.click("#speed-btn")
+    note = settled_text(page, "#speed-note", "illegal instruction", timeout=300_000)
+    assert note.count("llama.cpp stopped with an illegal instruction on F16") == 2  # the original and A
+    table = page.inner_text("#speed-table")
+    assert re.search(r"decode latency per token \(batch 1, \d+ new\)\s", table)  # LayerCut's own rows
+    second = browser.new_page()
+    try:
+        second.goto(page.url)
+        second.wait_for_selector("#heatmap .lc-plot .hm", timeout=120_000)
+    finally:
+        second.close()
+    page.locator("#speed-note").screenshot(path=str(tmp_path / "speed-note.png"))
