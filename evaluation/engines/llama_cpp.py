@@ -119,7 +119,7 @@ def _field(reader: gguf.GGUFReader, name: str) -> int | None:
     return None if field is None else int(field.parts[-1][0])
 
 
-def _words(died: ChildDied, file_type: str) -> str:
+def words(died: ChildDied, file_type: str) -> str:
     """One line for a llama.cpp child that ended without its result."""
     name = signal_name(died.code)
     if name == "SIGILL":
@@ -161,7 +161,7 @@ def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, r
             except ChildDied as died:
                 dead = [died.at] if died.at in left else list(left)
                 for label in dead:
-                    why[label] = _words(died, file_type(left.pop(label)))
+                    why[label] = words(died, file_type(left.pop(label)))
     context = prompt_len + new_tokens / 2
     rows = [row for label, path in files.items() if label in times
             for row in _rows(label, path, times[label]["prefill"], times[label]["decode"], prompt_len, new_tokens,
@@ -214,7 +214,7 @@ def window_scores(path: Path, windows: torch.Tensor, reference: list[torch.Tenso
         try:
             return child.run(WORKER, job, check=check)
         except ChildDied as died:
-            raise EngineDied(_words(died, file_type(path))) from None
+            raise EngineDied(words(died, file_type(path))) from None
 
 
 def cache_path(model_key: str, recipe_key: str, file_type: str) -> Path:

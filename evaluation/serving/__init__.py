@@ -54,6 +54,7 @@ from evaluation.sweeps.sparsity import format_table as sparsity_table
 
 # llama.cpp as a second engine: its name, the GGUF types an int4 column runs in, why a column did not run there.
 from evaluation.engines.llama_cpp import INT4_TYPES, LLAMA_CPP
+from evaluation.engines.llama_probe import check as llama_check  # what this machine's llama.cpp runs (once per build)
 from evaluation.serving.engine import NOTE as ENGINE_NOTE
 
 # A job's seconds said before it starts (its work over this machine's rates), and the compile's own allowance.
@@ -75,6 +76,6 @@ __all__ = [
     "FASTER", "MIB", "frontier_table", "gains", "target_line", "comparison_rows", "decimals", "noise_band",
     "noise_words", "to_dataframe", "to_measurements", "MT_BENCH_COLUMNS", "LOSS", "OVERALL", "TIE", "WIN",
     "mt_bench_cells", "parse_winner", "sparsity_table",
-    "LLAMA_CPP", "INT4_TYPES", "ENGINE_NOTE",
+    "LLAMA_CPP", "INT4_TYPES", "ENGINE_NOTE", "llama_check",
     "estimate", "COMPILE_ALLOWANCE_S",
 ]

@@ -23,6 +23,7 @@ from ui.number_input import NumberInput
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
 from ui.page.frontier import FrontierBox
 from ui.page.mt_bench import MtBenchBox
+from ui.page.speed import llama_box
 from ui.page.theme import EMPTY_TABLE
 from ui.plot_view import PlotView
 from ui.tables import agreement_rows, comparison_table
@@ -305,4 +306,5 @@ def wire(page, handlers) -> dict:
                                         sparse.windows],
                                        [sparse.plot, sparse.table], api_name="sparsity_sweep",
                                        show_progress_on=[sparse.table], **DEVICE)
+    tab.ppl_llama_cpp.input(llama_box, [tab.ppl_llama_cpp], [tab.ppl_llama_cpp], api_name="ppl_llama_check")
     return by_name(bench, ppl, sweep, sparse_sweep)

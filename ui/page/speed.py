@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from evaluation.serving import ENGINE_NOTE, INT4_TYPES, LLAMA_CPP
+from evaluation.serving import ENGINE_NOTE, INT4_TYPES, LLAMA_CPP, llama_check
 from prune.core.errors import InvalidInput
 
 from ui import help_text, inputs, job_text, plots, slot_text, text
@@ -102,6 +102,17 @@ class SpeedTab:
         return cls(**settings, **buttons, **speed, **memory)
 
 
+def llama_box(ticked: bool) -> dict:
+    """A ticked *Also in llama.cpp* box after this machine's llama.cpp was tried once (per build and machine): off,
+    saying why, where it runs no GGUF type here; saying which types it cannot run where some."""
+    if not ticked:
+        return gr.update()
+    runs, why = llama_check()
+    if not runs:
+        return gr.update(value=False, interactive=False, info=why)
+    return gr.update(info=why) if why else gr.update()
+
+
 class SpeedHandlers:
     def __init__(self, context: Context, page):
         self.context, self.tab = context, page.speed
@@ -154,4 +165,5 @@ def wire(page, handlers) -> dict:
     memory = tab.memory_btn.click(gpu(speeds.memory, durations.memory), [session],
                                   [tab.memory_table, tab.memory_plot, tab.memory_note, *tab.memory_measured.outputs()],
                                   api_name="memory", **DEVICE)
+    tab.llama_cpp.input(llama_box, [tab.llama_cpp], [tab.llama_cpp], api_name="speed_llama_check")
     return by_name(speed, memory)
