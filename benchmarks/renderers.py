@@ -537,3 +537,27 @@ def gptq(found: dict) -> str:
 
     gaps = "; ".join(gap(name, share) for name, share in found["gap_recovered_pct"].items())
     return (table(["", *columns], rows) + f"\n\nShare of round-to-nearest's perplexity gap that GPTQ closes: {gaps}.")
+
+
+ARCHITECTURE_FAMILIES = ("depth cut", "attention drop", "MLP drop", "sparsity", "width", "low rank", "int8", "GGUF")
+
+
+@renders("architectures")
+def architectures(found: dict) -> str:
+    """benchmarks/architectures.py: each type transformers ships, how LayerCut read it, its layers' kinds and what
+    each family does with it (✓, or a numbered reason under the table)."""
+    reasons: dict[str, int] = {}
+
+    def cell(value: str) -> str:
+        if value == "yes":
+            return "✓"
+        general = re.sub(r"this is \w+\.?$", "this is another class",
+                         re.sub(r"model type '[^']+'", "this model type", value)).rstrip(".")
+        return f"✗ {reasons.setdefault(general, len(reasons) + 1)}"
+
+    rows = [[f"`{name}`", row["kind"], row["read"], "; ".join(row["layer_kinds"]),
+             "✓" if row["reloads_alike"] else "✗", *(cell(row[f]) for f in ARCHITECTURE_FAMILIES)]
+            for name, row in found["architectures"].items()]
+    notes = "\n".join(f"{number}. {reason}." for reason, number in reasons.items())
+    return (table(["type", "kind", "read from", "layer kinds", "cut reloads alike", *ARCHITECTURE_FAMILIES], rows,
+                  "lllllcccccccc") + "\n\n" + notes)

@@ -10,13 +10,21 @@ from conftest import REPO
 
 
 def pins(path) -> dict[str, str]:
-    """{normalized name: version} of the ``name==version`` lines of a requirements-style file."""
+    """{normalized name: version} of the ``name==version`` lines of a requirements-style file (a line's own options,
+    such as llama-cpp-python's portable build settings, after the version)."""
     found = {}
     for line in path.read_text().splitlines():
         name, _, version = line.split("#")[0].strip().partition("==")
         if version:
-            found[normalized(re.sub(r"\[.*\]", "", name))] = version
+            found[normalized(re.sub(r"\[.*\]", "", name))] = version.split()[0]
     return found
+
+
+def test_the_space_builds_llama_cpp_portable():
+    """The builder's CPU is not the one the Space runs on: no -march=native (docs/install.md)."""
+    (line,) = [line for line in (REPO / "requirements.txt").read_text().splitlines()
+               if line.startswith("llama-cpp-python==")]
+    assert "--config-settings=cmake.define.GGML_NATIVE=OFF" in line.split()
 
 
 def normalized(name: str) -> str:

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from evaluation.serving import comparison_rows, decimals
+from prune.core.structure import SHORT
 from ui.palette import (COLORSCALE, IDEAL, IN_CUT, IN_CUT_PATTERN, KEPT, MEASURED, MODEL_COLORS, PROTECTED, SERIES,
                         ink, model_colors, series_looks)
 
@@ -115,13 +116,31 @@ def heatmap_figure(result, selected: tuple[int, int] | None = None, title: str |
             marker=dict(symbol="square-open", size=20, color="#111", line=dict(width=3)),
             hovertemplate=f"selected: [{start}, {end})<extra></extra>",
         ))
-    # Ticks spaced by Plotly for the map's size on the page (every 2nd or 5th layer): labels never touch.
-    fig.update_xaxes(title="start layer (first removed)", range=[-0.5, layers - 0.5], showgrid=False,
-                     zeroline=False)
+    kinds = result.params.get("layer_kinds")
+    # Ticks spaced by Plotly for the map's size on the page (every 2nd or 5th layer): labels never touch. A mixture
+    # of experts or a hybrid: each layer's kind under its number (every 2nd or 4th layer past 32), the key in the title.
+    shown = starts[::layer_dtick(layers)]
+    ticks = {} if not kinds else dict(tickvals=shown, tickfont=dict(size=10),
+                                      ticktext=[f"{i}<br>{_kind_mark(kinds[i])}" for i in shown])
+    fig.update_xaxes(title="start layer (first removed)" + (f" · {_kind_key(kinds)}" if kinds else ""),
+                     range=[-0.5, layers - 0.5], showgrid=False, zeroline=False, **ticks)
     fig.update_yaxes(title="layers removed, n", range=[0.5, layers - 0.5], showgrid=False, zeroline=False)
     return styled(fig, title=dict(text=title or f"Importance: {result.score_label} (lower = more removable)"),
                   legend=LEGEND_IN_CORNER, clickmode="event", hovermode="closest", dragmode=False,
                   hoverdistance=4)  # a click beside a ○ marker selects the cell clicked, not the marker's block
+
+
+def _kind_mark(kind: str) -> str:
+    """'linear attention · experts' → 'L·E': the letters the heatmap writes under a layer."""
+    mixer, _, mlp = kind.partition(" · ")
+    return SHORT.get(mixer, "?") + ("·E" if mlp == "experts" else "")
+
+
+def _kind_key(kinds: list[str]) -> str:
+    """The key to the letters that occur: 'A attention, L linear attention, E experts'."""
+    mixers = dict.fromkeys(k.partition(" · ")[0] for k in kinds)
+    key = [f"{SHORT.get(m, '?')} {m}" for m in mixers]
+    return ", ".join(key + (["E experts"] if any(k.endswith("experts") for k in kinds) else []))
 
 
 def layer_dtick(layers: int) -> int:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 
 import prune
-from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, get_path, kind_of
+from prune.core.family import refusals
+from prune.core.architectures import CAUSAL, architecture_of, block_in, decoder_layers, kind_of
 from prune.core.devices import available_memory_bytes, input_device, parse_dtype
 from prune.core.loading import MEMORY_HEADROOM, check_model, is_default, weight_bytes_needed
 from prune.core.offload import cpu_held_bytes, resident_bytes
@@ -77,6 +78,8 @@ class ModelInfo:
     # parameters of each layer's attention and MLP block (0 where a block cannot be dropped)
     block_params: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, hash=False)
     kind: str = CAUSAL  # or MASKED: an encoder, which fills blanks and generates nothing
+    # {family label: the one line it refuses this model with} (prune.core.family.refusals): the picker says so
+    refusals: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     # how fast it ran here when loaded (the page's estimates), carried with the info so it reaches every process
     rates: Rates | None = field(default=None, compare=False, hash=False)
 
@@ -127,13 +130,13 @@ def describe(model, name: str) -> ModelInfo:
                      device=str(input_device(model)), dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
                      weight_bytes=weight_bytes(model), resident_bytes=resident_bytes(model), size=size_of(model),
                      cpu_held_bytes=cpu_held_bytes(model),
-                     block_params=_block_params(model), kind=kind_of(model))
+                     block_params=_block_params(model), kind=kind_of(model), refusals=refusals(model))
 
 
 def _block_params(model) -> dict[str, tuple[int, ...]]:
     sub = architecture_of(model).sublayers
     names = {ATTENTION: sub.attention, MLP: sub.mlp}
-    return {kind: tuple(sum(p.numel() for p in get_path(layer, name).parameters()) if name else 0
+    return {kind: tuple(sum(p.numel() for p in block.parameters()) if (block := block_in(layer, name)) else 0
                         for layer in decoder_layers(model)) for kind, name in names.items()}
 
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from prune.core.architectures import architecture_of, decoder_layers, get_path
+from prune.core.architectures import architecture_of, block_in, decoder_layers
 from prune.core.budget import amount
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidCut, InvalidInput, LayerCutError, quoted
@@ -377,6 +377,6 @@ def _block_params(model: nn.Module) -> dict[str, list[int]]:
     found = {}
     for kind, path in ((ATTENTION, names.attention), (MLP, names.mlp)):
         if path is not None:
-            found[kind] = [sum(p.numel() for p in get_path(layer, path).parameters())
+            found[kind] = [sum(p.numel() for p in block.parameters()) if (block := block_in(layer, path)) else 0
                            for layer in decoder_layers(model)]
     return found

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from prune.core.architectures import layer_config
 from prune.core.errors import InvalidInput, LayerCutError
 from prune.core.paths import digest
 from prune.core.recipe import Recipe
@@ -129,7 +130,7 @@ def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
         files[label] = llama_cpp.gguf_file(model, tokenizer, kind, path)
     prompt, new, repeats = SPEED["prompt_len"], SPEED["new_tokens"][0], SPEED["repeats"]
     found = llama_cpp.measure_speed(files, prompt_len=prompt, new_tokens=new, repeats=repeats,
-                                    vocab=timed["original"].config.vocab_size,
+                                    vocab=layer_config(timed["original"]).vocab_size,
                                     bandwidth_limit=bandwidth.bandwidth(torch.device("cpu")), check=step.check)
     if died := next((m.details[llama_cpp.NOTE] for m in found if llama_cpp.NOTE in m.details), None):
         raise InvalidInput(died)  # the point says why, as a model llama.cpp cannot run does

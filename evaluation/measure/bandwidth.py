@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from prune.core.experts import expert_read_shares
+from prune.core.architectures import layer_config
 from prune.core.offload import is_offloaded
 from prune.core.storage import nbytes, parts
 from prune.drop.sublayers import attention_layers
@@ -82,20 +84,22 @@ def _probe(device: torch.device) -> Bandwidth:
 
 def weights_read(model) -> int:
     """Bytes of weights one decoded token reads: all the model holds, each storage once, but the input embedding's
-    rows (see :func:`decode_bytes`)."""
+    rows (see :func:`decode_bytes`) and, in a mixture of experts, the experts a token is not routed to (it reads k of
+    each layer's E: :func:`prune.core.experts.expert_read_shares`)."""
     embedding = model.get_input_embeddings().weight
     skipped = set() if _tied(model) else {t.data_ptr() for t in parts(embedding)}
-    seen: dict[int, int] = {}
+    shares = expert_read_shares(model)
+    seen: dict[int, float] = {}
     for tensor in [*model.parameters(), *model.buffers()]:
         for part in parts(tensor):
             if part.device.type != "meta" and part.data_ptr() not in skipped:
-                seen[part.data_ptr()] = part.numel() * part.element_size()
-    return sum(seen.values())
+                seen[part.data_ptr()] = part.numel() * part.element_size() * shares.get(part.data_ptr(), 1.0)
+    return round(sum(seen.values()))
 
 
 def kv_bytes(model, context: int, batch: int = 1) -> int:
     """Keys and values of ``context`` positions for ``batch`` sequences, in every layer that has attention."""
-    config = model.config
+    config = layer_config(model)
     heads = config.num_attention_heads
     kv_heads = getattr(config, "num_key_value_heads", None) or heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads

@@ -28,7 +28,7 @@ import torch
 
 from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
-from prune.core.architectures import CAUSAL, SEQ2SEQ, decoder_layers, kind_of
+from prune.core.architectures import CAUSAL, SEQ2SEQ, decoder_layers, kind_of, layer_config
 from prune.core.errors import InvalidInput
 from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
@@ -69,7 +69,7 @@ def forward_flops(model, tokens: int, past: int = 0, head_tokens: int | None = N
     layers = layer_matmul_flops(model)
     # Σ over the new tokens of their context lengths past+1 … past+tokens
     contexts = tokens * past + tokens * (tokens + 1) / 2
-    attention = 4 * _attention_width(model.config) * contexts * attention_layers(model)  # a dropped one has none
+    attention = 4 * _attention_width(layer_config(model)) * contexts * attention_layers(model)  # a dropped one has none
     head_tokens = tokens if head_tokens is None else head_tokens
     return tokens * sum(layers) + attention + head_tokens * head_flops(model)
 
@@ -189,7 +189,7 @@ def measure_speed(models: dict, *, batch_sizes=(1, 8, 32), prompt_len: int = 128
     results: list[Measurement] = []
     steps, done = len(batch_sizes) * len(models) * (warmup + repeats * len(new_tokens)), 0
     for batch in batch_sizes:
-        ids = torch.randint(0, first.config.vocab_size, (batch, prompt_len), generator=generator).to(device)
+        ids = torch.randint(0, layer_config(first).vocab_size, (batch, prompt_len), generator=generator).to(device)
         prefills: dict[str, list[float]] = {label: [] for label in models}
         utils = {label: GpuUtilization(device) for label in models}
         try:
@@ -277,7 +277,7 @@ def probe_rates(model) -> Rates:
     device = input_device(model)
     positions = getattr(model.config, "max_position_embeddings", None) or PROBE_TOKENS + PROBE_STEPS
     tokens = max(1, min(PROBE_TOKENS, positions - PROBE_STEPS - 2))  # a small model's learned positions end early
-    ids = (torch.arange(tokens, device=device) % model.config.vocab_size)[None]  # [1, T]
+    ids = (torch.arange(tokens, device=device) % layer_config(model).vocab_size)[None]  # [1, T]
     _run_once(model, ids, PROBE_STEPS + 1)
     runs = [_run_once(model, ids, PROBE_STEPS + 1) for _ in range(PROBE_RUNS)]
     prefill_ms, decode_ms = (min(times) for times in zip(*runs))

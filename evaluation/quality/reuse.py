@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from prune.core.devices import input_device
-from prune.core.architectures import CAUSAL, decoder_layers, kind_of
+from prune.core.architectures import CAUSAL, decoder_layers, kind_of, layer_config
 from prune.core.hidden import StopForward, inject_hidden, run_until_stopped
 from prune.core.surgery import check_block, cut, remove_layers
 
@@ -195,7 +195,7 @@ def scoring_cuts(model: nn.Module, batches: Sequence[PackedBatch], cuts: Sequenc
         check_block(count, start, end)
     starts = sorted({s for s, _ in cuts})
     views = {c: suffix_view(model, c[1]) for c in cuts}
-    width = model.config.hidden_size * next(model.parameters()).element_size()
+    width = layer_config(model).hidden_size * next(model.parameters()).element_size()
     answers: dict[Cut | None, list[Answers | None]] = {c: [None] * len(batches) for c in [None, *cuts]}
     left = {c: len(batches) for c in answers}  # batches each still needs
     if not batches:

@@ -10,6 +10,7 @@ import math
 
 import torch
 
+from prune.core.architectures import layer_config
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput
 
@@ -57,7 +58,7 @@ def speed_rows(models: Models, base: Loaded, sides: list[Side], *, prompt_len: i
     for count in new_tokens:
         if paths:
             rows += llama_cpp.measure_speed(paths, prompt_len=prompt_len, new_tokens=count, repeats=repeats,
-                                            vocab=base.model.config.vocab_size, bandwidth_limit=limit,
+                                            vocab=layer_config(base.model).vocab_size, bandwidth_limit=limit,
                                             check=job.check, report=job.update)
         rows += [Measurement(speed.decode_name(1, count) + llama_cpp.SUFFIX, math.nan, "ms", False, model=label,
                              group=speed.GROUP, details={NOTE: reason}) for label, reason in why.items()]

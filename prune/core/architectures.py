@@ -1,6 +1,8 @@
-"""One table: where each architecture keeps its layers, final norm, attention, MLP and prunable widths.
-
-Adding an architecture is one row here; nothing else in LayerCut branches on model type. Most rows are decoder-only
+"""One table: where each architecture keeps its layers, final norm, attention, MLP and prunable widths, for the types
+whose structure cannot be read off the model alone (encoders, T5's two stacks, OPT's and GPT-2's names, Pythia's
+parallel residual, Phi-3's fused matrices, Gemma's sandwich norms). Every other causal LM transformers builds is read
+off its own modules (:mod:`prune.core.structure`): mixtures of experts, hybrids and vision-language checkpoints
+included; nothing else in LayerCut branches on model type. Most rows are decoder-only
 causal LMs; encoder rows (BERT, RoBERTa, ELECTRA) are masked LMs, whose layers LayerCut reads, cuts, sparsifies and
 scores on cloze tasks (:data:`MASKED`); T5 is an encoder-decoder (:data:`SEQ2SEQ`) with two stacks of layers, scored
 on cloze tasks through its sentinels. Neither generates here.
@@ -12,11 +14,13 @@ spans both.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 
 from torch import nn
 
 from prune.core.errors import InvalidCut, UnsupportedArchitecture, quoted
+from prune.core.structure import derive, derive_from_config, layer_kinds as structure_kinds
 
 # What a model's head predicts: the next token, the tokens at [MASK] positions, or a target sequence from an encoded
 # input
@@ -82,6 +86,8 @@ class Architecture:
     # layer hands it to the new first layer.
     first_layer_owns: tuple[str, str, str] | None = None  # (module path, submodule, flag)
     stack_fields: tuple[str, ...] = ()  # the config field that counts each stack's layers (T5: num_decoder_layers)
+    config_path: str = ""  # the config that counts the layers: the model's own, or its "text_config" (a VLM)
+    derived: bool = False  # read off the model (prune.core.structure), not a row of the table
 
 
 def _encoder(prefix: str) -> Architecture:
@@ -140,39 +146,83 @@ ARCHITECTURES: dict[str, Architecture] = {
 
 # Config fields that hold one entry per layer besides the generic "list as long as the
 # layer count" rule (they can be shorter or hold indices, so they need naming).
-PER_LAYER_INDEX_FIELDS = ("mlp_only_layers", "no_rope_layers")
+PER_LAYER_INDEX_FIELDS = ("mlp_only_layers", "no_rope_layers", "moe_layers")
+
+
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a model → its derived Architecture
 
 
 def architecture_of(model_or_config) -> Architecture:
-    """The table row for a model (or config); a clear error for anything else."""
+    """The table row for a model (or config), else its structure read off the model (a config: off a model built on
+    the meta device); a one-line refusal for a structure that is not understood."""
     config = getattr(model_or_config, "config", model_or_config)
     model_type = getattr(config, "model_type", None)
-    if model_type not in ARCHITECTURES:
-        supported = ", ".join(sorted(ARCHITECTURES))
-        raise UnsupportedArchitecture(
-            f"LayerCut cannot cut layers of model type {quoted(model_type)}. Supported architectures: {supported}."
-        )
-    return ARCHITECTURES[model_type]
+    if model_type in ARCHITECTURES:
+        return ARCHITECTURES[model_type]
+    if not is_causal_type(model_type):
+        raise UnsupportedArchitecture(f"LayerCut reads causal language models; transformers has none of model type "
+                                      f"{quoted(model_type)}.")
+    if not isinstance(model_or_config, nn.Module):
+        return _from_structure(derive_from_config(config))  # cached by the config's content
+    if model_or_config not in _DERIVED:
+        _DERIVED[model_or_config] = _from_structure(derive(model_or_config))
+    return _DERIVED[model_or_config]
+
+
+def is_causal_type(model_type: str | None) -> bool:
+    """Whether transformers builds a causal LM (or a vision-language model with a causal text decoder) of this type."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def _from_structure(found) -> Architecture:
+    """The table's row for a structure :func:`prune.core.structure.derive` read."""
+    sublayers = SubLayers(attention=found.attention or "self_attn", mlp=found.mlp, residual_scale=found.residual_scale,
+                          **({"attention_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"}
+                             if found.sandwich else {}))
+    return Architecture(layers=found.layers, final_norm=found.final_norm, ffn_norm=found.ffn_norm,
+                        sublayers=sublayers, width=_LLAMA_WIDTH if found.llama_like and not found.config_path else None,
+                        config_path=found.config_path, derived=True)
+
+
+def layer_config(model_or_config):
+    """The config that counts the layers and holds their per-layer lists: the model's own, or a VLM's text config."""
+    config = getattr(model_or_config, "config", model_or_config)
+    path = architecture_of(model_or_config).config_path
+    return getattr(config, path) if path else config
 
 
 def width_of(model_or_config) -> Width:
     """The width-pruning row for a model (or config); a clear error where there is none."""
     config = getattr(model_or_config, "config", model_or_config)
-    found = architecture_of(config).width
-    if found is None:
+    arch = architecture_of(model_or_config)
+    if arch.width is None:
         supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
-        why = ("a mixture of experts has one MLP per expert" if kind_of(config) == CAUSAL
-               else f"the width of {KIND_WORDS[kind_of(config)]} is not pruned yet")
+        why = (f"the width of {KIND_WORDS[arch.kind]} is not pruned yet" if arch.kind != CAUSAL else
+               "its layers are not all Llama's q, k, v, o and gated MLP: a mixture of experts, a hybrid or a "
+               "vision-language model's text decoder" if arch.derived else
+               "a mixture of experts has one MLP per expert")
         raise UnsupportedArchitecture(f"LayerCut cannot prune the width of model type {quoted(config.model_type)} "
-                                      f"({why}). Width pruning supports: {supported}.")
-    return found
+                                      f"({why}). Width pruning supports: {supported} and other models whose layers "
+                                      "are Llama's.")
+    return arch.width
+
+
+def width_refusal(model: nn.Module) -> str | None:
+    """None where width pruning applies to ``model``, else :func:`width_of`'s one line."""
+    try:
+        width_of(model)
+    except UnsupportedArchitecture as err:
+        return str(err)
+    return None
 
 
 def residual_scale(model: nn.Module) -> float:
     """What the architecture multiplies each block's output by before adding it to the residual stream (Granite's
     residual multiplier; 1 elsewhere)."""
     name = architecture_of(model).sublayers.residual_scale
-    return float(getattr(model.config, name)) if name else 1.0
+    return float(getattr(layer_config(model), name)) if name else 1.0
 
 
 def get_path(root: nn.Module, path: str) -> nn.Module:
@@ -181,6 +231,22 @@ def get_path(root: nn.Module, path: str) -> nn.Module:
     for name in path.split("."):
         module = getattr(module, name)
     return module
+
+
+def block_in(layer: nn.Module, name: str | None) -> nn.Module | None:
+    """A layer's attention or MLP block by the table's name, or None where this layer has none (a hybrid's
+    linear-attention, state-space or convolution layer has no attention; a dropped block is still there)."""
+    if name is None:
+        return None
+    try:
+        return get_path(layer, name)
+    except AttributeError:
+        return None
+
+
+def layer_kinds(model: nn.Module) -> list[str]:
+    """Each decoder layer's kind, "linear attention · experts" (:func:`prune.core.structure.layer_kinds`)."""
+    return structure_kinds(model, decoder_layers(model), layer_config(model))
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:

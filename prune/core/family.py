@@ -69,6 +69,9 @@ class Family:
     # it before its weights are read (None: a standard model); and what restores the family's form after loading.
     reshape: Callable | None = None  # (config) → (model → model) or None
     restore: Callable | None = None  # (model) → model
+    # What it can do for a loaded model: None, or one line why it cannot build on it (a mixture of experts' stacked
+    # experts, layers unlike Llama's); the picker and the model line say it before a build is tried
+    refuses: Callable | None = None  # (model) → str | None
 
     @property
     def flag(self) -> str | None:
@@ -99,6 +102,11 @@ def restored(model):
         if family.restore is not None:
             model = family.restore(model)
     return model
+
+
+def refusals(model) -> dict[str, str]:
+    """{family label: the one line it refuses ``model`` with} for every family that cannot build on it."""
+    return {f.label: why for f in FAMILIES.values() if f.refuses is not None and (why := f.refuses(model))}
 
 
 def step_families() -> list[Family]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from torch import nn
 
-from prune.core.architectures import Width, decoder_layers, get_path, width_of
+from prune.core.architectures import Width, decoder_layers, get_path, layer_config, width_of
 from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
 from prune.core.factored import Factored, Matrix, layer_matrices
 from prune.core.sequential import rows_of
@@ -92,7 +92,7 @@ def _kinds(width: Width) -> dict[str, dict[str, str]]:
 def layer_shape(model: nn.Module) -> LayerShape:
     """The structures width pruning removes, read from the layers' matrices and checked against the table."""
     width = width_of(model)
-    config = model.config
+    config = layer_config(model)
     groups, per_group, head_dim = head_layout(config) if width.heads else (0, 0, 0)
     shapes = set()
     for layer in decoder_layers(model):

@@ -201,26 +201,60 @@ def _original_indices(model: nn.Module, removed_now: list[int]) -> list[int]:
 
 def _pruned_config(model: nn.Module, kept: list[int]):
     """A config copy with the layer count and every per-layer list sliced to ``kept`` (for a model of two stacks,
-    each stack's count)."""
+    each stack's count; for a vision-language model, its text config's)."""
     config, arch = model.config, architecture_of(model)
     new = copy.deepcopy(config)
     if arch.stacks:
         for field, (_name, start, end) in zip(arch.stack_fields, stack_spans(model)):
             setattr(new, field, sum(start <= i < end for i in kept))
         return new
+    _slice_layer_fields(getattr(new, arch.config_path) if arch.config_path else new, kept)
+    return new
+
+
+def _slice_layer_fields(config, kept: list[int]) -> None:
+    """Every per-layer field of ``config`` (a copy) sliced to ``kept``, in place: lists as long as the layer count
+    (layer kinds, sliding windows), lists of layer indices (:data:`PER_LAYER_INDEX_FIELDS`), and the rules that say
+    which layers hold experts, rewritten as the explicit list a reload reads (:func:`_expert_layers`)."""
     old_count = config.num_hidden_layers
+    experts = _expert_layers(config, old_count)
     for name, value in vars(config).items():
         if isinstance(value, (list, tuple)) and len(value) == old_count and name not in PER_LAYER_INDEX_FIELDS:
-            setattr(new, name, type(value)(value[i] for i in kept))
+            setattr(config, name, type(value)(value[i] for i in kept))
     for name in PER_LAYER_INDEX_FIELDS:
         indices = getattr(config, name, None)
         if isinstance(indices, (list, tuple)) and all(isinstance(i, int) for i in indices):
             if len(indices) == old_count and set(indices) <= {0, 1}:  # a 0/1 flag per layer
-                setattr(new, name, [indices[i] for i in kept])
+                setattr(config, name, [indices[i] for i in kept])
             else:  # a list of layer indices
-                setattr(new, name, [kept.index(i) for i in indices if i in kept])
-    new.num_hidden_layers = len(kept)
-    return new
+                setattr(config, name, [kept.index(i) for i in indices if i in kept])
+    if experts is not None:
+        _set_expert_layers(config, [new for new, i in enumerate(kept) if i in experts], len(kept))
+    config.num_hidden_layers = len(kept)
+
+
+def _expert_layers(config, count: int) -> set[int] | None:
+    """The layers that hold experts where a rule says so (DeepSeek's and GLM's first dense layers, Qwen-MoE's sparse
+    step and MLP-only layers, Llama 4's interleave step), or None where no rule is read."""
+    if getattr(config, "first_k_dense_replace", None) is not None:
+        return set(range(config.first_k_dense_replace, count))
+    if getattr(config, "decoder_sparse_step", None) is not None:
+        dense = set(getattr(config, "mlp_only_layers", None) or ())
+        step = config.decoder_sparse_step
+        return {i for i in range(count) if i not in dense and step > 0 and (i + 1) % step == 0}
+    return None
+
+
+def _set_expert_layers(config, layers: list[int], count: int) -> None:
+    """The rule of :func:`_expert_layers` rewritten so that exactly ``layers`` (of ``count``) hold experts."""
+    if getattr(config, "first_k_dense_replace", None) is not None:
+        if layers != list(range(count - len(layers), count)):
+            raise InvalidCut("This cut would leave a layer of experts before a dense one, which the config's "
+                             "first_k_dense_replace cannot say.")
+        config.first_k_dense_replace = count - len(layers)
+    else:
+        config.decoder_sparse_step = 1
+        config.mlp_only_layers = [i for i in range(count) if i not in layers]
 
 
 def shallow_clone(module: nn.Module) -> nn.Module:
@@ -239,13 +273,18 @@ def shallow_clone(module: nn.Module) -> nn.Module:
     return clone
 
 
-def _clone_along(root: nn.Module, path: list[str], config) -> nn.Module:
-    """Clone every module on the path to the layer list, pointing them at the new config."""
+def _clone_along(root: nn.Module, path: list[str], config, old=None) -> nn.Module:
+    """Clone every module on the path to the layer list, pointing them at the new config (a module that holds the
+    old config's text config, a VLM's text decoder, at the new one's)."""
+    old = root.config if old is None else old
     clone = shallow_clone(root)
-    if hasattr(clone, "config"):
+    held = getattr(root, "config", None)
+    if held is old:
         clone.config = config
+    elif held is not None and held is getattr(old, "text_config", None):
+        clone.config = config.text_config
     if len(path) > 1:
-        clone._modules[path[0]] = _clone_along(getattr(root, path[0]), path[1:], config)
+        clone._modules[path[0]] = _clone_along(getattr(root, path[0]), path[1:], config, old)
     return clone
 
 

@@ -8,7 +8,8 @@ import time
 import torch
 
 from prune.core.version import __version__
-from prune.core.architectures import check_causal, stack_spans
+from prune.core.architectures import CAUSAL, check_causal, kind_of, layer_kinds, stack_spans
+from prune.core.structure import mixed_kinds
 from prune.core.calibration import Calibration
 from prune.core.offload import named_weights
 from prune.depth.methods import check_options, get_method
@@ -49,6 +50,8 @@ def score(model, tokenizer, method: str, *, calibration: Calibration | None = No
         return result
     started = time.perf_counter()
     result = spec.func(context or Context(model, tokenizer, calibration), **options)
+    if kind_of(model) == CAUSAL and mixed_kinds(kinds := layer_kinds(model)):
+        result.params["layer_kinds"] = kinds  # a mixture of experts or a hybrid: the heatmap's layer axis says which
     spans = stack_spans(model)
     if len(spans) > 1:
         result.params["stacks"] = [list(span) for span in spans]

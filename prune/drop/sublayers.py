@@ -19,12 +19,15 @@ the blocks again (:func:`restore`), giving back the speed and the smaller KV cac
 from __future__ import annotations
 
 import copy
+import inspect
+import re
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
-from prune.core.architectures import ATTENTION, KINDS, MLP, architecture_of, check_causal, decoder_layers
+from prune.core.architectures import (ATTENTION, KINDS, MLP, architecture_of, block_in, check_causal,
+                                      decoder_layers, layer_config, layer_kinds)
 from prune.core.errors import InvalidCut, UnsupportedArchitecture
 from prune.core.kv import cache_passed
 from prune.core.surgery import layer_view
@@ -40,20 +43,22 @@ class DroppedBlock(nn.Module):
     zeros so the checkpoint keeps the architecture's standard layout.
     """
 
-    def __init__(self, kind: str, layer_idx: int, tensors: tuple):
+    def __init__(self, kind: str, layer_idx: int, tensors: tuple, beside: int = 0):
         super().__init__()
         self.kind = kind
         self.layer_idx = layer_idx  # renumbered by later cuts, like an attention block's own
         self.tensors = tensors
+        # values the replaced block returned beside its output (an attention's weights: 1; gpt-oss's MLP: 1)
+        self.beside = beside
 
     def forward(self, hidden_states, *args, **kwargs):
         zeros = torch.zeros_like(hidden_states)
         if self.kind == MLP:
-            return zeros
+            return (zeros, *[None] * self.beside) if self.beside else zeros
         cache = cache_passed(kwargs)
         if cache is not None:
             _store_nothing(cache, self.layer_idx)
-        return zeros, None  # (output, attention weights), as every attention block returns
+        return zeros, *[None] * self.beside  # (output, attention weights[, …]), as the layer unpacks it
 
     def extra_repr(self) -> str:
         return f"{self.kind} dropped, layer_idx={self.layer_idx}"
@@ -64,7 +69,7 @@ class DroppedBlock(nn.Module):
         ``allocate=False`` gives broadcast zeros that own one element each: right shapes and dtypes for
         computing a checkpoint's size, not for writing it.
         """
-        clone = DroppedBlock(self.kind, self.layer_idx, self.tensors)
+        clone = DroppedBlock(self.kind, self.layer_idx, self.tensors, self.beside)
         for name, shape, dtype, device in self.tensors:
             owner = clone
             *path, leaf = name.split(".")
@@ -149,6 +154,7 @@ def drop(model: nn.Module, attention: Iterable[int] = (), mlp: Iterable[int] = (
     already = dropped(model)
     wanted = check_drop(count, attention, mlp, already)
     names = {kind: block_name(model, kind) for kind in KINDS if wanted[kind]}
+    _check_present(model, names, wanted)
     if wanted[ATTENTION]:
         _dummy_layer()  # fail now, not at the first forward pass
     config = copy.deepcopy(model.config)
@@ -156,13 +162,44 @@ def drop(model: nn.Module, attention: Iterable[int] = (), mlp: Iterable[int] = (
         flags = set(already[kind]) | set(wanted[kind])
         setattr(config, CONFIG_FIELDS[kind], [i in flags for i in range(count)])
     view = layer_view(model, list(range(count)), config)
+    hidden = layer_config(model).hidden_size
     for kind, name in names.items():
         for i in wanted[kind]:
             layer = decoder_layers(view)[i]
             block = layer._modules[name]
             if not isinstance(block, DroppedBlock):
-                layer._modules[name] = DroppedBlock(kind, i, _state_of(block))
+                layer._modules[name] = DroppedBlock(kind, i, _state_of(block), _beside(layer, name, kind, hidden))
     return view
+
+
+def _check_present(model: nn.Module, names: dict[str, str], wanted: dict[str, tuple[int, ...]]) -> None:
+    """A one-line refusal of a block a layer does not have (a hybrid's linear-attention or state-space layer has no
+    attention to drop)."""
+    kinds = layer_kinds(model)
+    for kind, name in names.items():
+        for i in wanted[kind]:
+            if block_in(decoder_layers(model)[i], name) is None:
+                raise InvalidCut(f"Layer {i} has no {_LABEL[kind]} to drop: it is {kinds[i]}.")
+
+
+def _beside(layer: nn.Module, name: str, kind: str, hidden: int) -> int:
+    """How many values the layer's forward unpacks from its block beside the output, read from its source
+    (``h, _, _ = self.self_attention(`` in JetMoE: 2; ``h, _ = self.mlp(`` in gpt-oss: 1); at least 1 for an
+    attention (its weights), 0 for an MLP taken whole. An MLP whose weights are in memory is run on one zero token
+    instead, which also sees Llama 4's (a mixture of experts' layer unpacks its block's output a line later)."""
+    default = 1 if kind == ATTENTION else 0
+    block = layer._modules[name]
+    weight = next(block.parameters(), None)
+    if kind == MLP and weight is not None and not weight.is_meta:
+        with torch.no_grad():
+            out = block(torch.zeros(1, 1, hidden, dtype=weight.dtype, device=weight.device))
+        return len(out) - 1 if isinstance(out, tuple) else 0
+    try:
+        source = inspect.getsource(type(layer).forward)
+    except (OSError, TypeError):
+        return default
+    found = re.search(rf"^\s*([\w\s,]+?)\s*=\s*self\.{re.escape(name)}\(", source, re.M)
+    return max(default, found[1].count(",")) if found else default
 
 
 def _state_of(block: nn.Module) -> tuple:
@@ -202,5 +239,8 @@ def dropped_numel(model: nn.Module) -> int:
 
 
 def attention_layers(model: nn.Module) -> int:
-    """How many layers still have attention (each one stores keys and values)."""
-    return len(decoder_layers(model)) - len(dropped(model)[ATTENTION])
+    """How many layers still have attention (each one stores keys and values): not a dropped one, nor a hybrid's
+    linear-attention, state-space or convolution layer."""
+    name = architecture_of(model).sublayers.attention
+    gone = set(dropped(model)[ATTENTION])
+    return sum(i not in gone and block_in(layer, name) is not None for i, layer in enumerate(decoder_layers(model)))

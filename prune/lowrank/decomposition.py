@@ -54,6 +54,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from prune.core.experts import refuse_experts
 from prune.core.architectures import decoder_layers
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, quoted
@@ -211,6 +212,7 @@ def decompose(model: nn.Module, tokenizer=None, *, space: str = "feature", param
     ``progress(fraction, message)`` is called after each layer (raising there cancels).
     """
     space = check_space(space)
+    refuse_experts(model, "Low-rank factoring")
     size = size_of(model)
     found = plan(size, param_ratio=param_ratio, ranks=ranks, projections=projections, layers=layers)
     element = next(model.parameters()).element_size()

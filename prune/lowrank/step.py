@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from torch import nn
 
+from prune.core.experts import experts_refusal
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.core.family import Choice, Family, Level, Option, register_family
@@ -175,6 +176,7 @@ def reshape(config):
 LEVEL = Level("Parameters kept (%)", 10, 99, 80)
 
 FAMILY = register_family(Family(
+    refuses=lambda model: experts_refusal(model, "Low-rank factoring"),
     name="lowrank", label="Low-rank", step=Decompose,
     paper="Chavan et al. 2024 (feature space, SFSD-LLM); truncated SVD (weight space)",
     link="https://arxiv.org/abs/2403.07378",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from prune.core.experts import refuse_experts
 from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, kind_of
 from prune.core.calibration import Calibration, token_windows
 from prune.core.devices import input_device
@@ -36,6 +37,7 @@ def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, hea
     (rounded to nearest). ``model`` is
     untouched; ``progress(fraction, message)`` is called after each layer (raising there cancels)."""
     refuse_quantized(model)
+    refuse_experts(model, f"int{bits} quantization by GPTQ")
     if architecture_of(model).stacks or kind_of(model) != CAUSAL:
         raise InvalidInput("GPTQ calibrates a causal language model's decoder layers in order: quantize this model "
                            "by round-to-nearest (method rtn).")

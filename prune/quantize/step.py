@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from torch import nn
 
+from prune.core.experts import experts_refusal
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.core.family import Choice, Family, Option, register_family
@@ -179,6 +180,7 @@ def check_args(args) -> None:
 
 
 FAMILY = register_family(Family(
+    refuses=lambda model: experts_refusal(model, "Quantization"),
     name="quantize", label="Quantization", step=Quantize,
     paper="torchao (PyTorch's quantization library): weight-only int8 and int4; GPTQ (Frantar et al. 2023)",
     link="https://github.com/pytorch/ao",

@@ -32,6 +32,7 @@ import logging
 import torch
 from torch import nn
 
+from prune.core.experts import refuse_experts
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Matrix, pays
@@ -69,6 +70,7 @@ def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False,
     from torchao.quantization import quantize_
 
     refuse_quantized(model)
+    refuse_experts(model, f"int{bits} quantization")
     variant = clone_layers(model)
     linears, chosen = chosen_linears(variant, bits, group)
     config = torchao_config(bits, group)

@@ -30,6 +30,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from prune.core import offload
+from prune.core.experts import refuse_experts
 from prune.core.devices import input_device
 from prune.core.offload import weight_of
 from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, kind_of, layer_stacks
@@ -87,6 +88,7 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
     ``progress(fraction, message)`` is called after each layer (raising there cancels).
     """
     method, sparsity, pattern = check_request(method, sparsity, pattern)
+    refuse_experts(model, "Sparsity")
     nm = parse_pattern(pattern)
     _check_shapes(model, nm)
     if method != "magnitude" and tokenizer is None:

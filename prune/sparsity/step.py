@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from torch import nn
 
+from prune.core.experts import experts_refusal
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput
 from prune.core.family import Choice, Family, Level, Option, register_family
@@ -105,6 +106,7 @@ DENSE = ("Zeros are stored densely: no memory saving, and no speedup with dense 
 LEVEL = Level("Sparsity (% of each matrix zeroed; N:M patterns imply theirs)", 0, round(100 * MAX_SPARSITY), 50)
 
 FAMILY = register_family(Family(
+    refuses=lambda model: experts_refusal(model, "Sparsity"),
     name="sparsity", label="Sparsity", step=Sparsify,
     paper="Sun et al. 2023 (Wanda); Frantar & Alistarh 2023 (SparseGPT)", link="https://arxiv.org/abs/2306.11695",
     about="Zeroes a fraction of every decoder matrix (magnitude, Wanda, SparseGPT), unstructured or N:M.",

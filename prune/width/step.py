@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from torch import nn
 
+from prune.core.architectures import width_refusal
 from prune.core.architectures import width_of
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
@@ -129,6 +130,7 @@ def check_args(args) -> None:
 
 
 FAMILY = register_family(Family(
+    refuses=width_refusal,
     name="width", label="Width", step=WidthPrune,
     paper="An et al. 2024 (FLAP); Sun et al. 2023 (Wanda); Ma et al. 2023 (LLM-Pruner)",
     link="https://arxiv.org/abs/2312.11983",

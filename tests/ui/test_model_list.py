@@ -95,7 +95,7 @@ def test_a_failed_load_puts_the_picker_back_on_the_model_still_loaded(page):
     picks, header = context(page, False).pick, page.header
     info = SimpleNamespace(name="SmolLM2-135M-Instruct", num_layers=30, num_params=134_515_008, device="cpu",
                            dtype="torch.float32", weight_bytes=538_060_032, resident_bytes=538_060_032,
-                           cpu_held_bytes=0, kind=CAUSAL, rates=None)
+                           cpu_held_bytes=0, kind=CAUSAL, rates=None, refusals={})
     back = picks.model_back(Session(spec=ModelSpec(), info=info))
     assert back[header.model]["value"] == "SmolLM2-135M-Instruct"
     assert back[header.model_md] == "**SmolLM2-135M-Instruct** · 30 layers · 134.5 M parameters · cpu · float32"

@@ -128,13 +128,17 @@ def test_impossible_layer_sets_are_clear_errors():
         prune.remove_layers(model, [0, 1, 2])
 
 
-def test_unknown_architecture_fails_loudly():
+def test_a_type_outside_the_table_is_read_by_its_structure_and_an_unreadable_one_fails_loudly():
     import transformers
 
     model = transformers.AutoModelForCausalLM.from_config(
-        transformers.BloomConfig(vocab_size=64, hidden_size=32, n_head=4, n_layer=2))
-    with pytest.raises(UnsupportedArchitecture, match="bloom"):
-        prune.cut(model, 0, 1)
+        transformers.BloomConfig(vocab_size=64, hidden_size=32, n_head=4, n_layer=3)).eval()
+    cut = prune.cut(model, 0, 1)  # transformer.h and transformer.ln_f, found by what they are
+    assert len(cut.transformer.h) == 2 and cut.config.n_layer == 2 and len(model.transformer.h) == 3
+    broken = transformers.AutoModelForCausalLM.from_config(model.config)
+    broken.transformer.h = torch.nn.ModuleList(list(broken.transformer.h)[:2])  # the config counts 3; 2 are there
+    with pytest.raises(UnsupportedArchitecture, match="no list of 3 layers was found in its decoder"):
+        prune.cut(broken, 0, 1)
 
 
 @pytest.mark.slow

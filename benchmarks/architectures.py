@@ -1,0 +1,101 @@
+"""What LayerCut does for each architecture transformers ships that people pick today: tiny random models of each type
+(tests/tiny_architectures.py), each loaded, analysed, cut, generated, exported and reloaded (as the test suite does),
+and every family tried on it: what it builds, or the one line it refuses with.
+
+    .venv/bin/python -m benchmarks.architectures
+
+Writes ``benchmarks/results/architectures.json``; docs/architectures.md's table is rendered from it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import REPO, harness
+from benchmarks.record import write_result
+
+IDS = torch.tensor([[5, 6, 7, 8, 9, 10]])
+
+
+def families(model, tokenizer) -> dict:
+    """Each family tried on ``model``: "yes", or the first sentence of its refusal."""
+    import prune
+    from evaluation.exports.gguf_out import gguf_refusal
+    from prune.core.architectures import layer_kinds
+    from prune.core.errors import LayerCutError
+
+    attended = next((i for i, kind in enumerate(layer_kinds(model)) if kind.startswith(("attention", "sliding",
+                                                                                       "chunked"))), 1)
+    tries = {
+        "depth cut": lambda: prune.cut(model, 1, 2),
+        "attention drop": lambda: prune.SubLayerDrop.of(4, attention=[attended]).apply(model),
+        "MLP drop": lambda: prune.SubLayerDrop.of(4, mlp=[1]).apply(model),
+        "sparsity": lambda: prune.sparsify(model, tokenizer, "magnitude", 0.5),
+        "width": lambda: prune.shrink_width(model, tokenizer, param_ratio=0.9),
+        "low rank": lambda: prune.decompose(model, space="weight", param_ratio=0.9),
+        "int8": lambda: prune.Quantize.of(8).apply(model),
+        "GGUF": lambda: _refused(gguf_refusal(model)),
+    }
+    found = {}
+    for name, attempt in tries.items():
+        try:
+            variant = attempt()
+            with torch.no_grad():
+                if variant is not None:
+                    assert torch.isfinite(variant(IDS).logits).all()
+            found[name] = "yes"
+        except LayerCutError as err:
+            found[name] = re.split(r"\. |: \d", str(err))[0]  # its first sentence, without this model's figures
+    return found
+
+
+def _refused(line: str | None) -> None:
+    from prune.core.errors import UnsupportedArchitecture
+
+    if line:
+        raise UnsupportedArchitecture(line)
+
+
+def main() -> None:
+    harness.parser(__doc__).parse_args()
+    sys.path.insert(0, str(REPO / "tests"))
+    from tiny_architectures import ARCHITECTURES, tiny
+    from transformers import AutoModelForCausalLM
+
+    import prune
+    from prune.core.architectures import ARCHITECTURES as TABLE, architecture_of, layer_kinds
+    from prune.core.tiny import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    rows = {}
+    with harness.Clock() as clock:
+        for model_type, (kind, _own) in ARCHITECTURES.items():
+            began = time.perf_counter()
+            folder = Path(tempfile.mkdtemp(prefix=f"layercut-{model_type}-"))
+            tiny(model_type).save_pretrained(folder / "source")
+            tokenizer.save_pretrained(folder / "source")
+            model, _ = prune.load_model(str(folder / "source"), device="cpu")
+            prune.score(model, tokenizer, "angular", use_cache=False)
+            cut = prune.cut(model, 1, 2)
+            cut.save_pretrained(folder / "cut")
+            back = AutoModelForCausalLM.from_pretrained(folder / "cut", dtype=torch.float32).eval()
+            with torch.no_grad():
+                same = torch.allclose(back(IDS).logits, cut(IDS).logits, atol=1e-4)
+            rows[model_type] = {"kind": kind, "class": type(model).__name__, "read": "table" if model_type in TABLE
+                                else "structure", "layers": architecture_of(model).layers,
+                                "layer_kinds": sorted(set(layer_kinds(model))), "reloads_alike": same,
+                                **families(model, tokenizer), "seconds": round(time.perf_counter() - began, 2)}
+    write_result("architectures", {"architectures": rows, "seconds": round(clock.wall)},
+                 model="tiny random models (hidden 64, 4 layers, 4 experts of which 2 a token)",
+                 how="each type built from its own config, shrunk; every family tried on it")
+    print({t: {k: v for k, v in r.items() if k != "layer_kinds"} for t, r in rows.items()})
+
+
+if __name__ == "__main__":
+    harness.in_fresh_cache(main)
