@@ -561,3 +561,16 @@ def architectures(found: dict) -> str:
     notes = "\n".join(f"{number}. {reason}." for reason, number in reasons.items())
     return (table(["type", "kind", "read from", "layer kinds", "cut reloads alike", *ARCHITECTURE_FAMILIES], rows,
                   "lllllcccccccc") + "\n\n" + notes)
+
+
+@renders("llama_builds")
+def llama_builds(found: dict) -> str:
+    """benchmarks/llama_builds.py: llama.cpp's portable build against a native one, per GGUF type."""
+    rows = []
+    for file_type, row in found["types"].items():
+        cells = [f"{row[b]['decode_ms']:.2f} / {row[b]['prefill_ms']:.0f}" if "decode_ms" in row[b] else row[b]["died"]
+                 for b in ("portable", "native")]
+        ratio = row.get("portable_over_native", {})
+        rows.append([file_type, *cells, num(ratio.get("decode_ms"), ".2f"), num(ratio.get("prefill_ms"), ".2f")])
+    return table(["GGUF", "portable: decode ms/token / prefill ms", "native: decode ms/token / prefill ms",
+                  "decode, portable ÷ native", "prefill, portable ÷ native"], rows, "lllrr")
