@@ -179,4 +179,7 @@ def test_the_picker_and_the_model_line_say_which_families_a_mixture_of_experts_r
     assert labels["wanda"].endswith("(not for this model)") and labels["int8"].endswith("(not for this model)")
     assert not labels["angular"].endswith("(not for this model)")  # a depth cut applies
     line = last[page.header.model_md]
-    assert "*Not for this model:* Quantization. Quantization does not reach a mixture of experts' expert" in line
+    assert line.endswith("*Not for this model:* Sparsity, Width, Low-rank, Quantization (marked in the picker; its "
+                         "build says why)")
+    with pytest.raises(UnsupportedArchitecture, match="^int8 quantization does not reach a mixture of experts"):
+        prune.Quantize.of(8).apply(tiny("qwen3_moe"))
