@@ -36,7 +36,7 @@ def model_markdown(info, step_s: float | None = None) -> str:
                                    "it generates nothing here and has no perplexity",
                SEQ2SEQ: " · an encoder-decoder: it answers cloze tasks; its layers, the encoder's then the decoder's, "
                         "can be cut and sparsified; it generates nothing here and has no perplexity"}[info.kind]
-    refused = (f"  \n*Not for this model:* {', '.join(info.refusals)} (marked in the picker; its build says why)"
+    refused = (f"  \n*Not for this model:* {', '.join(info.refusals)} (a build says why in one line)"
                if info.refusals else "")
     return (f"**{info.name}** · {info.num_layers} layers · {human_count(info.num_params)} parameters · "
             f"{info.device} · {str(info.dtype).replace('torch.', '')}{streamed}{encoder}{refused}")

@@ -140,8 +140,8 @@ def wire(page, handlers) -> dict:
     header = page.header
     picks, steps, view, cut = handlers.pick, handlers.steps, page.view, page.cut
     cut_outputs = view.outputs()
-    load_outputs = [header.model_md, header.method, cut.block_size, *cut_outputs, page.generate.kind_note,
-                    page.generate.body, cut.convention, cut.stability_md]
+    load_outputs = [header.model_md, cut.block_size, *cut_outputs, page.generate.kind_note, page.generate.body,
+                    cut.convention, cut.stability_md]
     cal = header.calibration
     analyze_inputs = [page.session, header.method, header.options, cal.source, cal.detail, cal.upload, cal.samples,
                       cal.seq_len, cut.block_size, cut.selection, cal.bos, cut.remove]

@@ -96,7 +96,6 @@ class PickHandlers:
         """The model's line, its N-layers slider and index convention, the view of ``session``, and whether the
         Generate tab shows."""
         return {self.header.model_md: self._model_line(info, session),
-                self.header.method: gr.update(choices=catalog.method_choices(info.refusals)),
                 self.cut.block_size: gr.update(maximum=max(1, largest_cut(info.num_layers)),
                                                value=default_block_size(info.num_layers)),
                 **self.view.show(session), self.cut.convention: help_text.index_convention(info.num_layers),

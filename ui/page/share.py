@@ -105,9 +105,8 @@ def wire(page, handlers) -> dict:
                               **LIGHT)
     opened = box.upload.upload(
         gpu(share.open, durations.load), [page.session, box.upload, header.token, header.trust],
-        [*page.view.outputs(), header.model, header.model_md, header.method, cut.block_size, cut.convention,
-         header.analysis_md, box.status, *page.benchmarks.results.outputs(), page.generate.kind_note,
-         page.generate.body],
+        [*page.view.outputs(), header.model, header.model_md, cut.block_size, cut.convention, header.analysis_md,
+         box.status, *page.benchmarks.results.outputs(), page.generate.kind_note, page.generate.body],
         api_name="open_comparison", show_progress_on=[box.status],
         **DEVICE)
     return by_name(save, opened)
