@@ -8,8 +8,6 @@ each with its level (label, range, default) and how it becomes a step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import prune
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
@@ -18,13 +16,10 @@ from prune.core.family import Choice, choices
 STEP_METHODS = choices()  # name → (family, choice); complete once ``prune`` is imported
 
 
-def method_choices(refused: Iterable[str] = ()) -> list[tuple[str, str]]:
-    """(label, name) for the picker: depth methods first, then each family's, each group named in its labels; the
-    choices of the families in ``refused`` (labels: what the loaded model's info says they refuse) marked so."""
-    refused = set(refused)
+def method_choices() -> list[tuple[str, str]]:
+    """(label, name) for the picker: depth methods first, then each family's, each group named in its labels."""
     return ([(f"Depth · {m.label}", m.name) for m in prune.METHODS.values()]
-            + [(f"{family.label} · {choice.label}" + (" (not for this model)" if family.label in refused else ""),
-                name) for name, (family, choice) in STEP_METHODS.items()])
+            + [(f"{family.label} · {choice.label}", name) for name, (family, choice) in STEP_METHODS.items()])
 
 
 def check_method(name) -> str:

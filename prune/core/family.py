@@ -70,7 +70,7 @@ class Family:
     reshape: Callable | None = None  # (config) → (model → model) or None
     restore: Callable | None = None  # (model) → model
     # What it can do for a loaded model: None, or one line why it cannot build on it (a mixture of experts' stacked
-    # experts, layers unlike Llama's); the picker and the model line say it before a build is tried
+    # experts, layers unlike Llama's); the model line says it before a build is tried
     refuses: Callable | None = None  # (model) → str | None
 
     @property
