@@ -137,10 +137,6 @@ def words(died: ChildDied, file_type: str) -> str:
     return f"{LLAMA_CPP} ended ({name}) on {file_type}: {Path(last).name[:160]}"
 
 
-def _threads() -> int:
-    return torch.get_num_threads()
-
-
 def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, repeats: int, seed: int = 0,
                   vocab: int, bandwidth_limit, check=lambda: None, report=lambda fraction, message: None
                   ) -> list[Measurement]:
@@ -150,7 +146,8 @@ def measure_speed(files: dict[str, Path], *, prompt_len: int, new_tokens: int, r
     those three as rows of their own. A column whose llama.cpp dies (a signal, an abort) is one row with its reason
     (``details[NOTE]``); the others are measured again without it. ``check()`` between runs (a Stop kills the child)."""
     prompt = torch.randint(0, vocab, (prompt_len,), generator=torch.Generator().manual_seed(seed)).tolist()
-    job = {"op": "speed", "prompt": prompt, "new_tokens": new_tokens, "repeats": repeats, "threads": _threads()}
+    job = {"op": "speed", "prompt": prompt, "new_tokens": new_tokens, "repeats": repeats,
+           "threads": torch.get_num_threads()}
     left, why = dict(files), {}
     times = {}
     with _LOCK:
@@ -208,7 +205,7 @@ def window_scores(path: Path, windows: torch.Tensor, reference: list[torch.Tenso
     llama.cpp's own process. A llama.cpp that dies is :class:`EngineDied`, its reason in one line."""
     if windows.numel() == 0:
         raise InvalidInput("The text is shorter than one window.")
-    job = {"op": "scores", "path": str(path), "windows": windows.tolist(), "threads": _threads(),
+    job = {"op": "scores", "path": str(path), "windows": windows.tolist(), "threads": torch.get_num_threads(),
            "reference": None if reference is None else [r.tolist() for r in reference]}
     with _LOCK:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from prune.core.architectures import decoder_layers
+from prune.core.architectures import decoder_layers, layer_config
 from prune.core.errors import UnsupportedArchitecture
 from prune.core.structure import expert_parameters
 
@@ -21,19 +21,15 @@ def decoder_experts(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return expert_parameters(decoder_layers(model))
 
 
-def expert_share(model: nn.Module) -> float:
-    """The share of the model's parameters that sit in stacked experts (0 for a dense model)."""
-    experts = sum(p.numel() for _, p in decoder_experts(model))
-    return experts / max(1, sum(p.numel() for p in model.parameters()))
-
-
 def experts_refusal(model: nn.Module, what: str) -> str | None:
-    """None for a model without stacked experts, else one line: ``what`` does not reach them yet."""
+    """None for a model without stacked experts, else one line: ``what`` does not reach them yet, and the share of
+    the model's parameters they hold."""
     found = decoder_experts(model)
     if not found:
         return None
+    share = sum(p.numel() for _, p in found) / max(1, sum(p.numel() for p in model.parameters()))
     return (f"{what} does not reach a mixture of experts' expert weights yet: {len(found)} expert tensors hold "
-            f"{100 * expert_share(model):.0f} % of this model's parameters. Cut layers or drop blocks instead.")
+            f"{100 * share:.0f} % of this model's parameters. Cut layers or drop blocks instead.")
 
 
 def refuse_experts(model: nn.Module, what: str) -> None:
@@ -47,7 +43,7 @@ TOP_K_FIELDS = ("num_experts_per_tok", "moe_topk", "top_k", "num_activated_exper
 
 def experts_per_token(model: nn.Module) -> int | None:
     """How many experts a token is routed to (k of top-k), from the config; None where it names none."""
-    config = getattr(model.config, "text_config", None) or model.config
+    config = layer_config(model)
     return next((int(v) for f in TOP_K_FIELDS if isinstance(v := getattr(config, f, None), int) and v > 0), None)
 
 

@@ -175,11 +175,11 @@ def drop(model: nn.Module, attention: Iterable[int] = (), mlp: Iterable[int] = (
 def _check_present(model: nn.Module, names: dict[str, str], wanted: dict[str, tuple[int, ...]]) -> None:
     """A one-line refusal of a block a layer does not have (a hybrid's linear-attention or state-space layer has no
     attention to drop)."""
-    kinds = layer_kinds(model)
+    layers = decoder_layers(model)
     for kind, name in names.items():
         for i in wanted[kind]:
-            if block_in(decoder_layers(model)[i], name) is None:
-                raise InvalidCut(f"Layer {i} has no {_LABEL[kind]} to drop: it is {kinds[i]}.")
+            if block_in(layers[i], name) is None:
+                raise InvalidCut(f"Layer {i} has no {_LABEL[kind]} to drop: it is {layer_kinds(model)[i]}.")
 
 
 def _beside(layer: nn.Module, name: str, kind: str, hidden: int) -> int:
