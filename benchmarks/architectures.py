@@ -24,11 +24,15 @@ IDS = torch.tensor([[5, 6, 7, 8, 9, 10]])
 
 
 def families(model, tokenizer) -> dict:
-    """Each family tried on ``model``: "yes", or the first sentence of its refusal."""
+    """Each family tried on ``model``: "yes" (and a family that changes matrices reached every stacked expert), or the
+    first sentence of its refusal."""
     import prune
     from evaluation.exports.gguf_out import gguf_refusal
     from prune.core.architectures import layer_kinds
+    from prune.core.calibration import Calibration
     from prune.core.errors import LayerCutError
+
+    calibration = Calibration(n_samples=8, seq_len=64)
 
     attended = next((i for i, kind in enumerate(layer_kinds(model)) if kind.startswith(("attention", "sliding",
                                                                                        "chunked"))), 1)
@@ -36,10 +40,12 @@ def families(model, tokenizer) -> dict:
         "depth cut": lambda: prune.cut(model, 1, 2),
         "attention drop": lambda: prune.SubLayerDrop.of(4, attention=[attended]).apply(model),
         "MLP drop": lambda: prune.SubLayerDrop.of(4, mlp=[1]).apply(model),
-        "sparsity": lambda: prune.sparsify(model, tokenizer, "magnitude", 0.5),
+        "Wanda": lambda: prune.sparsify(model, tokenizer, "wanda", 0.5, calibration=calibration),
         "width": lambda: prune.shrink_width(model, tokenizer, param_ratio=0.9),
         "low rank": lambda: prune.decompose(model, space="weight", param_ratio=0.9),
         "int8": lambda: prune.Quantize.of(8).apply(model),
+        "int4": lambda: prune.Quantize.of(4).apply(model),
+        "int4 GPTQ": lambda: prune.Quantize.of(4, method="gptq", calibration=calibration).apply(model, tokenizer),
         "GGUF": lambda: _refused(gguf_refusal(model)),
     }
     found = {}
@@ -49,10 +55,24 @@ def families(model, tokenizer) -> dict:
             with torch.no_grad():
                 if variant is not None:
                     assert torch.isfinite(variant(IDS).logits).all()
+                    assert _reached_experts(name, variant), f"{name} left an expert stack as it was"
             found[name] = "yes"
         except LayerCutError as err:
             found[name] = re.split(r"\. |: \d", str(err))[0]  # its first sentence, without this model's figures
     return found
+
+
+def _reached_experts(family: str, variant) -> bool:
+    """Whether a family that changes matrices changed every stacked expert (quantized, or half zero)."""
+    from prune.core.experts import decoder_experts
+    from prune.core.storage import is_quantized
+
+    stacks = [p for _, p in decoder_experts(variant)]
+    if family.startswith("int"):
+        return all(is_quantized(p) for p in stacks)
+    if family == "Wanda":
+        return all(int((p == 0).sum()) * 2 >= p.numel() for p in stacks)
+    return True
 
 
 def _refused(line: str | None) -> None:

@@ -539,7 +539,8 @@ def gptq(found: dict) -> str:
     return (table(["", *columns], rows) + f"\n\nShare of round-to-nearest's perplexity gap that GPTQ closes: {gaps}.")
 
 
-ARCHITECTURE_FAMILIES = ("depth cut", "attention drop", "MLP drop", "sparsity", "width", "low rank", "int8", "GGUF")
+ARCHITECTURE_FAMILIES = ("depth cut", "attention drop", "MLP drop", "Wanda", "width", "low rank", "int8", "int4",
+                         "int4 GPTQ", "GGUF")
 
 
 @renders("architectures")
@@ -560,7 +561,7 @@ def architectures(found: dict) -> str:
             for name, row in found["architectures"].items()]
     notes = "\n".join(f"{number}. {reason}." for reason, number in reasons.items())
     return (table(["type", "kind", "read from", "layer kinds", "cut reloads alike", *ARCHITECTURE_FAMILIES], rows,
-                  "lllllcccccccc") + "\n\n" + notes)
+                  "lllll" + "c" * len(ARCHITECTURE_FAMILIES)) + "\n\n" + notes)
 
 
 @renders("llama_builds")

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from transformers.pytorch_utils import Conv1D
 
+from prune.core.experts import expert_stacks
 from prune.core.sequential import rows_of
 
 
@@ -91,12 +92,19 @@ class Matrix:
     bias: bool = False
     out_kind: str | None = None
     in_kind: str | None = None
+    experts: int = 1  # a stack of this many experts' matrices (``prune.core.experts``), each outputs × inputs
 
     @property
     def params(self) -> int:
-        """Weights stored (the bias apart): the dense matrix, or two factors where they are smaller."""
+        """Weights stored (the bias apart): the dense matrix, or two factors where they are smaller; every expert's."""
         dense = self.outputs * self.inputs
-        return dense if self.rank is None else min(dense, factor_params(self.outputs, self.inputs, self.rank))
+        one = dense if self.rank is None else min(dense, factor_params(self.outputs, self.inputs, self.rank))
+        return one * self.experts
+
+    @property
+    def rows(self) -> int:
+        """Output rows of every expert together (a plain matrix's outputs)."""
+        return self.outputs * self.experts
 
 
 def factor_params(outputs: int, inputs: int, rank: int) -> int:
@@ -110,7 +118,8 @@ def pays(outputs: int, inputs: int, rank: int) -> bool:
 
 
 def layer_matrices(layer: nn.Module) -> tuple[Matrix, ...]:
-    """The linear maps of one decoder layer by path, a :class:`Factored` one as one map of its rank."""
+    """The linear maps of one decoder layer by path, a :class:`Factored` one as one map of its rank, a stack of
+    experts as one entry of its experts' count."""
     found, inside = [], []
     for name, module in layer.named_modules():
         if any(name.startswith(prefix + ".") for prefix in inside):
@@ -122,4 +131,5 @@ def layer_matrices(layer: nn.Module) -> tuple[Matrix, ...]:
         elif isinstance(module, (nn.Linear, Conv1D)):
             outputs, inputs = rows_of(module).shape
             found.append(Matrix(name, outputs, inputs, bias=getattr(module, "bias", None) is not None))
+    found += [Matrix(s.path, *s.shape, bias=s.bias() is not None, experts=s.count) for s in expert_stacks(layer)]
     return tuple(found)

@@ -77,7 +77,10 @@ def cpu_held_bytes(model: nn.Module) -> int:
 def _stored(module: nn.Module):
     """Where accelerate keeps ``module``'s offloaded tensors (by their names in the module), if it offloads them."""
     hook = getattr(module, "_hf_hook", None)
-    return getattr(hook, "weights_map", None) if getattr(hook, "offload", False) else None
+    for one in getattr(hook, "hooks", None) or [hook]:  # a SequentialHook holds several (a layer rebuilt into files)
+        if getattr(one, "offload", False):
+            return getattr(one, "weights_map", None)
+    return None
 
 
 def _read(tensor: torch.Tensor, stored, name: str) -> torch.Tensor:
@@ -85,9 +88,9 @@ def _read(tensor: torch.Tensor, stored, name: str) -> torch.Tensor:
     return stored[name] if tensor.device.type == "meta" and stored is not None else tensor
 
 
-def weight_of(module: nn.Module) -> torch.Tensor:
-    """``module.weight``, read from where accelerate keeps it when it is offloaded."""
-    return _read(module.weight, _stored(module), "weight")
+def weight_of(module: nn.Module, name: str = "weight") -> torch.Tensor:
+    """``module.weight`` (or its tensor ``name``), read from where accelerate keeps it when it is offloaded."""
+    return _read(getattr(module, name), _stored(module), name)
 
 
 def named_weights(model: nn.Module, once: bool = False):

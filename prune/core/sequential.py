@@ -15,6 +15,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from prune.core.architectures import decoder_layers
+from prune.core.experts import routed_inputs, unreached
 from prune.core.hidden import StopForward, _hidden_arg, _hidden_out, forward_inputs, run_until_stopped
 
 
@@ -80,9 +81,14 @@ def gram(x: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def input_statistics(layer: nn.Module, modules: dict[str, nn.Module], hidden: list[torch.Tensor], calls: list[tuple],
-                     reduce: Callable[[torch.Tensor], torch.Tensor] = gram) -> dict[str, torch.Tensor]:
+                     reduce: Callable[[torch.Tensor], torch.Tensor] = gram,
+                     experts: bool = False) -> dict[str, torch.Tensor]:
     """Per module of one layer (by name), ``reduce`` of its inputs [tokens, inputs] in float32, summed over one pass of
-    the layer on ``hidden`` with its ``calls``; a module no token reached is absent."""
+    the layer on ``hidden`` with its ``calls``; a module no token reached is absent.
+
+    ``experts``: also per expert matrix ('mlp.experts.down_proj[3]'), of the tokens the router sent to that expert.
+    An expert no calibration token reached reads every token that reached its layer, as if routed to it (a second
+    pass, for those experts only): llm-compressor's ``moe_calibrate_all_experts`` calibrates every expert so."""
     found: dict[str, torch.Tensor] = {}
 
     def collect(name):
@@ -91,10 +97,17 @@ def input_statistics(layer: nn.Module, modules: dict[str, nn.Module], hidden: li
             found[name] = found[name] + value if name in found else value
         return hook
 
-    handles = [m.register_forward_hook(collect(name)) for name, m in modules.items()]
+    _hooked_pass(layer, hidden, calls, [m.register_forward_hook(collect(name)) for name, m in modules.items()]
+                 + (routed_inputs(layer, reduce, found) if experts else []))
+    if experts and (missing := unreached(layer, found)):
+        _hooked_pass(layer, hidden, calls, routed_inputs(layer, reduce, found, every=missing))
+    return found
+
+
+def _hooked_pass(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple], handles: list) -> None:
+    """One pass of the layer, then its hooks (``handles``) removed."""
     try:
         run_layer(layer, hidden, calls)
     finally:
         for handle in handles:
             handle.remove()
-    return found

@@ -36,29 +36,36 @@ def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, hea
     ``calibration`` (None: the built-in text); with ``head`` or ``embedding``, its LM head or input embedding int8
     (rounded to nearest). ``model`` is
     untouched; ``progress(fraction, message)`` is called after each layer (raising there cancels)."""
+    from prune.quantize.experts import PackedExperts, quantize_layer_experts, run_packed  # torchao: 1.6 s to import
+
     refuse_quantized(model)
-    refuse_experts(model, f"int{bits} quantization by GPTQ")
+    refuse_experts(model, f"int{bits} quantization by GPTQ", reaches=True)
     if architecture_of(model).stacks or kind_of(model) != CAUSAL:
         raise InvalidInput("GPTQ calibrates a causal language model's decoder layers in order: quantize this model "
                            "by round-to-nearest (method rtn).")
     if tokenizer is None:
         raise InvalidInput("GPTQ reads calibration activations: it needs the model's tokenizer.")
-    variant = clone_layers(model)
+    variant = run_packed(clone_layers(model))  # its experts multiply as they are: float, then quantized
     linears, chosen = chosen_linears(variant, bits, group)
     windows = token_windows(tokenizer, calibration or Calibration())
     hidden, calls = layer_calls(variant, windows.to(input_device(model)), batch_size)
     report = progress or (lambda _fraction, _message: None)
-    layers = decoder_layers(variant)
+    layers, stacks = decoder_layers(variant), (0, 0)
     for index, layer in enumerate(layers):
         mine = {name: m for name, m in layer.named_modules() if id(m) in chosen}
         own_calls = [c[index] for c in calls]
-        hessians = input_statistics(layer, mine, hidden, own_calls)  # XᵀX per projection, one pass
+        hessians = input_statistics(layer, mine, hidden, own_calls, experts=True)  # XᵀX per projection and expert
         for name, module in mine.items():
             module.weight = nn.Parameter(_solved(module.weight, hessians.get(name), bits, group, actorder),
                                          requires_grad=False)
+        done = quantize_layer_experts(layer, bits, group, lambda stack: PackedExperts.of(
+            [_solved(rows, hessians.get(stack.expert_path(e)), bits, group, actorder)
+             for e, rows in enumerate(stack.rows())], stack.transposed))
+        stacks = (stacks[0] + done[0], stacks[1] + done[1])
         hidden = run_layer(layer, hidden, own_calls)  # the next layer reads the quantized layer's outputs
         report((index + 1) / len(layers), f"GPTQ: layer {index + 1} of {len(layers)} quantized")
-    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "gptq", embedding)
+    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen), *stacks), "gptq",
+                    embedding)
 
 
 def _solved(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, group: int | None,

@@ -225,8 +225,8 @@ def _embedding(func, types, args, kwargs):
     return weight.qdata[ids].to(weight.dtype) * weight.scale[ids, None].to(weight.dtype)  # [..., K]
 
 
-def _to_copy(func, types, args, kwargs):
-    """``.to(device, dtype)``: int4 repacked for a device of another type."""
+def moved_copy(func, types, args, kwargs):
+    """``.to(device, dtype)`` of a weight in kernel form: int4 repacked for a device of another type."""
     self = args[0]
     found = self._get_to_kwargs(*args[1:], **kwargs)
     return self.moved(found["device"], found.get("dtype", self.dtype))
@@ -236,7 +236,7 @@ for _cls in (Int8Rows, Int4Groups):
     _cls.dequantize = _dequantize
     _cls.implements(aten.linear.default)(_linear)
     _cls.implements_torch_function(torch.nn.functional.linear)(_linear)
-    _cls.implements(aten._to_copy.default)(_to_copy)
+    _cls.implements(aten._to_copy.default)(moved_copy)
 Int8Rows.implements(aten.embedding.default)(_embedding)
 Int8Rows.implements_torch_function(torch.nn.functional.embedding)(_embedding)
 
@@ -380,5 +380,6 @@ class SavesTorchao(TorchAoHfQuantizer):
 
 
 def is_packed(tensor: torch.Tensor) -> bool:
-    """Whether ``tensor`` is a weight in kernel form."""
-    return isinstance(tensor, (Int8Rows, Int4Groups))
+    """Whether ``tensor`` is a weight in kernel form (a projection's, or a stack of experts': it converts back to
+    torchao's form to be saved)."""
+    return callable(getattr(tensor, "to_torchao", None))

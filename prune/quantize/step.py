@@ -102,7 +102,7 @@ class Quantize(Step):
         head as its int8 copy (a tied head untied: the embedding stays beside it); with ``embedding``, the input
         embedding as its int8 copy (a tied head shares it: counted once)."""
         matrices = [m for layer in after.matrices for m in layer]
-        dense = sum((m.params + (m.outputs if m.bias else 0)) * element for m in matrices)
+        dense = sum((m.params + (m.rows if m.bias else 0)) * element for m in matrices)
         stored += sum(quantized_bytes(m, self.bits, self.group, element, True) for m in matrices) - dense
         rows, width = after.embedding
         dense = rows * width * element
@@ -130,12 +130,19 @@ class Quantize(Step):
                 (True, True): " and the LM head and input embedding (int8)"}.get((self.head, self.embedding), "")
         solved = (" The integers were chosen by GPTQ (Frantar et al. 2023) layer by layer on the calibration text; "
                   "stored as round-to-nearest's are." if self.method == "gptq" else "")
-        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{head}{kept}.{solved} "
+        stacks = found.get("expert_stacks", 0)
+        experts = (f", {stacks} stacks of experts (every expert's matrices, run by LayerCut's experts forward through "
+                   "the same kernels; the routers kept in float)" if stacks else "")
+        return (f"- Quantization: {self.describe()}: {found.get('quantized', '?')} projections{experts}{head}{kept}."
+                f"{solved} "
                 "In LayerCut, "
                 f"on a CPU, the products run PyTorch's kernels ({KERNELS[self.bits]}) with activations rounded to "
-                f"bfloat16{packed}. Saved in torchao's plain format (the same integers and scales): transformers with "
-                "torchao installed reloads it (`TorchAoConfig` in config.json) and multiplies in the model's dtype, "
-                "so its logits differ from LayerCut's by the bfloat16 rounding of the activations.")
+                f"bfloat16{packed}. Saved in torchao's plain format (the same integers and scales): " + (
+                    "transformers with torchao installed reloads it (`TorchAoConfig` in config.json) and multiplies in "
+                    "the model's dtype, so its logits differ from LayerCut's by the bfloat16 rounding of the "
+                    "activations." if not stacks else
+                    "the experts as torchao's 3-D tensors, which transformers reads but its experts forwards cannot "
+                    "multiply: load this folder with `prune.load_model` (LayerCut's kernels, the same logits)."))
 
     def describe(self) -> str:
         """'int4 weight-only quantization (torchao, symmetric, groups of 32 inputs)'; by GPTQ: '… (GPTQ, symmetric,
@@ -180,7 +187,7 @@ def check_args(args) -> None:
 
 
 FAMILY = register_family(Family(
-    refuses=lambda model: experts_refusal(model, "Quantization"),
+    refuses=lambda model: experts_refusal(model, "Quantization", reaches=True),
     name="quantize", label="Quantization", step=Quantize,
     paper="torchao (PyTorch's quantization library): weight-only int8 and int4; GPTQ (Frantar et al. 2023)",
     link="https://github.com/pytorch/ao",

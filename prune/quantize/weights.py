@@ -28,11 +28,12 @@ get new, quantized parameters.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import torch
 from torch import nn
 
-from prune.core.experts import refuse_experts
+from prune.core.experts import refuse_experts, routers
 from prune.core.architectures import decoder_layers
 from prune.core.errors import InvalidInput, quoted
 from prune.core.factored import Matrix, pays
@@ -69,13 +70,16 @@ def quantize(model: nn.Module, bits: int, group: int | None, head: bool = False,
     ``head`` or ``embedding``, its LM head or input embedding int8); ``model`` is untouched."""
     from torchao.quantization import quantize_
 
+    from prune.quantize.experts import quantize_experts
+
     refuse_quantized(model)
-    refuse_experts(model, f"int{bits} quantization")
+    refuse_experts(model, f"int{bits} quantization", reaches=True)
     variant = clone_layers(model)
     linears, chosen = chosen_linears(variant, bits, group)
     config = torchao_config(bits, group)
     quantize_(decoder_layers(variant), config, filter_fn=lambda module, _name: id(module) in chosen)
-    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen)), "rtn", embedding)
+    stacks = quantize_experts(variant, bits, group)
+    return finished(variant, bits, group, head, (len(chosen), len(linears) - len(chosen), *stacks), "rtn", embedding)
 
 
 def refuse_quantized(model: nn.Module) -> None:
@@ -85,8 +89,10 @@ def refuse_quantized(model: nn.Module) -> None:
 
 
 def chosen_linears(variant: nn.Module, bits: int, group: int | None) -> tuple[list[nn.Linear], set[int]]:
-    """The decoder layers' linear maps, and the ids of those quantized (a one-line refusal when there are none)."""
-    linears = [m for layer in decoder_layers(variant) for m in layer.modules() if isinstance(m, nn.Linear)]
+    """The decoder layers' linear maps (a mixture of experts' routers apart: they stay float), and the ids of those
+    quantized (a one-line refusal when there are none)."""
+    linears = [m for layer in decoder_layers(variant) for m in layer.modules()
+               if isinstance(m, nn.Linear) and id(m) not in routers(layer)]
     chosen = {id(m) for m in linears if quantizable(m, group)}
     if not chosen:
         raise InvalidInput(f"No projection of this model can be quantized to int{bits}: torchao quantizes "
@@ -98,7 +104,7 @@ def finished(variant: nn.Module, bits: int, group: int | None, head: bool, count
              method: str, embedding: bool = False) -> nn.Module:
     """``variant``, its layers' weights quantized by ``method``, with its head (``head``) and input embedding
     (``embedding``), the config that saves and reloads it and what was done (``counts``: projections quantized and
-    kept dense), in kernel form."""
+    kept dense, then stacks of experts quantized and kept float), in kernel form."""
     from transformers import TorchAoConfig
 
     from prune.quantize.packed import packed_model
@@ -109,9 +115,10 @@ def finished(variant: nn.Module, bits: int, group: int | None, head: bool, count
     extra = {"modules_to_not_convert": []} if head or embedding else {}
     variant.config.quantization_config = TorchAoConfig(
         torchao_config(bits, group), **extra, **({"include_input_output_embeddings": True} if embedding else {}))
+    stacks = dict(zip(("expert_stacks", "expert_stacks_float"), counts[2:])) if any(counts[2:]) else {}
     setattr(variant.config, QUANTIZED_FIELD, {"bits": bits, "group": group, "quantized": counts[0],
                                               "dense": counts[1], "head": head, "method": method,
-                                              "embedding": embedding})
+                                              "embedding": embedding, **stacks})
     return packed_model(variant)
 
 
@@ -160,9 +167,10 @@ def restore(model: nn.Module) -> nn.Module:
     """A reloaded export's torchao weights in kernel form again (the same numbers)."""
     if getattr(model.config, QUANTIZED_FIELD, None) is None:
         return model
+    from prune.quantize.experts import restore_experts
     from prune.quantize.packed import packed_model
 
-    return packed_model(model)
+    return restore_experts(packed_model(model))
 
 
 def int8_bytes(rows: int, inputs: int, element: int) -> int:
@@ -177,6 +185,8 @@ def quantized_bytes(matrix: Matrix, bits: int, group: int | None, element: int, 
     where it keeps a layer's heads, do not, so after those a bias the variant shares is counted: a few kB, 0.01 % of a
     real model's bytes). One kept dense (input width not a multiple of the group) owns
     what it did: its bytes if an earlier step ``copied`` the matrices, else nothing (it is the original's)."""
+    if matrix.experts > 1:  # a stack of experts: each expert's matrix, its bias, as one
+        return matrix.experts * quantized_bytes(replace(matrix, experts=1), bits, group, element, copied)
     factored = matrix.rank is not None and pays(matrix.outputs, matrix.inputs, matrix.rank)
     maps = ([(matrix.rank, matrix.inputs), (matrix.outputs, matrix.rank)] if factored  # a low-rank step's factors
             else [(matrix.outputs, matrix.inputs)])

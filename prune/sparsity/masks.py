@@ -2,7 +2,10 @@
 
 What is pruned, as in both papers' code: every ``nn.Linear`` (GPT-2's ``Conv1D``, whose weight is
 stored [in, out], read transposed) inside each decoder layer; never the embeddings, norms or LM
-head. The comparison group, in which exactly ⌊size · sparsity⌋ weights are zeroed:
+head. In a mixture of experts, every expert's matrices too (:mod:`prune.core.experts`), each as a matrix of its own,
+Wanda's and SparseGPT's statistics from the calibration tokens the router sent to that expert (an expert no token
+reached reads every token of its layer); the routers stay as they are. The comparison group, in which exactly
+⌊size · sparsity⌋ weights are zeroed:
 
 * ``magnitude`` — |W|, over the whole matrix (the baseline in the Wanda and SparseGPT repos: one
   threshold per layer's matrix, not per row); reads no data.
@@ -30,7 +33,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from prune.core import offload
-from prune.core.experts import refuse_experts
+from prune.core.experts import expert_stacks, refuse_experts, routers
 from prune.core.devices import input_device
 from prune.core.offload import weight_of
 from prune.core.architectures import CAUSAL, architecture_of, decoder_layers, kind_of, layer_stacks
@@ -88,7 +91,7 @@ def sparsify(model: nn.Module, tokenizer, method: str, sparsity: float | None, *
     ``progress(fraction, message)`` is called after each layer (raising there cancels).
     """
     method, sparsity, pattern = check_request(method, sparsity, pattern)
-    refuse_experts(model, "Sparsity")
+    refuse_experts(model, "Sparsity", reaches=True)
     nm = parse_pattern(pattern)
     _check_shapes(model, nm)
     if method != "magnitude" and tokenizer is None:
@@ -150,25 +153,40 @@ def _windows(model: nn.Module, tokenizer, calibration: Calibration | None) -> to
 
 def _prune_layer(layer: nn.Module, method: str, sparsity: float, nm, hidden: list[torch.Tensor] | None,
                  calls: list[tuple]) -> list[torch.Tensor] | None:
-    """Zero ``sparsity`` of each matrix of one layer (its own modules), by ``method``; Wanda and SparseGPT read the
-    layer's inputs ``hidden`` with its other arguments ``calls`` (one per batch). Returns the pruned layer's outputs,
-    the next layer's inputs (None for magnitude, which reads no data)."""
+    """Zero ``sparsity`` of each matrix of one layer (its own modules), every expert's of a mixture of experts too, by
+    ``method``; Wanda and SparseGPT read the layer's inputs ``hidden`` with its other arguments ``calls`` (one per
+    batch), each expert the tokens routed to it. Returns the pruned layer's outputs, the next layer's inputs (None for
+    magnitude, which reads no data)."""
     found = {} if hidden is None else _statistics(layer, hidden, calls, method)
-    for name, module in matrices(layer).items():
-        rows = rows_of(module)
-        if method == "magnitude":
-            _set_rows(module, _zeroed(rows, _magnitude_mask(rows, sparsity, nm)))
-        elif method == "wanda":  # a matrix no calibration token reached falls back to |W| per row
-            squares = found.get(name, torch.ones(rows.shape[1], device=rows.device))
-            _set_rows(module, _zeroed(rows, _wanda_mask(rows, squares, sparsity, nm)))
-        else:
-            hessian = found.get(name, torch.eye(rows.shape[1], device=rows.device))
-            _set_rows(module, sparsegpt(rows, hessian, sparsity, nm))
+    for name, module in _matrices(layer).items():
+        _set_rows(module, _pruned(rows_of(module), method, sparsity, nm, found.get(name)))
+    for stack in expert_stacks(layer):
+        stack.set_rows(torch.stack([_pruned(rows, method, sparsity, nm, found.get(stack.expert_path(e)))
+                                    for e, rows in enumerate(stack.rows())]))
     del found
     return None if hidden is None else run_layer(layer, hidden, calls)  # the next layer reads the pruned outputs
 
 
+def _pruned(rows: torch.Tensor, method: str, sparsity: float, nm, statistic: torch.Tensor | None) -> torch.Tensor:
+    """One [outputs, inputs] matrix with ``sparsity`` of it zero by ``method``, from its inputs' ``statistic``; a
+    matrix no calibration token reached: Wanda falls back to |W| per row, SparseGPT to H = I."""
+    if method == "magnitude":
+        return _zeroed(rows, _magnitude_mask(rows, sparsity, nm))
+    if method == "wanda":
+        squares = torch.ones(rows.shape[1], device=rows.device) if statistic is None else statistic
+        return _zeroed(rows, _wanda_mask(rows, squares, sparsity, nm))
+    return sparsegpt(rows, torch.eye(rows.shape[1], device=rows.device) if statistic is None else statistic,
+                     sparsity, nm)
+
+
 # ---------------------------------------------------------------- the matrices
+
+
+def _matrices(layer: nn.Module) -> dict[str, nn.Module]:
+    """The layer's linear maps that are pruned: all but a mixture of experts' routers (llm-compressor's MoE recipes
+    leave ``mlp.gate`` alone: it chooses the experts)."""
+    kept = routers(layer)
+    return {name: m for name, m in matrices(layer).items() if id(m) not in kept}
 
 
 def _set_rows(module: nn.Module, rows: torch.Tensor) -> None:
@@ -186,24 +204,26 @@ def zero_fraction(model: nn.Module) -> float:
     """The fraction of the layers' linear weights that are exactly zero, counted."""
     zeros = total = 0
     for layer in decoder_layers(model):
-        for module in matrices(layer).values():
-            weight = dense(weight_of(module))  # read from its files if offloaded, one matrix at a time; dequantized
-            zeros += weight.numel() - int(torch.count_nonzero(weight))  # no bool/int64 copy
+        stacks = [stack.rows() for stack in expert_stacks(layer)]  # every expert's matrices
+        for weight in [*(dense(weight_of(m)) for m in _matrices(layer).values()), *stacks]:  # read from its files if
+            zeros += weight.numel() - int(torch.count_nonzero(weight))  # offloaded, one at a time; no int64 copy
             total += weight.numel()
     return zeros / total if total else 0.0
 
 
 def sparse_copy_bytes(model: nn.Module) -> int:
-    """Bytes of the matrices :func:`sparsify` copies: what a sparse variant owns, zeros stored densely."""
-    return sum(m.weight.numel() * m.weight.element_size()
-               for layer in decoder_layers(model) for m in matrices(layer).values())
+    """Bytes of the matrices :func:`sparsify` copies (every expert's too): what a sparse variant owns, zeros stored
+    densely."""
+    return sum(w.numel() * w.element_size() for layer in decoder_layers(model)
+               for w in [*(m.weight for m in _matrices(layer).values()), *(s.weight for s in expert_stacks(layer))])
 
 
 def _check_shapes(model: nn.Module, nm: tuple[int, int] | None) -> None:
     if nm is None:
         return
-    odd = sorted({f"{name} ({rows_of(m).shape[1]} inputs)" for layer in decoder_layers(model)
-                  for name, m in matrices(layer).items() if rows_of(m).shape[1] % nm[1]})
+    widths = {name: rows_of(m).shape[1] for layer in decoder_layers(model) for name, m in _matrices(layer).items()}
+    widths |= {stack.path: stack.shape[1] for layer in decoder_layers(model) for stack in expert_stacks(layer)}
+    odd = sorted(f"{name} ({inputs} inputs)" for name, inputs in widths.items() if inputs % nm[1])
     if odd:
         raise InvalidInput(f"{nm[0]}:{nm[1]} sparsity needs input sizes divisible by {nm[1]}: {', '.join(odd)}.")
 
@@ -237,8 +257,10 @@ def _nm_mask(score: torch.Tensor, nm: tuple[int, int]) -> torch.Tensor:
 
 
 def _statistics(layer: nn.Module, hidden: list[torch.Tensor], calls: list[tuple], method: str) -> dict:
-    """Per matrix of one layer, from its inputs on the calibration: Σ X_j² [inputs] (Wanda) or XᵀX (SparseGPT)."""
-    return input_statistics(layer, matrices(layer), hidden, calls, _squares if method == "wanda" else gram)
+    """Per matrix of one layer (and per expert's matrix, from the tokens routed to it), from its inputs on the
+    calibration: Σ X_j² [inputs] (Wanda) or XᵀX (SparseGPT)."""
+    return input_statistics(layer, _matrices(layer), hidden, calls, _squares if method == "wanda" else gram,
+                            experts=True)
 
 
 def _squares(x: torch.Tensor) -> torch.Tensor:

@@ -106,7 +106,7 @@ DENSE = ("Zeros are stored densely: no memory saving, and no speedup with dense 
 LEVEL = Level("Sparsity (% of each matrix zeroed; N:M patterns imply theirs)", 0, round(100 * MAX_SPARSITY), 50)
 
 FAMILY = register_family(Family(
-    refuses=lambda model: experts_refusal(model, "Sparsity"),
+    refuses=lambda model: experts_refusal(model, "Sparsity", reaches=True),
     name="sparsity", label="Sparsity", step=Sparsify,
     paper="Sun et al. 2023 (Wanda); Frantar & Alistarh 2023 (SparseGPT)", link="https://arxiv.org/abs/2306.11695",
     about="Zeroes a fraction of every decoder matrix (magnitude, Wanda, SparseGPT), unstructured or N:M.",

@@ -132,9 +132,9 @@ def test_each_layer_is_calibrated_on_the_outputs_of_the_quantized_layers_before_
     seen = []
     hessians = calibrated.input_statistics
 
-    def recording(layer, modules, hidden, calls):
+    def recording(layer, modules, hidden, calls, **options):
         seen.append(torch.cat(hidden))
-        return hessians(layer, modules, hidden, calls)
+        return hessians(layer, modules, hidden, calls, **options)
 
     monkeypatch.setattr(calibrated, "input_statistics", recording)
     model = tiny_model("qwen2", 4)  # sliding-window and full-attention layers: each keeps its own mask
