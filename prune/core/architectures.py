@@ -182,7 +182,7 @@ def _from_structure(found) -> Architecture:
                           **({"attention_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"}
                              if found.sandwich else {}))
     return Architecture(layers=found.layers, final_norm=found.final_norm, ffn_norm=found.ffn_norm,
-                        sublayers=sublayers, width=_LLAMA_WIDTH if found.llama_like and not found.config_path else None,
+                        sublayers=sublayers, width=_LLAMA_WIDTH if found.llama_like else None,
                         config_path=found.config_path, derived=True)
 
 
@@ -200,8 +200,8 @@ def width_of(model_or_config) -> Width:
     if arch.width is None:
         supported = ", ".join(sorted(k for k, v in ARCHITECTURES.items() if v.width is not None))
         why = (f"the width of {KIND_WORDS[arch.kind]} is not pruned yet" if arch.kind != CAUSAL else
-               "its layers are not all Llama's q, k, v, o and gated MLP: a mixture of experts, a hybrid or a "
-               "vision-language model's text decoder" if arch.derived else
+               "its layers are not all Llama's q, k, v, o and gated MLP: a mixture of experts, or a hybrid"
+               if arch.derived else
                "a mixture of experts has one MLP per expert")
         raise UnsupportedArchitecture(f"LayerCut cannot prune the width of model type {quoted(config.model_type)} "
                                       f"({why}). Width pruning supports: {supported} and other models whose layers "

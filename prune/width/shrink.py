@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from prune.core.architectures import Width, decoder_layers, get_path, width_of
+from prune.core.architectures import Width, decoder_layers, get_path, layer_config, width_of
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, UnsupportedArchitecture, quoted
 from prune.core.hidden import StopForward, run_until_stopped
@@ -235,7 +235,7 @@ def shrink_width(model: nn.Module, tokenizer, *, param_ratio: float, calibration
             report(0.9, f"{CRITERIA[criterion]}: scored")
     element = next(model.parameters()).element_size()
     rebuild = Rebuild(model, owned_params(size, resized(size, found)) * element)  # a clone, or files layer by layer
-    config = rebuild.config
+    config = layer_config(rebuild.config)  # a vision-language model's text config: its decoder's layers are rebuilt
     setattr(config, width.channel_field, shape.channels - found.channels)
     if width.heads:
         config.num_key_value_heads = shape.groups - found.groups

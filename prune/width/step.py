@@ -8,7 +8,7 @@ from typing import ClassVar
 from torch import nn
 
 from prune.core.architectures import width_refusal
-from prune.core.architectures import width_of
+from prune.core.architectures import layer_config, width_of
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, quoted
 from prune.core.family import Choice, Family, Level, Option, register_family
@@ -95,7 +95,7 @@ class WidthPrune(Step):
 
 def width_words(model: nn.Module) -> str:
     """'6 attention heads (2 KV heads, head_dim 64) and 1,016 MLP channels', from the derived config."""
-    config, table = model.config, width_of(model)
+    config, table = layer_config(model), width_of(model)
     mlp = f"{getattr(config, table.channel_field):,} MLP channels"
     if table.heads is None:
         return mlp

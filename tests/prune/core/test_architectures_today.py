@@ -89,6 +89,26 @@ def test_a_vision_language_checkpoint_keeps_its_vision_tower_and_cuts_its_text_d
         torch.testing.assert_close(back(IDS).logits, cut(IDS).logits)
 
 
+def test_a_vision_language_checkpoints_text_decoder_loses_width_and_reloads_as_the_same_class(tmp_path,
+                                                                                               tiny_tokenizer):
+    from prune.core.calibration import Calibration
+
+    model = tiny("gemma3")
+    before = {name: p.clone() for name, p in model.named_parameters()}
+    narrow = prune.shrink_width(model, tiny_tokenizer, param_ratio=0.8, calibration=Calibration(n_samples=2,
+                                                                                                 seq_len=16))
+    channels = narrow.config.text_config.intermediate_size
+    assert channels < 128 and model.config.text_config.intermediate_size == 128
+    assert all(layer.mlp.gate_proj.weight.shape == (channels, 64) for layer in decoder_layers(narrow))
+    assert narrow.model.vision_tower is model.model.vision_tower  # the vision tower as it is
+    narrow.save_pretrained(tmp_path)
+    back = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert type(back) is type(model)
+    with torch.no_grad():
+        torch.testing.assert_close(back(IDS).logits, narrow(IDS).logits)
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
+
+
 def test_a_cut_rewrites_which_layers_hold_experts_so_the_export_reloads_them():
     deepseek = prune.cut(tiny("deepseek_v3"), 1, 2)  # layer 0 dense, 1–3 experts: cutting 1 keeps 0 dense, 2 … 3
     assert deepseek.config.first_k_dense_replace == 1
