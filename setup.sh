@@ -42,14 +42,25 @@ fi
 # llama-cpp-python has only a source release: its wheel is built once per kind of build and kept in a folder of our
 # own (pip's cache would hand a native wheel to a portable install: it keys on the source, not on CMAKE_ARGS).
 llama_pin=$(grep -E '^llama-cpp-python==' constraints.txt)
+llama_version=${llama_pin#*==}
 wheels="${XDG_CACHE_HOME:-$HOME/.cache}/layercut/wheels/llama-cpp-$llama_build"
-if ! ls "$wheels"/llama_cpp_python-"${llama_pin#*==}"-*.whl >/dev/null 2>&1; then
+source_dir="${XDG_CACHE_HOME:-$HOME/.cache}/layercut/wheels/llama-cpp-source"  # its source release, kept: it holds
+sdist="$source_dir/llama_cpp_python-$llama_version.tar.gz"  # llama.cpp's convert_hf_to_gguf.py too
+[[ -f $sdist ]] || pip download --no-deps --no-binary :all: -d "$source_dir" "$llama_pin"
+if ! ls "$wheels"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
   cmake_args="-DLLAMA_CURL=OFF -DGGML_NATIVE=OFF"
   [[ $llama_build == native ]] && cmake_args="-DLLAMA_CURL=OFF -DGGML_NATIVE=ON"
   echo "Compiling llama.cpp ($llama_build build; minutes the first time on a small machine)…" >&2
-  CMAKE_ARGS="$cmake_args" pip wheel --no-deps --no-cache-dir -w "$wheels" "$llama_pin"
+  CMAKE_ARGS="$cmake_args" pip wheel --no-deps --no-cache-dir -w "$wheels" "$sdist"
 fi
-pip install --no-deps --force-reinstall "$wheels"/llama_cpp_python-"${llama_pin#*==}"-*.whl
+pip install --no-deps --force-reinstall "$wheels"/llama_cpp_python-"$llama_version"-*.whl
+# llama.cpp's own converter, for the architectures LayerCut's GGUF writer does not write (evaluation/exports/hf_convert.py)
+converter="$(python -c 'import sys; print(sys.prefix)')/share/layercut/llama-convert/$llama_version"
+if [[ ! -f $converter/convert_hf_to_gguf.py ]]; then
+  mkdir -p "$converter"
+  tar xzf "$sdist" -C "$converter" --strip-components=3 "llama_cpp_python-$llama_version/vendor/llama.cpp/convert_hf_to_gguf.py" \
+    "llama_cpp_python-$llama_version/vendor/llama.cpp/conversion" "llama_cpp_python-$llama_version/vendor/llama.cpp/gguf-py"
+fi
 extras="topology,engine"
 ((want_test)) && extras="topology,engine,test"
 pip install -c constraints.txt -e ".[${extras}]"  # the versions last tested (constraints.txt); engine: the default model

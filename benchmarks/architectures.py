@@ -23,11 +23,11 @@ from benchmarks.record import write_result
 IDS = torch.tensor([[5, 6, 7, 8, 9, 10]])
 
 
-def families(model, tokenizer) -> dict:
+def families(model, tokenizer, gguf_model, gguf_tokenizer) -> dict:
     """Each family tried on ``model``: "yes" (and a family that changes matrices reached every stacked expert), or the
-    first sentence of its refusal."""
+    first sentence of its refusal; GGUF on ``gguf_model``, the same type with the default model's vocabulary (a
+    tokenizer llama.cpp's converter knows)."""
     import prune
-    from evaluation.exports.gguf_out import gguf_refusal
     from prune.core.architectures import layer_kinds
     from prune.core.calibration import Calibration
     from prune.core.errors import LayerCutError
@@ -46,7 +46,7 @@ def families(model, tokenizer) -> dict:
         "int8": lambda: prune.Quantize.of(8).apply(model),
         "int4": lambda: prune.Quantize.of(4).apply(model),
         "int4 GPTQ": lambda: prune.Quantize.of(4, method="gptq", calibration=calibration).apply(model, tokenizer),
-        "GGUF": lambda: _refused(gguf_refusal(model)),
+        "GGUF": lambda: _gguf_runs(prune.cut(gguf_model, 1, 3), gguf_tokenizer),
     }
     found = {}
     for name, attempt in tries.items():
@@ -75,11 +75,22 @@ def _reached_experts(family: str, variant) -> bool:
     return True
 
 
-def _refused(line: str | None) -> None:
-    from prune.core.errors import UnsupportedArchitecture
+def _gguf_runs(model, tokenizer) -> None:
+    """``model`` written as an F16 GGUF (LayerCut's writer, or llama.cpp's converter) and run by llama.cpp in a child
+    process; an error (one line) where either cannot."""
+    import subprocess
 
-    if line:
-        raise UnsupportedArchitecture(line)
+    from evaluation.exports import gguf_file
+    from llama_helpers import LOGITS_SCRIPT
+    from prune.core.errors import InvalidInput
+
+    with tempfile.TemporaryDirectory() as scratch:
+        path = gguf_file.write(model, tokenizer, Path(scratch) / "cut.gguf", "F16").path
+        done = subprocess.run([sys.executable, "-c", LOGITS_SCRIPT, str(path), str(Path(scratch) / "l.npy"), "1,2,3"],
+                              capture_output=True, text=True)
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "error loading model" in line] or ["it stopped"]
+        raise InvalidInput(f"llama.cpp cannot load the GGUF: {errors[0].split('error loading model: ')[-1]}")
 
 
 def main() -> None:
@@ -93,6 +104,7 @@ def main() -> None:
     from prune.core.tiny import tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
+    _, default_tokenizer = prune.load_model()  # the default model's: llama.cpp's converter knows it
     rows = {}
     with harness.Clock() as clock:
         for model_type, (kind, _own) in ARCHITECTURES.items():
@@ -110,7 +122,8 @@ def main() -> None:
             rows[model_type] = {"kind": kind, "class": type(model).__name__, "read": "table" if model_type in TABLE
                                 else "structure", "layers": architecture_of(model).layers,
                                 "layer_kinds": sorted(set(layer_kinds(model))), "reloads_alike": same,
-                                **families(model, tokenizer), "seconds": round(time.perf_counter() - began, 2)}
+                                **families(model, tokenizer, tiny(model_type, vocab_size=len(default_tokenizer)),
+                                           default_tokenizer), "seconds": round(time.perf_counter() - began, 2)}
     write_result("architectures", {"architectures": rows, "seconds": round(clock.wall)},
                  model="tiny random models (hidden 64, 4 layers, 4 experts of which 2 a token)",
                  how="each type built from its own config, shrunk; every family tried on it")

@@ -16,7 +16,7 @@ import pytest
 from evaluation.core.child import signal_name
 
 DYING_WORKER = Path(__file__).with_name("dying_llama_worker.py")
-_LOGITS = """import sys, numpy as np, llama_cpp
+LOGITS_SCRIPT = """import sys, numpy as np, llama_cpp
 path, out, ids = sys.argv[1], sys.argv[2], [int(i) for i in sys.argv[3].split(",")]
 llm = llama_cpp.Llama(model_path=path, n_ctx=len(ids) + 8, n_batch=len(ids) + 8, n_threads=2, logits_all=True,
                       verbose=False)
@@ -31,7 +31,7 @@ def llama_logits(path: Path, ids: list[int]) -> np.ndarray:
     pytest.importorskip("llama_cpp")
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch) / "logits.npy"
-        done = subprocess.run([sys.executable, "-c", _LOGITS, str(path), str(out), ",".join(map(str, ids))],
+        done = subprocess.run([sys.executable, "-c", LOGITS_SCRIPT, str(path), str(out), ",".join(map(str, ids))],
                               capture_output=True, text=True)
         if done.returncode < 0:
             pytest.skip(f"llama.cpp cannot run {Path(path).name} on this machine ({signal_name(done.returncode)})")
@@ -48,7 +48,7 @@ def _probe(file_type: str) -> str | None:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / f"probe.{file_type}.gguf"
         gguf_file.write(tiny_model("llama", 2), build_tiny_tokenizer(), path, file_type)
-        done = subprocess.run([sys.executable, "-c", _LOGITS, str(path), str(Path(scratch) / "l.npy"), "1,2,3"],
+        done = subprocess.run([sys.executable, "-c", LOGITS_SCRIPT, str(path), str(Path(scratch) / "l.npy"), "1,2,3"],
                               capture_output=True)
     return None if done.returncode == 0 else signal_name(done.returncode)
 

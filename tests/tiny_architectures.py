@@ -52,9 +52,13 @@ def tiny_config(model_type: str):
     return AutoConfig.for_model(model_type, **{**COMMON, **(EXPERTS if kind in (MOE, HYBRID) else {}), **own})
 
 
-def tiny(model_type: str, seed: int = 0):
-    """A randomly initialised model of ``model_type`` (float32, eval mode)."""
+def tiny(model_type: str, seed: int = 0, vocab_size: int | None = None):
+    """A randomly initialised model of ``model_type`` (float32, eval mode); ``vocab_size``: another tokenizer's (the
+    default model's, which llama.cpp's converter knows)."""
+    config = tiny_config(model_type)
+    if vocab_size is not None:
+        config.get_text_config().vocab_size = vocab_size
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(tiny_config(model_type), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     model.layercut_name = f"tiny-{model_type}"
     return model

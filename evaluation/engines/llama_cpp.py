@@ -13,7 +13,8 @@ from llama.cpp's own logits.
   top-1 next tokens are compared with the PyTorch column's on the same window.
 
 A column llama.cpp cannot run (an encoder, dropped attention or MLP blocks, factored low rank: what the GGUF writer
-refuses, :func:`evaluation.exports.gguf_out.gguf_refusal`) is said in one line by :func:`why_not`.
+refuses, :func:`evaluation.exports.gguf_file.refusal`) is said in one line by :func:`why_not`. An architecture
+LayerCut's writer does not write (a mixture of experts, a hybrid) is converted by llama.cpp's own converter.
 
 **llama.cpp runs in a child process** (:mod:`evaluation.engines.llama_worker`, through :mod:`evaluation.core.child`),
 never in the server's: a build whose kernels this CPU cannot execute (a native build's AMX repack of Q8_0/Q4_0 on some
@@ -42,7 +43,6 @@ from evaluation.core import child
 from evaluation.core.child import ChildDied, signal_name
 from evaluation.exports import gguf_file as gguf_files
 from evaluation.exports.gguf_file import LLAMA_CPP
-from evaluation.exports.gguf_out import gguf_refusal
 from evaluation.measure.measurement import Measurement
 from evaluation.measure.speed import GROUP, LIMIT, decode_name, summary
 
@@ -73,7 +73,7 @@ def why_not(model) -> str | None:
     """Why llama.cpp cannot run ``model`` (one line), or None."""
     if kind_of(model) != CAUSAL:
         return f"{LLAMA_CPP} runs causal LMs here; this model fills blanks."
-    return why_not_installed() or gguf_refusal(model)
+    return why_not_installed() or gguf_files.refusal(model)
 
 
 def column_type(model, int4_type: str = INT4_TYPES[0]) -> str:
@@ -99,19 +99,33 @@ def gguf_file(model, tokenizer, file_type: str, path: Path, *, tokenizer_gguf: s
 
 
 def decode_bytes(path: Path, context: float) -> int:
-    """Bytes llama.cpp reads to decode one token at ``context`` positions (see the module docstring)."""
+    """Bytes llama.cpp reads to decode one token at ``context`` positions (see the module docstring): of a mixture of
+    experts' ``*_exps`` tensors, the k of E experts a token is routed to; KV only in the layers with attention (a
+    hybrid's per-layer KV head counts, 0 where a layer has none)."""
     reader = gguf.GGUFReader(path)
-    tensors = {t.name: int(t.n_bytes) for t in reader.tensors}
+    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
+    experts, used = _field(reader, f"{arch}.expert_count"), _field(reader, f"{arch}.expert_used_count")
+    share = used / experts if experts and used else 1.0
+    tensors = {t.name: int(t.n_bytes) * (share if "_exps." in t.name else 1.0) for t in reader.tensors}
     embedding = next(t for t in reader.tensors if t.name == "token_embd.weight")
     weights = sum(tensors.values())
     if "output.weight" in tensors:  # the embedding is read one row a token; the output layer whole
         weights -= tensors["token_embd.weight"] - tensors["token_embd.weight"] // int(embedding.shape[-1])
-    arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
     layers = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
-    kv_heads = _field(reader, f"{arch}.attention.head_count_kv") or _field(reader, f"{arch}.attention.head_count")
+    kv_heads = _per_layer(reader, f"{arch}.attention.head_count_kv", layers) or _per_layer(
+        reader, f"{arch}.attention.head_count", layers)
     head_dim = _field(reader, f"{arch}.attention.key_length") or \
-        _field(reader, f"{arch}.embedding_length") // _field(reader, f"{arch}.attention.head_count")
-    return int(weights + 2 * layers * kv_heads * head_dim * context * KV_BYTES)
+        _field(reader, f"{arch}.embedding_length") // max(_per_layer(reader, f"{arch}.attention.head_count", layers))
+    return int(weights + 2 * sum(kv_heads) * head_dim * context * KV_BYTES)
+
+
+def _per_layer(reader: gguf.GGUFReader, name: str, layers: int) -> list[int] | None:
+    """A field that is one number for every layer, or an array of one per layer (a hybrid's), as a list."""
+    field = reader.fields.get(name)
+    if field is None:
+        return None
+    values = [int(field.parts[i][0]) for i in field.data]
+    return values if len(values) == layers else values[:1] * layers
 
 
 def _field(reader: gguf.GGUFReader, name: str) -> int | None:

@@ -37,7 +37,6 @@ from prune.drop.sublayers import dropped
 
 from evaluation.core.jobs import Progress
 from evaluation.exports import gguf_file, scale_out
-from evaluation.exports.gguf_out import gguf_refusal
 from evaluation.exports.gguf_tokenizer import tokenizer_refusal
 from evaluation.exports.texts import (LLAMA_FILE, MAX_NAME, MERGEKIT_FILE, base_layers_removed, llama_file_text,
                                       llama_refusal, mergekit_yaml, model_card, model_dtype, tools_read)
@@ -129,10 +128,12 @@ def check_gguf(model: nn.Module, tokenizer, file_type: str, name: str, tokenizer
                quantizer: str | None = None) -> str:
     """The GGUF file's name in the export, ``<name>.<type>.gguf``, or a one-line refusal: an unknown type or one its
     quantizer cannot write here (:func:`evaluation.exports.gguf_file.quantizer_for`), a model the GGUF writer cannot
-    express (:func:`evaluation.exports.gguf_out.gguf_refusal`), or a tokenizer it cannot convert (when the model did
-    not come from a GGUF whose tokenizer it copies)."""
+    express (:func:`evaluation.exports.gguf_file.refusal`: LayerCut's writer's, or llama.cpp's converter's for the
+    architectures it converts), or a tokenizer LayerCut's writer cannot convert (when the model did not come from a GGUF
+    whose tokenizer it copies; the converter reads the saved tokenizer itself)."""
     gguf_file.quantizer_for(file_type, quantizer)
-    refusal = gguf_refusal(model) or (tokenizer_refusal(tokenizer) if tokenizer_gguf is None else None)
+    own_tokenizer = tokenizer_gguf is None and not gguf_file.converted(model)
+    refusal = gguf_file.refusal(model) or (tokenizer_refusal(tokenizer) if own_tokenizer else None)
     if refusal is not None:
         raise InvalidInput(f"No GGUF for this model: {refusal}")
     return f"{name}.{file_type}.gguf"

@@ -18,17 +18,20 @@ from pathlib import Path
 
 import torch
 
+from prune.core.architectures import layer_config
 from prune.core.calibration import Calibration, token_windows
 from prune.core.errors import InvalidInput, MissingDependency, quoted
 
 from evaluation.core.jobs import Progress
-from evaluation.exports import llama_quantize
-from evaluation.exports.gguf_out import GGUF_TYPES, OUTPUT_TYPE, int8_embedding, write_gguf
+from evaluation.exports import hf_convert, llama_quantize
+from evaluation.exports.gguf_out import (GGUF_TYPES, OUTPUT_TYPE, gguf_refusal, int8_embedding, pattern_break,
+                                         write_gguf, writes)
 from evaluation.exports.imatrix import imatrix
 from evaluation.exports.llama_quantize import LLAMA_TYPES, Quantized, size_order
 from evaluation.exports.texts import model_dtype
 
 LAYERCUT, LLAMA_CPP = "LayerCut", "llama.cpp"
+CONVERTER = "llama.cpp's converter"  # who wrote a GGUF of an architecture LayerCut's writer does not write
 QUANTIZERS = {LAYERCUT: GGUF_TYPES, LLAMA_CPP: LLAMA_TYPES}  # the types each writes; the first to write one: default
 EXPORT_TYPES = tuple(sorted(dict.fromkeys(GGUF_TYPES + LLAMA_TYPES), key=size_order))  # largest first
 
@@ -64,6 +67,12 @@ class Written:
 
     def note(self) -> str:
         """The model card's paragraph on llama.cpp's part; "" for a file LayerCut wrote alone (its card unchanged)."""
+        if self.quantizer == CONVERTER:
+            made = (f", then llama.cpp's quantizer made it {self.report.file_type}. " + self.report.describe()
+                    if self.report else ".")
+            return ("llama.cpp's own converter (`convert_hf_to_gguf.py` of llama-cpp-python "
+                    f"{llama_quantize.version()}) wrote it from the model's float weights (a quantized column "
+                    f"dequantized first){made}")
         if self.report is None:
             return ""
         return (f"LayerCut wrote it in {self.source_type}, then llama.cpp's own quantizer (`llama_model_quantize`, "
@@ -72,14 +81,31 @@ class Written:
                 + self.report.describe())
 
 
+def converted(model) -> bool:
+    """Whether ``model``'s GGUF is written by llama.cpp's converter (:mod:`evaluation.exports.hf_convert`): an
+    architecture LayerCut's own writer does not write."""
+    return not writes(model)
+
+
+def refusal(model) -> str | None:
+    """Why no GGUF of ``model`` can be written here (one line), or None: LayerCut's writer's reasons for the
+    architectures it writes, llama.cpp's converter's (and llama.cpp's layer patterns) for the others."""
+    if writes(model):
+        return gguf_refusal(model)
+    return hf_convert.refusal(model) or pattern_break(layer_config(model))
+
+
 def write(model, tokenizer, path: Path, file_type: str, *, quantizer: str | None = None,
           tokenizer_gguf: str | None = None, calibration: Calibration | None = None,
           progress: Progress | None = None) -> Written:
     """Write ``model`` as the GGUF file ``path`` of ``file_type`` by its quantizer (:func:`quantizer_for`); llama.cpp's
     with an importance matrix from ``calibration`` where it can take one. ``progress`` hears of each calibration window
-    and llama.cpp's tensors, and may raise (a Stop) to end the work."""
+    and llama.cpp's tensors, and may raise (a Stop) to end the work. An architecture LayerCut's writer does not write
+    is converted by llama.cpp's converter (its types directly, the others quantized by llama.cpp from its F16)."""
     path = Path(path)
     by = quantizer_for(file_type, quantizer)
+    if converted(model):
+        return _converted(model, tokenizer, path, file_type, progress)
     if by == LAYERCUT:
         return Written(write_gguf(model, tokenizer, path, file_type, tokenizer_gguf=tokenizer_gguf), by)
     columns, importance = _importance(model, tokenizer, calibration, _span(progress, 0.0, 0.4))
@@ -95,6 +121,22 @@ def write(model, tokenizer, path: Path, file_type: str, *, quantizer: str | None
     finally:
         source.unlink(missing_ok=True)
     return Written(path, by, source_type, report, importance)
+
+
+def _converted(model, tokenizer, path: Path, file_type: str, progress: Progress | None) -> Written:
+    """llama.cpp's converter's GGUF of ``model``: its own types directly, another from its F16 by llama.cpp's
+    quantizer (without an importance matrix: it is computed on the tensors LayerCut's writer names)."""
+    if (why := refusal(model)) is not None:
+        raise InvalidInput(why)
+    if file_type in hf_convert.CONVERTER_TYPES:
+        return Written(hf_convert.convert(model, tokenizer, path, file_type, _span(progress, 0.0, 1.0)), CONVERTER)
+    source = path.with_name(f".{path.name}.F16.gguf")
+    try:
+        hf_convert.convert(model, tokenizer, source, "F16", _span(progress, 0.0, 0.5))
+        report = llama_quantize.quantized(source, path, file_type, progress=_span(progress, 0.5, 1.0))
+    finally:
+        source.unlink(missing_ok=True)
+    return Written(path, CONVERTER, "F16", report)
 
 
 def _importance(model, tokenizer, calibration: Calibration | None, progress: Progress | None) -> tuple[dict, str]:

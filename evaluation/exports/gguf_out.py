@@ -100,10 +100,16 @@ FAMILIES = {  # by config.model_type
 }
 
 
+def writes(model) -> bool:
+    """Whether ``model``'s architecture is one :func:`write_gguf` writes (its class as the family's)."""
+    family = FAMILIES.get(getattr(model.config, "model_type", None))
+    return family is not None and type(model).__name__ == family.hf_class
+
+
 def gguf_refusal(model) -> str | None:
     """None if :func:`write_gguf` can write this model, else one line saying why not."""
     family = FAMILIES.get(getattr(model.config, "model_type", None))
-    if family is None or type(model).__name__ != family.hf_class:
+    if not writes(model):
         return ("GGUF export supports Llama, Mistral, Qwen2, Gemma, Gemma 2 and Gemma 3 models; "
                 f"this is {type(model).__name__}.")
     if any(p.device.type == "meta" for p in model.parameters()):
@@ -116,15 +122,25 @@ def gguf_refusal(model) -> str | None:
     return pattern_break(model.config)
 
 
+# Architectures llama.cpp's own converter writes without a per-layer pattern, whose loader derives each layer's local
+# attention from its index (the module docstring's list): (label, period)
+DERIVED_PATTERNS = {"gpt_oss": ("gpt-oss", 2), "llama4_text": ("Llama 4", 4)}
+
+
 def pattern_break(config) -> str | None:
     """None if llama.cpp derives each layer's attention (sliding or full, its scale) as ``config`` says, else why."""
-    family = FAMILIES.get(getattr(config, "model_type", None))
+    model_type = getattr(config, "model_type", None)
+    family = FAMILIES.get(model_type)
+    if family is None and model_type in DERIVED_PATTERNS:
+        label, period = DERIVED_PATTERNS[model_type]
+        family = Family("", gguf.MODEL_ARCH.LLAMA, label, swa_period=period)
     if family is None:
         return None
     n = config.num_hidden_layers
-    window = getattr(config, "sliding_window", None)
+    window = getattr(config, "sliding_window", None) or getattr(config, "attention_chunk_size", None)
     matters = bool(window) and window < config.max_position_embeddings  # a window as long as the context is full
-    types = getattr(config, "layer_types", None) or ["sliding_attention" if window else "full_attention"] * n
+    types = [kind.replace("chunked", "sliding") for kind in getattr(config, "layer_types", None) or
+             ["sliding_attention" if window else "full_attention"] * n]
     p = family.swa_period
     for i, kind in enumerate(types):
         own = matters and kind == "sliding_attention"

@@ -323,7 +323,7 @@ def _repaired(family: str, recipe: Recipe, plan: FrontierPlan) -> tuple[str, Rec
 def _sparsity_reaching(base, zeros: float) -> float | None:
     """The lowest level, in tenths of a percent, at which Wanda zeroes at least ``zeros`` weights: each row of each
     matrix loses ⌊inputs · level⌋ (None: not even at the highest level)."""
-    shapes = [(m.outputs, m.inputs) for layer in base.matrices for m in layer]
+    shapes = [(m.rows, m.inputs) for layer in base.matrices for m in layer]  # every expert's rows of a stack
     zeroable = sum(rows * columns for rows, columns in shapes)
     for tenths in range(max(1, math.floor(1000 * zeros / zeroable)), round(1000 * MAX_SPARSITY) + 1):
         if sum(rows * int(columns * tenths / 1000 + 1e-9) for rows, columns in shapes) >= zeros:
