@@ -32,6 +32,7 @@ from prune.core.surgery import index_runs
 from prune.drop.step import SubLayerDrop
 from prune.drop.sublayers import dropped_numel
 
+from evaluation.exports.gguf_out import writes
 from evaluation.measure.measurement import Measurement, to_markdown
 from prune.core.storage import num_params
 
@@ -178,9 +179,11 @@ def model_card(model: nn.Module, recipe: Recipe, *, base_name: str, num_layers: 
         lines += ["## How it is saved", "", DROP_FORMAT, ""]
     lines += _load_lines(model, name, bool(ranks) and factored, drops is not None)
     if gguf is not None:
-        lines += ["## GGUF (llama.cpp, Ollama)", "", f"`{gguf}` holds this model as one GGUF file, written by LayerCut "
-                  f"with its own metadata ({len(decoder_layers(model))} blocks): `llama-cli -m {gguf}`. transformers "
-                  f"reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`).", "",
+        own = writes(model)  # LayerCut's writer (transformers' GGUF loader reads its architectures), else the converter
+        writer = "LayerCut" if own else "llama.cpp's converter"
+        reads = f" transformers reads it too (`from_pretrained(\"./{name}\", gguf_file=\"{gguf}\")`)." if own else ""
+        lines += ["## GGUF (llama.cpp, Ollama)", "", f"`{gguf}` holds this model as one GGUF file, written by {writer} "
+                  f"with its own metadata ({len(decoder_layers(model))} blocks): `llama-cli -m {gguf}`.{reads}", "",
                   *([gguf_note, ""] if gguf_note else [])]
     return "\n".join(lines + _tools_lines(model, recipe, base_name, removed, drops))
 

@@ -30,6 +30,8 @@ from prune.core.chunked_loss import last_logits_only
 from prune.core.devices import input_device
 from prune.core.architectures import CAUSAL, SEQ2SEQ, decoder_layers, kind_of, layer_config
 from prune.core.errors import InvalidInput
+from prune.core.experts import experts_per_token
+from prune.core.structure import expert_parameters
 from prune.core.kv import cache_returned, with_cache
 from prune.drop.sublayers import attention_layers
 
@@ -48,8 +50,15 @@ PROBE_TOKENS, PROBE_STEPS, PROBE_RUNS = 128, 3, 2  # the rate probe: a prefill o
 
 
 def layer_matmul_flops(model) -> list[int]:
-    """Per decoder layer: 2 FLOPs per weight of every matrix (projections, MLP), per token."""
-    return [2 * sum(p.numel() for p in layer.parameters() if p.dim() >= 2) for layer in decoder_layers(model)]
+    """Per decoder layer: 2 FLOPs per weight of every matrix (projections, MLP) a token multiplies; of a mixture of
+    experts' stacked experts, the k of each stack's E the token is routed to."""
+    k = experts_per_token(model)
+    found = []
+    for layer in decoder_layers(model):
+        stacked = {id(p) for _, p in expert_parameters(layer)}
+        found.append(round(2 * sum(p.numel() * (min(1.0, k / p.shape[0]) if k and id(p) in stacked else 1.0)
+                                   for p in layer.parameters() if p.dim() >= 2)))
+    return found
 
 
 def _attention_width(config) -> int:

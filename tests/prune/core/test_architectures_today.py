@@ -175,14 +175,16 @@ def test_a_drop_applies_where_the_block_is_and_returns_what_the_layer_unpacks():
 @pytest.mark.parametrize("model_type", ["qwen3_moe", "gpt_oss", "deepseek_v3"])
 def test_a_decoded_token_reads_k_of_each_layers_experts_and_the_store_holds_all(model_type):
     from evaluation.measure.bandwidth import weights_read
+    from evaluation.measure.speed import per_token_flops
     from prune.core.storage import weight_bytes
 
     model = tiny(model_type)  # 4 experts, 2 a token
     experts = sum(4 * p.numel() for layer in decoder_layers(model) for p in layer.parameters() if p.dim() == 3)
     assert experts > 0
-    read = weights_read(model)
+    read, flops = weights_read(model), per_token_flops(model, 8)
     model.config.num_experts_per_tok = 4  # every expert a token: the whole stack read
     assert weights_read(model) - read == experts // 2  # by hand: half of every stacked expert tensor is not read
+    assert per_token_flops(model, 8) - flops == 2 * experts // 4 // 2  # 2 FLOPs a weight, half the experts' weights
     assert weight_bytes(model) >= weights_read(model)  # what is stored counts every expert
 
 
