@@ -86,8 +86,8 @@ def _gguf_runs(model, tokenizer) -> None:
 
     with tempfile.TemporaryDirectory() as scratch:
         path = gguf_file.write(model, tokenizer, Path(scratch) / "cut.gguf", "F16").path
-        done = subprocess.run([sys.executable, "-c", LOGITS_SCRIPT, str(path), str(Path(scratch) / "l.npy"), "1,2,3"],
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "-c", LOGITS_SCRIPT.replace("verbose=False", "verbose=True"), str(path),
+                               str(Path(scratch) / "l.npy"), "1,2,3"], capture_output=True, text=True)
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if "error loading model" in line] or ["it stopped"]
         raise InvalidInput(f"llama.cpp cannot load the GGUF: {errors[0].split('error loading model: ')[-1]}")

@@ -554,6 +554,8 @@ def architectures(found: dict) -> str:
             return "✓"
         general = re.sub(r"this is \w+\.?$", "this is another class",
                          re.sub(r"model type '[^']+'", "this model type", value)).rstrip(".")
+        general = re.sub(r"\d+ % of this model's parameters", "a share of this model's parameters",  # any share
+                         re.sub(r"Model \w+ is not supported", "its class is not supported", general))
         return f"✗ {reasons.setdefault(general, len(reasons) + 1)}"
 
     rows = [[f"`{name}`", row["kind"], row["read"], "; ".join(row["layer_kinds"]),

@@ -54,6 +54,7 @@ _LOCK = threading.Lock()  # llama.cpp's own threads take every core: one engine 
 WORKER = Path(__file__).with_name("llama_worker.py")  # llama.cpp runs in a child: a fault there ends only the child
 NOTE = "llama_cpp_note"  # the details field that says why a column did not run in llama.cpp
 _ASSERT = re.compile(r"GGML_ASSERT\([^\n]*\) failed")
+_LOAD = re.compile(r"error loading model: ([^\n]*)")
 
 
 class EngineDied(InvalidInput):
@@ -147,6 +148,8 @@ def words(died: ChildDied, file_type: str) -> str:
         return f"{LLAMA_CPP} crashed ({name}) on {file_type}; the other columns still ran."
     if name == "SIGKILL":
         return f"{LLAMA_CPP} was killed ({name}, likely out of memory) on {file_type}."
+    if found := _LOAD.search(died.log):  # its loader's reason: a tensor's name and shape, never a path
+        return f"{LLAMA_CPP} cannot load this column's {file_type} GGUF: {found[1].strip()[:200]}"
     last = next((line.strip() for line in reversed(died.log.splitlines()) if line.strip()), "no message")
     return f"{LLAMA_CPP} ended ({name}) on {file_type}: {Path(last).name[:160]}"
 

@@ -36,8 +36,12 @@ class Engine:
     (timing: LayerCut's loop computes the last only)."""
 
     def __init__(self, path: str, *, context: int, threads: int, logits: bool = False):
-        self.llm = llama_cpp.Llama(model_path=path, n_ctx=context, n_batch=context, n_ubatch=context,
-                                   n_threads=threads, n_threads_batch=threads, logits_all=logits, verbose=False)
+        settings = dict(model_path=path, n_ctx=context, n_batch=context, n_ubatch=context, n_threads=threads,
+                        n_threads_batch=threads, logits_all=logits)
+        try:
+            self.llm = llama_cpp.Llama(**settings, verbose=False)
+        except ValueError:  # the file did not load: again, with llama.cpp's log on, so that its reason is in stderr
+            self.llm = llama_cpp.Llama(**settings, verbose=True)
         self.vocab = self.llm.n_vocab()
 
     def last_logits(self) -> np.ndarray:
