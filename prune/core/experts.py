@@ -92,8 +92,7 @@ def experts_modules(layer: nn.Module) -> dict[str, nn.Module]:
 def expert_stacks(layer: nn.Module) -> list[ExpertStack]:
     """The stacks of one layer's driven experts modules: the gated (or plain) up projection, then the down one."""
     return [ExpertStack(f"{path}.{name}" if path else name, module, name)
-            for path, module in experts_modules(layer).items() if driven(module)
-            for name in ("gate_up_proj" if module.has_gate else "up_proj", "down_proj")]
+            for path, module in experts_modules(layer).items() if driven(module) for name in _stack_names(module)]
 
 
 def routers(layer: nn.Module) -> set[int]:
@@ -180,8 +179,12 @@ def expert_forward_inputs(module: nn.Module, hidden: torch.Tensor, chosen: torch
 
 def expert_stacks_of(module: nn.Module) -> list[ExpertStack]:
     """The stacks of one driven experts module (paths relative to it): up (gated or plain), then down."""
-    return [ExpertStack(name, module, name) for name in ("gate_up_proj" if module.has_gate else "up_proj",
-                                                         "down_proj")]
+    return [ExpertStack(name, module, name) for name in _stack_names(module)]
+
+
+def _stack_names(module: nn.Module) -> tuple[str, str]:
+    """A driven experts module's stacked parameters, as transformers' experts interface names them."""
+    return ("gate_up_proj" if module.has_gate else "up_proj", "down_proj")
 
 
 def routed_inputs(layer: nn.Module, reduce: Callable[[torch.Tensor], torch.Tensor], found: dict[str, torch.Tensor],
