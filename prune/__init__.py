@@ -33,11 +33,13 @@ from prune.patch.step import Patch
 from prune.drop.step import SubLayerDrop
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
+from prune.experts.step import ExpertPrune
 from prune.lowrank.step import Decompose
 from prune.healing.step import Heal
 from prune.quantize.step import Quantize
 from prune.core.family import FAMILIES
 
-__all__ = ["__version__", "Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "FAMILIES", "Heal",
+__all__ = ["__version__", "Calibration", "Context", "DEFAULT_MODEL", "Decompose", "DepthCut", "ExpertPrune", "FAMILIES",
+           "Heal",
            "ImportanceResult", "LayerCutError", "METHODS", "Patch", "Quantize", "Sparsify", "SubLayerDrop",
            "WidthPrune", "cut", "decompose", "heal", "load_model", "remove_layers", "score", "shrink_width", "sparsify"]

@@ -50,12 +50,13 @@ def run(generator) -> list[tuple]:
 def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls(page):
     choices = catalog.method_choices()
     names = [name for _label, name in choices]
-    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "lowrank-feature",
+    assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "experts-reap",
+                     "experts-frequency", "experts-ean", "experts-gate", "experts-random", "lowrank-feature",
                      "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb", "int4+emb", "int8-gptq",
                      "int4-gptq"]
     groups = [label.split(" · ")[0] for label, _name in choices]
-    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] * 2 + ["Low-rank"] * 2 + \
-        ["Quantization"] * 8
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] * 2 + ["Expert pruning"] * 5 + \
+        ["Low-rank"] * 2 + ["Quantization"] * 8
 
     picks, header, steps = handlers_on(page, Backend(data_dir="", device="cpu")).pick, page.header, page.header.steps
     shown = picks.method_info("sparsegpt")
@@ -117,7 +118,8 @@ def test_a_build_on_a_model_read_from_disk_says_its_variant_is_read_from_files_o
     assert "(wanda 2:4) is read from its own files layer by layer" in last[status]
     line = handlers_on(page, backend).pick.model_shown(session.info, session)[page.header.model_md]
     step = backend.models.rates(spec).decode_s_per_token  # measured when it loaded: a step reads every weight not held
-    assert line.endswith(f"from its files; one decode step, which brings them all, took {step:.2f} s here)")
+    assert f"from its files; one decode step, which brings them all, took {step:.2f} s here)" in line
+    assert line.endswith("*Not for this model:* Expert pruning (a build says why in one line)")  # a dense model
     variant = backend.models.model(spec, recipe)
     assert sparse_kernels.unavailable(variant).endswith("this model runs on CPU.")
     monkeypatch.setattr(sparse_kernels, "input_device", lambda _model: torch.device("cuda", 0))  # as beside a GPU

@@ -24,16 +24,18 @@ from conftest import REPO
 
 
 def test_every_family_declares_its_step_paper_and_link_once():
-    assert list(FAMILIES) == ["depth", "patch", "drop", "sparsity", "width", "lowrank", "healing", "quantize"]
+    assert list(FAMILIES) == ["depth", "patch", "drop", "sparsity", "width", "experts", "lowrank", "healing",
+                              "quantize"]
     assert {f.step.kind for f in FAMILIES.values()} == set(STEPS) == {"cut", "patch", "drop", "sparsify", "width",
-                                                                       "lowrank", "heal", "quantize"}
+                                                                       "experts", "lowrank", "heal", "quantize"}
     for family in FAMILIES.values():
         assert issubclass(family.step, Step) and family.paper and family.link.startswith("https://")
 
 
 def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     found = choices()
-    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "lowrank-feature",
+    assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "experts-reap",
+                           "experts-frequency", "experts-ean", "experts-gate", "experts-random", "lowrank-feature",
                            "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb", "int4+emb",
                            "int8-gptq", "int4-gptq"]
     for name, (family, choice) in found.items():
@@ -43,6 +45,7 @@ def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     assert found["wanda"][0].build("wanda", 50, "unstructured", Calibration()).sparsity == 0.5
     assert found["sparsegpt"][0].build("sparsegpt", 10, "2:4", Calibration()).sparsity == 0.5  # N:M implies its own
     assert found["lowrank-weight"][0].build("lowrank-weight", 70, "", Calibration()).param_ratio == 0.7
+    assert found["experts-reap"][0].build("experts-reap", 25, "", Calibration()) == prune.ExpertPrune.of("reap", 0.25)
     assert found["width-llm-pruner"][0].build("width-llm-pruner", 80, "", Calibration()).criterion == "llm-pruner"
     assert found["int4+head"][0].build("int4+head", None, "", Calibration()) == Quantize.of(4, head=True)
     assert found["int8+emb"][0].build("int8+emb", None, "", Calibration()) == Quantize.of(8, embedding=True)
@@ -64,7 +67,8 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     assert [s.kind for s in made] == ["patch", "width", "lowrank", "sparsify", "heal", "quantize"]  # the patch right
     assert made[-1] == Quantize.of(4, 64, head=True, method="gptq", calibration=Calibration(), embedding=True)  # last
     assert (made[0].calibration.n_samples, made[0].calibration.seq_len) == (64, 256)  # its own size, the source's text
-    assert [f.name for f in step_families()] == ["patch", "width", "lowrank", "sparsity", "healing", "quantize"]
+    assert [f.name for f in step_families()] == ["patch", "width", "experts", "lowrank", "sparsity", "healing",
+                                                 "quantize"]
     Recipe(tuple([prune.DepthCut.of(6, [1])] + made))  # accepted: no step refuses the one before it
     kd = parser.parse_args(["--full", "--heal", "lora", "--heal_teacher", "reverse_kl", "--kd_ratio", "0.5"])
     assert extra_steps(kd, Calibration())[0].option.items() >= {"teacher": "reverse_kl", "kd_ratio": 0.5,
@@ -81,9 +85,11 @@ def test_the_cli_parses_each_familys_options_and_builds_its_steps_in_stage_order
     (["--full", "--heal", "lora", "--kd_ratio", "0.5"],
      "--kd_ratio and --kd_temperature go with --heal_teacher forward_kl|reverse_kl."),
     (["--sweep", "2", "--width", "0.8"],
-     "--patch, --sparsify, --width, --decompose, --heal and --quantize add a step to a compared model"),
+     "--patch, --sparsify, --width, --prune_experts, --decompose, --heal and --quantize add a step to a compared "
+     "model"),
     (["--full", "--patch", "lstsq"], "--patch repairs a depth cut: not with --full or --drop."),
     (["--full", "--quant_group", "64"], "--quant_group goes with --quantize int4."),
+    (["--full", "--expert_fraction", "0.5"], "--expert_fraction goes with --prune_experts METHOD."),
     (["--full", "--quant_head"], "--quant_head, --quant_embedding and --quant_method go with --quantize."),
     (["--full", "--quant_embedding"], "--quant_head, --quant_embedding and --quant_method go with --quantize."),
     (["--full", "--quant_method", "gptq"], "--quant_head, --quant_embedding and --quant_method go with --quantize."),

@@ -1,0 +1,112 @@
+"""Which experts matter: each expert's saliency on calibration text, from one pass over the unpruned model, every layer
+(as REAP's observer records it: Lasby et al. 2025, "REAP the Experts: Why Pruning Prevails for One-Shot MoE
+Compression", arXiv 2510.13999; CerebrasResearch/reap, ``observer.py``).
+
+For expert j of a layer and the tokens X_j the router sent to it:
+
+* ``reap``: S_j = (1/|X_j|) Σ_{x∈X_j} g_j(x) · ‖f_j(x)‖₂ — g_j the router's weight for j renormalised over the
+  token's top-k (their ``renormalize_router_weights``), f_j(x) the expert's own output, before the routing weight;
+* ``frequency``: |X_j| (their ``expert_frequency``; shown as the share of the layer's tokens);
+* ``ean``: the mean ‖f_j(x)‖₂ over X_j (their ``ean_mean``, expert activation norm);
+* ``gate``: the mean renormalised g_j(x) over X_j (their ``weighted_expert_frequency_sum`` / |X_j|);
+* ``random``: a seeded draw, the baseline.
+
+As their code: every statistic over the routed tokens only; an expert no token reached scores 0 and is pruned first.
+On purpose unlike it: g is read from the weights transformers passes to the experts, renormalised over the top-k. For a
+softmax router this equals their renormalised softmax; for a sigmoid router (DeepSeek-V3, GLM-4.5) it is the
+renormalised sigmoid, where their observer softmaxes the router logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from prune.core.architectures import decoder_layers
+from prune.core.calibration import Calibration, token_windows
+from prune.core.devices import input_device
+from prune.core.errors import InvalidInput, UnknownMethod, quoted
+from prune.core.experts import driven, expert_forward_inputs, expert_stacks_of, experts_modules, routed
+from prune.core.hidden import forward_inputs
+
+METHODS = {"reap": "REAP", "frequency": "frequency", "ean": "activation norm", "gate": "mean gate",
+           "random": "random"}
+Progress = Callable[[float, str], object]
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise UnknownMethod(f"Unknown expert saliency {quoted(method)}. Choose one of: {', '.join(METHODS)}.")
+    return method
+
+
+def moe_layers(model: nn.Module) -> dict[int, nn.Module]:
+    """{layer index: its experts module} for the layers whose experts transformers' interface drives; a one-line
+    refusal where there are none (a dense model, or experts LayerCut cannot read)."""
+    found = {}
+    for index, layer in enumerate(decoder_layers(model)):
+        mine = [module for module in experts_modules(layer).values() if driven(module)]
+        if len(mine) > 1:
+            raise InvalidInput(f"Layer {index} holds {len(mine)} experts modules: expert pruning reads one a layer.")
+        if mine:
+            found[index] = mine[0]
+    if not found:
+        raise InvalidInput("This model has no experts that LayerCut reads: expert pruning applies to a mixture of "
+                           "experts whose experts transformers' experts interface drives.")
+    return found
+
+
+@torch.no_grad()
+def expert_saliency(model: nn.Module, tokenizer, method: str, calibration: Calibration | None = None, *,
+                    seed: int = 0, batch_size: int = 8, progress: Progress | None = None) -> dict[int, torch.Tensor]:
+    """{layer index: [E] float64 saliency of each expert} for every layer with experts, from one pass of
+    ``calibration`` (None: the built-in text) through ``model`` (``random`` reads no data)."""
+    layers = moe_layers(model)
+    if check_method(method) == "random":
+        draw = torch.Generator().manual_seed(seed)
+        return {i: torch.rand(expert_stacks_of(m)[0].count, generator=draw, dtype=torch.float64)
+                for i, m in layers.items()}
+    if tokenizer is None:
+        raise InvalidInput("Expert saliency reads the calibration text: it needs the model's tokenizer.")
+    sums = {i: torch.zeros(4, expert_stacks_of(m)[0].count, dtype=torch.float64) for i, m in layers.items()}
+    handles = [m.register_forward_pre_hook(_recorder(sums[i]), with_kwargs=True) for i, m in layers.items()]
+    windows = token_windows(tokenizer, calibration or Calibration()).to(input_device(model))
+    try:
+        for done, batch in enumerate(windows.split(batch_size)):
+            model(**forward_inputs(model, batch), use_cache=False)
+            if progress is not None:
+                progress((done + 1) * batch_size / len(windows), "Expert saliency: calibration windows read")
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {i: _finished(found, method) for i, found in sums.items()}
+
+
+def _recorder(sums: torch.Tensor):
+    """A pre-hook adding, per expert, [tokens routed, Σ‖f‖, Σ g, Σ g·‖f‖] of one call into ``sums`` [4, E]."""
+    def hook(module, args, kwargs):
+        hidden, chosen = routed(args, kwargs)
+        weights = [*args, *kwargs.values()][2].reshape(chosen.shape).float()
+        gates = weights / weights.sum(-1, keepdim=True)  # renormalised over the token's top-k
+        down = expert_stacks_of(module)[1]
+        bias = down.bias()
+        for expert, _, h in expert_forward_inputs(module, hidden.float(), chosen):
+            out = nn.functional.linear(h, down.rows()[expert].float(), None if bias is None else bias[expert].float())
+            if module.has_post_expert_norm:
+                out = module.post_expert_norm(out)
+            norms = out.norm(dim=-1).double()
+            mine = chosen == expert
+            g = (gates * mine).sum(-1)[mine.any(-1)].double()
+            sums[:, expert] += torch.stack([torch.tensor(float(len(norms)), dtype=torch.float64), norms.sum(),
+                                            g.sum(), (g * norms).sum()])
+    return hook
+
+
+def _finished(sums: torch.Tensor, method: str) -> torch.Tensor:
+    """One layer's saliency from its sums: means over each expert's routed tokens, 0 for an expert none reached."""
+    count, norm, gate, weighted = sums
+    per = count.clamp(min=1)
+    return {"reap": weighted / per, "frequency": count / count.sum().clamp(min=1), "ean": norm / per,
+            "gate": gate / per}[method]
