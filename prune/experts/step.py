@@ -86,7 +86,7 @@ class ExpertPrune(Step):
         config = layer_config(model)
         count = next((getattr(config, f) for f in COUNT_FIELDS if isinstance(getattr(config, f, None), int)), "?")
         return (f"- Expert pruning: {self.describe()}; {count} experts kept in each layer with experts, their router "
-                "rows with them (Lasby et al. 2025, REAP).")
+                "rows with them, as REAP's code removes them (Lasby et al. 2025).")
 
     def describe(self) -> str:
         """'REAP expert pruning, 25 % of each layer's experts removed (calibration: …)'."""
