@@ -26,8 +26,22 @@ def check_method(name) -> str:
     """A method of the picker (depth or step), or a one-line message naming the known ones."""
     if not isinstance(name, str) or (name not in prune.METHODS and name not in STEP_METHODS):
         raise UnknownMethod(f"Unknown method {quoted(name)}. Known methods: "
-                            f"{', '.join([*prune.METHODS, *STEP_METHODS])}.")
+                            f"{', '.join(_grouped([*prune.METHODS, *STEP_METHODS]))}.")
     return name
+
+
+def _grouped(names: list[str]) -> list[str]:
+    """``names`` with three or more that share a prefix written once: 'experts-{reap,frequency,…}' (one short line)."""
+    prefixes = [n.partition("-")[0] for n in names if "-" in n]
+    shared = {p for p in prefixes if prefixes.count(p) >= 3}
+    found: list[str] = []
+    for name in names:
+        prefix = name.partition("-")[0]
+        if prefix not in shared:
+            found.append(name)
+        elif not any(f.startswith(f"{prefix}-{{") for f in found):
+            found.append(f"{prefix}-{{{','.join(n.partition('-')[2] for n in names if n.startswith(prefix + '-'))}}}")
+    return found
 
 
 def is_step_method(name: str) -> bool:

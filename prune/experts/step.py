@@ -12,6 +12,7 @@ from torch import nn
 from prune.core.architectures import layer_config
 from prune.core.calibration import Calibration
 from prune.core.errors import InvalidInput, LayerCutError, quoted
+from prune.core.experts import decoder_experts
 from prune.core.family import Choice, Family, Level, Option, register_family
 from prune.core.sizes import Size
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
@@ -99,7 +100,10 @@ class ExpertPrune(Step):
 
 
 def refusal(model: nn.Module) -> str | None:
-    """One line where the model has no experts LayerCut reads, else None."""
+    """For the model line: one line where the model has experts LayerCut cannot read, else None. A dense model is not
+    named (every dense model would carry the line): building on it refuses in one line."""
+    if not decoder_experts(model):
+        return None
     try:
         moe_layers(model)
     except LayerCutError as err:
