@@ -156,24 +156,25 @@ def expert_read_shares(model: nn.Module) -> dict[int, float]:
 # ---------------------------------------------------------------- what reaches each expert
 
 
-def routed(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """An experts module's call → (hidden states [tokens, D], the chosen experts [tokens, k]): every driven module
-    is called (hidden states, expert indices, routing weights), by position or by name."""
+def routed(args: tuple, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An experts module's call → (hidden states [tokens, D], the chosen experts [tokens, k], their routing weights
+    [tokens, k]): every driven module is called (hidden states, expert indices, routing weights), by position or by
+    name."""
     values = [*args, *kwargs.values()]
     hidden = values[0].reshape(-1, values[0].shape[-1])
-    return hidden, values[1].reshape(hidden.shape[0], -1)
+    return hidden, values[1].reshape(hidden.shape[0], -1), values[2].reshape(hidden.shape[0], -1)
 
 
 def expert_forward_inputs(module: nn.Module, hidden: torch.Tensor, chosen: torch.Tensor, every: set[int] | None = None):
     """For each expert that some token chose (``every``: for these experts, every token, as if routed to them):
     (expert, its inputs [n, D], its down projection's inputs [n, I]), with the module's weights as they are now."""
     up = expert_stacks_of(module)[0]
+    rows, bias = up.rows(), up.bias()  # once: a quantized or offloaded stack is read whole
     for expert in sorted(every) if every is not None else torch.unique(chosen).tolist():
         if not 0 <= expert < up.count:
             continue  # an expert-parallel sentinel
         x = hidden if every is not None else hidden[(chosen == expert).any(-1)]
-        bias = up.bias()
-        h = nn.functional.linear(x, up.rows()[expert].float(), None if bias is None else bias[expert].float())
+        h = nn.functional.linear(x, rows[expert].float(), None if bias is None else bias[expert].float())
         yield expert, x, module._apply_gate(h) if module.has_gate else module.act_fn(h)
 
 
@@ -198,7 +199,7 @@ def routed_inputs(layer: nn.Module, reduce: Callable[[torch.Tensor], torch.Tenso
 
     def hook_for(path: str):
         def hook(module, args, kwargs):
-            hidden, chosen = routed(args, kwargs)
+            hidden, chosen, _ = routed(args, kwargs)
             up, down = expert_stacks_of(module)
             mine = None if every is None else every[path]
             for expert, x, h in expert_forward_inputs(module, hidden.detach().float(), chosen, mine):

@@ -78,12 +78,12 @@ def _slice_block(block: nn.Module, experts: nn.Module, kept: torch.Tensor, count
     total = _stacked(experts)[0][1].shape[0]
     for name, p in _stacked(experts):
         setattr(experts, name, nn.Parameter(p.detach()[kept].clone(), requires_grad=False))
-    for module in block.modules():
+    for path, module in block.named_modules():
         _set_counts(module, total, count)
         if module is experts:
             continue
         router = module is block or isinstance(getattr(module, "top_k", None), int) or any(  # the block's own
-            part in ("gate", "router") for part in _name_in(block, module).split("."))  # tensors: LFM2's expert bias
+            part in ("gate", "router") for part in path.split("."))  # tensors: LFM2's expert bias
         for name, tensor in [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]:
             bias = name.endswith(BIAS_NAMES) and tensor is not None and tensor.shape[-1:] == (total,)
             if bias or (router and tensor is not None and tensor.shape[:1] == (total,)):
@@ -104,7 +104,3 @@ def _set_counts(module: nn.Module, total: int, count: int) -> None:
     for field in TOP_K_NAMES:
         if isinstance(getattr(module, field, None), int) and getattr(module, field) > count:
             setattr(module, field, count)
-
-
-def _name_in(block: nn.Module, module: nn.Module) -> str:
-    return next((name for name, m in block.named_modules() if m is module), "")

@@ -87,13 +87,12 @@ def expert_saliency(model: nn.Module, tokenizer, method: str, calibration: Calib
 def _recorder(sums: torch.Tensor):
     """A pre-hook adding, per expert, [tokens routed, Σ‖f‖, Σ g, Σ g·‖f‖] of one call into ``sums`` [4, E]."""
     def hook(module, args, kwargs):
-        hidden, chosen = routed(args, kwargs)
-        weights = [*args, *kwargs.values()][2].reshape(chosen.shape).float()
-        gates = weights / weights.sum(-1, keepdim=True)  # renormalised over the token's top-k
+        hidden, chosen, weights = routed(args, kwargs)
+        gates = weights.float() / weights.float().sum(-1, keepdim=True)  # renormalised over the token's top-k
         down = expert_stacks_of(module)[1]
-        bias = down.bias()
+        rows, bias = down.rows(), down.bias()
         for expert, _, h in expert_forward_inputs(module, hidden.float(), chosen):
-            out = nn.functional.linear(h, down.rows()[expert].float(), None if bias is None else bias[expert].float())
+            out = nn.functional.linear(h, rows[expert].float(), None if bias is None else bias[expert].float())
             if module.has_post_expert_norm:
                 out = module.post_expert_norm(out)
             norms = out.norm(dim=-1).double()

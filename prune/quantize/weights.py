@@ -91,8 +91,8 @@ def refuse_quantized(model: nn.Module) -> None:
 def chosen_linears(variant: nn.Module, bits: int, group: int | None) -> tuple[list[nn.Linear], set[int]]:
     """The decoder layers' linear maps (a mixture of experts' routers apart: they stay float), and the ids of those
     quantized (a one-line refusal when there are none)."""
-    linears = [m for layer in decoder_layers(variant) for m in layer.modules()
-               if isinstance(m, nn.Linear) and id(m) not in routers(layer)]
+    linears = [m for layer in decoder_layers(variant) for kept in (routers(layer),) for m in layer.modules()
+               if isinstance(m, nn.Linear) and id(m) not in kept]
     chosen = {id(m) for m in linears if quantizable(m, group)}
     if not chosen:
         raise InvalidInput(f"No projection of this model can be quantized to int{bits}: torchao quantizes "

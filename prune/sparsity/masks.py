@@ -25,6 +25,7 @@ pruned matrices, stored densely: zeros save no memory and no time with dense ker
 from __future__ import annotations
 
 import copy
+import itertools
 import re
 from collections.abc import Callable
 
@@ -204,9 +205,10 @@ def zero_fraction(model: nn.Module) -> float:
     """The fraction of the layers' linear weights that are exactly zero, counted."""
     zeros = total = 0
     for layer in decoder_layers(model):
-        stacks = [stack.rows() for stack in expert_stacks(layer)]  # every expert's matrices
-        for weight in [*(dense(weight_of(m)) for m in _matrices(layer).values()), *stacks]:  # read from its files if
-            zeros += weight.numel() - int(torch.count_nonzero(weight))  # offloaded, one at a time; no int64 copy
+        weights = itertools.chain((dense(weight_of(m)) for m in _matrices(layer).values()),  # read from its files if
+                                  (stack.rows() for stack in expert_stacks(layer)))  # offloaded, one at a time
+        for weight in weights:
+            zeros += weight.numel() - int(torch.count_nonzero(weight))  # no bool/int64 copy
             total += weight.numel()
     return zeros / total if total else 0.0
 
