@@ -55,7 +55,7 @@ if ! ls "$wheels"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
 fi
 pip install --no-deps --force-reinstall "$wheels"/llama_cpp_python-"$llama_version"-*.whl
 # llama.cpp's own converter, for the architectures LayerCut's GGUF writer does not write (evaluation/exports/hf_convert.py)
-converter="$(python -c 'import sys; print(sys.prefix)')/share/layercut/llama-convert/$llama_version"
+converter="$($PY -c 'import sys; print(sys.prefix)')/share/layercut/llama-convert/$llama_version"
 if [[ ! -f $converter/convert_hf_to_gguf.py ]]; then
   mkdir -p "$converter"
   tar xzf "$sdist" -C "$converter" --strip-components=3 "llama_cpp_python-$llama_version/vendor/llama.cpp/convert_hf_to_gguf.py" \
