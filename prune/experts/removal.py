@@ -30,9 +30,11 @@ def kept_experts(scores: dict[int, torch.Tensor], fraction: float) -> dict[int, 
     return kept
 
 
-def remove_experts(model: nn.Module, keep: dict[int, list[int]], experts: dict[int, nn.Module]) -> nn.Module:
+def remove_experts(model: nn.Module, keep: dict[int, list[int]], experts: dict[int, nn.Module],
+                   mix: dict[int, torch.Tensor] | None = None) -> nn.Module:
     """A variant of ``model`` whose layer i keeps the experts ``keep[i]`` of its experts module (``experts[i]``, a
-    module of ``model``); ``model`` is untouched."""
+    module of ``model``); ``model`` is untouched. ``mix[i]`` [kept, E]: instead of the kept experts' own weights, these
+    combinations of every expert's (merging); the router keeps the kept experts' rows either way."""
     counts = {len(kept) for kept in keep.values()}
     if len(counts) != 1 or min(counts) < 1:
         raise InvalidInput("Every layer keeps as many experts (the config holds one count), at least one.")
@@ -45,7 +47,7 @@ def remove_experts(model: nn.Module, keep: dict[int, list[int]], experts: dict[i
         path = names[id(experts[index])]
         block = layer.get_submodule(path.rpartition(".")[0]) if "." in path else layer
         _check_groups(block, count)
-        _slice_block(block, layer.get_submodule(path), torch.tensor(kept), count)
+        _slice_block(block, layer.get_submodule(path), torch.tensor(kept), count, None if mix is None else mix[index])
     config = layer_config(variant)
     for field in COUNT_FIELDS:
         if getattr(config, field, None) in total:
@@ -71,13 +73,16 @@ def _check_groups(block: nn.Module, count: int) -> None:
                                f"experts a layer, not {count}.")
 
 
-def _slice_block(block: nn.Module, experts: nn.Module, kept: torch.Tensor, count: int) -> None:
-    """In the variant's own ``block``: the experts module's stacks and biases, and every router tensor of one row per
-    expert (the router's, and the block's own: LFM2-MoE's expert bias), cut to ``kept``; every count of experts and
-    top-k set to what is left."""
+def _slice_block(block: nn.Module, experts: nn.Module, kept: torch.Tensor, count: int,
+                 mix: torch.Tensor | None) -> None:
+    """In the variant's own ``block``: the experts module's stacks and biases cut to ``kept`` (or combined by ``mix``),
+    and every router tensor of one row per expert (the router's, and the block's own: LFM2-MoE's expert bias) cut to
+    ``kept``; every count of experts and top-k set to what is left."""
     total = _stacked(experts)[0][1].shape[0]
     for name, p in _stacked(experts):
-        setattr(experts, name, nn.Parameter(p.detach()[kept].clone(), requires_grad=False))
+        value = p.detach()[kept].clone() if mix is None else torch.tensordot(
+            mix.to(p.device, torch.float64), p.detach().double(), 1).to(p.dtype)
+        setattr(experts, name, nn.Parameter(value, requires_grad=False))
     for path, module in block.named_modules():
         _set_counts(module, total, count)
         if module is experts:

@@ -17,8 +17,13 @@ from prune.core.family import Choice, Family, Level, Option, register_family
 from prune.core.sizes import Size
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
+from prune.experts.merging import merge_experts, merge_statistics
 from prune.experts.removal import COUNT_FIELDS, kept_experts, remove_experts
 from prune.experts.saliency import METHODS, check_method, expert_saliency, moe_layers
+
+MERGE = "merge"
+# the step's methods: a saliency whose lowest experts go, or merging
+CRITERIA = {**METHODS, MERGE: "merged, frequency-weighted"}
 
 MAX_FRACTION = 0.9
 PREFIX = "experts-"  # the picker's names: "experts-reap", …
@@ -31,7 +36,7 @@ class ExpertPrune(Step):
 
     kind: ClassVar[str]
     card_tag: ClassVar[str] = "expert-pruning"
-    method: str  # one of prune.experts.saliency.METHODS
+    method: str  # one of CRITERIA
     fraction: float  # of each layer's experts removed: int(E · fraction) of them
     calibration: Calibration | None = None  # None for random, which reads no data
     text_digest: str | None = None
@@ -39,7 +44,7 @@ class ExpertPrune(Step):
 
     @classmethod
     def of(cls, method: str, fraction: float, calibration: Calibration | None = None, seed: int = 0) -> ExpertPrune:
-        method = check_method(method)
+        method = method if method == MERGE else check_method(method)
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= MAX_FRACTION:
             raise InvalidInput(f"The share of experts removed is a fraction from 0 to {MAX_FRACTION}, not "
                                f"{quoted(fraction)}.")
@@ -57,9 +62,12 @@ class ExpertPrune(Step):
                 "text_digest": self.text_digest, "seed": self.seed}
 
     def apply(self, model: nn.Module, tokenizer=None, progress: Progress | None = None) -> nn.Module:
+        calibration = rebuildable(self.calibration, self.text_digest)
+        if self.method == MERGE:
+            statistics = merge_statistics(model, tokenizer, calibration, progress=progress)
+            return merge_experts(model, statistics, self.fraction)
         layers = moe_layers(model)
-        scores = expert_saliency(model, tokenizer, self.method, rebuildable(self.calibration, self.text_digest),
-                                 seed=self.seed, progress=progress)
+        scores = expert_saliency(model, tokenizer, self.method, calibration, seed=self.seed, progress=progress)
         return remove_experts(model, kept_experts(scores, self.fraction), layers)
 
     def resize(self, size: Size) -> Size:
@@ -86,11 +94,16 @@ class ExpertPrune(Step):
     def card_line(self, model: nn.Module, factored: bool = False) -> str:
         config = layer_config(model)
         count = next((getattr(config, f) for f in COUNT_FIELDS if isinstance(getattr(config, f, None), int)), "?")
+        how = ("each the frequency-weighted average of the experts merged into it, as REAP's merging baseline "
+               "averages them" if self.method == MERGE else "as REAP's code removes them")
         return (f"- Expert pruning: {self.describe()}; {count} experts kept in each layer with experts, their router "
-                "rows with them, as REAP's code removes them (Lasby et al. 2025).")
+                f"rows with them, {how} (Lasby et al. 2025).")
 
     def describe(self) -> str:
         """'REAP expert pruning, 25 % of each layer's experts removed (calibration: …)'."""
+        if self.method == MERGE:
+            return (f"Expert merging, {100 * self.fraction:g} % of each layer's experts merged into the kept"
+                    f"{calibration_words(self.calibration)}")
         return (f"{METHODS[self.method]} expert pruning, {100 * self.fraction:g} % of each layer's experts removed"
                 f"{calibration_words(self.calibration)}")
 
@@ -133,7 +146,9 @@ WORDS = {"reap": "REAP (Lasby et al. 2025): the mean over the tokens routed to a
          "frequency": "the experts the fewest calibration tokens are routed to go",
          "ean": "the experts with the smallest mean output norm over their routed tokens go",
          "gate": "the experts with the smallest mean renormalised gate value over their routed tokens go",
-         "random": "a seeded random choice: the baseline"}
+         "random": "a seeded random choice: the baseline",
+         MERGE: "merging (REAP's baseline): the least frequently routed experts are averaged, weighted by frequency, "
+                "into the kept expert of the nearest mean output (HC-SMoE's similarity) instead of removed"}
 
 FAMILY = register_family(Family(
     refuses=refusal,
@@ -141,14 +156,16 @@ FAMILY = register_family(Family(
     paper="Lasby et al. 2025, REAP the Experts (ICLR 2026)", link="https://arxiv.org/abs/2510.13999",
     about="Removes the same share of every layer's experts of a mixture of experts, the least salient by REAP or a "
           "baseline on the calibration text, with their router rows.",
-    choices=tuple(Choice(f"{PREFIX}{name}", f"{label} (Lasby et al. 2025)" if name == "reap" else f"by {label}",
+    choices=tuple(Choice(f"{PREFIX}{name}", f"{label} (Lasby et al. 2025)" if name == "reap" else
+                         f"by {label}" if name in METHODS else label,
                          WORDS[name] + ". One pass over the "
                          "calibration text; every layer keeps as many experts.", LEVEL)
-                  for name, label in METHODS.items()),
+                  for name, label in CRITERIA.items()),
     build=build,
-    options=(Option("--prune_experts", dict(choices=tuple(METHODS), default=None,
+    options=(Option("--prune_experts", dict(choices=tuple(CRITERIA), default=None,
                                             help="remove --expert_fraction of every layer's experts of a mixture of "
-                                                 "experts, the least salient by this criterion (reap: REAP)")),
+                                                 "experts, the least salient by this criterion (reap: REAP; merge: "
+                                                 "merged into the kept instead)")),
              Option("--expert_fraction", dict(type=float, default=DEFAULT_FRACTION,
                                               help=f"with --prune_experts: the share of each layer's experts removed "
                                                    f"(default {DEFAULT_FRACTION})"))),

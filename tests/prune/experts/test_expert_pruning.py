@@ -16,6 +16,7 @@ from prune.core.errors import InvalidInput
 from prune.core.recipe import Recipe
 from prune.core.sizes import size_of
 from prune.core.step import from_json, to_json
+from prune.experts.merging import merge_statistics
 from prune.experts.removal import kept_experts
 from prune.experts.saliency import expert_saliency
 from prune.experts.step import ExpertPrune, refusal
@@ -64,6 +65,42 @@ def test_reap_and_its_baselines_are_the_authors_formulas_and_choose_the_same_exp
     shuffled = expert_saliency(model, tiny_tokenizer, "random", seed=1)
     assert set(shuffled) == {0, 1, 2, 3} and torch.equal(shuffled[0], expert_saliency(model, None, "random",
                                                                                      seed=1)[0])
+
+
+@pytest.mark.parametrize("model_type", ["mixtral", "gpt_oss"])
+def test_merging_averages_each_group_by_frequency_into_the_kept_expert_of_the_nearest_mean_output(model_type,
+                                                                                              tiny_tokenizer):
+    model = tiny(model_type)
+    experts = decoder_layers(model)[0].mlp.experts
+    seen = []
+    handle = experts.register_forward_pre_hook(lambda _m, args: seen.append(args[:2]))
+    with torch.no_grad():
+        model(token_windows(tiny_tokenizer, CAL), use_cache=False)
+    handle.remove()
+    hidden = torch.cat([h.reshape(-1, h.shape[-1]) for h, _ in seen])
+    chosen = torch.cat([c.reshape(-1, c.shape[-1]) for _, c in seen])
+    frequency = torch.tensor([float((chosen == e).sum()) for e in range(4)]) / chosen.numel()
+    with torch.no_grad():  # every expert on every token, by transformers' own forward with weight 1
+        mean = torch.stack([experts(hidden, torch.full((len(hidden), 1), e), torch.ones(len(hidden), 1)).mean(0)
+                            for e in range(4)])
+    found_frequency, found_mean = merge_statistics(model, tiny_tokenizer, CAL)[0]
+    torch.testing.assert_close(found_frequency.float(), frequency)
+    torch.testing.assert_close(found_mean.float(), mean, rtol=1e-4, atol=1e-6)
+
+    kept = sorted(torch.sort(frequency, stable=True).indices[2:].tolist())  # the two most frequent stay
+    group = {k: [k] for k in kept}
+    for gone in set(range(4)) - set(kept):
+        group[min(kept, key=lambda k: float((mean[k] - mean[gone]).norm()))].append(gone)
+    merged = ExpertPrune.of("merge", 0.5, CAL).apply(model, tiny_tokenizer)
+    mine = decoder_layers(merged)[0].mlp
+    for name, stack in experts.named_parameters():
+        expected = torch.stack([sum(frequency[m] * stack[m] for m in group[k]) / frequency[group[k]].sum()
+                                for k in kept])
+        torch.testing.assert_close(getattr(mine.experts, name), expected, rtol=1e-5, atol=1e-6)
+    router = decoder_layers(model)[0].mlp.router if model_type == "gpt_oss" else decoder_layers(model)[0].mlp.gate
+    found_router = mine.router if model_type == "gpt_oss" else mine.gate
+    assert torch.equal(found_router.weight, router.weight[kept]) and layer_config(merged).num_local_experts == 2
+    assert merged(IDS).logits.isfinite().all() and experts.gate_up_proj.shape[0] == 4  # the original untouched
 
 
 def test_the_lowest_experts_go_first_and_ties_take_the_earlier_expert():
