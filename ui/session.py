@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 import prune
 from evaluation.serving import Measurement, ModelInfo, ModelSpec
 from prune.core.recipe import Recipe
+from prune.experts.map import ExpertMap
 
 SLOTS = ("A", "B")  # the compressed models compared with the original, in column order
 
@@ -27,6 +28,7 @@ class Session:
     editing: str = SLOTS[0]  # the slot the range, the heatmap and the presets edit
     results: tuple[Measurement, ...] = ()  # benchmark and perplexity results shown
     loading: str = ""  # a model being loaded: nothing of the previous model shows meanwhile
+    experts: ExpertMap | None = None  # a mixture of experts' expert saliency on show (the expert heatmap)
 
     def variants(self) -> dict[str, Recipe]:
         """The compressed models to compare, label → recipe."""

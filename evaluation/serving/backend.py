@@ -8,7 +8,7 @@ It is made of parts, each owning its state and reached through its public method
   perplexity side by side; ``sweeps``: every cut of K layers, the sparsity levels; ``frontier``: every family at
   each size and the best under a target; ``explain``: a cut's feedback, divergence, the logit lens; ``training``:
   the rank search, healing and the linear patch; ``mt_bench``: judged answers; ``exports``: a variant saved, zipped
-  and offered.
+  and offered; ``experts``: a mixture of experts' expert saliency (the expert heatmap).
 
 Every call names the base model (a :class:`~evaluation.core.pool.ModelSpec`) and the compared models as
 ``{label: Recipe}``; heavy work runs as a job of the calling visitor (one at a time per device, with progress and
@@ -24,6 +24,7 @@ from prune.core.devices import default_device
 
 from evaluation.core import allocator
 from evaluation.serving.analysis import Analysis
+from evaluation.serving.experts import Experts
 from evaluation.serving.explain import Explain
 from evaluation.serving.exports import Exports
 from evaluation.serving.frontier import Frontier
@@ -50,6 +51,7 @@ class Backend:
         self.sweeps = Sweeps(self.models, self.analysis)
         self.frontier = Frontier(self.models, self.analysis)
         self.explain = Explain(self.models)
+        self.experts = Experts(self.models)
         self.training = Training(self.models)
         self.mt_bench = MtBench(self.models)
         self.exports = Exports(self.models)

@@ -19,12 +19,18 @@ TOP_K_NAMES = ("top_k", *TOP_K_FIELDS)
 BIAS_NAMES = ("correction_bias", "expert_bias")  # a per-expert routing bias, wherever it sits (ERNIE's: [1, E])
 
 
+def removed_count(experts: int, fraction: float) -> int:
+    """int(E · fraction), the authors' count, read so that a fraction written as a count over E (3/49) gives it back
+    despite the float's last bit."""
+    return int(experts * fraction + 1e-9)
+
+
 def kept_experts(scores: dict[int, torch.Tensor], fraction: float) -> dict[int, list[int]]:
     """Per layer, the experts kept when ``fraction`` of each layer's are removed, the lowest ``scores`` first (ties:
     the earlier expert goes first): int(E · fraction) of them, as the authors count."""
     kept = {}
     for index, score in scores.items():
-        gone = int(len(score) * fraction)
+        gone = removed_count(len(score), fraction)
         order = torch.sort(score, stable=True).indices
         kept[index] = sorted(order[gone:].tolist())
     return kept

@@ -19,6 +19,9 @@ renormalised sigmoid, where their observer softmaxes the router logits.
 
 from __future__ import annotations
 
+import json
+import threading
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -34,6 +37,10 @@ from prune.core.hidden import forward_inputs
 METHODS = {"reap": "REAP", "frequency": "frequency", "ean": "activation norm", "gate": "mean gate",
            "random": "random"}
 Progress = Callable[[float, str], object]
+# The statistics read per model (weakly held) and (text, weights' state): the expert heatmap's pass, then every
+# criterion and keep fraction built from it without a second pass. The state: each parameter's storage and version.
+_READ: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_READ_LOCK = threading.Lock()
 
 
 def check_method(method: str) -> str:
@@ -68,11 +75,43 @@ def expert_saliency(model: nn.Module, tokenizer, method: str, calibration: Calib
         draw = torch.Generator().manual_seed(seed)
         return {i: torch.rand(expert_stacks_of(m)[0].count, generator=draw, dtype=torch.float64)
                 for i, m in layers.items()}
+    return from_statistics(statistics(model, tokenizer, calibration, batch_size=batch_size, progress=progress),
+                           method)
+
+
+def from_statistics(found: dict[int, torch.Tensor], method: str) -> dict[int, torch.Tensor]:
+    """{layer: [E] saliency by ``method``} from :func:`statistics`."""
+    return {i: _finished(sums, method) for i, sums in found.items()}
+
+
+def _key(model: nn.Module, calibration: Calibration, batch_size: int) -> tuple:
+    state = tuple((p.data_ptr(), p._version) for p in model.parameters())
+    return json.dumps(calibration.key(), sort_keys=True), batch_size, state
+
+
+def remember(model: nn.Module, calibration: Calibration, found: dict[int, torch.Tensor], batch_size: int = 8) -> None:
+    """Hold ``found`` (:func:`statistics` of ``model`` on ``calibration``, e.g. from a disk cache) as its pass."""
+    with _READ_LOCK:
+        _READ.setdefault(model, {})[_key(model, calibration, batch_size)] = found
+
+
+@torch.no_grad()
+def statistics(model: nn.Module, tokenizer, calibration: Calibration | None = None, *, batch_size: int = 8,
+               progress: Progress | None = None) -> dict[int, torch.Tensor]:
+    """Per layer with experts, the [4, E] sums every criterion reads — tokens routed, Σ‖f‖, Σ g, Σ g·‖f‖ — from one
+    pass of ``calibration``, or the pass already made on these weights and text."""
+    calibration = calibration or Calibration()
     if tokenizer is None:
         raise InvalidInput("Expert saliency reads the calibration text: it needs the model's tokenizer.")
+    layers = moe_layers(model)
+    key = _key(model, calibration, batch_size)
+    with _READ_LOCK:
+        found = _READ.get(model, {}).get(key)
+    if found is not None:
+        return found
     sums = {i: torch.zeros(4, expert_stacks_of(m)[0].count, dtype=torch.float64) for i, m in layers.items()}
     handles = [m.register_forward_pre_hook(_recorder(sums[i]), with_kwargs=True) for i, m in layers.items()]
-    windows = token_windows(tokenizer, calibration or Calibration()).to(input_device(model))
+    windows = token_windows(tokenizer, calibration).to(input_device(model))
     try:
         for done, batch in enumerate(windows.split(batch_size)):
             model(**forward_inputs(model, batch), use_cache=False)
@@ -81,7 +120,8 @@ def expert_saliency(model: nn.Module, tokenizer, method: str, calibration: Calib
     finally:
         for handle in handles:
             handle.remove()
-    return {i: _finished(found, method) for i, found in sums.items()}
+    remember(model, calibration, sums, batch_size)
+    return sums
 
 
 def _recorder(sums: torch.Tensor):

@@ -18,7 +18,7 @@ from prune.core.sizes import Size
 from prune.core.step import (Estimate, Progress, Step, calibration_from, calibration_record, calibration_words,
                              rebuildable, step, text_digest, with_digest)
 from prune.experts.merging import merge_experts, merge_statistics
-from prune.experts.removal import COUNT_FIELDS, kept_experts, remove_experts
+from prune.experts.removal import COUNT_FIELDS, kept_experts, remove_experts, removed_count
 from prune.experts.saliency import METHODS, check_method, expert_saliency, moe_layers
 
 MERGE = "merge"
@@ -77,7 +77,7 @@ class ExpertPrune(Step):
         for index, found in enumerate(size.matrices):
             stacks = [m for m in found if m.experts > 1]
             if stacks:
-                gone = int(stacks[0].experts * self.fraction)
+                gone = removed_count(stacks[0].experts, self.fraction)
                 layers[index] -= gone * (sum(m.outputs * m.inputs + (m.outputs if m.bias else 0) for m in stacks)
                                          + stacks[0].inputs)  # each removed expert's matrices and router row
                 found = tuple(replace(m, experts=m.experts - gone) if m.experts > 1 else m for m in found)

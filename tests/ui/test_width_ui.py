@@ -51,11 +51,11 @@ def test_the_picker_groups_depth_then_width_methods_and_shows_the_width_controls
     choices = catalog.method_choices()
     names = [name for _label, name in choices]
     assert names == [*prune.METHODS, "magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "experts-reap",
-                     "experts-frequency", "experts-ean", "experts-gate", "experts-random", "lowrank-feature",
-                     "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb", "int4+emb", "int8-gptq",
-                     "int4-gptq"]
+                     "experts-frequency", "experts-ean", "experts-gate", "experts-random", "experts-merge",
+                     "lowrank-feature", "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb",
+                     "int4+emb", "int8-gptq", "int4-gptq"]
     groups = [label.split(" · ")[0] for label, _name in choices]
-    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] * 2 + ["Expert pruning"] * 5 + \
+    assert groups == ["Depth"] * len(prune.METHODS) + ["Sparsity"] * 3 + ["Width"] * 2 + ["Expert pruning"] * 6 + \
         ["Low-rank"] * 2 + ["Quantization"] * 8
 
     picks, header, steps = handlers_on(page, Backend(data_dir="", device="cpu")).pick, page.header, page.header.steps

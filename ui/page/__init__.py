@@ -15,14 +15,15 @@ from evaluation.serving import Backend, ModelSpec
 from ui import api
 from ui.handlers import Context
 from ui.inputs import Policy
-from ui.page import benchmarks, cut_tab, estimates, frontier, generate, header, heal, mt_bench, search, share, speed, \
-    stale
+from ui.page import benchmarks, cut_tab, estimates, experts, frontier, generate, header, heal, mt_bench, search, \
+    share, speed, stale
 from ui.page.benchmarks import BenchmarkHandlers, BenchmarksTab
 from ui.page.cut_handlers import CutHandlers
 from ui.page.cut_tab import CutTab
 from ui.page.cut_view import CutView
 from ui.page.durations import Durations
 from ui.page.estimates import EstimateHandlers, Seconds
+from ui.page.experts import ExpertHandlers
 from ui.page.frontier import FrontierHandlers
 from ui.page.events import FEEDBACK, LIGHT
 from ui.page.generate import GenerateHandlers, GenerateTab
@@ -43,12 +44,15 @@ MEMORY_REFRESH_S = 15  # the server-memory line: what every visitor's jobs do to
 FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "best", "startup": "startup",
                   "analyze": "analyze", "analyze_loaded": "load", "edit_slot": "slot", "clear_cut": "clear",
                   "named_cut": "named", "build": "build", "width_vs_depth": "versus", "rank_search": "search",
-                  "heal": "heal", "patch": "patch", "open_comparison": "open", "frontier_best": "frontier"}
+                  "heal": "heal", "patch": "patch", "open_comparison": "open", "frontier_best": "frontier",
+                  "map_experts": "map_experts", "expert_criterion": "expert_criterion", "set_experts": "experts",
+                  "expert_cell": "expert_cell"}
+MODEL_CHANGES = ("startup", "analyze_loaded", "open_comparison")  # then the expert box shows the model's own
 BUILDS = ("build", "width_vs_depth", "patch")  # their status line says what they built
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
         "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal", "patch", "open_comparison", "frontier", "mt_bench")
+        "logit_lens", "heal", "patch", "open_comparison", "frontier", "mt_bench", "map_experts", "expert_criterion")
 
 
 @dataclass
@@ -59,6 +63,7 @@ class PageHandlers:
     pick: PickHandlers
     steps: StepHandlers
     cut: CutHandlers
+    experts: ExpertHandlers
     search: SearchHandlers
     heal: HealHandlers
     generate: GenerateHandlers
@@ -75,10 +80,9 @@ class PageHandlers:
         """Handlers that run on ``context``'s backend and show their results in ``page``'s components."""
         pick = PickHandlers(context, page)
         return cls(context, pick, StepHandlers(context, page), CutHandlers(context, page),
-                   SearchHandlers(context, page), HealHandlers(context, page), GenerateHandlers(context, page),
-                   SpeedHandlers(context, page), BenchmarkHandlers(context, page), MtBenchHandlers(context, page),
-                   FrontierHandlers(context, page),
-                   ShareHandlers(context, page, pick),
+                   ExpertHandlers(context, page), SearchHandlers(context, page), HealHandlers(context, page),
+                   GenerateHandlers(context, page), SpeedHandlers(context, page), BenchmarkHandlers(context, page),
+                   MtBenchHandlers(context, page), FrontierHandlers(context, page), ShareHandlers(context, page, pick),
                    EstimateHandlers(context, page), Durations(Seconds(context)))
 
 
@@ -144,7 +148,7 @@ def _layout(demo: gr.Blocks, context: Context) -> Page:
 def _wire(page: Page, handlers: PageHandlers) -> None:
     """Each part's events, then what spans the page."""
     events = {}
-    for part in (header, cut_tab, generate, speed, benchmarks, mt_bench, frontier, search, heal, share):
+    for part in (header, cut_tab, experts, generate, speed, benchmarks, mt_bench, frontier, search, heal, share):
         events.update(part.wire(page, handlers))
     # Every change of the edited slot's model is followed by its numbers against the original (a newer one
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.
@@ -158,6 +162,10 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
         if event not in BUILDS:
             events[event].success(handlers.cut.status_after_change, [page.session, page.header.analysis_md],
                                   [page.header.analysis_md], api_name=f"status_after_{name}", **LIGHT)
+    box = page.cut.experts
+    for event in MODEL_CHANGES:
+        events[event].success(handlers.experts.opened, [page.session], [box.note, box.plot, box.line],
+                              api_name=f"experts_after_{event}", **LIGHT)
     stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
     estimates.wire(page, handlers, events, ("load_model", *FEEDBACK_AFTER))  # each job's time, said beforehand
     stale.wire([events[name] for name in FEEDBACK_AFTER], page.session, page.measured)

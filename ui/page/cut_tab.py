@@ -15,6 +15,7 @@ from ui import help_text
 from ui.number_input import NumberInput, SliderInput
 from ui.page.cut_view import RankMap
 from ui.page.events import DEVICE, LIGHT, by_name, gpu
+from ui.page.experts import ExpertsBox
 from ui.page.heal import HealBox
 from ui.page.search import SearchBox
 from ui.page.share import ShareBox
@@ -57,6 +58,7 @@ class CutTab:
     bars: PlotView
     greedy: PlotView
     rank_map: RankMap
+    experts: ExpertsBox  # a mixture of experts' expert heatmap
     export: Export
     search: SearchBox
     heal: HealBox
@@ -83,12 +85,13 @@ class CutTab:
                 with gr.Column(scale=1):
                     feedback_md = gr.Markdown(elem_id="cut-feedback")
                     side = _side_column()
+            experts = ExpertsBox.layout()
             search = SearchBox.layout(context)
             heal = HealBox.layout()
             share = ShareBox.layout()
         return cls(slot=slot, clear_btn=clear_btn, patch_btn=patch_btn, layer_range=layer_range,
-                   feedback_md=feedback_md, convention=convention, heatmap=heatmap, **side, search=search, heal=heal,
-                   share=share)
+                   feedback_md=feedback_md, convention=convention, heatmap=heatmap, **side, experts=experts,
+                   search=search, heal=heal, share=share)
 
 
 def _side_column() -> dict:

@@ -26,6 +26,7 @@ class Durations:
 
     load = staticmethod(fixed(LOAD_S))
     analyze = staticmethod(fixed(ANALYZE_S))
+    experts = staticmethod(fixed(ANALYZE_S))  # the expert heatmap: one pass over the calibration windows
     build = staticmethod(fixed(BUILD_S))
     export = staticmethod(fixed(EXPORT_S))
     explain = staticmethod(fixed(EXPLAIN_S))
