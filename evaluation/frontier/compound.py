@@ -1,17 +1,18 @@
 """Compound candidates: what deployments do, a network cut or slimmed, repaired and quantized.
 
-Each structural family of the frontier (depth by the paper's rule and by block, each also patched; width; low rank)
-combined with int8 and with int4, planned by arithmetic on the **bytes as stored** (``Recipe.stored_bytes``: the
-structure's parameters, its matrices then in their quantized bytes) so that the compound lands at the size: the
-mildest structure that, quantized, fits, rather than a deep cut in float. Where the quantization alone already fits,
-no structure is needed and the compound is said to be that family alone. On the params axis a quantization changes
-nothing (it keeps every parameter), so compounds are planned by bytes and by latency only (a decode step reads every
-stored byte once: the latency axis is planned as the same fraction of the bytes).
+Each structural family of the frontier (depth by the paper's rule and by block, each also patched; width; low rank; a
+mixture of experts' expert pruning by REAP) combined with int8 and with int4, planned by arithmetic on the **bytes as
+stored** (``Recipe.stored_bytes``: the structure's parameters, its matrices then in their quantized bytes) so that
+the compound lands at the size: the mildest structure that, quantized, fits, rather than a deep cut in float. Where
+the quantization alone already fits, no structure is needed and the compound is said to be that family alone. On the
+params axis a quantization changes nothing (it keeps every parameter), so compounds are planned by bytes and by
+latency only (a decode step reads every stored byte once: the latency axis is planned as the same fraction of the
+bytes).
 
 With a repair (``kd`` or ``lora`` and a number of seconds), each structural point (alone and in its compounds) is
-also trained for that long before it is quantized (``prune.healing``: LoRA on WikiText-2 validation, ``kd``
-distilled from the original by forward KL), as the depth papers report their cuts: its own families say so
-("depth, block + kd + int4").
+also trained for that long before it is quantized (``prune.healing``: LoRA on WikiText-2 validation, ``kd`` distilled
+from the original by forward KL), as the depth papers report their cuts: its own families say so ("depth, block + kd
++ int4").
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from prune.healing.step import Heal
 from prune.quantize.step import Quantize
 
 STRUCTURES = ("depth, paper", "depth, paper + patch", "depth, block", "depth, block + patch", "width", "low-rank")
+EXPERTS = "experts, REAP"  # a mixture of experts' experts removed (REAP): quantized too, not repaired
 QUANTIZED = ("int8", "int4")  # the quantizations a structure is combined with, as the frontier's own single families
-FAMILIES = tuple(f"{structure} + {bits}" for structure in STRUCTURES for bits in QUANTIZED)
+FAMILIES = tuple(f"{structure} + {bits}" for structure in (*STRUCTURES, EXPERTS) for bits in QUANTIZED)
 REPAIRS = {"kd": {"teacher": "forward_kl"}, "lora": {}}  # a repair's LoRA options: distilled, or on the text alone
 REPAIR_STEPS = 100_000  # steps asked of a repair: its seconds stop it first
 RATIO_STEP = 0.001  # the finest width or rank ratio a compound is planned at

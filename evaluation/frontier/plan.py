@@ -8,6 +8,7 @@ parameter count, without building anything:
   each also with the cheapest repair, the linear patch (ReplaceMe, least squares: no training);
 - He et al.'s attention drop and MLP drop (the fewest lowest-scored blocks of one kind);
 - width pruning (Wanda-sp), a low-rank decomposition (feature space);
+- on a mixture of experts, expert pruning by REAP (the fewest experts removed from every layer);
 - Wanda sparsity, unstructured at the level that reaches the size, and 2:4 (one fixed size);
 - int8 (rounded to nearest) and int4 (by GPTQ) weights, each with the input embedding in int8 (one fixed size
   each: they keep every parameter and shrink the bytes);
@@ -40,6 +41,7 @@ from prune.depth.methods import METHODS, get_method
 from prune.depth.result import ImportanceResult
 from prune.depth.selection import chosen_recipe
 from prune.drop.sublayers import ATTENTION, MLP
+from prune.experts.step import MAX_FRACTION as EXPERT_MAX, ExpertPrune
 from prune.lowrank.step import Decompose
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, Patch
 from prune.sparsity.masks import MAX_SPARSITY
@@ -60,7 +62,7 @@ STORED_ZEROS = "sparsity stores its zeros densely: the weights take as many byte
 DROP_METHOD = "sublayer"  # He et al.'s attention and MLP scores
 # the candidates' families, in the table's order: each family alone, then the compounds (evaluation.frontier.compound)
 SINGLES = ("depth, paper", "depth, paper + patch", "depth, block", "depth, block + patch", "attention drop",
-           "MLP drop", "width", "low-rank", "sparsity", "2:4", "int8", "int4")
+           "MLP drop", "width", "low-rank", compound.EXPERTS, "sparsity", "2:4", "int8", "int4")
 FAMILIES = (*SINGLES, *compound.FAMILIES)
 FIXED_FAMILIES = ("2:4", "int8", "int4")  # one size each, whatever the sizes asked
 PATCH_AT_0 = "the linear patch folds into the layer before the cut, and this cut starts at layer 0"
@@ -255,6 +257,7 @@ def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, bloc
     for family, make in (("width", lambda f: WidthPrune.of(f, plan.calibration)),
                          ("low-rank", lambda f: Decompose.of("feature", f, calibration=plan.calibration))):
         yield family, _ratio_reaching(family, make, base, fraction)
+    yield compound.EXPERTS, _experts(base, plan, lambda r: r.size(base).total <= limit)
     level = _sparsity_reaching(base, total - limit)
     if plan.axis == "bytes":
         yield "sparsity", STORED_ZEROS
@@ -298,6 +301,25 @@ def _compounds(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, fr
             yield f"{structure} + {bits}", made
             if structure.startswith("depth"):
                 yield f"{structure} + patch + {bits}", made if isinstance(made, str) else _patched(made, patch)
+        yield f"{compound.EXPERTS} + {bits}", (
+            "quantization keeps every parameter (it shrinks the bytes: size by bytes)" if plan.axis == "params" else
+            f"{bits} alone reaches this size: no structure is needed" if alone else
+            _experts(base, plan, lambda r: r.stored_bytes(base, element) <= limit, step))
+
+
+def _experts(base, plan: FrontierPlan, fits, then=None) -> Recipe | str:
+    """Expert pruning by REAP of the fewest experts a layer (then ``then``, a quantization) that ``fits``, or why
+    none does (a dense model has no experts)."""
+    count = next((m.experts for layer in base.matrices for m in layer if m.experts > 1), None)
+    if count is None:
+        return "this model has no experts to remove (a mixture of experts' family)"
+    for removed in range(1, int(count * EXPERT_MAX + 1e-9) + 1):
+        recipe = Recipe((ExpertPrune.of("reap", removed / count, plan.calibration),),
+                        origin=f"frontier: REAP, {removed} of {count} experts a layer")
+        recipe = recipe if then is None else recipe.then(then)
+        if fits(recipe):
+            return recipe
+    return f"removing {100 * EXPERT_MAX:g} % of every layer's experts does not reach this size"
 
 
 def _patched(recipe: Recipe, patch: Patch) -> Recipe | str:

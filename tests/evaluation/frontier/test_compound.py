@@ -121,3 +121,29 @@ def test_a_compound_point_is_measured_under_its_size_and_exports_and_reloads_wit
     ids = torch.arange(12)[None] % 300
     with torch.no_grad():
         assert torch.equal(reloaded(ids).logits, backend.models.model(spec, point.recipe)(ids).logits)
+
+
+def test_on_a_mixture_of_experts_expert_pruning_is_a_family_alone_and_quantized_and_a_dense_model_says_why(
+        backend, spec, tiny_tokenizer):
+    from prune.experts.step import ExpertPrune
+    from tiny_architectures import tiny
+
+    model = tiny("qwen3_moe")  # 4 experts a layer
+    moe = backend.models.adopt(model, tiny_tokenizer, name="tiny-moe-frontier")
+    size, element = size_of(model), 4
+    original = Recipe().stored_bytes(size, element)
+    recipe = Recipe((ExpertPrune.of("reap", 0.5), Quantize.of(8)))
+    assert recipe.stored_bytes(size, element) == weight_bytes(recipe.apply(model, tiny_tokenizer))  # by arithmetic
+    found, why = planned(backend, moe, sizes=(0.8, 0.65, 0.3))
+    assert why[("experts, REAP", 0.3)].startswith("removing 90 % of every layer's experts does not reach")
+    for target in (0.8, 0.65):
+        alone = found[("experts, REAP", target)]
+        removed = round(alone.steps[0].fraction * 4)
+        assert alone.size(size).total <= target * size.total  # planned on the parameters
+        assert removed == 1 or Recipe((ExpertPrune.of("reap", (removed - 1) / 4),)).size(size).total > \
+            target * size.total  # the fewest experts that reach it
+    quantized = found[("experts, REAP + int8", 0.3)]  # int8 alone (the head untied in float): 35 %
+    assert quantized.stored_bytes(size, element) <= 0.3 * original and quantized.steps[-1].kind == "quantize"
+    assert "int8 alone reaches this size" in why[("experts, REAP + int8", 0.65)]
+    _, dense = planned(backend, spec, sizes=(0.8,))
+    assert dense[("experts, REAP", 0.8)].startswith("this model has no experts")
