@@ -61,6 +61,21 @@ def test_a_cut_mixture_of_experts_or_hybrid_is_converted_and_llama_cpp_computes_
     assert (theirs.argmax(-1) == ours.argmax(-1)).mean() >= 0.8
 
 
+def test_an_expert_pruned_mixture_of_experts_is_converted_with_its_kept_experts_and_llama_cpp_computes_its_logits(
+        tokenizer, tmp_path):
+    needs_llama_type("F16")
+    pruned = prune.ExpertPrune.of("reap", 0.5).apply(tiny_with("qwen3_moe", tokenizer), tokenizer)  # 2 of 4 kept
+    written = gguf_file.write(pruned, tokenizer, tmp_path / "pruned.gguf", "F16")
+    reader = gguf.GGUFReader(written.path)
+    assert int(reader.fields["qwen3moe.expert_count"].parts[-1][0]) == 2
+    assert all(t.shape[-1] == 2 for t in reader.tensors if "_exps." in t.name)
+    ids = tokenizer(TEXT)["input_ids"]
+    theirs = llama_logits(written.path, ids)
+    with torch.no_grad():
+        ours = pruned(torch.tensor([ids])).logits[0].double().numpy()
+    assert np.abs(theirs - ours).max() <= 0.05 * np.abs(ours).max()
+
+
 def test_int8_experts_become_q8_0_expert_tensors_and_a_token_reads_k_of_e(tokenizer, tmp_path):
     needs_llama_type("Q8_0")
     column = prune.Quantize.of(8).apply(tiny_with("qwen3_moe", tokenizer))  # 4 experts, 2 a token
