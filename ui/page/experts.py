@@ -81,9 +81,15 @@ def bytes_line(found: ExpertMap, removed: int, criterion: str) -> str:
              f"{found.top_k}" if left >= found.top_k else f"{left} experts a layer are left, fewer than its top-"
              f"{found.top_k}")
     return (f"**{removed} of {found.experts} experts {how} from each of {len(found.layers)} layers** "
-            f"({CRITERIA[criterion]}): weights stored {stored[0] / 1e6:,.0f} → {stored[1] / 1e6:,.0f} MB "
-            f"({100 * stored[1] / stored[0]:.0f} %) · read per token {read[0] / 1e6:,.0f} → {read[1] / 1e6:,.0f} MB "
+            f"({CRITERIA[criterion]}): weights stored {_size(stored[0])} → {_size(stored[1])} "
+            f"({100 * stored[1] / stored[0]:.0f} %) · read per token {_size(read[0])} → {_size(read[1])} "
             f"({reads}) · saliency read in {found.seconds:.1f} s" + (" (cached)" if not found.seconds else ""))
+
+
+def _size(count: int) -> str:
+    """'412 MB', '1.3 GB', '760 kB'."""
+    return f"{count / 1e9:.2f} GB" if count >= 1e9 else f"{count / 1e6:.0f} MB" if count >= 1e7 else \
+        f"{count / 1e6:.1f} MB" if count >= 1e6 else f"{count / 1e3:.0f} kB"
 
 
 class ExpertHandlers:
