@@ -577,3 +577,24 @@ def llama_builds(found: dict) -> str:
         rows.append([file_type, *cells, num(ratio.get("decode_ms"), ".2f"), num(ratio.get("prefill_ms"), ".2f")])
     return table(["GGUF", "portable: decode ms/token / prefill ms", "native: decode ms/token / prefill ms",
                   "decode, portable ÷ native", "prefill, portable ÷ native"], rows, "lllrr")
+
+
+@renders("expert_pruning")
+def expert_pruning(found: dict) -> str:
+    """benchmarks/expert_pruning.py: each criterion's perplexity at each share of experts removed, the best of each
+    share in bold, REAP against frequency and merging at the largest share, and the expert heatmap's seconds."""
+    columns = found["columns"]
+    shares = list(next(iter(columns.values())))
+    best = {share: min(row[share] for row in columns.values()) for share in shares}
+    rows = [[label, *(f"**{row[s]:.1f}**" if row[s] == best[s] else f"{row[s]:.1f}" for s in shares)]
+            for label, row in columns.items()]
+    last = shares[-1]
+    reap = columns["REAP"][last]
+    against = "; ".join(f"{reap / columns[rival][last]:.2f}× {rival}'s" for rival in columns
+                        if rival not in ("REAP", "random"))
+    return (f"{found['layers']} layers of {found['experts']} experts, {found['top_k']} a token; the learned MoE's own "
+            f"perplexity {found['original_perplexity']:.1f} (WikiText-2 test, {found['ppl_windows']} × "
+            f"{found['ppl_seq_len']} tokens). The expert heatmap's pass took {found['analysis_s']:.1f} s; the numbers "
+            f"of REAP's first choice ({shares[0]}) {found['feedback_s']:.1f} s: {found['feedback']}.\n\n"
+            + table(["criterion", *(f"perplexity, {s}" for s in shares)], rows)
+            + f"\n\nWith {last}: REAP's perplexity is {against}.")

@@ -10,6 +10,8 @@ from prune.experts.map import ExpertMap
 from ui.palette import COLORSCALE, IN_CUT
 from ui.plots import LEGEND_BELOW, layer_dtick, row_normalized, styled
 
+ROWS_LABELLED = 15  # the map is about 300 px tall on the page
+
 
 def expert_figure(found: ExpertMap, removed: int = 0, ranked: bool = False) -> go.Figure:
     """Rows: the layers with experts; columns: the experts (``ranked``: each layer's experts from the least salient,
@@ -39,7 +41,7 @@ def expert_figure(found: ExpertMap, removed: int = 0, ranked: bool = False) -> g
         fig.add_trace(go.Scatter(x=columns[at[1]], y=rows[at[0]], mode="markers", name=f"removed ({removed} a layer)",
                                  marker=dict(symbol="x-thin", size=9, line=dict(width=2, color=IN_CUT)),
                                  hoverinfo="skip"))
-    ticks = rows[::layer_dtick(len(rows))]
+    ticks = rows[::-(-len(rows) // ROWS_LABELLED)]  # at most ROWS_LABELLED labels: they never touch
     fig.update_yaxes(title="layer", tickvals=ticks, ticktext=[str(found.layers[r]) for r in ticks],
                      autorange="reversed", showgrid=False, zeroline=False)
     fig.update_xaxes(title="experts, least salient first" if ranked else "expert", showgrid=False, zeroline=False,

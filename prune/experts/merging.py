@@ -23,36 +23,29 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from prune.core.calibration import Calibration, token_windows
-from prune.core.devices import input_device
-from prune.core.errors import InvalidInput
-from prune.core.experts import expert_forward_inputs, expert_stacks_of, routed
-from prune.core.hidden import forward_inputs
+from prune.core.calibration import Calibration
+from prune.core.experts import expert_stacks_of, routed
 from prune.experts.removal import kept_experts, remove_experts
-from prune.experts.saliency import Progress, moe_layers
+from prune.experts.saliency import Progress, expert_outputs, held, moe_layers, read_calibration, remember
 
 
 @torch.no_grad()
 def merge_statistics(model: nn.Module, tokenizer, calibration: Calibration | None = None, *, batch_size: int = 8,
                      progress: Progress | None = None) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """{layer index: (frequency [E], the share of the layer's tokens routed to each expert; characteristic activation
-    [E, hidden], each expert's mean output over every token)} from one pass of ``calibration``."""
-    if tokenizer is None:
-        raise InvalidInput("Merging experts reads the calibration text: it needs the model's tokenizer.")
+    [E, hidden], each expert's mean output over every token)} from one pass of ``calibration`` (or the pass already
+    made on these weights and text)."""
+    calibration = calibration or Calibration()
     layers = moe_layers(model)
-    found = {i: [torch.zeros(expert_stacks_of(m)[0].count, dtype=torch.float64), None, 0] for i, m in layers.items()}
-    handles = [m.register_forward_pre_hook(_recorder(found[i]), with_kwargs=True) for i, m in layers.items()]
-    windows = token_windows(tokenizer, calibration or Calibration()).to(input_device(model))
-    try:
-        for done, batch in enumerate(windows.split(batch_size)):
-            model(**forward_inputs(model, batch), use_cache=False)
-            if progress is not None:
-                progress((done + 1) * batch_size / len(windows), "Merging experts: calibration windows read")
-    finally:
-        for handle in handles:
-            handle.remove()
-    return {i: (count / count.sum().clamp(min=1), outputs / max(tokens, 1)) for i, (count, outputs, tokens)
-            in found.items()}
+    if (found := held(model, "merging", calibration, batch_size)) is not None:
+        return found
+    sums = {i: [torch.zeros(expert_stacks_of(m)[0].count, dtype=torch.float64), None, 0] for i, m in layers.items()}
+    read_calibration(model, tokenizer, calibration, {m: _recorder(sums[i]) for i, m in layers.items()}, batch_size,
+                     progress, "Merging experts")
+    found = {i: (count / count.sum().clamp(min=1), outputs / max(tokens, 1))
+             for i, (count, outputs, tokens) in sums.items()}
+    remember(model, calibration, found, batch_size, kind="merging")
+    return found
 
 
 def _recorder(found: list):
@@ -60,15 +53,11 @@ def _recorder(found: list):
     into ``found`` = [counts, sums, tokens]."""
     def hook(module, args, kwargs):
         hidden, chosen, _ = routed(args, kwargs)
-        down = expert_stacks_of(module)[1]
-        rows, bias = down.rows(), down.bias()
-        counts = torch.bincount(chosen.flatten().clamp(0, down.count), minlength=down.count + 1)  # a sentinel: E
-        found[0] += counts[:down.count].double()
-        sums = torch.zeros(down.count, hidden.shape[-1], dtype=torch.float64)
-        for expert, _, h in expert_forward_inputs(module, hidden.float(), chosen, set(range(down.count))):
-            out = nn.functional.linear(h, rows[expert].float(), None if bias is None else bias[expert].float())
-            if module.has_post_expert_norm:
-                out = module.post_expert_norm(out)
+        count = expert_stacks_of(module)[1].count
+        counts = torch.bincount(chosen.flatten().clamp(0, count), minlength=count + 1)  # a sentinel: E
+        found[0] += counts[:count].double()
+        sums = torch.zeros(count, hidden.shape[-1], dtype=torch.float64)
+        for expert, out in expert_outputs(module, hidden, chosen, set(range(count))):
             sums[expert] = out.sum(0).double()
         found[1] = sums if found[1] is None else found[1] + sums
         found[2] += len(hidden)

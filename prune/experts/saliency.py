@@ -84,15 +84,40 @@ def from_statistics(found: dict[int, torch.Tensor], method: str) -> dict[int, to
     return {i: _finished(sums, method) for i, sums in found.items()}
 
 
-def _key(model: nn.Module, calibration: Calibration, batch_size: int) -> tuple:
+def _key(model: nn.Module, kind: str, calibration: Calibration, batch_size: int) -> tuple:
     state = tuple((p.data_ptr(), p._version) for p in model.parameters())
-    return json.dumps(calibration.key(), sort_keys=True), batch_size, state
+    return kind, json.dumps(calibration.key(), sort_keys=True), batch_size, state
 
 
-def remember(model: nn.Module, calibration: Calibration, found: dict[int, torch.Tensor], batch_size: int = 8) -> None:
-    """Hold ``found`` (:func:`statistics` of ``model`` on ``calibration``, e.g. from a disk cache) as its pass."""
+def held(model: nn.Module, kind: str, calibration: Calibration, batch_size: int = 8):
+    """What a pass of ``kind`` ("saliency", "merging") read from ``model`` on ``calibration``, if it is held."""
     with _READ_LOCK:
-        _READ.setdefault(model, {})[_key(model, calibration, batch_size)] = found
+        return _READ.get(model, {}).get(_key(model, kind, calibration, batch_size))
+
+
+def remember(model: nn.Module, calibration: Calibration, found, batch_size: int = 8, kind: str = "saliency") -> None:
+    """Hold ``found`` (a pass of ``kind`` over ``model`` on ``calibration``, e.g. :func:`statistics` from a disk
+    cache) for the builds after it."""
+    with _READ_LOCK:
+        _READ.setdefault(model, {})[_key(model, kind, calibration, batch_size)] = found
+
+
+def read_calibration(model: nn.Module, tokenizer, calibration: Calibration, hooks: dict[nn.Module, Callable],
+                     batch_size: int, progress: Progress | None, what: str) -> None:
+    """One pass of ``calibration``'s windows through ``model`` with ``hooks`` (experts module → forward pre-hook
+    taking kwargs) on, ``batch_size`` windows at a time."""
+    if tokenizer is None:
+        raise InvalidInput(f"{what} reads the calibration text: it needs the model's tokenizer.")
+    handles = [module.register_forward_pre_hook(hook, with_kwargs=True) for module, hook in hooks.items()]
+    windows = token_windows(tokenizer, calibration).to(input_device(model))
+    try:
+        for done, batch in enumerate(windows.split(batch_size)):
+            model(**forward_inputs(model, batch), use_cache=False)
+            if progress is not None:
+                progress((done + 1) * batch_size / len(windows), f"{what}: calibration windows read")
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 @torch.no_grad()
@@ -101,27 +126,24 @@ def statistics(model: nn.Module, tokenizer, calibration: Calibration | None = No
     """Per layer with experts, the [4, E] sums every criterion reads — tokens routed, Σ‖f‖, Σ g, Σ g·‖f‖ — from one
     pass of ``calibration``, or the pass already made on these weights and text."""
     calibration = calibration or Calibration()
-    if tokenizer is None:
-        raise InvalidInput("Expert saliency reads the calibration text: it needs the model's tokenizer.")
     layers = moe_layers(model)
-    key = _key(model, calibration, batch_size)
-    with _READ_LOCK:
-        found = _READ.get(model, {}).get(key)
-    if found is not None:
+    if (found := held(model, "saliency", calibration, batch_size)) is not None:
         return found
     sums = {i: torch.zeros(4, expert_stacks_of(m)[0].count, dtype=torch.float64) for i, m in layers.items()}
-    handles = [m.register_forward_pre_hook(_recorder(sums[i]), with_kwargs=True) for i, m in layers.items()]
-    windows = token_windows(tokenizer, calibration).to(input_device(model))
-    try:
-        for done, batch in enumerate(windows.split(batch_size)):
-            model(**forward_inputs(model, batch), use_cache=False)
-            if progress is not None:
-                progress((done + 1) * batch_size / len(windows), "Expert saliency: calibration windows read")
-    finally:
-        for handle in handles:
-            handle.remove()
+    read_calibration(model, tokenizer, calibration, {m: _recorder(sums[i]) for i, m in layers.items()}, batch_size,
+                     progress, "Expert saliency")
     remember(model, calibration, sums, batch_size)
     return sums
+
+
+def expert_outputs(module: nn.Module, hidden: torch.Tensor, chosen: torch.Tensor, every: set[int] | None = None):
+    """(expert, its own output f(x) before the routing weight, float32) for each expert some token chose, on its
+    routed tokens (``every``: those experts on every token)."""
+    down = expert_stacks_of(module)[1]
+    rows, bias = down.rows(), down.bias()  # once: a quantized or offloaded stack is read whole
+    for expert, _, h in expert_forward_inputs(module, hidden.float(), chosen, every):
+        out = nn.functional.linear(h, rows[expert].float(), None if bias is None else bias[expert].float())
+        yield expert, module.post_expert_norm(out) if module.has_post_expert_norm else out
 
 
 def _recorder(sums: torch.Tensor):
@@ -129,12 +151,7 @@ def _recorder(sums: torch.Tensor):
     def hook(module, args, kwargs):
         hidden, chosen, weights = routed(args, kwargs)
         gates = weights.float() / weights.float().sum(-1, keepdim=True)  # renormalised over the token's top-k
-        down = expert_stacks_of(module)[1]
-        rows, bias = down.rows(), down.bias()
-        for expert, _, h in expert_forward_inputs(module, hidden.float(), chosen):
-            out = nn.functional.linear(h, rows[expert].float(), None if bias is None else bias[expert].float())
-            if module.has_post_expert_norm:
-                out = module.post_expert_norm(out)
+        for expert, out in expert_outputs(module, hidden, chosen):
             norms = out.norm(dim=-1).double()
             mine = chosen == expert
             g = (gates * mine).sum(-1)[mine.any(-1)].double()

@@ -83,7 +83,8 @@ def bytes_line(found: ExpertMap, removed: int, criterion: str) -> str:
     return (f"**{removed} of {found.experts} experts {how} from each of {len(found.layers)} layers** "
             f"({CRITERIA[criterion]}): weights stored {_size(stored[0])} → {_size(stored[1])} "
             f"({100 * stored[1] / stored[0]:.0f} %) · read per token {_size(read[0])} → {_size(read[1])} "
-            f"({reads}) · saliency read in {found.seconds:.1f} s" + (" (cached)" if not found.seconds else ""))
+            f"({reads}) · " + (f"saliency read in {found.seconds:.1f} s" if found.seconds else
+                               "saliency from the cache"))
 
 
 def _size(count: int) -> str:
