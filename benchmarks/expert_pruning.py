@@ -43,6 +43,8 @@ def run(args) -> None:
     first = Recipe((ExpertPrune.of("reap", args.fractions[0], calibration),))
     with harness.Clock() as feedback:  # the slider's numbers: built from the map's pass, then run on the slice
         numbers = backend.explain.cut_feedback(spec, first)
+    with harness.Clock() as again:  # the next choice: the original's states on the slice are known by then
+        backend.explain.cut_feedback(spec, Recipe((ExpertPrune.of("reap", args.fractions[-1], calibration),)))
     variants = {f"{name} {round(100 * f)} %": Recipe((ExpertPrune.of(name, f, calibration),))
                 for f in args.fractions for name in CRITERIA}
     ppl = {}
@@ -55,10 +57,11 @@ def run(args) -> None:
         "columns": columns, "original_perplexity": round(ppl[ORIGINAL], 2), "experts": found.experts,
         "top_k": found.top_k, "layers": len(found.layers), "ppl_windows": args.ppl_windows, "ppl_seq_len": 128,
         "analysis_s": round(analysis.wall, 2), "feedback_s": round(feedback.wall, 2),
+        "feedback_again_s": round(again.wall, 2),
         "feedback": numbers.summary()},
         how="the learned MoE of benchmarks/learned_moe.py through the app's Backend: the expert heatmap's REAP pass "
             "timed from a fresh cache, then a 25 % choice's numbers against the original (agreement, perplexity, "
-            "drift on 2 × 128 tokens), then every criterion's WikiText-2 test perplexity",
+            "drift on 2 × 128 tokens), then the next choice's, then every criterion's WikiText-2 test perplexity",
         model=path.name)
 
 

@@ -595,6 +595,7 @@ def expert_pruning(found: dict) -> str:
     return (f"{found['layers']} layers of {found['experts']} experts, {found['top_k']} a token; the learned MoE's own "
             f"perplexity {found['original_perplexity']:.1f} (WikiText-2 test, {found['ppl_windows']} × "
             f"{found['ppl_seq_len']} tokens). The expert heatmap's pass took {found['analysis_s']:.1f} s; the numbers "
-            f"of REAP's first choice ({shares[0]}) {found['feedback_s']:.1f} s: {found['feedback']}.\n\n"
+            f"of REAP's first choice ({shares[0]}) {found['feedback_s']:.1f} s, with the original's states on the "
+            f"slice (once), the next choice's {found['feedback_again_s']:.1f} s: {found['feedback']}.\n\n"
             + table(["criterion", *(f"perplexity, {s}" for s in shares)], rows)
             + f"\n\nWith {last}: REAP's perplexity is {against}.")

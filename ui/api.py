@@ -219,13 +219,21 @@ def _depth_method(name) -> str:
     return name
 
 
+def family_words() -> str:
+    """The frontier's families in one short line: each single one, then the structures that also come with int8 and
+    with int4 ("depth, paper + int8")."""
+    structures = [f.removesuffix(" + int8") for f in FAMILIES if f.endswith(" + int8")]
+    singles = [f for f in FAMILIES if not f.endswith((" + int8", " + int4"))]
+    return f"{'; '.join(singles)}; and '<structure> + int8' or '+ int4' for {'; '.join(structures)}"
+
+
 def _families(text: str) -> tuple[str, ...]:
     """The frontier's families named in ``text`` (separated by ``FAMILY_SEPARATOR``), in its order; "" for all."""
     named = [part.strip() for part in (text or "").split(FAMILY_SEPARATOR) if part.strip()]
     unknown = [name for name in named if name not in FAMILIES]
     if unknown:
-        raise InvalidInput(f"Unknown family {quoted(unknown[0])}: name them from {'; '.join(FAMILIES)} "
-                           f"(separated by \"{FAMILY_SEPARATOR}\").")
+        raise InvalidInput(f"Unknown family {quoted(unknown[0])}: name them from {family_words()} (separated by "
+                           f"\"{FAMILY_SEPARATOR}\").")
     return tuple(f for f in FAMILIES if f in named) or FAMILIES
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from evaluation.serving import AXES, COMPOUND_STRUCTURES, FrontierPoint, FrontierResult, gains, MIB, SINGLES
+from evaluation.serving import (AXES, COMPOUND_STRUCTURES, EXPERT_FAMILY, FrontierPoint, FrontierResult, gains, MIB,
+                                SINGLES)
 from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
 from ui.plots import FONT, styled
 
@@ -14,8 +15,9 @@ from ui.plots import FONT, styled
 _LOOKS = dict(zip(SINGLES, [(OKABE_ITO[6], "circle"), (OKABE_ITO[6], "circle-open"), (OKABE_ITO[1], "square"),
                              (OKABE_ITO[1], "square-open"), (OKABE_ITO[7], "triangle-up"),
                              (OKABE_ITO[7], "triangle-down"), (OKABE_ITO[3], "diamond"), (OKABE_ITO[2], "cross"),
-                             (OKABE_ITO[5], "x"),
-                             (OKABE_ITO[5], "star-triangle-up"), (BLACK, "hexagon"), (GREY, "hexagon-open")]))
+                             (OKABE_ITO[4], "pentagon"), (OKABE_ITO[5], "x"),
+                             (OKABE_ITO[5], "star-triangle-up"), (BLACK, "hexagon"), (GREY, "hexagon-open")],
+                  strict=True))  # a family added without its look fails here, not in a visitor's frontier
 
 
 COMPOUND_SYMBOLS = {"int8": "triangle-left", "int4": "triangle-right"}  # a structure quantized: its hue, this marker
@@ -26,7 +28,7 @@ def look(family: str) -> tuple[str, str]:
     quantization, hollow where a training repair came before it (``depth, block + kd + int4``)."""
     if family in _LOOKS:
         return _LOOKS[family]
-    structure = max((s for s in COMPOUND_STRUCTURES if family.startswith(s + " + ")), key=len)
+    structure = max((s for s in (*COMPOUND_STRUCTURES, EXPERT_FAMILY) if family.startswith(s + " + ")), key=len)
     parts = family[len(structure) + 3:].split(" + ")
     symbol = COMPOUND_SYMBOLS.get(parts[-1], "diamond-tall")
     return _LOOKS[structure][0], symbol + ("-open" if parts[0] not in COMPOUND_SYMBOLS else "")

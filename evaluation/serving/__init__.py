@@ -23,7 +23,7 @@ from evaluation.serving.training import LossPoint, RankSearchDone
 # What a visitor may choose, and the defaults the command line shares.
 from evaluation.core.settings import C4_PERPLEXITY, MT_BENCH, PERPLEXITY, RANK_SEARCH
 from evaluation.exports.gguf_file import EXPORT_TYPES as GGUF_TYPES, default_quantizer as gguf_quantizer
-from evaluation.frontier.compound import REPAIRS, STRUCTURES as COMPOUND_STRUCTURES
+from evaluation.frontier.compound import EXPERTS as EXPERT_FAMILY, REPAIRS, STRUCTURES as COMPOUND_STRUCTURES
 from evaluation.frontier.plan import (AXES, DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, FIXED_FAMILIES,
                                       SINGLES)
 from evaluation.frontier.run import SPEED as FRONTIER_SPEED
@@ -68,7 +68,7 @@ __all__ = [
     "C4_PERPLEXITY", "MT_BENCH", "PERPLEXITY", "RANK_SEARCH", "GGUF_TYPES", "gguf_quantizer", "AXES", "DEFAULT_AXIS",
     "DEFAULT_METHOD", "DEFAULT_SIZES", "FAMILIES", "FIXED_FAMILIES", "SINGLES", "REPAIRS",
     "FRONTIER_SPEED",
-    "COMPOUND_STRUCTURES", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED",
+    "COMPOUND_STRUCTURES", "EXPERT_FAMILY", "C4_TASK", "CLOZE_TASKS", "DEFAULT_JUDGE", "SELF_JUDGED",
     "PERCENT_METRICS", "TASKS",
     "MEMORY_PROMPT_TOKENS", "SEARCH_WINDOW", "SEARCH_SHARE", "WIKITEXT",
     "check_repair", "check_sizes", "check_target", "c4_missing", "c4_shard", "choose_judge", "names_a_judge",

@@ -103,3 +103,13 @@ def test_the_figure_joins_each_measured_floor_to_its_decode_and_flags_what_gains
     assert sum("† neither smaller in bytes nor faster" in text for text in hovers) == 4  # Wanda-like, 2:4: 2 panels
     assert figure.layout.xaxis.title.text == "weight bytes as stored (MiB)"
     assert max(trace.x[0] for trace in figure.data if trace.name == "original") == 512.0  # MiB on the size axis
+
+
+def test_every_family_the_frontier_plans_has_its_own_look():
+    from evaluation.frontier.compound import Repair
+    from evaluation.frontier.plan import FAMILIES, SINGLES
+
+    looks = {family: frontier_plots.look(family) for family in (*FAMILIES, *Repair("kd", 1).families())}
+    assert len({looks[family] for family in SINGLES}) == len(SINGLES)  # no two single families alike
+    assert looks["experts, REAP + int4"][0] == looks["experts, REAP"][0]  # a compound takes its structure's colour
+

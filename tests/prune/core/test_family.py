@@ -35,9 +35,9 @@ def test_every_family_declares_its_step_paper_and_link_once():
 def test_each_picker_choice_builds_its_familys_step_at_its_default_level():
     found = choices()
     assert list(found) == ["magnitude", "wanda", "sparsegpt", "width", "width-llm-pruner", "experts-reap",
-                           "experts-frequency", "experts-ean", "experts-gate", "experts-random", "lowrank-feature",
-                           "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb", "int4+emb",
-                           "int8-gptq", "int4-gptq"]
+                           "experts-frequency", "experts-ean", "experts-gate", "experts-random", "experts-merge",
+                           "lowrank-feature", "lowrank-weight", "int8", "int4", "int8+head", "int4+head", "int8+emb",
+                           "int4+emb", "int8-gptq", "int4-gptq"]
     for name, (family, choice) in found.items():
         made = family.build(name, choice.level.default if choice.level else None, "unstructured", Calibration())
         assert type(made) is family.step
