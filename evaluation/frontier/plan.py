@@ -41,6 +41,7 @@ from prune.depth.methods import METHODS, get_method
 from prune.depth.result import ImportanceResult
 from prune.depth.selection import chosen_recipe
 from prune.drop.sublayers import ATTENTION, MLP
+from prune.experts.removal import removed_count
 from prune.experts.step import MAX_FRACTION as EXPERT_MAX, ExpertPrune
 from prune.lowrank.step import Decompose
 from prune.patch.step import CALIBRATION as PATCH_CALIBRATION, Patch
@@ -313,7 +314,7 @@ def _experts(base, plan: FrontierPlan, fits, then=None) -> Recipe | str:
     count = next((m.experts for layer in base.matrices for m in layer if m.experts > 1), None)
     if count is None:
         return "this model has no experts to remove (a mixture of experts' family)"
-    for removed in range(1, int(count * EXPERT_MAX + 1e-9) + 1):
+    for removed in range(1, removed_count(count, EXPERT_MAX) + 1):
         recipe = Recipe((ExpertPrune.of("reap", removed / count, plan.calibration),),
                         origin=f"frontier: REAP, {removed} of {count} experts a layer")
         recipe = recipe if then is None else recipe.then(then)

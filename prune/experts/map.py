@@ -30,10 +30,10 @@ class ExpertMap:
 
     @classmethod
     def of(cls, model: nn.Module, method: str, scores: dict[int, torch.Tensor], seconds: float = 0.0) -> ExpertMap:
-        layers = moe_layers(model)
-        stacks = expert_stacks_of(next(iter(layers.values())))
+        first = next(iter(moe_layers(model).values()))  # every layer's experts alike
+        stacks = expert_stacks_of(first)
         count = stacks[0].count
-        one = sum(p.numel() for p in next(iter(layers.values())).parameters(recurse=False)) // count
+        one = sum(p.numel() for p in first.parameters(recurse=False)) // count
         hidden = stacks[0].shape[1]
         row = hidden + (1 if _router_bias(model) else 0)
         return cls(method, tuple(scores), tuple(tuple(float(v) for v in scores[i]) for i in scores),

@@ -12,6 +12,7 @@ import gradio as gr
 from prune.core.errors import InvalidInput, quoted
 from prune.core.recipe import Recipe
 from prune.experts.map import ExpertMap
+from prune.experts.removal import removed_count
 from prune.experts.step import CRITERIA, MAX_FRACTION, MERGE, ExpertPrune
 
 from ui import inputs
@@ -67,7 +68,7 @@ def saliency_of(criterion: str) -> str:
 
 def largest(found: ExpertMap) -> int:
     """The most experts a layer may lose (90 % of them, as the step allows)."""
-    return max(0, min(found.experts - 1, int(found.experts * MAX_FRACTION + 1e-9)))
+    return max(0, min(found.experts - 1, removed_count(found.experts, MAX_FRACTION)))
 
 
 def bytes_line(found: ExpertMap, removed: int, criterion: str) -> str:
