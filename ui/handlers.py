@@ -109,6 +109,7 @@ class Context:
         self.default_calibration = backend.models.default_calibration
         self.hub = hub or HubCheck()  # asked now, in the background: no page waits on it
         self.first_screen = None  # what a new page shows first, once computed at start-up (ui.page.first_screen)
+        self.warming = None  # that computation while it runs beside the answering server (ui.page.first_screen)
 
     def model_choices(self) -> list[tuple[str, str]]:
         """The known models this server can load now: the embedded one, those in the local Hugging Face cache, and

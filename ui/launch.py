@@ -32,8 +32,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     args = parser.parse_args(argv)
     policy = Policy.from_env(shared=True if args.shared else None)
     page = build_page(policy=policy, default_model=ModelSpec(args.model) if args.model else None)
-    screen = first_screen.warm(page)  # before the first visitor: every new page then shows it at once
-    if screen is not None:
-        print(f"LayerCut: the first screen took {screen.seconds:.1f} s to compute; new pages show it at once.")
+    first_screen.start(page)  # beside the launch: the server answers first, pages opened meanwhile wait for it
     page.demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                      server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(policy))

@@ -18,6 +18,7 @@ from prune.width.step import WIDTH_METHODS
 from ui import catalog, help_text, inputs, text
 from ui.handlers import Context, default_block_size, need_model, owner, reporter, user_errors
 from ui.page.durations import Durations
+from ui.page import first_screen
 from ui.page.events import gpu
 from ui.session import Session
 
@@ -33,7 +34,8 @@ class PickHandlers:
     @user_errors
     def opening(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
         """Page opened: the first screen this server computed at start-up (``ui.page.first_screen``), at once and
-        with no device job; else the page-load job."""
+        with no device job — waited for while it is still computed; else the page-load job."""
+        first_screen.awaited(self.context, progress)
         first = self.context.first_screen
         shown = first.opening(session, method) if first is not None else None
         if shown is not None:
