@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks import REPO
+from evaluation.core.timing import machine
 
 RESULTS = REPO / "benchmarks" / "results"
 ALWAYS = ("torch", "transformers")  # their versions are written whether the script imported them or not
@@ -64,17 +65,6 @@ def code() -> tuple[str | None, bool]:
     """The checkout's commit, and whether tracked files (results aside) differ from it."""
     changed = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
     return _git("rev-parse", "--short", "HEAD") or None, bool(changed)
-
-
-def machine() -> str:
-    """CPU cores and processor, e.g. '2 CPU cores, AMD EPYC, x86_64'."""
-    name = platform.processor()
-    try:
-        name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                     if line.startswith("model name")), name)
-    except OSError:
-        pass
-    return ", ".join(part for part in (f"{os.cpu_count()} CPU cores", name, platform.machine()) if part)
 
 
 def device_name(device=None) -> str:

@@ -1,9 +1,13 @@
-"""Timing primitives every measurement shares: a block's wall time on any device, and a model's rates here."""
+"""Timing primitives every measurement shares: a block's wall time on any device, a model's rates here, and what
+"here" is."""
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -39,3 +43,14 @@ class Timer:
         else:
             self.ms = (time.perf_counter() - self._t0) * 1000
         return False
+
+
+def machine() -> str:
+    """CPU cores and processor, e.g. '2 CPU cores, AMD EPYC, x86_64'."""
+    name = platform.processor()
+    try:
+        name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return ", ".join(part for part in (f"{os.cpu_count()} CPU cores", name, platform.machine()) if part)

@@ -8,9 +8,10 @@ Every call names the base model by a :class:`~evaluation.core.pool.ModelSpec` an
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
@@ -19,12 +20,12 @@ from prune.core.budget import configured_budget
 from prune.core.calibration import default_calibration
 from prune.core.errors import InvalidInput
 from prune.core.layer_files import own_files, streams
-from prune.core.paths import default_data_dir
+from prune.core.paths import cache_root, default_data_dir, digest, read_json, write_atomic
 from prune.core.recipe import Recipe
 
 from evaluation.core.jobs import Job, JobRunner, Progress, building
 from evaluation.core.pool import Loaded, ModelInfo, ModelPool, ModelSpec
-from evaluation.core.timing import Rates
+from evaluation.core.timing import Rates, machine
 from evaluation.measure import speed
 from evaluation.measure.measurement import ORIGINAL
 from evaluation.serving.residency import Residency
@@ -55,20 +56,42 @@ class Models:
         self._rates: dict[ModelSpec, Rates] = {}  # each loaded model's speed on this machine, for estimates
         self._rates_guard = threading.Lock()
 
-    def load(self, spec: ModelSpec, *, progress: Progress | None = None, owner: str | None = None) -> ModelInfo:
-        """Make sure ``spec`` is loaded (shared with every visitor) and its speed here measured (:meth:`rates`); a
-        failed load unloads nothing it need not."""
-        if (loaded := self.pool.peek(spec)) is not None and (rates := self.rates(spec)) is not None:
+    def load(self, spec: ModelSpec, *, progress: Progress | None = None, owner: str | None = None,
+             timed: bool = True) -> ModelInfo:
+        """Make sure ``spec`` is loaded (shared with every visitor) and, when ``timed``, its speed here known
+        (:meth:`rates`); a failed load unloads nothing it need not. ``timed=False``: the first screen, which needs
+        no speed, is drawn first and the probe follows."""
+        if (loaded := self.pool.peek(spec)) is not None and ((rates := self.rates(spec)) is not None or not timed):
             return replace(loaded.info, rates=rates)
         with self.jobs.run("loading the model", progress, owner=owner) as job:
             job.update(0.0, f"Loading {spec.label}…")
             loaded = self.base(spec, job)
-            job.update(0.95, "Timing one short pass on this machine…")
-            found = speed.probe_rates(loaded.model)
-            with self._rates_guard:
-                self._rates[spec] = found
+            found = self.rates(spec)
+            if found is None and timed:
+                found = self._timed(spec, loaded, job)
             job.update(1.0, f"Loaded {loaded.info.name}: {loaded.info.num_layers} layers.")
             return replace(loaded.info, rates=found)
+
+    def _timed(self, spec: ModelSpec, loaded: Loaded, job: Job) -> Rates:
+        """``loaded``'s rates: read from the disk cache when this machine timed these weights before (a restart),
+        else probed (:func:`~evaluation.measure.speed.probe_rates`) and kept there."""
+        path = cache_root() / "rates" / f"{digest(self._machine_key(loaded))}.json"
+        try:
+            found = Rates(**read_json(path))
+        except TypeError:  # none kept, or unreadable
+            found = None
+        if found is None:
+            job.update(0.95, "Timing one short pass on this machine…")
+            found = speed.probe_rates(loaded.model)
+            write_atomic(path, json.dumps(asdict(found)))
+        with self._rates_guard:
+            self._rates[spec] = found
+        return found
+
+    def _machine_key(self, loaded: Loaded) -> dict:
+        """What a model's speed here depends on: its weights, the device, the processor and its threads, torch."""
+        return {"model": loaded.fingerprint, "device": self.device, "machine": machine(),
+                "threads": torch.get_num_threads(), "torch": torch.__version__}
 
     def place(self, spec: ModelSpec) -> None:
         """Load ``spec``'s weights onto the device now, with no forward pass: a ZeroGPU Space places its models at

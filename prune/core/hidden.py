@@ -48,6 +48,10 @@ def forward_inputs(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch
     return {"input_ids": input_ids}
 
 
+def _stop(*_) -> None:
+    raise StopForward
+
+
 @torch.no_grad()
 def residual_streams(model: nn.Module, input_ids: torch.Tensor, batch_size: int = 8,
                      last_token_only: bool = False) -> list[torch.Tensor]:
@@ -66,8 +70,9 @@ def residual_streams(model: nn.Module, input_ids: torch.Tensor, batch_size: int 
             hooks += [layer.register_forward_hook(
                 lambda _m, _a, out, found=found: found.append(keep(_hidden_out(out)).float().cpu()))
                 for layer in layers]
+        hooks.append(stacks[-1][-1].register_forward_hook(_stop))  # after the last state: no LM head's logits
         try:
-            model(**forward_inputs(model, batch.to(input_device(model))), use_cache=False)
+            run_until_stopped(model, **forward_inputs(model, batch.to(input_device(model))), use_cache=False)
         finally:
             for hook in hooks:
                 hook.remove()

@@ -44,6 +44,17 @@ class Stability:
         """Share of resamples that pick the block the calibration as it is picks."""
         return self.fractions.get(self.chosen, 0.0)
 
+    def to_json(self) -> dict:
+        return {"method": self.method, "block_size": self.block_size, "chosen": list(self.chosen),
+                "wins": [[list(block), count] for block, count in self.wins], "resamples": self.resamples,
+                "windows": self.windows, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Stability:
+        return cls(data["method"], data["block_size"], tuple(data["chosen"]),
+                   tuple((tuple(block), count) for block, count in data["wins"]), data["resamples"],
+                   data["windows"], data["reason"])
+
     def summary(self) -> str:
         """One line for a status bar, e.g. "[13, 18) wins 17 of 20 resamples (85 %); runner-up [14, 19) 15 %"."""
         if self.reason:

@@ -44,9 +44,42 @@ def test_the_server_answers_before_the_first_screen_and_a_page_opened_meanwhile_
         release.set()
         visitor.join(300)
         screen = context.first_screen
-        assert screen is not None and context.warming.done.is_set()
+        assert screen is not None and context.warming.shown.is_set()
         assert opened[page.session].cut() == screen.session.cut() and opened[page.session].cut() is not None
         assert scored == [1]  # one analysis: the page took the start-up's
+        settled = page.handlers.pick.settle(opened[page.session])  # waits for the rest of the start-up
+        assert context.warming.done.is_set() and settled == context.first_screen.settled
+        assert "resamples" in settled[page.cut.stability_md] and backend.models.rates(ModelSpec(tiny_folder))
     finally:
         release.set()
         page.demo.close()
+
+
+def test_a_restart_on_a_kept_cache_computes_nothing_again(tiny_folder, tmp_path, monkeypatch):
+    """The analysis, the opening cut's numbers, the timing probe and the stability of a first start-up are read
+    back by the next one (counted, not timed)."""
+    import evaluation.serving.analysis as analysis
+    import prune.depth.methods.context as context
+    from evaluation.measure import speed
+    from ui.page import build_page, first_screen
+
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))
+    ran = {"residual streams": 0, "timing probes": 0, "stability checks": 0}
+
+    def counted(name, real):
+        def run(*args, **kwargs):
+            ran[name] += 1
+            return real(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(context, "residual_streams", counted("residual streams", context.residual_streams))
+    monkeypatch.setattr(speed, "probe_rates", counted("timing probes", speed.probe_rates))
+    monkeypatch.setattr(analysis, "block_stability", counted("stability checks", analysis.block_stability))
+    first = first_screen.warm(build_page(Backend(device="cpu"), default_model=ModelSpec(tiny_folder)))
+    assert first is not None and first.settled is not None
+    assert ran == {"residual streams": 1, "timing probes": 1, "stability checks": 1}  # counted: the patches bite
+    again = first_screen.warm(build_page(Backend(device="cpu"), default_model=ModelSpec(tiny_folder)))
+    assert ran == {"residual streams": 1, "timing probes": 1, "stability checks": 1}  # nothing computed again
+    assert again.feedback.endswith("· cached")
+    assert list(again.settled.values()) == list(first.settled.values())  # the same lines, on another page
+    assert again.session.cut() == first.session.cut()

@@ -119,6 +119,7 @@ def test_a_new_page_gets_the_first_screen_with_no_device_job(crossing, monkeypat
     assert shown[page.header.model_md] == computed[page.header.model_md]
     assert shown[page.session].cut() == computed[page.session].cut()
     assert page.handlers.cut.shown_feedback(shown[page.session]) == screen.feedback
+    assert page.handlers.pick.settle(shown[page.session]) == screen.settled  # the speed and stability too
     assert len(gpu.asked) == asked  # no GPU asked for
 
     with pytest.raises(gr.Error, match="device job ran"):  # a page on another method runs the page-load job

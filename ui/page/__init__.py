@@ -50,9 +50,10 @@ FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "b
 MODEL_CHANGES = ("startup", "analyze_loaded", "open_comparison")  # then the expert box shows the model's own
 BUILDS = ("build", "width_vs_depth", "patch")  # their status line says what they built
 # The events that run a job: Stop cancels them
-JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "generate", "divergence",
-        "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability", "rank_search",
-        "logit_lens", "heal", "patch", "open_comparison", "frontier", "mt_bench", "map_experts", "expert_criterion")
+JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "settle", "generate",
+        "divergence", "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability",
+        "rank_search", "logit_lens", "heal", "patch", "open_comparison", "frontier", "mt_bench", "map_experts",
+        "expert_criterion")
 
 
 @dataclass

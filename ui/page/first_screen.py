@@ -15,7 +15,10 @@ import copy
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+
+from prune.core.loading import default_checkpoint, is_default
 
 from ui.session import Session
 
@@ -31,7 +34,8 @@ class FirstScreen:
     shown: dict  # component → update, as the page-load job returned them
     session: Session
     feedback: object  # the opening cut's line against the original
-    seconds: float  # what computing it took at start-up
+    steps: dict[str, float]  # each start-up step's seconds, in order
+    settled: dict | None = None  # then the model line with its speed here and the opening block's stability
 
     def opening(self, session: Session, method: str) -> dict | None:
         """The updates for a page that opens with ``session`` on ``method``: a copy of these when it is a new page on
@@ -42,65 +46,110 @@ class FirstScreen:
 
     def feedback_for(self, session: Session):
         """The cut's numbers when ``session`` edits this screen's cut of its model, else None."""
+        return self.feedback if self._same(session) else None
+
+    def settled_for(self, session: Session) -> dict | None:
+        """The model line with its speed and the stability, when ``session`` is on this screen's model and
+        analysis, else None."""
+        mine, result = self.session, session.result
+        same = self.settled is not None and result is not None and session.spec == mine.spec and \
+            (result.method, session.calibration, session.options) == (mine.result.method, mine.calibration,
+                                                                      mine.options)
+        return dict(self.settled) if same else None
+
+    def _same(self, session: Session) -> bool:
         mine = self.session
-        same = (session.spec, session.editing, session.cut()) == (mine.spec, mine.editing, mine.cut())
-        return self.feedback if same and not session.loading else None
+        return (session.spec, session.editing, session.cut()) == (mine.spec, mine.editing, mine.cut()) and \
+            not session.loading
+
+    def line(self) -> str:
+        """'dequantize 8.0 s · load 0.7 s · …': what the start-up spent its seconds on."""
+        return " · ".join(f"{name} {seconds:.1f} s" for name, seconds in self.steps.items())
+
+
+@dataclass
+class Told:
+    """The start-up's latest progress, called like a gr.Progress by its jobs (it pickles: on ZeroGPU a job's
+    arguments cross to the GPU worker, whose progress then stays there)."""
+
+    latest: tuple[float, str] = (0.0, "Starting LayerCut…")
+
+    def __call__(self, fraction, desc: str | None = None, **_) -> None:
+        self.latest = (float(fraction or 0.0), desc or self.latest[1])
 
 
 @dataclass
 class Warming:
-    """The first screen being computed beside the answering server: done once it ended (computed or failed), and its
-    latest progress, for the pages that wait on it."""
+    """The first screen being computed beside the answering server: ``shown`` once a page can show it (or it
+    failed), ``done`` once the rest of the start-up ended too, and its progress for the pages that wait."""
 
+    shown: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
-    latest: tuple[float, str] = (0.0, "Starting LayerCut…")
+    told: Told = field(default_factory=Told)
 
-    def __call__(self, fraction, desc: str | None = None, **_) -> None:  # a gr.Progress's call, as the jobs make it
-        self.latest = (float(fraction or 0.0), desc or self.latest[1])
+
+class Steps(dict):
+    """Each step's seconds by name, in the order they ran: ``with steps("load"): …``."""
+
+    @contextmanager
+    def __call__(self, name: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self[name] = round(time.perf_counter() - started, 2)
 
 
 def start(page) -> threading.Thread:
     """:func:`warm` in a thread, so the server can answer meanwhile; ``page``'s context says it runs
     (``context.warming``) until it ended."""
-    context = page.handlers.context
-    warming = context.warming = Warming()
-
-    def run():
-        try:
-            screen = warm(page, warming)
-            if screen is not None:
-                print(f"LayerCut: the first screen took {screen.seconds:.1f} s to compute; new pages show it at once.")
-        finally:
-            warming.done.set()
-
-    thread = threading.Thread(target=run, name="layercut-first-screen", daemon=True)
+    warming = page.handlers.context.warming = Warming()
+    thread = threading.Thread(target=warm, args=(page, warming), name="layercut-first-screen", daemon=True)
     thread.start()
     return thread
 
 
-def awaited(context, progress) -> None:
-    """Wait for the start-up's first screen while it is computed (nothing when it is not), relaying its progress
-    to the waiting page through ``progress`` (a gr.Progress)."""
+def awaited(context, progress, event: str = "shown") -> None:
+    """Wait while the start-up computes the first screen (``event`` "shown") or the rest (``"done"``): nothing
+    when it does not, relaying its progress to the waiting page through ``progress`` (a gr.Progress)."""
     warming = context.warming
-    while warming is not None and not warming.done.wait(WAIT_STEP_S):
-        fraction, words = warming.latest
+    while warming is not None and not getattr(warming, event).wait(WAIT_STEP_S):
+        fraction, words = warming.told.latest
         progress(fraction, desc=f"Preparing the first screen — {words}")
 
 
-def warm(page, progress=None) -> FirstScreen | None:
-    """Place the default model, compute the first screen with the page-load job and the cut's feedback job
-    themselves (their caches then hold it too), and serve it to every new page; None (and a logged reason) if it
-    failed: pages then compute it as they open. ``progress``: told as the page-load job goes."""
-    handlers, started = page.handlers, time.perf_counter()
-    method = page.header.method.value
+def warm(page, warming: Warming | None = None) -> FirstScreen | None:
+    """Compute the first screen with the page-load job and the cut's feedback job themselves (their caches then hold
+    it too) and serve it to every new page; then what it does not wait for (the model's speed here, the opening
+    block's stability). None (and a logged reason) if it failed: pages then compute it as they open. ``warming``:
+    told the progress, and when each part is ready."""
+    warming = warming or Warming()
+    handlers, steps = page.handlers, Steps()
+    context = handlers.context
+    spec, method = context.default_model, page.header.method.value
+    screen = None
     try:
-        handlers.context.backend.models.place(handlers.context.default_model)  # outside any GPU call (ZeroGPU's rule)
-        shown = handlers.pick.startup_job(Session(), method, None, progress or Warming())
-        session = shown[page.session]
-        feedback = handlers.cut.feedback_job(session)
+        if is_default(spec.name):
+            with steps("dequantize"):  # the embedded default's GGUF to a float folder: once per cache
+                default_checkpoint()
+        with steps("load"):
+            context.backend.models.place(spec)  # outside any GPU call (ZeroGPU's rule)
+        with steps("analysis"):
+            shown = handlers.pick.startup_job(Session(), method, None, warming.told)
+        with steps("opening cut"):
+            feedback = handlers.cut.feedback_job(shown[page.session])
+        screen = context.first_screen = FirstScreen(method, shown, shown[page.session], feedback, steps)
+        warming.shown.set()
+        with steps("rate probe"):
+            context.backend.models.load(spec)
+        with steps("stability"):
+            settled = handlers.pick.settle_job(screen.session)
+        screen = context.first_screen = replace(screen, settled=settled)
+        print(f"LayerCut: the first screen took {screen.line()}; new pages show it at once.", flush=True)
     except Exception:
-        log.exception("Computing the first screen at start-up failed; each new page computes it as it opens")
-        return None
-    screen = FirstScreen(method, shown, session, feedback, time.perf_counter() - started)
-    handlers.context.first_screen = screen
+        log.exception("Computing the first screen at start-up failed; each new page computes %s as it opens",
+                      "the rest" if screen is not None else "it")
+    finally:
+        warming.shown.set()
+        warming.done.set()
     return screen

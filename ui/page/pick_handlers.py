@@ -30,6 +30,7 @@ class PickHandlers:
         self.context = context
         self.header, self.view, self.cut, self.generate = page.header, page.view, page.cut, page.generate
         self.startup_job = gpu(self.startup, Durations.analyze)  # a device job (ZeroGPU: in the GPU worker)
+        self.settle_job = gpu(self.settled, Durations.analyze)
 
     @user_errors
     def opening(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
@@ -51,15 +52,36 @@ class PickHandlers:
         """
         backend, calibration = self.context.backend, self.context.default_calibration
         spec = session.spec or self.context.default_model
-        info = backend.models.load(spec, progress=reporter(progress), owner=owner(request))
+        info = backend.models.load(spec, progress=reporter(progress), owner=owner(request), timed=False)
         session = session if session.spec == spec else Session().for_model(spec, info)
         size = default_block_size(info.num_layers)
         session, status = self._analyze(session, method, {}, calibration, size, "paper", request, progress)
-        found = backend.analysis.stability(spec, method, size, calibration=calibration, progress=reporter(progress),
-                                           owner=owner(request))  # seconds for angular
         return {self.header.model: gr.update(value=spec.name, choices=self.context.model_choices()),
-                **self.model_shown(info, session),
-                self.header.analysis_md: status, self.cut.stability_md: text.stability_markdown(found)}
+                **self.model_shown(info, session), self.header.analysis_md: status}
+
+    @user_errors
+    def settle(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
+        """After the page opened, what its first screen did not wait for: the model's speed here (in its line) and
+        the opening block's stability — the start-up's when it computed them (waited for), else measured now."""
+        first_screen.awaited(self.context, progress, "done")
+        first = self.context.first_screen
+        settled = first.settled_for(session) if first is not None else None
+        return settled if settled is not None else self.settle_job(session, request, progress)
+
+    @user_errors
+    def settled(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
+        """The settle job: the timing probe (read from the disk cache after a restart) and the stability of the
+        analysis's block of the default size (kept on disk too)."""
+        info = need_model(session)
+        loaded = self.context.backend.models.load(session.spec, progress=reporter(progress), owner=owner(request))
+        shown = {self.header.model_md: self._model_line(loaded, session)}
+        if session.result is not None:
+            found = self.context.backend.analysis.stability(
+                session.spec, session.result.method, default_block_size(info.num_layers),
+                calibration=session.calibration, progress=reporter(progress), owner=owner(request),
+                **dict(session.options))
+            shown[self.cut.stability_md] = text.stability_markdown(found)
+        return shown
 
     @user_errors
     def load_model(self, session: Session, name: str, token: str, trust_remote_code: bool, dtype: str,
