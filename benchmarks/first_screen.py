@@ -27,40 +27,92 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 HEATMAP = "#heatmap .lc-plot .hm"
+STEPS_LINE = "LayerCut: the first screen took "  # ui.page.first_screen prints it
 
 
-def open_to_heatmap(browser, url: str) -> float:
+def open_to_heatmap(browser, url: str, keep: bool = False):
+    """Seconds from opening a page to its heatmap drawn; with ``keep``, the page too (left open)."""
     page = browser.new_page(viewport={"width": 1280, "height": 720})
     try:
         with harness.Clock() as clock:
             page.goto(url)
             page.wait_for_selector(HEATMAP, timeout=600_000)
-        return clock.wall
+        return (clock.wall, page) if keep else clock.wall
     finally:
-        page.close()
+        if not keep:
+            page.close()
 
 
-def launch(browser, cache: str, reopens: int) -> dict:
-    """One ``python app.py`` from start to heatmap, then ``reopens`` more pages on it."""
+def talk(page) -> dict:
+    """The talk's path after the heatmap, on the opened page: drag the cut's end 4 layers on and wait for its
+    numbers, generate in both columns, run a 5-question benchmark; each step's seconds."""
+    steps = {}
+    page.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('agrees on')",
+                           timeout=300_000)
+    box = page.locator("#layer-range .lc-track").bounding_box()
+    end, layers, thumb = int(page.get_attribute("#layer-range .lc-range", "data-end")), 30, 22
+    x = [box["x"] + thumb / 2 + (box["width"] - thumb) * boundary / layers for boundary in (end, end + 4)]
+    y, before = box["y"] + box["height"] / 2, page.inner_text("#cut-feedback")
+    with harness.Clock() as clock:
+        page.mouse.move(x[0], y)
+        page.mouse.down()
+        page.mouse.move(x[1], y, steps=8)
+        page.mouse.up()
+        page.wait_for_function("b => { const t = document.querySelector('#cut-feedback').innerText; "
+                               "return t.includes('agrees on') && t !== b; }", arg=before, timeout=300_000)
+    steps["drag → the cut's numbers"] = clock.wall
+    with harness.Clock() as clock:
+        page.get_by_role("tab", name="Generate").click()
+        page.click("#generate-btn")
+        page.wait_for_function("(document.querySelector('#stats-original').innerText + document.querySelector("
+                               "'#stats-A').innerText).split('tokens/s').length === 3", timeout=600_000)
+    steps["generate, both columns"] = clock.wall
+    with harness.Clock() as clock:
+        page.get_by_role("tab", name="Benchmarks").click()
+        page.fill("#limit input", "5")
+        page.click("#bench-btn")
+        page.wait_for_function("document.querySelector('#bench-table').innerText.includes('arc_easy acc')",
+                               timeout=600_000)
+    steps["benchmark, 5 questions"] = clock.wall
+    return {name: round(seconds, 1) for name, seconds in steps.items()}
+
+
+def launch(browser, cache: str, reopens: int, talks: bool = False) -> dict:
+    """One ``python app.py`` from start to heatmap (with ``talks``, on along the talk's path), then ``reopens``
+    more pages on it; the server's own line of its start-up steps read from its output."""
     port = harness.free_port()
     env = {**os.environ, "LAYERCUT_CACHE": cache, "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+           "HF_DATASETS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     url = f"http://127.0.0.1:{port}/"
-    with harness.Clock() as clock:
-        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+    with tempfile.TemporaryFile("w+") as output, harness.Clock() as clock:
+        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=output,
+                                  stderr=subprocess.DEVNULL, text=True)
         try:
             wait_up(url, server)
             up = clock.elapsed
-            first = open_to_heatmap(browser, url)
+            first, page = open_to_heatmap(browser, url, keep=True)
+            path = talk(page) if talks else None
+            page.close()
             again = [open_to_heatmap(browser, url) for _ in range(reopens)]
         finally:
             server.terminate()
             server.wait(30)
-    return {"launch_to_server_up_s": round(up, 1), "launch_to_heatmap_s": round(up + first, 1),
-            "first_page_open_to_heatmap_s": round(first, 2),
-            "page_open_to_heatmap_s": {"median": round(statistics.median(again), 2), "max": round(max(again), 2),
-                                       "all": [round(s, 2) for s in again]} if again else None}
+        output.seek(0)
+        steps = start_up_steps(output.read())
+    found = {"launch_to_server_up_s": round(up, 1), "launch_to_heatmap_s": round(up + first, 1),
+             "first_page_open_to_heatmap_s": round(first, 2), "start_up_steps_s": steps,
+             "page_open_to_heatmap_s": {"median": round(statistics.median(again), 2), "max": round(max(again), 2),
+                                        "all": [round(s, 2) for s in again]} if again else None}
+    if path is not None:
+        found["talk_s"] = {**path, "total from launch": round(up + first + sum(path.values()), 1)}
+    return found
+
+
+def start_up_steps(output: str) -> dict[str, float]:
+    """The server's 'LayerCut: the first screen took dequantize 8.0 s · load 0.7 s · …' as {step: seconds}."""
+    line = next((text for text in output.splitlines() if text.startswith(STEPS_LINE)), STEPS_LINE)
+    steps = line[len(STEPS_LINE):].split(";")[0].split(" · ")
+    return {name: float(seconds) for name, seconds, _ in (step.rsplit(" ", 2) for step in steps if step)}
 
 
 def main() -> None:
@@ -73,7 +125,7 @@ def main() -> None:
     try:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
-            cold = launch(browser, cache, args.reopens)
+            cold = launch(browser, cache, args.reopens, talks=True)
             warm = launch(browser, cache, args.reopens)
             browser.close()
     finally:

@@ -21,11 +21,13 @@ def test_the_server_answers_before_the_first_screen_and_a_page_opened_meanwhile_
 
     backend = Backend(device="cpu")
     page = build_page(backend, default_model=ModelSpec(tiny_folder))
-    release, scored = threading.Event(), []
-    place, score = backend.models.place, backend.analysis.score
+    release, scored, measured = threading.Event(), [], []
+    place, score, feedback = backend.models.place, backend.analysis.score, backend.explain.cut_feedback
     monkeypatch.setattr(backend.models, "place", lambda spec: (release.wait(120), place(spec))[1])
     monkeypatch.setattr(backend.analysis, "score", lambda *args, **kwargs: (scored.append(1), score(*args,
                                                                                                    **kwargs))[1])
+    monkeypatch.setattr(backend.explain, "cut_feedback", lambda *args, **kwargs: (measured.append(1), feedback(
+        *args, **kwargs))[1])
     first_screen.start(page)  # held at its first step until released
     port = free_port()
     page.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,
@@ -47,6 +49,8 @@ def test_the_server_answers_before_the_first_screen_and_a_page_opened_meanwhile_
         assert screen is not None and context.warming.shown.is_set()
         assert opened[page.session].cut() == screen.session.cut() and opened[page.session].cut() is not None
         assert scored == [1]  # one analysis: the page took the start-up's
+        assert page.handlers.cut.shown_feedback(opened[page.session]) == context.first_screen.feedback  # waited
+        assert measured == [1]  # the cut's numbers measured once: the page took the start-up's
         settled = page.handlers.pick.settle(opened[page.session])  # waits for the rest of the start-up
         assert context.warming.done.is_set() and settled == context.first_screen.settled
         assert "resamples" in settled[page.cut.stability_md] and backend.models.rates(ModelSpec(tiny_folder))

@@ -17,6 +17,7 @@ from prune.core.surgery import largest_cut
 from ui import inputs, slot_text, text
 from ui.handlers import Context, need_model, owner, reporter, user_errors
 from ui.page.durations import Durations
+from ui.page import first_screen
 from ui.page.events import gpu
 from ui.range_control import parse_range
 from ui.session import SLOTS, Session
@@ -118,7 +119,9 @@ class CutHandlers:
 
     @user_errors
     def shown_feedback(self, session: Session, request: gr.Request = None):
-        """The edited slot's numbers: the first screen's as computed at start-up (no device job), else measured."""
+        """The edited slot's numbers: the first screen's as computed at start-up (no device job; waited for while it
+        is), else measured."""
+        first_screen.awaited(self.context, "measured")
         first = self.context.first_screen
         found = first.feedback_for(session) if first is not None else None
         return found if found is not None else self.feedback_job(session, request)

@@ -33,7 +33,7 @@ class FirstScreen:
     method: str
     shown: dict  # component → update, as the page-load job returned them
     session: Session
-    feedback: object  # the opening cut's line against the original
+    feedback: object  # the opening cut's line against the original (None until measured)
     steps: dict[str, float]  # each start-up step's seconds, in order
     settled: dict | None = None  # then the model line with its speed here and the opening block's stability
 
@@ -45,8 +45,8 @@ class FirstScreen:
         return {component: copy.deepcopy(value) for component, value in self.shown.items()}
 
     def feedback_for(self, session: Session):
-        """The cut's numbers when ``session`` edits this screen's cut of its model, else None."""
-        return self.feedback if self._same(session) else None
+        """The cut's numbers when ``session`` edits this screen's cut of its model (once known), else None."""
+        return self.feedback if self.feedback is not None and self._same(session) else None
 
     def settled_for(self, session: Session) -> dict | None:
         """The model line with its speed and the stability, when ``session`` is on this screen's model and
@@ -81,9 +81,11 @@ class Told:
 @dataclass
 class Warming:
     """The first screen being computed beside the answering server: ``shown`` once a page can show it (or it
-    failed), ``done`` once the rest of the start-up ended too, and its progress for the pages that wait."""
+    failed), ``measured`` once its cut's numbers are known, ``done`` once the rest of the start-up ended too, and
+    its progress for the pages that wait."""
 
     shown: threading.Event = field(default_factory=threading.Event)
+    measured: threading.Event = field(default_factory=threading.Event)  # the opening cut's numbers
     done: threading.Event = field(default_factory=threading.Event)
     told: Told = field(default_factory=Told)
 
@@ -109,13 +111,14 @@ def start(page) -> threading.Thread:
     return thread
 
 
-def awaited(context, progress, event: str = "shown") -> None:
-    """Wait while the start-up computes the first screen (``event`` "shown") or the rest (``"done"``): nothing
-    when it does not, relaying its progress to the waiting page through ``progress`` (a gr.Progress)."""
+def awaited(context, event: str = "shown", progress=None) -> None:
+    """Wait while the start-up computes the first screen (``event`` "shown"), its cut's numbers ("measured") or
+    the rest ("done"): nothing when it does not, relaying its progress to ``progress`` (a gr.Progress) if given."""
     warming = context.warming
     while warming is not None and not getattr(warming, event).wait(WAIT_STEP_S):
         fraction, words = warming.told.latest
-        progress(fraction, desc=f"Preparing the first screen — {words}")
+        if progress is not None:
+            progress(fraction, desc=f"Preparing the first screen — {words}")
 
 
 def warm(page, warming: Warming | None = None) -> FirstScreen | None:
@@ -136,10 +139,11 @@ def warm(page, warming: Warming | None = None) -> FirstScreen | None:
             context.backend.models.place(spec)  # outside any GPU call (ZeroGPU's rule)
         with steps("analysis"):
             shown = handlers.pick.startup_job(Session(), method, None, warming.told)
-        with steps("opening cut"):
-            feedback = handlers.cut.feedback_job(shown[page.session])
-        screen = context.first_screen = FirstScreen(method, shown, shown[page.session], feedback, steps)
+        screen = context.first_screen = FirstScreen(method, shown, shown[page.session], None, steps)
         warming.shown.set()
+        with steps("opening cut"):
+            screen = context.first_screen = replace(screen, feedback=handlers.cut.feedback_job(screen.session))
+        warming.measured.set()
         with steps("rate probe"):
             context.backend.models.load(spec)
         with steps("stability"):
@@ -150,6 +154,6 @@ def warm(page, warming: Warming | None = None) -> FirstScreen | None:
         log.exception("Computing the first screen at start-up failed; each new page computes %s as it opens",
                       "the rest" if screen is not None else "it")
     finally:
-        warming.shown.set()
-        warming.done.set()
+        for ended in (warming.shown, warming.measured, warming.done):
+            ended.set()
     return screen

@@ -36,7 +36,7 @@ class PickHandlers:
     def opening(self, session: Session, method: str, request: gr.Request = None, progress=gr.Progress()):
         """Page opened: the first screen this server computed at start-up (``ui.page.first_screen``), at once and
         with no device job — waited for while it is still computed; else the page-load job."""
-        first_screen.awaited(self.context, progress)
+        first_screen.awaited(self.context, "shown", progress)
         first = self.context.first_screen
         shown = first.opening(session, method) if first is not None else None
         if shown is not None:
@@ -63,7 +63,7 @@ class PickHandlers:
     def settle(self, session: Session, request: gr.Request = None, progress=gr.Progress()):
         """After the page opened, what its first screen did not wait for: the model's speed here (in its line) and
         the opening block's stability — the start-up's when it computed them (waited for), else measured now."""
-        first_screen.awaited(self.context, progress, "done")
+        first_screen.awaited(self.context, "done", progress)
         first = self.context.first_screen
         settled = first.settled_for(session) if first is not None else None
         return settled if settled is not None else self.settle_job(session, request, progress)
