@@ -47,14 +47,14 @@ def page(browser):
 
 
 def open_page(browser, default_model=None):
-    """A page on a server of its own, whose first screen is computed as app.py does before the first visitor;
+    """A page on a server of its own, whose first screen is computed before it launches (app.py: beside it);
     ``default_model`` (a ModelSpec) is the server's model, the embedded default if None."""
     import app
     from ui.page import build_page, first_screen
 
     started = time.perf_counter()
     built = build_page(default_model=default_model)
-    assert first_screen.warm(built) is not None  # as app.py does before the first visitor
+    assert first_screen.warm(built) is not None  # before the launch here: the tests start on a drawn first screen
     TIMINGS["start-up: the first screen computed"] = time.perf_counter() - started
     port = free_port()
     built.demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True,

@@ -87,3 +87,20 @@ def test_a_restart_on_a_kept_cache_computes_nothing_again(tiny_folder, tmp_path,
     assert again.feedback.endswith("· cached")
     assert list(again.settled.values()) == list(first.settled.values())  # the same lines, on another page
     assert again.session.cut() == first.session.cut()
+
+
+def test_a_page_opening_fires_only_the_events_listed_with_their_reasons(tiny_folder):
+    """The events a page load triggers — the load event and every event chained after it — are exactly
+    ``ui.page.PAGE_LOAD``'s, each of which says why it is there."""
+    from ui.page import PAGE_LOAD, build_page
+
+    dependencies = build_page(Backend(device="cpu"), default_model=ModelSpec(tiny_folder)).demo.get_config_file()[
+        "dependencies"]
+    fired = [d for d in dependencies if any(trigger == "load" for _, trigger in d["targets"])]
+    ids = {d["id"] for d in fired}
+    while chained := [d for d in dependencies if d.get("trigger_after") in ids and d["id"] not in {f["id"] for f in
+                                                                                                  fired}]:
+        fired += chained
+        ids = {d["id"] for d in chained}
+    assert sorted(d["api_name"] for d in fired) == sorted(PAGE_LOAD)
+    assert all(len(reason) > 20 for reason in PAGE_LOAD.values())

@@ -47,8 +47,14 @@ FEEDBACK_AFTER = {"set_cut": "release", "select_cell": "click", "best_block": "b
                   "heal": "heal", "patch": "patch", "open_comparison": "open", "frontier_best": "frontier",
                   "map_experts": "map_experts", "expert_criterion": "expert_criterion", "set_experts": "experts",
                   "expert_cell": "expert_cell"}
-MODEL_CHANGES = ("startup", "analyze_loaded", "open_comparison")  # then the expert box shows the model's own
+MODEL_CHANGES = ("analyze_loaded", "open_comparison")  # then the expert box shows the model's own (startup: below)
 BUILDS = ("build", "width_vs_depth", "patch")  # their status line says what they built
+OPENING = "startup"  # a page opening: its first screen, then the other events of PAGE_LOAD
+# Every event a page's opening fires, and why it is there (tests/ui/test_serve_first.py checks there are no others)
+PAGE_LOAD = {"startup": "the first screen: the model's line, the heatmap and the opening cut, as computed at start-up",
+             "feedback_after_startup": "the opening cut's numbers against the original (the start-up's, at once)",
+             "around_opening": "the buttons' slots, the expert box and each job's estimate, in one light event",
+             "settle": "the model's speed here and the opening block's stability: the first screen does not wait"}
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "settle", "generate",
         "divergence", "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability",
@@ -75,6 +81,13 @@ class PageHandlers:
     share: ShareHandlers
     estimates: EstimateHandlers
     durations: Durations  # what each device job asks a ZeroGPU Space for
+
+    def around_opening(self, session: Session, stack: bool, *estimate_settings) -> dict:
+        """After a page opened, in one light event: the buttons' slots, the expert box for its model and each
+        job's time estimate. (A new page has no build line to replace and nothing measured to mark out of date: the
+        other events that follow a change of the model do not follow the opening.)"""
+        return {**self.cut.targets(session, stack), **self.experts.opened(session),
+                **self.estimates.every(session, *estimate_settings)}
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
@@ -155,9 +168,12 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
     # supersedes); the first after a startup, a load or an analysis also computes the original's states once.
     # The buttons that write a slot then say which, and what it holds.
     stack, targets = page.header.steps.stack, page.targets.outputs()
+    changes = [event for event in FEEDBACK_AFTER if event != OPENING]
     for event, name in FEEDBACK_AFTER.items():
         events[event].success(handlers.cut.shown_feedback, [page.session], [page.cut.feedback_md],
                               api_name=f"feedback_after_{name}", **FEEDBACK)
+    for event in changes:
+        name = FEEDBACK_AFTER[event]
         events[event].success(handlers.cut.targets, [page.session, stack], targets, api_name=f"targets_after_{name}",
                               **LIGHT)
         if event not in BUILDS:
@@ -168,8 +184,11 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
         events[event].success(handlers.experts.opened, [page.session], [box.note, box.plot, box.line],
                               api_name=f"experts_after_{event}", **LIGHT)
     stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
-    estimates.wire(page, handlers, events, ("load_model", *FEEDBACK_AFTER))  # each job's time, said beforehand
-    stale.wire([events[name] for name in FEEDBACK_AFTER], page.session, page.measured)
+    estimates.wire(page, handlers, events, ("load_model", *changes))  # each job's time, said beforehand
+    events[OPENING].success(handlers.around_opening, [page.session, stack, *handlers.estimates.inputs()],
+                            [*targets, box.note, box.plot, box.line, *handlers.estimates.outputs()],
+                            api_name="around_opening", **LIGHT)
+    stale.wire([events[name] for name in changes], page.session, page.measured)
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
                          (page.speed.speed_stop, "cancel_speed"), (page.benchmarks.bench_stop, "cancel_benchmarks")):

@@ -261,6 +261,9 @@ class EstimateHandlers:
     def inputs(self) -> list:
         return [setting for line in self.lines for setting in line.settings]
 
+    def outputs(self) -> list:
+        return [line.output for line in self.lines]
+
 
 def _lines(page) -> list[Line]:
     """Every long job's line on the page."""
@@ -293,7 +296,6 @@ def wire(page, handlers, events: dict, after: tuple[str, ...]) -> None:
         if line.settings:
             gr.on([setting.change for setting in line.settings], estimates.line(line), [session, *line.settings],
                   line.output, api_name=f"estimate_{line.job}", **LIGHT)
-    outputs = [line.output for line in estimates.lines]
     for event in after:
-        events[event].success(estimates.every, [session, *estimates.inputs()], outputs,
+        events[event].success(estimates.every, [session, *estimates.inputs()], estimates.outputs(),
                               api_name=f"estimates_after_{event}", **LIGHT)

@@ -134,8 +134,10 @@ def warm(page, warming: Warming | None = None) -> FirstScreen | None:
     try:
         if is_default(spec.name):
             with steps("dequantize"):  # the embedded default's GGUF to a float folder: once per cache
+                warming.told(0.0, "Unpacking the embedded model (once on this machine)…")
                 default_checkpoint()
         with steps("load"):
+            warming.told(0.0, f"Loading {spec.label}…")
             context.backend.models.place(spec)  # outside any GPU call (ZeroGPU's rule)
         with steps("analysis"):
             shown = handlers.pick.startup_job(Session(), method, None, warming.told)

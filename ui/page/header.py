@@ -173,7 +173,7 @@ def wire(page, handlers) -> dict:
     # the page-load job holds the device lock inside the backend, as every job does)
     startup = page.demo.load(picks.opening, [page.session, header.method],
                              [header.model, *load_outputs, header.analysis_md], api_name="startup",
-                             show_progress_on=[header.model_md, view.heatmap], concurrency_limit=None)
+                             show_progress_on=[view.heatmap], concurrency_limit=None)
     # Then what the first screen did not wait for: the model's speed here and the opening block's stability
     settle = startup.success(picks.settle, [page.session], [header.model_md, cut.stability_md], api_name="settle",
                              show_progress_on=[cut.stability_md], concurrency_limit=None)
