@@ -134,16 +134,28 @@ def budget_cli(found: dict) -> str:
 
 @renders("first_screen")
 def first_screen(found: dict) -> str:
-    """benchmarks/first_screen.py: from ``python app.py`` to the heatmap, cold and warm."""
-    rows = []
-    for label, key in (("cold cache", "cold"), ("warm restart", "warm_restart")):
+    """benchmarks/first_screen.py: from ``python app.py`` to the heatmap, cold and warm; each start-up step; the
+    talk's path after the heatmap."""
+    rows, runs = [], (("cold cache", "cold"), ("warm restart", "warm_restart"))
+    for label, key in runs:
         run = found[key]
         again = run.get("page_open_to_heatmap_s") or {}
         rows.append([label, num(run["launch_to_server_up_s"]), num(run["launch_to_heatmap_s"]),
                      num(run["first_page_open_to_heatmap_s"], ".2f"),
                      f"{num(again.get('median'), '.2f')} ({num(again.get('max'), '.2f')})"])
-    return table(["launch", "server up (s)", "heatmap drawn (s)", "first page open → heatmap (s)",
-                  "page open → heatmap, median (max) (s)"], rows)
+    out = table(["launch", "server up (s)", "heatmap drawn (s)", "first page open → heatmap (s)",
+                 "page open → heatmap, median (max) (s)"], rows)
+    steps = {key: found[key].get("start_up_steps_s") or {} for _, key in runs}
+    names = list(dict.fromkeys(name for key in steps for name in steps[key]))
+    if names:
+        out += ("\n\nThe server's start-up, step by step (seconds; the heatmap shows after *analysis*, the rest "
+                "follows):\n\n") + table(["launch", *names], [[label, *(num(steps[key].get(name)) for name in names)]
+                                                             for label, key in runs])
+    talk = found["cold"].get("talk_s")
+    if talk:
+        out += "\n\nThe talk's path on the cold launch's page (seconds):\n\n" + table(
+            list(talk), [[num(seconds) for seconds in talk.values()]])
+    return out
 
 
 @renders("space_build")

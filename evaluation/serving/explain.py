@@ -46,7 +46,7 @@ class Explain:
         raises ``Cancelled``), as does the owner's Stop; results are cached.
         """
         superseded = self.explainer.ticket(owner, lambda: None)  # first: a newer release, even a cached one, wins
-        self.models.load(spec, progress=progress, owner=owner)
+        self.models.load(spec, progress=progress, owner=owner, timed=False)  # its numbers need no speed
         base = self.models.base(spec)
         check_causal(base.model, FEEDBACK_NEEDS)
         cal = explain.feedback_slice(calibration or self.models.default_calibration, windows, seq_len)

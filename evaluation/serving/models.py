@@ -73,25 +73,30 @@ class Models:
             return replace(loaded.info, rates=found)
 
     def _timed(self, spec: ModelSpec, loaded: Loaded, job: Job) -> Rates:
-        """``loaded``'s rates: read from the disk cache when this machine timed these weights before (a restart),
-        else probed (:func:`~evaluation.measure.speed.probe_rates`) and kept there."""
-        path = cache_root() / "rates" / f"{digest(self._machine_key(loaded))}.json"
-        try:
-            found = Rates(**read_json(path))
-        except TypeError:  # none kept, or unreadable
-            found = None
-        if found is None:
-            job.update(0.95, "Timing one short pass on this machine…")
-            found = speed.probe_rates(loaded.model)
-            write_atomic(path, json.dumps(asdict(found)))
+        """``loaded``'s rates probed (:func:`~evaluation.measure.speed.probe_rates`), and kept in memory and on disk
+        (a restart, or another process of this server, reads them: :meth:`rates`)."""
+        job.update(0.95, "Timing one short pass on this machine…")
+        found = speed.probe_rates(loaded.model)
+        write_atomic(self._rates_file(loaded), json.dumps(asdict(found)))
         with self._rates_guard:
             self._rates[spec] = found
         return found
 
-    def _machine_key(self, loaded: Loaded) -> dict:
-        """What a model's speed here depends on: its weights, the device, the processor and its threads, torch."""
-        return {"model": loaded.fingerprint, "device": self.device, "machine": machine(),
-                "threads": torch.get_num_threads(), "torch": torch.__version__}
+    def _kept(self, spec: ModelSpec, loaded: Loaded) -> Rates | None:
+        """The rates the disk cache keeps for ``loaded`` on this machine (then held in memory too), or None."""
+        try:
+            found = Rates(**read_json(self._rates_file(loaded)))
+        except TypeError:  # none kept, or unreadable
+            return None
+        with self._rates_guard:
+            self._rates[spec] = found
+        return found
+
+    def _rates_file(self, loaded: Loaded) -> Path:
+        """Where ``loaded``'s rates are kept: by its weights, the device, the processor and its threads, torch."""
+        key = {"model": loaded.fingerprint, "device": self.device, "machine": machine(),
+               "threads": torch.get_num_threads(), "torch": torch.__version__}
+        return cache_root() / "rates" / f"{digest(key)}.json"
 
     def place(self, spec: ModelSpec) -> None:
         """Load ``spec``'s weights onto the device now, with no forward pass: a ZeroGPU Space places its models at
@@ -100,10 +105,13 @@ class Models:
             self.base(spec)
 
     def rates(self, spec: ModelSpec) -> Rates | None:
-        """How fast ``spec``'s model ran here when it was loaded (what the page's time estimates divide by); None
-        before its first load."""
+        """How fast ``spec``'s model ran here (what the page's time estimates divide by): measured by a timed load,
+        in this process or another on this machine (a ZeroGPU worker: read from the disk cache); None before."""
         with self._rates_guard:
-            return self._rates.get(spec)
+            found = self._rates.get(spec)
+        if found is None and (loaded := self.pool.peek(spec)) is not None:
+            found = self._kept(spec, loaded)
+        return found
 
     def adopt(self, model, tokenizer, *, name: str | None = None) -> ModelSpec:
         """Serve an already loaded model (from ``prune.load_model``) and return the spec that names it."""

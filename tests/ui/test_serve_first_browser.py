@@ -54,6 +54,10 @@ def test_a_page_opened_before_the_first_screen_shows_its_layout_and_progress_the
                                   timeout=300_000)
             tab.wait_for_function("document.querySelector('#stability').innerText.includes('resamples')",
                                   timeout=300_000)  # then what the first screen did not wait for
+            tab.get_by_role("tab", name="Generate").click()
+            tab.wait_for_function("document.querySelector('#generate-estimate').innerText.includes('Estimate: ')",
+                                  timeout=60_000)  # and the estimates, which divide by the speed measured
+            tab.get_by_role("tab", name="Analyze & cut").click()
             tab.wait_for_function("!document.body.innerText.includes('Preparing the first screen')",
                                   timeout=30_000)  # every progress line gone
             tab.screenshot(path=str(SHOTS / "drawn.png"))

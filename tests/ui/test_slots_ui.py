@@ -12,7 +12,7 @@ from prune.core.recipe import Recipe
 from prune.lowrank.step import Decompose
 from prune.sparsity.step import Sparsify
 from ui import repair_text
-from ui.page import FEEDBACK_AFTER
+from ui.page import FEEDBACK_AFTER, OPENING
 from ui.session import Session
 
 from conftest import handlers_on, tiny_model
@@ -76,9 +76,11 @@ def test_build_heal_and_search_name_the_slot_they_write_and_what_it_holds(loaded
 
 def test_the_labels_follow_every_event_that_changes_a_slot_and_builds_stacking(page):
     wired = {fn.api_name: fn for fn in page.demo.fns.values()}
-    for name in [*FEEDBACK_AFTER.values(), "stack"]:
-        fn = wired[f"targets_after_{name}"]
-        assert [block._id for block in fn.outputs] == [block._id for block in page.targets.outputs()], name
+    names = [f"targets_after_{name}" for event, name in FEEDBACK_AFTER.items() if event != OPENING]
+    for name in [*names, "targets_after_stack", "around_opening"]:  # a page's opening: with the expert box
+        fn = wired[name]
+        targets = [block._id for block in page.targets.outputs()]
+        assert [block._id for block in fn.outputs][:len(targets)] == targets, name
         assert [block._id for block in fn.inputs] == [page.session._id, page.header.steps.stack._id], name
 
 

@@ -86,11 +86,21 @@ def test_a_job_crosses_to_the_worker_and_back_keyed_by_the_pages_components(cros
     assert "against the original" in line and gpu.asked[-1] == ("feedback", events.asked(None, EXPLAIN_S))
 
 
-def test_a_jobs_seconds_are_its_estimate_on_the_rates_its_model_was_loaded_with(crossing):
-    page, _gpu = crossing
+def test_a_jobs_seconds_are_its_estimate_on_the_rates_its_model_was_loaded_with(tiny_folder, tmp_path,
+                                                                                 monkeypatch):
+    from evaluation.core.pool import ModelSpec
+
+    monkeypatch.setenv("LAYERCUT_CACHE", str(tmp_path))  # no rates kept from another test
+    monkeypatch.setattr(events, "spaces", CrossingGPU())
+    page = build_page(Backend(data_dir="", device="cpu"), default_model=ModelSpec(tiny_folder))
     session = page.handlers.pick.startup_job(Session(), "angular")[page.session]
-    rates = session.info.rates  # measured at the load, carried in the session to whichever process asks
+    assert session.info.rates is None  # the first screen does not wait for the timing probe: the settle job times
+    page.handlers.pick.settle_job(session)
+    server = Backend(device="cpu")  # the server's process, beside the GPU worker that timed the model
+    server.models.place(session.spec)
+    rates = server.models.rates(session.spec)  # read from the disk cache the worker wrote
     assert rates is not None and rates.forward_tokens_per_s > 0
+    assert rates == page.handlers.context.backend.models.rates(session.spec)
     size = session.info.size
     by_hand = estimate.speed(rates, [1.0, session.cut().size(size).total / size.total],
                              **speed_settings(["1", "8"], 64, 16, 2), generates=True)

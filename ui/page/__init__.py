@@ -53,8 +53,9 @@ OPENING = "startup"  # a page opening: its first screen, then the other events o
 # Every event a page's opening fires, and why it is there (tests/ui/test_serve_first.py checks there are no others)
 PAGE_LOAD = {"startup": "the first screen: the model's line, the heatmap and the opening cut, as computed at start-up",
              "feedback_after_startup": "the opening cut's numbers against the original (the start-up's, at once)",
-             "around_opening": "the buttons' slots, the expert box and each job's estimate, in one light event",
-             "settle": "the model's speed here and the opening block's stability: the first screen does not wait"}
+             "around_opening": "the buttons' slots and the expert box for the model, in one light event",
+             "settle": "the model's speed here, the opening block's stability and each job's estimate (it divides by "
+                       "that speed): the first screen does not wait for them"}
 # The events that run a job: Stop cancels them
 JOBS = ("load_model", "analyze_loaded", "analyze", "build", "width_vs_depth", "startup", "settle", "generate",
         "divergence", "speed", "memory", "benchmarks", "perplexity", "sweep", "sparsity_sweep", "stability",
@@ -82,12 +83,16 @@ class PageHandlers:
     estimates: EstimateHandlers
     durations: Durations  # what each device job asks a ZeroGPU Space for
 
-    def around_opening(self, session: Session, stack: bool, *estimate_settings) -> dict:
-        """After a page opened, in one light event: the buttons' slots, the expert box for its model and each
-        job's time estimate. (A new page has no build line to replace and nothing measured to mark out of date: the
-        other events that follow a change of the model do not follow the opening.)"""
-        return {**self.cut.targets(session, stack), **self.experts.opened(session),
-                **self.estimates.every(session, *estimate_settings)}
+    def around_opening(self, session: Session, stack: bool) -> dict:
+        """After a page opened, in one light event: the buttons' slots and the expert box for its model. (A new
+        page has no build line to replace and nothing measured to mark out of date: the other events that follow a
+        change of the model do not follow the opening.)"""
+        return {**self.cut.targets(session, stack), **self.experts.opened(session)}
+
+    def settle(self, session: Session, request: gr.Request = None, progress=gr.Progress(), *estimate_settings):
+        """Then what the first screen did not wait for (``PickHandlers.settle``: the model's speed here, the opening
+        block's stability) and each job's time estimate, which divides by that speed."""
+        return {**self.pick.settle(session, request, progress), **self.estimates.every(session, *estimate_settings)}
 
     @classmethod
     def on(cls, context: Context, page: Page) -> PageHandlers:
@@ -185,9 +190,12 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
                               api_name=f"experts_after_{event}", **LIGHT)
     stack.change(handlers.cut.targets, [page.session, stack], targets, api_name="targets_after_stack", **LIGHT)
     estimates.wire(page, handlers, events, ("load_model", *changes))  # each job's time, said beforehand
-    events[OPENING].success(handlers.around_opening, [page.session, stack, *handlers.estimates.inputs()],
-                            [*targets, box.note, box.plot, box.line, *handlers.estimates.outputs()],
+    events[OPENING].success(handlers.around_opening, [page.session, stack], [*targets, box.note, box.plot, box.line],
                             api_name="around_opening", **LIGHT)
+    events["settle"] = events[OPENING].success(
+        handlers.settle, [page.session, *handlers.estimates.inputs()],
+        [page.header.model_md, page.cut.stability_md, *handlers.estimates.outputs()], api_name="settle",
+        show_progress_on=[page.cut.stability_md], concurrency_limit=None)
     stale.wire([events[name] for name in changes], page.session, page.measured)
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),

@@ -174,8 +174,5 @@ def wire(page, handlers) -> dict:
     startup = page.demo.load(picks.opening, [page.session, header.method],
                              [header.model, *load_outputs, header.analysis_md], api_name="startup",
                              show_progress_on=[view.heatmap], concurrency_limit=None)
-    # Then what the first screen did not wait for: the model's speed here and the opening block's stability
-    settle = startup.success(picks.settle, [page.session], [header.model_md, cut.stability_md], api_name="settle",
-                             show_progress_on=[cut.stability_md], concurrency_limit=None)
     versus.success(steps.cut_size, [page.session], [cut.block_size], api_name="cut_size", **LIGHT)  # A's N layers
-    return by_name(load, loaded, build, versus, analyze, startup, settle)
+    return by_name(load, loaded, build, versus, analyze, startup)
