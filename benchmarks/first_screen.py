@@ -1,13 +1,18 @@
 """How soon the first screen shows: ``python app.py`` started as a user starts it, its page opened in headless
 Chromium as soon as the server answers, until the heatmap is drawn.
 
-Two launches, turns taken in one run: **cold** (an empty LayerCut cache, as on a fresh machine or a restarted
-Space: the embedded GGUF dequantized, the model loaded and timed, the analysis, stability and the opening cut's
-numbers computed at start-up) and **warm** (the same cache again: what a restart on a kept disk costs). On the warm
-server, the page is then opened again several times: page open → heatmap is what every new visitor waits.
+Two launches, turns taken in one run: **cold** (an empty LayerCut cache, as on a woken Space or a cleared cache: the
+embedded GGUF dequantized, the model loaded, analyzed, then the opening cut's numbers, the timing probe and the
+stability computed, each step's seconds as the server prints them) and **warm** (the same cache again: what a
+restart on a kept disk costs). On the cold launch's page, the talk's path follows the heatmap (drag, generate, a
+benchmark). On each server, the page is then opened again several times: page open → heatmap is what every new
+visitor waits.
 Writes benchmarks/results/first_screen.json.
 
-    .venv/bin/python -m benchmarks.first_screen [--reopens 5]
+With ``--against REV`` (e.g. the commit before a change), pages are then opened in turn on REV's server and on this
+checkout's, both warm: the ratio of their medians is the change's effect, side by side on one noisy machine.
+
+    .venv/bin/python -m benchmarks.first_screen [--reopens 5] [--against REV]
 """
 
 from __future__ import annotations
@@ -81,11 +86,9 @@ def launch(browser, cache: str, reopens: int, talks: bool = False) -> dict:
     """One ``python app.py`` from start to heatmap (with ``talks``, on along the talk's path), then ``reopens``
     more pages on it; the server's own line of its start-up steps read from its output."""
     port = harness.free_port()
-    env = {**os.environ, "LAYERCUT_CACHE": cache, "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
     url = f"http://127.0.0.1:{port}/"
     with tempfile.TemporaryFile("w+") as output, harness.Clock() as clock:
-        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=output,
+        server = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=server_env(cache, port), stdout=output,
                                   stderr=subprocess.DEVNULL, text=True)
         try:
             wait_up(url, server)
@@ -108,6 +111,42 @@ def launch(browser, cache: str, reopens: int, talks: bool = False) -> dict:
     return found
 
 
+def server_env(cache: str, port: int) -> dict:
+    return {**os.environ, "LAYERCUT_CACHE": cache, "GRADIO_SERVER_PORT": str(port), "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False", "PYTHONUNBUFFERED": "1"}
+
+
+def side_by_side(browser, cache: str, rev: str, opens: int) -> dict:
+    """Page open → heatmap on this checkout's server and on ``rev``'s (a worktree of it), both warm on the same
+    cache and opened in turn ``opens`` times each: the change's effect, measured in one run on a noisy machine."""
+    tree = tempfile.mkdtemp(prefix="layercut-against-")
+    subprocess.run(["git", "worktree", "add", "--detach", tree, rev], cwd=REPO, check=True, capture_output=True)
+    servers = {}
+    try:
+        for label, where in (("this checkout", REPO), (rev, tree)):
+            port = harness.free_port()
+            servers[label] = (subprocess.Popen([sys.executable, "app.py"], cwd=where, env=server_env(cache, port),
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                              f"http://127.0.0.1:{port}/")
+        for server, url in servers.values():
+            wait_up(url, server)
+            open_to_heatmap(browser, url)  # a page that waits for the first screen is not what this measures
+        times = {label: [] for label in servers}
+        for _ in range(opens):
+            for label, (_, url) in servers.items():
+                times[label].append(open_to_heatmap(browser, url))
+    finally:
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(30)
+        subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=REPO, capture_output=True)
+    medians = {label: statistics.median(seconds) for label, seconds in times.items()}
+    return {"against": rev, "page_open_to_heatmap_s": {label: {"median": round(medians[label], 2),
+                                                               "all": [round(s, 2) for s in seconds]}
+                                                       for label, seconds in times.items()},
+            "this_checkout_over_against": round(medians["this checkout"] / medians[rev], 2)}
+
+
 def start_up_steps(output: str) -> dict[str, float]:
     """The server's 'LayerCut: the first screen took dequantize 8.0 s · load 0.7 s · …' as {step: seconds}."""
     line = next((text for text in output.splitlines() if text.startswith(STEPS_LINE)), STEPS_LINE)
@@ -118,6 +157,7 @@ def start_up_steps(output: str) -> dict[str, float]:
 def main() -> None:
     parser = harness.parser(__doc__)
     parser.add_argument("--reopens", type=int, default=5)
+    parser.add_argument("--against", metavar="REV", help="also open pages in turn on REV's server and this one's")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -127,11 +167,12 @@ def main() -> None:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
             cold = launch(browser, cache, args.reopens, talks=True)
             warm = launch(browser, cache, args.reopens)
+            against = side_by_side(browser, cache, args.against, args.reopens) if args.against else None
             browser.close()
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     found = {"what": "python app.py → server answers → page opened → heatmap drawn (headless Chromium)",
-             "cold": cold, "warm_restart": warm}
+             "cold": cold, "warm_restart": warm, **({"side_by_side": against} if against else {})}
     path = write_result("first_screen", found, how=f"two launches in one run, cold cache then warm; {args.reopens} "
                         "more pages opened on each")
     print(path.read_text())

@@ -151,6 +151,12 @@ def first_screen(found: dict) -> str:
         out += ("\n\nThe server's start-up, step by step (seconds; the heatmap shows after *analysis*, the rest "
                 "follows):\n\n") + table(["launch", *names], [[label, *(num(steps[key].get(name)) for name in names)]
                                                              for label, key in runs])
+    pair = found.get("side_by_side")
+    if pair:
+        mine, theirs = (pair["page_open_to_heatmap_s"][label]["median"] for label in ("this checkout", pair["against"]))
+        out += (f"\n\nPage open → heatmap on two warm servers opened in turn (median seconds): this checkout "
+                f"{num(mine, '.2f')}, `{pair['against']}` {num(theirs, '.2f')} "
+                f"(× {num(pair['this_checkout_over_against'], '.2f')}).")
     talk = found["cold"].get("talk_s")
     if talk:
         out += "\n\nThe talk's path on the cold launch's page (seconds):\n\n" + table(
