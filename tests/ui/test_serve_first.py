@@ -104,3 +104,18 @@ def test_a_page_opening_fires_only_the_events_listed_with_their_reasons(tiny_fol
         ids = {d["id"] for d in chained}
     assert sorted(d["api_name"] for d in fired) == sorted(PAGE_LOAD)
     assert all(len(reason) > 20 for reason in PAGE_LOAD.values())
+
+
+def test_loading_or_analyzing_cancels_what_the_opening_would_still_write(tiny_folder):
+    """A page opened during a cold start waits for its first screen and then for the rest of the start-up: a model
+    the visitor loads meanwhile (or an analysis) must not be written over by them."""
+    from ui.page import build_page
+
+    page = build_page(Backend(device="cpu"), default_model=ModelSpec(tiny_folder))
+    by_name = {d["api_name"]: d for d in page.demo.get_config_file()["dependencies"]}
+    opening, settle = by_name["startup"]["id"], by_name["settle"]["id"]
+    header = page.header
+    assert by_name["opening_superseded"]["targets"] == [(header.load_btn._id, "click")]
+    assert set(by_name["opening_superseded"]["cancels"]) == {opening, settle}
+    assert by_name["settle_superseded"]["targets"] == [(header.analyze_btn._id, "click")]
+    assert by_name["settle_superseded"]["cancels"] == [settle]

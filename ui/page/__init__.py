@@ -196,6 +196,12 @@ def _wire(page: Page, handlers: PageHandlers) -> None:
         handlers.settle, [page.session, *handlers.estimates.inputs()],
         [page.header.model_md, page.cut.stability_md, *handlers.estimates.outputs()], api_name="settle",
         show_progress_on=[page.cut.stability_md], concurrency_limit=None)
+    # A visitor's own load (or analysis) supersedes what a page's opening would still write over it: a page opened
+    # during a cold start waits for its first screen, and its settle event for the start-up's end
+    page.header.load_btn.click(None, None, None, cancels=[events[OPENING], events["settle"]],
+                               api_name="opening_superseded", queue=False)
+    page.header.analyze_btn.click(None, None, None, cancels=[events["settle"]], api_name="settle_superseded",
+                                  queue=False)
     stale.wire([events[name] for name in changes], page.session, page.measured)
     running = [events[name] for name in JOBS]
     for button, name in ((page.header.stop_btn, "cancel"), (page.generate.gen_stop, "cancel_generation"),
