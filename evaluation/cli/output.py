@@ -125,7 +125,10 @@ def sparsity_sweep_report(args, backend: Backend, spec: ModelSpec, request, out_
 def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: Path, progress) -> Path:
     """--frontier: the table and ``frontier_<axis>.json``; with --target the best model under it (saved with
     --export_dir)."""
-    sizes = frontier_plan.DEFAULT_SIZES if args.sizes is None else frontier_plan.check_sizes(args.sizes)
+    if args.sizes is not None:
+        sizes = frontier_plan.check_sizes(args.sizes)
+    else:  # a target alone plans its own size only, not the defaults too
+        sizes = () if args.target is not None else frontier_plan.DEFAULT_SIZES
     result = final(backend.frontier.run(spec, request, axis=args.axis or frontier_plan.DEFAULT_AXIS, sizes=sizes,
                               target=args.target, method=args.frontier, calibration=calibration_of(args, backend),
                               ppl_seq_len=args.ppl_seq_len, ppl_windows=args.ppl_windows,

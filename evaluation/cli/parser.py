@@ -108,7 +108,7 @@ def _sweeps_and_frontier(parser: argparse.ArgumentParser) -> None:
                              "and no time) or of the measured decode latency")
     parser.add_argument("--sizes", default=None,
                         help=f"with --frontier: comma-separated fractions or percents (default "
-                             f"{output.joined(DEFAULT_SIZES)})")
+                             f"{output.joined(DEFAULT_SIZES)}; with --target, none: only the target's size is planned)")
     parser.add_argument("--target", default=None, metavar="AXIS=VALUE",
                         help="with --frontier: the best model under bytes=0.8 (or 80%%: of the original's bytes as "
                              "stored), bytes=400MiB (or 1.5GiB), ms=20 (per token) or params=0.8 (not zero); its axis "

@@ -300,12 +300,13 @@ def _cli(capsys, *args):
 def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_target(tiny_folder, tmp_path, capsys):
     from evaluation.exports import recipe_file
 
-    code, out, err = _cli(capsys, "--frontier", "--sizes", "90", "--target", "bytes=0.9", "--model", tiny_folder,
+    code, out, err = _cli(capsys, "--frontier", "--target", "bytes=0.9", "--model", tiny_folder,
                           "--task", "arc_easy", "--limit", 2, "--ppl_seq_len", 32, "--ppl_windows", 2,
                           "--output_folder", tmp_path, "--export_dir", tmp_path / "best")
     assert code == 0, err
     data = json.loads((tmp_path / "frontier_bytes.json").read_text())
     result = FrontierResult.from_json(data["frontier"])
+    assert result.sizes == (0.9,)  # a target alone plans its size only, not the default sizes too
     chosen = result.best_under(Target("bytes", 0.9, True))
     assert data["target"]["best"] == chosen.to_json() and chosen.weight_bytes <= 0.9 * result.dense.weight_bytes
     assert data["target"]["of_original"] is True and "| 100 % | original | original |" in out
