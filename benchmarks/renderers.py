@@ -222,13 +222,16 @@ def gpu_check(found: dict) -> str:
 @renders("frontier", "frontier_*")
 def frontier(found: dict, view: str = "") -> str:
     """benchmarks/frontier.py: the CLI's own frontier table. A view names an axis, a size in percent or both:
-    ``80`` (the original and the 80 % rows), ``bytes`` (the same points sized by their bytes as stored), ``bytes80``."""
-    from evaluation.frontier.result import FrontierResult, format_table
+    ``80`` (the original and the 80 % rows, then what they show in words written from them), ``bytes`` (the same
+    points sized by their bytes as stored), ``bytes80``."""
+    from evaluation.frontier.result import FrontierResult, format_table, what_it_shows
 
     axis, size = re.fullmatch(r"(params|bytes|ms)?(\d*)", view).groups()
     result = FrontierResult.from_json(found["frontier"])
     result = replace(result, axis=axis) if axis else result
-    return format_table(replace(result, sizes=(int(size) / 100,)) if size else result)
+    if not size:
+        return format_table(result)
+    return f"{format_table(replace(result, sizes=(int(size) / 100,)))}\n\n{what_it_shows(result, int(size) / 100)}"
 
 
 @renders("explain")

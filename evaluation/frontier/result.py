@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from prune.core.recipe import Recipe
 
+from evaluation.frontier.compound import QUANTIZED
 from evaluation.frontier.plan import AXES, FAMILIES, Target
 from evaluation.sweeps.cuts import from_json_number, to_json_number
 
@@ -232,6 +233,31 @@ def format_table(result: FrontierResult) -> str:
             else:
                 notes.append(f"- {100 * size:g} %, {family}: {found or 'not measured yet'}")
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def what_it_shows(result: FrontierResult, size: float) -> str:
+    """The rows at ``size`` in words, written from their numbers (so that words about a table never drift from it):
+    the best point a deployment gains from, against the original, and the best one without quantization."""
+    rows = [p for f in result.families() if isinstance(p := result.cell(f, size), Point) and gains(p, result.dense)]
+    at = f"At {100 * size:g} % of {AXES[result.axis]}"
+    if not rows:
+        return f"{at}, no family has a point a deployment gains from."
+    dense, lead = result.dense, best(rows)
+    score = (lambda p: f"{100 * p.task:.1f} %") if in_percent(result) else (lambda p: f"{p.task:.4f}")
+
+    def said(p: Point) -> str:
+        return (f"{p.label} ({p.recipe.short()}): perplexity {p.perplexity:.2f} and {result.task} {score(p)} in "
+                f"{100 * p.weight_bytes / dense.weight_bytes:.0f} % of the bytes, {p.ms:.1f} ms/token "
+                f"({p.dense_ms / p.ms:.1f}× the original's speed)")
+
+    words = (f"{at}, the best is {said(lead)}; the original: perplexity "
+             f"{dense.perplexity:.2f}, {result.task} {score(dense)}, {dense.ms:.1f} ms/token.")
+    unquantized = [p for p in rows if not any(f.endswith(QUANTIZED) for f in p.families)]
+    if unquantized and best(unquantized) is not lead:
+        words += f" Without quantization the best is {said(best(unquantized))}."
+    elif not unquantized:
+        words += " No point without quantization reaches this size with a gain."
+    return words
 
 
 def target_line(result: FrontierResult, target: Target, chosen: Point | None) -> str:
