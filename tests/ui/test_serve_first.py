@@ -53,7 +53,7 @@ def test_the_server_answers_before_the_first_screen_and_a_page_opened_meanwhile_
         assert measured == [1]  # the cut's numbers measured once: the page took the start-up's
         settled = page.handlers.pick.settle(opened[page.session])  # waits for the rest of the start-up
         assert context.warming.done.is_set() and settled == context.first_screen.settled
-        assert "resamples" in settled[page.cut.stability_md] and backend.models.rates(ModelSpec(tiny_folder))
+        assert "Winners over" in settled[page.cut.stability_md] and backend.models.rates(ModelSpec(tiny_folder))
     finally:
         release.set()
         page.demo.close()

@@ -52,7 +52,7 @@ def test_a_page_opened_before_the_first_screen_shows_its_layout_and_progress_the
             tab.wait_for_selector("#heatmap .lc-plot .hm", timeout=300_000)
             tab.wait_for_function("document.querySelector('#cut-feedback').innerText.includes('agrees on')",
                                   timeout=300_000)
-            tab.wait_for_function("document.querySelector('#stability').innerText.includes('resamples')",
+            tab.wait_for_function("document.querySelector('#stability').innerText.includes('Winners over')",
                                   timeout=300_000)  # then what the first screen did not wait for
             tab.get_by_role("tab", name="Generate").click()
             tab.wait_for_function("document.querySelector('#generate-estimate').innerText.includes('Estimate: ')",
