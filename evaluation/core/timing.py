@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import time
@@ -45,8 +46,9 @@ class Timer:
         return False
 
 
+@functools.cache
 def machine() -> str:
-    """CPU cores and processor, e.g. '2 CPU cores, AMD EPYC, x86_64'."""
+    """CPU cores and processor, e.g. '2 CPU cores, AMD EPYC, x86_64' (read once: the rates' cache key asks often)."""
     name = platform.processor()
     try:
         name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()

@@ -6,18 +6,17 @@ memory, the last few only, so a second method on the same text scores without a 
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 
 import prune
 from prune.core.calibration import Calibration
-from prune.core.paths import cache_root, digest, read_json, write_atomic
-from prune.core.version import __version__
+from prune.core.paths import digest
 from prune.depth.methods import get_method
 from prune.depth.methods.context import Context
 from prune.depth.stability import Stability, block_stability
 
 from evaluation.core.jobs import Progress, cancellable
+from evaluation.core.store import ResultStore
 from evaluation.core.pool import Loaded, ModelSpec
 from evaluation.serving.models import Models
 
@@ -50,18 +49,16 @@ class Analysis:
         disk like the analysis (a restart reads it: no residual stream computed)."""
         with self.models.jobs.run("the stability check", progress, owner=owner) as job:
             base = self.models.base(spec, job)
-            calibration = calibration or self.models.default_calibration
-            key = digest({"model": base.fingerprint, "method": method, "block_size": block_size,
-                          "resamples": resamples, "options": options, "calibration": calibration.key(),
-                          "version": __version__})
-            path = cache_root() / "stability" / f"{method}-{key}.json"
-            if (kept := read_json(path)) is not None:
+            calibration, store = calibration or self.models.default_calibration, ResultStore()
+            key = {"kind": "stability", "model": base.fingerprint, "method": method, "block_size": block_size,
+                   "resamples": resamples, "options": options, "calibration": digest(calibration.key())}
+            if (kept := store.get(key)) is not None:
                 return Stability.from_json(kept)
             job.update(0.0, f"Re-scoring {resamples} resamples of the calibration windows…")
             context = self._context(base, calibration)
             with cancellable(base.model, job):
                 found = block_stability(context, method, block_size, resamples=resamples, **options)
-            write_atomic(path, json.dumps(found.to_json()))
+            store.put(key, found.to_json())
             return found
 
     def _context(self, base: Loaded, calibration: Calibration) -> Context:

@@ -8,7 +8,6 @@ Every call names the base model by a :class:`~evaluation.core.pool.ModelSpec` an
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, replace
@@ -20,11 +19,12 @@ from prune.core.budget import configured_budget
 from prune.core.calibration import default_calibration
 from prune.core.errors import InvalidInput
 from prune.core.layer_files import own_files, streams
-from prune.core.paths import cache_root, default_data_dir, digest, read_json, write_atomic
+from prune.core.paths import default_data_dir
 from prune.core.recipe import Recipe
 
 from evaluation.core.jobs import Job, JobRunner, Progress, building
 from evaluation.core.pool import Loaded, ModelInfo, ModelPool, ModelSpec
+from evaluation.core.store import ResultStore
 from evaluation.core.timing import Rates, machine
 from evaluation.measure import speed
 from evaluation.measure.measurement import ORIGINAL
@@ -73,30 +73,30 @@ class Models:
             return replace(loaded.info, rates=found)
 
     def _timed(self, spec: ModelSpec, loaded: Loaded, job: Job) -> Rates:
-        """``loaded``'s rates probed (:func:`~evaluation.measure.speed.probe_rates`), and kept in memory and on disk
-        (a restart, or another process of this server, reads them: :meth:`rates`)."""
+        """``loaded``'s rates probed (:func:`~evaluation.measure.speed.probe_rates`), and kept in memory and in the
+        results cache (a restart, or another process of this server, reads them: :meth:`rates`)."""
         job.update(0.95, "Timing one short pass on this machine…")
         found = speed.probe_rates(loaded.model)
-        write_atomic(self._rates_file(loaded), json.dumps(asdict(found)))
+        ResultStore().put(self._rates_key(loaded), asdict(found))
         with self._rates_guard:
             self._rates[spec] = found
         return found
 
     def _kept(self, spec: ModelSpec, loaded: Loaded) -> Rates | None:
-        """The rates the disk cache keeps for ``loaded`` on this machine (then held in memory too), or None."""
+        """The rates the results cache keeps for ``loaded`` on this machine (then held in memory too), or None."""
         try:
-            found = Rates(**read_json(self._rates_file(loaded)))
+            found = Rates(**ResultStore().get(self._rates_key(loaded)))
         except TypeError:  # none kept, or unreadable
             return None
         with self._rates_guard:
             self._rates[spec] = found
         return found
 
-    def _rates_file(self, loaded: Loaded) -> Path:
-        """Where ``loaded``'s rates are kept: by its weights, the device, the processor and its threads, torch."""
-        key = {"model": loaded.fingerprint, "device": self.device, "machine": machine(),
-               "threads": torch.get_num_threads(), "torch": torch.__version__}
-        return cache_root() / "rates" / f"{digest(key)}.json"
+    def _rates_key(self, loaded: Loaded) -> dict:
+        """What ``loaded``'s speed here depends on: its weights, the device, the processor and its threads (the
+        results cache adds torch's version)."""
+        return {"kind": "rates", "model": loaded.fingerprint, "device": str(self.device), "machine": machine(),
+                "threads": torch.get_num_threads()}
 
     def place(self, spec: ModelSpec) -> None:
         """Load ``spec``'s weights onto the device now, with no forward pass: a ZeroGPU Space places its models at

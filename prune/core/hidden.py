@@ -48,7 +48,8 @@ def forward_inputs(model: nn.Module, input_ids: torch.Tensor) -> dict[str, torch
     return {"input_ids": input_ids}
 
 
-def _stop(*_) -> None:
+def stop_forward(*_) -> None:
+    """A hook that ends the forward pass it is called in (:func:`run_until_stopped`)."""
     raise StopForward
 
 
@@ -70,7 +71,7 @@ def residual_streams(model: nn.Module, input_ids: torch.Tensor, batch_size: int 
             hooks += [layer.register_forward_hook(
                 lambda _m, _a, out, found=found: found.append(keep(_hidden_out(out)).float().cpu()))
                 for layer in layers]
-        hooks.append(stacks[-1][-1].register_forward_hook(_stop))  # after the last state: no LM head's logits
+        hooks.append(stacks[-1][-1].register_forward_hook(stop_forward))  # after the last state: no LM head's logits
         try:
             run_until_stopped(model, **forward_inputs(model, batch.to(input_device(model))), use_cache=False)
         finally:

@@ -32,7 +32,7 @@ from prune.core.calibration import Calibration, token_windows
 from prune.core.devices import input_device
 from prune.core.errors import InvalidInput, UnknownMethod, quoted
 from prune.core.experts import driven, expert_forward_inputs, expert_stacks_of, experts_modules, routed
-from prune.core.hidden import StopForward, forward_inputs, run_until_stopped
+from prune.core.hidden import forward_inputs, run_until_stopped, stop_forward
 
 METHODS = {"reap": "REAP", "frequency": "frequency", "ean": "activation norm", "gate": "mean gate",
            "random": "random"}
@@ -102,10 +102,6 @@ def remember(model: nn.Module, calibration: Calibration, found, batch_size: int 
         _READ.setdefault(model, {})[_key(model, kind, calibration, batch_size)] = found
 
 
-def _stop(*_):
-    raise StopForward
-
-
 def read_calibration(model: nn.Module, tokenizer, calibration: Calibration, hooks: dict[nn.Module, Callable],
                      batch_size: int, progress: Progress | None, what: str) -> None:
     """One pass of ``calibration``'s windows through ``model`` with ``hooks`` (experts module → forward pre-hook
@@ -114,7 +110,7 @@ def read_calibration(model: nn.Module, tokenizer, calibration: Calibration, hook
         raise InvalidInput(f"{what} reads the calibration text: it needs the model's tokenizer.")
     handles = [module.register_forward_pre_hook(hook, with_kwargs=True) for module, hook in hooks.items()]
     if (head := model.get_output_embeddings()) is not None:  # the experts' inputs are all it reads: no logits
-        handles.append(head.register_forward_pre_hook(_stop))
+        handles.append(head.register_forward_pre_hook(stop_forward))
     windows = token_windows(tokenizer, calibration).to(input_device(model))
     try:
         for done, batch in enumerate(windows.split(batch_size)):
