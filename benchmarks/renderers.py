@@ -219,6 +219,31 @@ def gpu_check(found: dict) -> str:
         ("" if found.get("finished", True) else "\n\nThe run stopped before its last step.")
 
 
+@renders("screen_*")
+def frontier_screen(found: dict) -> str:
+    """benchmarks/frontier_screen.py: the screened frontier beside the exhaustive one (each from a cold results
+    cache, one run), and the screen's error per family against the full measurement of the same candidate."""
+    asked = f"target {found['target']}" if found.get("target") else f"sizes {found['sizes']}"
+    same = lambda flag: "yes" if flag else "**no**"  # noqa: E731
+    out = table(["frontier", "screened (s)", "exhaustive (s)", "× faster", "first early answer (s)",
+                 "screen done (s)", "measured in full (screened / exhaustive)", "screened out", "same front",
+                 "same best", "front points screened out"],
+                [[f"{asked}, {found['task']} {found['limit']}", num(found["screened_wall_s"], ".0f"),
+                  num(found["exhaustive_wall_s"], ".0f"), num(found["speedup"], ".2f"),
+                  num(found["screened_first_answer_s"], ".0f"), num(found["screened_screened_s"], ".0f"),
+                  f"{found['measured_in_full']['screened']} / {found['measured_in_full']['exhaustive']}",
+                  found["screened_out"], same(found["same_front"]),
+                  same(found["same_best"]) if found.get("target") else "—", found["front_points_screened_out"]]])
+    errors = found["error_by_family"]
+    out += (f"\n\nThe screen against the full measurement of the same candidate, per family (the original's screen "
+            f"perplexity is {num(found['screen_over_full_original'], '.3f')} × its full one):\n\n") + table(
+        ["family", "candidates", "largest \\|(screen ÷ full perplexity) ÷ the original's − 1\\|", "screened out",
+         "of them on the exhaustive front"],
+        [[family, e["points"], pct_1(e["max_ratio_error"]), e["screened_out"], e["front_screened_out"]]
+         for family, e in errors.items()])
+    return out + f"\n\nFront (both runs): {', '.join(found['front_exhaustive'])}."
+
+
 @renders("frontier", "frontier_*")
 def frontier(found: dict, view: str = "") -> str:
     """benchmarks/frontier.py: the CLI's own frontier table. A view names an axis, a size in percent or both:

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from evaluation.serving import (AXES, COMPOUND_STRUCTURES, EXPERT_FAMILY, FrontierPoint, FrontierResult, gains, MIB,
-                                SINGLES)
+                                Screening, SINGLES)
 from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
 from ui.plots import FONT, styled
 
@@ -85,6 +85,32 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
     fig.update_yaxes(type="log", row=1, col=2)
     fig.update_annotations(font=FONT)
     title = "Quality against size, every family" + ("" if result.complete else f" ({result.pending} to go)")
+    return styled(fig, title=dict(text=title), margin=dict(t=100))
+
+
+def screen_figure(screening: Screening) -> go.Figure:
+    """The screen so far: each candidate's screen perplexity (log) against its counted size, the original a star."""
+    fig = go.Figure()
+    original = screening.original
+
+    def x(point) -> float:
+        value = point.value(screening.axis)
+        return 100 * value / original.params if screening.axis == "params" else value / MIB
+
+    for family in dict.fromkeys(f for p in screening.points for f in p.families):
+        points = [p for p in screening.points if family in p.families]
+        color, symbol = look(family)
+        fig.add_trace(go.Scatter(x=[x(p) for p in points], y=[p.perplexity for p in points], mode="markers",
+                                 marker=dict(color=color, symbol=symbol, size=11, line=dict(width=2, color=color)),
+                                 name=family, text=[f"{family}: {p.recipe.short()}<br>screen perplexity "
+                                                    f"{p.perplexity:.4g}" for p in points],
+                                 hovertemplate="%{text}<extra></extra>"))
+    fig.add_trace(go.Scatter(x=[x(original)], y=[original.perplexity], mode="markers", name="original",
+                             marker=dict(symbol="star", size=16, color=MODEL_COLORS["original"])))
+    fig.update_xaxes(title=_axis_title(screening.axis))
+    fig.update_yaxes(type="log", title=f"WikiText-2 perplexity on the screen's {screening.windows} windows (log)")
+    title = (f"Screening: {len(screening.points)} candidates so far, {screening.pending} to go; then the survivors "
+             "are measured in full")
     return styled(fig, title=dict(text=title), margin=dict(t=100))
 
 

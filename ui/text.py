@@ -205,7 +205,8 @@ def divergence_markdown(report) -> str:
 def frontier_progress(result) -> str:
     """While the frontier runs: points measured and to go; then its front."""
     done = len(result.points)
+    out = f"; {len(result.screened)} screened out (see the notes under the table)" if result.screened else ""
     if not result.complete:
-        return f"Measuring… {done} of {done + result.pending} models so far (the original first)."
+        return f"Measuring in full… {done} of {done + result.pending} models so far (the original first){out}."
     front = ", ".join(p.label for p in result.front())
-    return f"Measured {done} models beside the original. On the Pareto front: {front}."
+    return f"Measured {done} models in full beside the original{out}. On the Pareto front: {front}."

@@ -60,8 +60,8 @@ def _check_sweep_options(args) -> None:
     """--frontier's options with it only (checked there), --sparsity_sweep's likewise."""
     if args.frontier is not None:
         check_frontier(args)
-    elif args.axis or args.sizes or args.target:
-        raise InvalidInput("--axis, --sizes and --target go with --frontier.")
+    elif args.axis or args.sizes or args.target or args.frontier_all:
+        raise InvalidInput("--axis, --sizes, --target and --frontier_all go with --frontier.")
     if (args.levels is not None or args.methods is not None) and not args.sparsity_sweep:
         raise InvalidInput("--levels and --methods go with --sparsity_sweep.")
 

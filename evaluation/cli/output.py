@@ -133,7 +133,7 @@ def frontier_report(args, backend: Backend, spec: ModelSpec, request, out_dir: P
                               target=args.target, method=args.frontier, calibration=calibration_of(args, backend),
                               ppl_seq_len=args.ppl_seq_len, ppl_windows=args.ppl_windows,
                               families=args.plan.families, repair=args.plan.repair, engine=args.engine,
-                              batch_size=args.batch_size,
+                              screen=not args.frontier_all, batch_size=args.batch_size,
                               use_cache=not args.no_cache, progress=progress))
     data = {"frontier": result.to_json(), "model": backend.models.load(spec).name,
             "layercut_version": prune.__version__}

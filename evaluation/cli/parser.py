@@ -118,6 +118,10 @@ def _sweeps_and_frontier(parser: argparse.ArgumentParser) -> None:
                         help="with --frontier: the families tried, separated by ';' (default: every one, each alone "
                              "and the structural ones with int8 and int4: "
                              f"{'; '.join(FRONTIER_FAMILIES)})")
+    parser.add_argument("--frontier_all", action="store_true",
+                        help="with --frontier: measure every candidate in full (by default each is first screened on "
+                             "a few perplexity windows, and one a rival beats beyond the screen's noise is shown as "
+                             "screened out instead; points already measured come from the cache)")
     parser.add_argument("--repair", nargs=2, default=None, metavar=("kd|lora", "SECONDS"),
                         help="with --frontier: also train each structural point that long before it is quantized "
                              "(kd: LoRA distilled from the original; lora: on WikiText-2 validation), beside the "

@@ -52,6 +52,7 @@ from prune.width.step import WidthPrune
 from evaluation.core.settings import PERPLEXITY
 from evaluation.engines.llama_cpp import LLAMA_CPP, why_not_installed
 from evaluation.frontier import compound
+from evaluation.frontier.screen import SCREEN_WINDOWS
 
 AXES = {"bytes": "weight bytes as stored (MiB)",
         "params": "parameters not zero (zeros stored densely save no bytes and no time)",
@@ -92,14 +93,18 @@ class FrontierPlan:
     families: tuple[str, ...] = FAMILIES  # the families tried (FAMILIES' order); every one by default
     repair: compound.Repair | None = None  # each structural point also trained this long before it is quantized
     engine: str | None = None  # the decode timed in llama.cpp (each point's GGUF) instead of LayerCut's own loop
+    screen: int = 0  # perplexity windows of each candidate's screen (0: every candidate measured in full)
 
 
 def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES, method: str = DEFAULT_METHOD,
                calibration: Calibration | None = None, *, ppl_seq_len: int = PERPLEXITY.seq_len,
                ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES,
-               repair: compound.Repair | None = None, engine: str | None = None) -> FrontierPlan:
+               repair: compound.Repair | None = None, engine: str | None = None, screen: bool = True) -> FrontierPlan:
     """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once), known
-    families (at least one; with a repair, its repaired families too: all of them when ``families`` is all)."""
+    families (at least one; with a repair, its repaired families too: all of them when ``families`` is all).
+
+    ``screen``: candidates screened first (:mod:`evaluation.frontier.screen`) on the first ``SCREEN_WINDOWS`` of the
+    perplexity windows (at least two); never by latency, which is measured, not estimated."""
     if axis not in AXES:
         raise InvalidInput(f"Measure the frontier by {', '.join(AXES)}, not {quoted(axis)}.")
     if method not in METHODS:
@@ -118,8 +123,9 @@ def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES,
         raise InvalidInput(f"A frontier's decode is timed in LayerCut or {LLAMA_CPP}, not {quoted(engine)}.")
     if engine is not None and (why := why_not_installed()):
         raise InvalidInput(why)
+    windows = min(SCREEN_WINDOWS, ppl_windows) if screen and axis != "ms" else 0
     return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows,
-                        tuple(f for f in known if f in named), repair, engine)
+                        tuple(f for f in known if f in named), repair, engine, windows if windows >= 2 else 0)
 
 
 def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:
@@ -195,11 +201,12 @@ def _positive(text: str) -> float | None:
 
 
 def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
-               blocks: ImportanceResult) -> tuple[list[Candidate], dict[tuple[str, float], str]]:
+               blocks: ImportanceResult | None) -> tuple[list[Candidate], dict[tuple[str, float], str]]:
     """Every candidate ``plan`` measures on ``model`` (each recipe once), and why a family reaches no size.
 
     ``depth`` is the analysis of ``plan.method``; ``blocks`` the sub-layer analysis (attention and MLP
-    scores). A size in bytes or latency is planned at the same fraction of the parameters.
+    scores; None where :func:`drops_reach` says no drop reaches a size). A size in bytes or latency is planned at
+    the same fraction of the parameters.
     """
     found: dict[str, Candidate] = {}
     why: dict[tuple[str, float], str] = {}
@@ -236,8 +243,8 @@ def candidates(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult,
     return list(found.values()), why
 
 
-def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, blocks: ImportanceResult, limit: float,
-             total: int):
+def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, blocks: ImportanceResult | None,
+             limit: float, total: int):
     """(family, recipe or why not) of every family planned for ``limit`` parameters."""
     base = size_of(model)
     patch = Patch.of("lstsq", _patch_calibration(plan.calibration))
@@ -249,6 +256,9 @@ def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, bloc
     for kind, family in ((ATTENTION, "attention drop"), (MLP, "MLP drop")):
         if kind not in held:
             yield family, f"this architecture has no single {kind} module to drop"
+            continue
+        if blocks is None:  # not analysed: no size is in reach (:func:`drops_reach`)
+            yield family, f"dropping every {kind} block does not reach this size"
             continue
         yield family, _fewest(lambda n: Recipe.drop(depth.num_layers, **{kind: blocks.best_sublayers(kind, n)},
                                                     origin=f"frontier: {n} lowest-scored {kind} blocks"),
@@ -392,6 +402,15 @@ def _fewest(make, count, limit: float, most: int) -> Recipe | str:
         if count(recipe) <= limit:
             return recipe
     return f"removing {most} of them does not reach this size"
+
+
+def drops_reach(model: nn.Module, plan: FrontierPlan) -> bool:
+    """Whether an attention or MLP drop the plan tries could reach one of its sizes: dropping every block of a kind
+    reaches it by arithmetic (if none can, the frontier needs no sub-layer analysis)."""
+    total, held = parameter_count(model), _block_params(model)
+    kinds = [kind for kind, family in ((ATTENTION, "attention drop"), (MLP, "MLP drop"))
+             if family in plan.families and kind in held]
+    return any(total - sum(held[kind]) <= max(plan.sizes) * total for kind in kinds)
 
 
 def _block_params(model: nn.Module) -> dict[str, list[int]]:

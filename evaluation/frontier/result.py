@@ -20,6 +20,7 @@ from prune.core.recipe import Recipe
 
 from evaluation.frontier.compound import QUANTIZED
 from evaluation.frontier.plan import AXES, FAMILIES, Target
+from evaluation.frontier.screen import Screened
 from evaluation.sweeps.cuts import from_json_number, to_json_number
 
 MIB = 2**20
@@ -84,6 +85,8 @@ class FrontierResult:
     points: tuple[Point, ...]
     why: dict[tuple[str, float], str] = field(default_factory=dict)  # (family, size) → why it reaches no point
     pending: int = 0  # candidates not measured yet
+    screened: tuple[Screened, ...] = ()  # candidates screened out (each names its rival), not measured in full
+    screen: int = 0  # the screen's perplexity windows (0: every candidate measured in full)
 
     @property
     def complete(self) -> bool:
@@ -113,6 +116,9 @@ class FrontierResult:
             return best(fitting)
         if under:
             return no_gain(best(under), self.dense)
+        out = [p for p in self.screened if family in p.families and p.value(self.axis) <= self.bound(size)]
+        if out:
+            return screened_out(min(out, key=lambda p: p.perplexity), self.screen)
         if (family, size) in self.why:
             return self.why[(family, size)]
         if self.pending:
@@ -125,7 +131,7 @@ class FrontierResult:
 
     def families(self) -> list[str]:
         """The families that have a point or a reason, in the table's order."""
-        named = {f for p in self.points for f in p.families} | {f for f, _ in self.why}
+        named = {f for p in (*self.points, *self.screened) for f in p.families} | {f for f, _ in self.why}
         return [f for f in FAMILIES if f in named] + sorted(named - set(FAMILIES))  # then the repaired ones
 
     def front(self) -> list[Point]:
@@ -169,14 +175,16 @@ class FrontierResult:
                 "ppl_windows": self.ppl_windows, "dense": self.dense.to_json(),
                 "points": [p.to_json() for p in self.points],
                 "why": [{"family": f, "size": s, "why": w} for (f, s), w in self.why.items()],
-                "pending": self.pending, "front": [p.recipe.key for p in self.front()]}
+                "pending": self.pending, "front": [p.recipe.key for p in self.front()],
+                "screened": [p.to_json() for p in self.screened], "screen": self.screen}
 
     @classmethod
     def from_json(cls, data: dict) -> FrontierResult:
         return cls(RENAMED_AXES.get(data["axis"], data["axis"]), tuple(data["sizes"]), data["method"], data["task"],
                    data["metric"], data["limit"], data["ppl_seq_len"], data["ppl_windows"],
                    Point.from_json(data["dense"]), tuple(Point.from_json(p) for p in data["points"]),
-                   {(w["family"], w["size"]): w["why"] for w in data["why"]}, data.get("pending", 0))
+                   {(w["family"], w["size"]): w["why"] for w in data["why"]}, data.get("pending", 0),
+                   tuple(Screened.from_json(p) for p in data.get("screened", ())), data.get("screen", 0))
 
 
 def best(points: list[Point]) -> Point:
@@ -196,6 +204,14 @@ def no_gain(point: Point, dense: Point) -> str:
             f"{point.weight_bytes / MIB:.1f} MiB (the original {dense.weight_bytes / MIB:.1f}) and decodes at "
             f"{point.ms:.1f} ms/token against the original's {point.dense_ms:.1f} timed beside it (faster means at "
             f"least {100 * (1 - FASTER):g} % faster); zeros stored densely save nothing a deployment sees")
+
+
+def screened_out(point: Screened, windows: int) -> str:
+    """Why a family's point at a size was not measured in full: its screen, and the rival that beat it."""
+    return (f"screened out: {point.recipe.short()}, {point.weight_bytes / MIB:.1f} MiB as stored, perplexity "
+            f"{point.perplexity:.4g} on the screen's {windows} windows, beaten on every window beyond the screen's "
+            f"noise by {point.beaten_by} (measure it in full: --frontier_all, or the page's 'Measure every "
+            "candidate in full')")
 
 
 def in_percent(result: FrontierResult) -> bool:

@@ -8,6 +8,11 @@ latency at batch 1 (:func:`evaluation.measure.speed.measure_speed`: a 128-token 
 median of 3 runs), timed in turns with the original so that the machine's load falls on both alike, with the
 decode's memory-bandwidth floor where the speed rows carry one (``details["floor_ms"]``). A point cached before
 the speed rows carried floors keeps none (shown as missing, not measured again: its other numbers stand).
+
+Unless the plan says otherwise (``screen=0``: ``--frontier_all``), every candidate is first screened
+(:mod:`evaluation.frontier.screen`: built, counted, a few perplexity windows, each screen cached too), the run
+yielding the :class:`~evaluation.frontier.screen.Screening` so far after each (an early answer); then the original
+and the candidates no rival screens out are measured in full, the ones still held from their screen not built again.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from prune.core.storage import weight_bytes
 from evaluation.engines import llama_cpp
 from evaluation.frontier.plan import Candidate, FrontierPlan
 from evaluation.frontier.result import FrontierResult, Point
+from evaluation.frontier.screen import Screened, Screening
 from evaluation.measure import bandwidth, memory, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.quality.fast_lm import make_fast
@@ -42,59 +48,100 @@ from evaluation.core.settings import BATCH_SIZE
 
 SPEED = {"batch_sizes": (1,), "prompt_len": 128, "new_tokens": (32,), "repeats": 3}
 _BUILD_SHARE = 0.4  # of a point's progress bar
+_SCREEN_SHARE = 0.4  # of the run's progress bar, when it screens
 
 
 def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: FrontierPlan,
                   found: list[Candidate], why: dict, *, wikitext_rows: list[str], batch_size: int = BATCH_SIZE,
                   store: ResultStore | None = None, identify: Callable[[Recipe], dict] | None = None,
-                  job: Job | None = None) -> Iterator[FrontierResult]:
-    """The frontier after the original and after each candidate of ``found``; the last is complete.
+                  job: Job | None = None) -> Iterator[Screening | FrontierResult]:
+    """The screen after each candidate (when the plan screens), then the frontier after the original and after each
+    candidate measured in full; the last is complete.
 
-    With ``store`` each point is read from, or written to, the results cache under ``identify(recipe)`` (the
-    backend's model fingerprint and recipe key) and every setting that changes its numbers; ``job`` reports
-    one span per point and cancels between layers of a build and between forwards of a measurement.
+    With ``store`` each screen and point is read from, or written to, the results cache under ``identify(recipe)``
+    (the backend's model fingerprint and recipe key) and every setting that changes its numbers; ``job`` reports
+    one span per candidate and cancels between layers of a build and between forwards of a measurement.
     """
     perplexity.check_seq_lens(model, (plan.ppl_seq_len,))
     job = job or Job("the frontier", None, threading.Event())
     task = request.names[0]
+    text = {"ppl_seq_len": plan.ppl_seq_len, "text": digest("\n".join(wikitext_rows))}
     settings = {"kind": "frontier_point", "task": task, "limit": request.limit, "num_fewshot": request.num_fewshot,
-                "data": request.data, "batch_size": batch_size, "scorer": "fast", "ppl_seq_len": plan.ppl_seq_len,
-                "ppl_windows": plan.ppl_windows, "text": digest("\n".join(wikitext_rows)),
+                "data": request.data, "batch_size": batch_size, "scorer": "fast", **text,
+                "ppl_windows": plan.ppl_windows,
                 "speed": {k: list(v) if isinstance(v, tuple) else v for k, v in SPEED.items()},
                 **({} if plan.engine is None else {"engine": plan.engine, "llama_cpp": llama_cpp.version()})}
     inputs: dict = {}  # the loaded task and the WikiText-2 ids, made at the first point not cached
-
-    def measured(candidate: Candidate, step: Job) -> dict:
-        if not inputs:
-            step.update(0.0, f"Loading {task} and WikiText-2…")
-            inputs.update(loaded=lm_eval_adapter.load_tasks(request),
-                          ids=perplexity.token_ids(tokenizer, wikitext_rows))
-        return measure_point(model, tokenizer, candidate.recipe, task, request.limit, inputs, plan, batch_size, step)
-
-    todo = [Candidate((), None, Recipe()), *found]
+    held: dict[str, tuple] = {}  # recipe key → (built model, build seconds, bytes) kept from the screen
     why = dict(why)
-    points: list[Point] = []
-    metric = None
-    try:
-        for index, candidate in enumerate(todo):
-            step = job.sub(index / len(todo), (index + 1) / len(todo))
-            key = {**settings, **identify(candidate.recipe)} if store is not None and identify is not None else None
-            entry = store.get(key) if key is not None else None
-            if entry is None:
-                try:
-                    entry = measured(candidate, step)
-                except Cancelled:
+
+    def cached(key_settings: dict, recipe: Recipe, work: Callable[[], dict], families: tuple) -> dict:
+        """The cached entry, else ``work()``'s (a candidate that cannot be built here: its reason, cached too)."""
+        key = {**key_settings, **identify(recipe)} if store is not None and identify is not None else None
+        entry = store.get(key) if key is not None else None
+        if entry is None:
+            try:
+                entry = work()
+            except Cancelled:
+                raise
+            except LayerCutError as err:  # this candidate cannot be built here: said in its cells, the rest go on
+                if not families:
                     raise
-                except LayerCutError as err:  # this candidate cannot be built here: said in its cells, the rest go on
-                    if not candidate.families:
-                        raise
-                    entry = {"failed": " ".join(str(err).split())}
-                if key is not None:
-                    store.put(key, entry)
-            if "failed" in entry:
-                why.update({(family, size): entry["failed"] for family in candidate.families
-                            for size in ((candidate.size,) if candidate.size is not None else plan.sizes)})
-            else:
+                entry = {"failed": " ".join(str(err).split())}
+            if key is not None:
+                store.put(key, entry)
+        return entry
+
+    def refused(candidate: Candidate, entry: dict) -> bool:
+        if "failed" in entry:
+            why.update({(family, size): entry["failed"] for family in candidate.families
+                        for size in ((candidate.size,) if candidate.size is not None else plan.sizes)})
+        return "failed" in entry
+
+    def ids():
+        return inputs.setdefault("ids", perplexity.token_ids(tokenizer, wikitext_rows))
+
+    todo, screened_out, share = [Candidate((), None, Recipe()), *found], (), 0.0
+    try:
+        if plan.screen:
+            share, screening = _SCREEN_SHARE, None
+            todo = [todo[0], *sorted(found, key=_screen_order)]
+            screen_key = {"kind": "frontier_screen", **text, "windows": plan.screen}
+            for index, candidate in enumerate(todo):
+                step = job.sub(_SCREEN_SHARE * index / len(todo), _SCREEN_SHARE * (index + 1) / len(todo))
+                entry = cached(screen_key, candidate.recipe, lambda: _screen(model, tokenizer, candidate.recipe, ids(),
+                                                                             plan, step, held),
+                               candidate.families)
+                if refused(candidate, entry):
+                    continue
+                point = Screened(candidate.families, candidate.size, candidate.recipe, entry["params"],
+                                 entry["weight_bytes"], tuple(entry["nll"]), entry["build_s"])
+                screening = Screening(plan.axis, plan.sizes, plan.screen, point, (), len(todo) - 1) \
+                    if screening is None else replace(screening, points=(*screening.points, point),
+                                                      pending=len(todo) - index - 1)
+                _hold_survivors(held, screening)
+                step.update(1.0, f"Screened {point.label}: perplexity {point.perplexity:.4g} on {plan.screen} windows")
+                yield screening
+            decided = screening.decided()
+            screened_out = tuple(p for p in decided if p.beaten_by)
+            out = {p.recipe.key for p in screened_out}
+            todo = [todo[0], *(c for c in found if c.recipe.key not in out)]
+        points: list[Point] = []
+        metric = None
+        for index, candidate in enumerate(todo):
+            span = (1 - share) / len(todo)
+            step = job.sub(share + span * index, share + span * (index + 1))
+
+            def measured(candidate=candidate, step=step) -> dict:
+                if "loaded" not in inputs:
+                    step.update(0.0, f"Loading {task} and WikiText-2…")
+                    inputs["loaded"] = lm_eval_adapter.load_tasks(request)
+                ids()
+                return measure_point(model, tokenizer, candidate.recipe, task, request.limit, inputs, plan,
+                                     batch_size, step, built=held.pop(candidate.recipe.key, None))
+
+            entry = cached(settings, candidate.recipe, measured, candidate.families)
+            if not refused(candidate, entry):
                 metric = metric or primary_metric(entry["metrics"])
                 points.append(point_of(candidate, entry, metric))
             step.update(1.0, f"{candidate.families and ' / '.join(candidate.families) or 'original'}: "
@@ -102,9 +149,50 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
             if index == len(todo) - 1:
                 job.update(1.0, "Frontier done.")
             yield FrontierResult(plan.axis, plan.sizes, plan.method, task, metric, request.limit, plan.ppl_seq_len,
-                                 plan.ppl_windows, points[0], tuple(points[1:]), dict(why), len(todo) - index - 1)
-    finally:  # the GGUFs a run in llama.cpp wrote
+                                 plan.ppl_windows, points[0], tuple(points[1:]), dict(why), len(todo) - index - 1,
+                                 screened_out, plan.screen)
+    finally:  # the GGUFs a run in llama.cpp wrote, the models held from the screen
+        held.clear()
         shutil.rmtree(inputs.get("gguf", ""), ignore_errors=True)
+
+
+def _screen_order(candidate: Candidate) -> int:
+    """Screened first, for an early answer worth having: cuts and drops (views: nothing to build), then int8
+    (rounded to nearest: seconds), then the rest as planned (each calibrates)."""
+    return 0 if all(step.view for step in candidate.recipe.steps) else 1 if "int8" in candidate.families else 2
+
+
+def _screen(model, tokenizer, recipe: Recipe, ids, plan: FrontierPlan, step: Job, held: dict) -> dict:
+    """Build ``recipe``'s model and count it, and its mean NLL on each of the screen's windows (the first of the full
+    measurement's); the built model is held for its full measurement (:func:`_hold_survivors` lets go of it)."""
+    began = time.perf_counter()
+    derived = recipe.apply(model, tokenizer, lambda f, message: step.update(0.8 * f, f"{recipe.short()}: {message}"))
+    build_s = time.perf_counter() - began
+    step.update(0.8, f"{recipe.short()}: screening on {plan.screen} perplexity windows…")
+    nll = []
+    with cancellable(derived, step):
+        for window in perplexity.windows(ids, plan.ppl_seq_len, None)[:plan.screen]:
+            total, count = perplexity.window_nll(derived, window[None])
+            nll.append(total / count)
+    zeros = memory.zero_weights(derived)[0] if recipe.sparsity is not None else 0
+    if derived is not model:
+        held[recipe.key] = (derived, build_s, weight_bytes(derived))
+    return {"params": parameter_count(derived) - zeros, "weight_bytes": weight_bytes(derived), "nll": nll,
+            "build_s": build_s}
+
+
+def _hold_survivors(held: dict, screening: Screening) -> None:
+    """Let go of the built models the screen has ruled out so far; of the rest, the best on the screen while their
+    bytes add up to at most the original's (memory for one more model, whatever the model's size)."""
+    alive = sorted((p for p in screening.decided() if p.beaten_by is None and p.recipe.key in held),
+                   key=lambda p: p.perplexity)
+    room, keep = screening.original.weight_bytes, set()
+    for point in alive:
+        if held[point.recipe.key][2] <= room:
+            room -= held[point.recipe.key][2]
+            keep.add(point.recipe.key)
+    for key in set(held) - keep:
+        del held[key]
 
 
 def point_of(candidate: Candidate, entry: dict, metric: str) -> Point:
@@ -138,13 +226,19 @@ def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
 
 
 def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,
-                  batch_size: int, step: Job) -> dict:
-    """Build ``recipe``'s model (reporting per layer), then count, score and time it (see the module docstring)."""
+                  batch_size: int, step: Job, built: tuple | None = None) -> dict:
+    """Build ``recipe``'s model (reporting per layer; ``built``: the model, its build seconds and bytes, held from its
+    screen), then count, score and time it (see the module docstring)."""
     name = recipe.short()
-    began = time.perf_counter()
-    build = step.sub(0.0, _BUILD_SHARE)
-    derived = recipe.apply(model, tokenizer, lambda f, message: build.update(f, f"{name}: {message}"))
-    built = time.perf_counter()
+    if built is None:
+        began = time.perf_counter()
+        build = step.sub(0.0, _BUILD_SHARE)
+        derived = recipe.apply(model, tokenizer, lambda f, message: build.update(f, f"{name}: {message}"))
+        built_at = time.perf_counter()
+    else:
+        derived, build_s, _ = built
+        built_at = time.perf_counter()
+        began = built_at - build_s
     with cancellable(derived, step):
         zeros = memory.zero_weights(derived)[0] if recipe.sparsity is not None else 0
         step.update(_BUILD_SHARE, f"{name}: {task}…")
@@ -166,4 +260,4 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
             "ms": ours.value, "dense_ms": decode["original"].value,
             "floor_ms": to_json_number(ours.details.get("floor_ms")),
             "ideal_speedup": speed.ideal_speedup(model, derived, context),
-            "build_s": built - began, "measure_s": time.perf_counter() - built}
+            "build_s": built_at - began, "measure_s": time.perf_counter() - built_at}

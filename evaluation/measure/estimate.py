@@ -141,14 +141,16 @@ def sparsity_sweep(rates: Rates, *, task: str, limit: int | None, points: int, s
 
 
 def frontier(rates: Rates, *, task: str, limit: int | None, points: int, seq_len: int, windows: int,
-             speed_tokens: tuple[int, int, int], repaired: int = 0, repair_s: float = 0.0) -> float:
-    """``evaluation.frontier`` at most: each of ``points`` candidates scored on its task and perplexity and timed in
-    turns with the original (``speed_tokens``: prompt, new tokens, repeats), ``repaired`` of them trained
-    ``repair_s`` seconds first; builds (a calibration pass for the calibrated families) and the analyses not counted:
-    an upper bound in points (a family that reaches no size is not measured), a lower one in work."""
+             speed_tokens: tuple[int, int, int], repaired: int = 0, repair_s: float = 0.0, screen: int = 0) -> float:
+    """``evaluation.frontier`` at most: each of ``points`` candidates screened on ``screen`` perplexity windows (0: no
+    screen), then scored on its task and perplexity and timed in turns with the original (``speed_tokens``: prompt,
+    new tokens, repeats), ``repaired`` of them trained ``repair_s`` seconds first; builds (a calibration pass for the
+    calibrated families) and the analyses not counted: an upper bound in points (a family that reaches no size is
+    not measured, and a screened-out one not in full), a lower one in work."""
     prompt, new, repeats = speed_tokens
     timed = 2 * (1 + repeats) * (forward_s(rates, prompt) + decode_s(rates, new - 1))
-    return points * (forward_s(rates, task_tokens(task, limit) + seq_len * windows) + timed) + repaired * repair_s
+    full = forward_s(rates, task_tokens(task, limit) + seq_len * (windows + screen)) + timed
+    return points * full + repaired * repair_s
 
 
 def rank_search(rates: Rates, *, candidates: int, layers: int, search_tokens: float, test_tokens: float,

@@ -21,6 +21,7 @@ from evaluation.frontier.plan import (DEFAULT_AXIS, DEFAULT_METHOD, DEFAULT_SIZE
                                       FrontierPlan, Target)
 from evaluation.frontier.result import FrontierResult
 from evaluation.frontier.run import points_so_far
+from evaluation.frontier.screen import Screening
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.core.jobs import Progress
 from evaluation.core.pool import ModelSpec
@@ -42,11 +43,12 @@ class Frontier:
             sizes: Iterable[float] = DEFAULT_SIZES, target: Target | None = None, method: str = DEFAULT_METHOD,
             calibration: Calibration | None = None, ppl_seq_len: int = PERPLEXITY.seq_len,
             ppl_windows: int = PERPLEXITY.windows, families: Iterable[str] = FAMILIES,
-            repair: compound.Repair | None = None, engine: str | None = None, batch_size: int = BATCH_SIZE,
-            use_cache: bool = True, progress: Progress | None = None,
-            owner: str | None = None) -> Iterator[FrontierResult]:
-        """Every family's point at each size, as it goes: the result after the original and after each candidate; the
-        last is complete.
+            repair: compound.Repair | None = None, engine: str | None = None, screen: bool = True,
+            batch_size: int = BATCH_SIZE, use_cache: bool = True, progress: Progress | None = None,
+            owner: str | None = None) -> Iterator[Screening | FrontierResult]:
+        """Every family's point at each size, as it goes: the screen after each candidate (``screen=False``: none,
+        every candidate measured in full), then the result after the original and after each candidate measured in
+        full; the last is complete.
 
         With ``target`` the axis is the target's and its size joins ``sizes``, so each family is planned to
         reach it (with no sizes of its own, a target the original meets or that no family plans for is refused in
@@ -61,7 +63,7 @@ class Frontier:
         if target is not None:
             axis, sizes = target.axis, (*sizes, *self._target_size(spec, target, alone=not tuple(sizes)))
         plan = planning.check_plan(axis, sizes, method, calibration, ppl_seq_len=ppl_seq_len, ppl_windows=ppl_windows,
-                                   families=families, repair=repair, engine=engine)
+                                   families=families, repair=repair, engine=engine, screen=screen)
         rows = perplexity.wikitext2_rows(self.models.data_dir)
         store = ResultStore(enabled=use_cache)
         found, why = self._candidates(spec, plan, store, progress, owner)
@@ -102,7 +104,7 @@ class Frontier:
         cached = store.get(key)
         if cached is None:
             depth = self.analysis.score(spec, plan.method, calibration=plan.calibration, progress=progress, owner=owner)
-            blocks = depth if plan.method == DROP_METHOD else \
+            blocks = depth if plan.method == DROP_METHOD else None if not planning.drops_reach(base.model, plan) else \
                 self.analysis.score(spec, DROP_METHOD, calibration=plan.calibration, progress=progress, owner=owner)
             found, why = planning.candidates(base.model, plan, depth, blocks)
             cached = {"candidates": [{"families": list(c.families), "size": c.size, "recipe": c.recipe.to_json()}

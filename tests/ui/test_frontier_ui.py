@@ -36,7 +36,7 @@ def test_the_frontier_redraws_as_each_point_arrives_and_keeps_what_it_measured(p
     box = page.benchmarks.frontier
     assert len(ran) > 5 and all(box.plot in out and box.table in out for out in ran)
     first, last = ran[0][box.summary], ran[-1][box.summary]
-    assert first.startswith("Measuring… 0 of") and last.startswith("Measured ") and "Pareto front" in last
+    assert first.startswith("Measuring in full… 0 of") and last.startswith("Measured ") and "Pareto front" in last
     shown_spec, result = ran[-1][box.shown]
     assert shown_spec == spec and result.complete and result.sizes == (0.9, 0.8)
     assert "| 100 % | original | original |" in ran[-1][box.table] and "params not zero" in ran[-1][box.table]

@@ -16,7 +16,7 @@ import gradio as gr
 
 from evaluation.serving import (C4_PERPLEXITY, C4_TASK, check_sizes, check_sparsity_plan, COMPOUND_STRUCTURES,
                                 estimate, FIXED_FAMILIES, FRONTIER_SPEED, MEMORY_PROMPT_TOKENS, names_a_judge,
-                                PERPLEXITY, SEARCH_SHARE, SEARCH_WINDOW, TASKS, WIKITEXT)
+                                PERPLEXITY, SCREEN_WINDOWS, SEARCH_SHARE, SEARCH_WINDOW, TASKS, WIKITEXT)
 from prune.core.architectures import CAUSAL
 from prune.core.errors import InvalidInput
 from prune.core.surgery import largest_cut
@@ -127,17 +127,19 @@ class Seconds:
                                   limit=self._limit(limit, "Questions"))
 
     @quiet
-    def frontier(self, session, rates, sizes, task, limit, windows, families, repair, repair_s):
-        """At most every chosen family at every size (each fixed-size one once), the repaired twins' training."""
+    def frontier(self, session, rates, sizes, task, limit, windows, families, repair, repair_s, everything=False):
+        """At most every chosen family at every size (each fixed-size one once), the repaired twins' training, and
+        unless ``everything``, each one's screen first."""
         count, chosen = len(check_sizes(sizes or "")), tuple(families or ())
         points = sum(1 if family in FIXED_FAMILIES else count for family in chosen)
         repaired = 0 if repair in (None, "", "none") else sum(
             count for family in chosen if family.split(" + ")[0] in COMPOUND_STRUCTURES
             or family.rsplit(" + ", 1)[0] in COMPOUND_STRUCTURES)
         seconds = inputs.whole_number(repair_s, "Repair seconds", minimum=1, maximum=3600) if repaired else 0
+        windows = inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000)
         return estimate.frontier(rates, task=task, limit=self._limit(limit, "Questions"), points=points + repaired,
-                                 seq_len=PERPLEXITY.seq_len,
-                                 windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
+                                 seq_len=PERPLEXITY.seq_len, windows=windows,
+                                 screen=0 if everything else min(SCREEN_WINDOWS, windows),
                                  speed_tokens=(FRONTIER_SPEED["prompt_len"], FRONTIER_SPEED["new_tokens"][0],
                                                FRONTIER_SPEED["repeats"]), repaired=repaired, repair_s=seconds)
 
@@ -279,7 +281,8 @@ def _lines(page) -> list[Line]:
         Line("sparsity", sparse.estimate, [sparse.task, sparse.levels, sparse.methods, sparse.limit, sparse.windows],
              _cached),
         Line("frontier", frontier.estimate, [frontier.sizes, frontier.task, frontier.limit, frontier.windows,
-                                             frontier.families, frontier.repair, frontier.repair_s], _cached_at_most),
+                                             frontier.families, frontier.repair, frontier.repair_s,
+                                             frontier.everything], _cached_at_most),
         Line("generation", page.generate.estimate, [page.generate.prompt, page.generate.max_new], _at_most),
         Line("rank_search", search.estimate, [search.space, search.criterion, search.limit, search.last_layers,
                                               search.projections], _at_most),

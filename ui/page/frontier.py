@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 import gradio as gr
 
 from evaluation.serving import (AXES, check_repair, check_request, check_sizes, check_target, DEFAULT_AXIS,
-                                DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, frontier_table, PERPLEXITY, REPAIRS,
-                                target_line)
+                                DEFAULT_METHOD, DEFAULT_SIZES, FAMILIES, format_screen, frontier_table, PERPLEXITY,
+                                REPAIRS, Screening, target_line)
 from prune.core.errors import InvalidInput
 from prune.depth.methods import METHODS
 
@@ -38,6 +38,7 @@ class FrontierBox:
     families: gr.CheckboxGroup  # the families tried: each alone, and the structural ones quantized (compounds)
     repair: gr.Dropdown  # none, or a training repair of each structural point before it is quantized
     repair_s: NumberInput  # that repair's seconds a point
+    everything: gr.Checkbox  # every candidate measured in full (no screen)
     button: gr.Button
     estimate: gr.Markdown  # the run's seconds at most, before it starts (ui.page.estimates)
     summary: gr.Markdown
@@ -72,7 +73,11 @@ class FrontierBox:
                     repair=gr.Dropdown([NO_REPAIR, *REPAIRS], value=NO_REPAIR, label="Repair before quantizing",
                                        info="kd: LoRA distilled from the original; lora: on WikiText-2 validation",
                                        elem_id="frontier-repair"),
-                    repair_s=NumberInput(120, label="Repair seconds a point", minimum=1, elem_id="frontier-repair-s"))
+                    repair_s=NumberInput(120, label="Repair seconds a point", minimum=1, elem_id="frontier-repair-s"),
+                    everything=gr.Checkbox(False, label="Measure every candidate in full",
+                                           info="off: each is screened on a few perplexity windows first, and only "
+                                                "those that could be on the front are measured in full",
+                                           elem_id="frontier-everything"))
             settings.update(estimate=gr.Markdown(elem_id="frontier-estimate"))
             summary = gr.Markdown(elem_id="frontier-summary")
             plot = PlotView(plots.empty_figure("Run the frontier to see every family against size"), height=460,
@@ -96,10 +101,12 @@ class FrontierHandlers:
 
     @user_errors
     def run(self, session: Session, axis: str, sizes: str, task: str, limit, windows, families=None,
-            repair: str = NO_REPAIR, repair_s=120, request: gr.Request = None, progress=gr.Progress()):
-        """Every family's candidate at each size, the table and the figure redrawn as each point arrives (each
-        cached); depth cuts by the analysis on show (else Block Influence); ``families``: those tried (None: all);
-        ``repair``: each structural point also trained that many seconds before it is quantized."""
+            repair: str = NO_REPAIR, repair_s=120, everything: bool = False, request: gr.Request = None,
+            progress=gr.Progress()):
+        """Every family's candidate at each size, the table and the figure redrawn as each screen and each point
+        arrives (each cached): the screen's early answer first, then the points measured in full (``everything``:
+        every candidate, no screen); depth cuts by the analysis on show (else Block Influence); ``families``: those
+        tried (None: all); ``repair``: each structural point also trained that many seconds before it is quantized."""
         need_model(session)
         if axis not in AXES:
             raise InvalidInput(f"Size the frontier by {', '.join(AXES)}, not {axis!r}.")
@@ -120,9 +127,13 @@ class FrontierHandlers:
                 calibration=session.calibration or self.context.default_calibration,
                 ppl_windows=inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000),
                 families=FAMILIES if families is None else tuple(families), repair=repaired,
-                progress=reporter(progress), owner=owner(request)):
-            yield {box.plot: frontier_plots.frontier_figure(result), box.table: frontier_table(result),
-                   box.summary: text.frontier_progress(result), box.shown: (session.spec, result)}
+                screen=not everything, progress=reporter(progress), owner=owner(request)):
+            if isinstance(result, Screening):  # the early answer: nothing measured in full to put into a slot yet
+                yield {box.plot: frontier_plots.screen_figure(result), box.table: format_screen(result),
+                       box.summary: result.words(), box.shown: None}
+            else:
+                yield {box.plot: frontier_plots.frontier_figure(result), box.table: frontier_table(result),
+                       box.summary: text.frontier_progress(result), box.shown: (session.spec, result)}
 
     @user_errors
     def best(self, session: Session, shown, target: str):
@@ -148,7 +159,7 @@ def wire(page, handlers) -> dict:
     box = page.benchmarks.frontier
     run = box.button.click(gpu(handlers.frontier.run, handlers.durations.frontier),
                            [page.session, box.axis, box.sizes, box.task, box.limit, box.windows, box.families,
-                            box.repair, box.repair_s],
+                            box.repair, box.repair_s, box.everything],
                            [box.plot, box.table, box.summary, box.shown], api_name="frontier",
                            show_progress_on=[box.summary], **DEVICE)
     best = box.best_btn.click(handlers.frontier.best, [page.session, box.shown, box.target],

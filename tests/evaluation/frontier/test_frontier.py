@@ -26,7 +26,7 @@ from evaluation.core.jobs import final
 
 LAYERS, LAYER_PARAMS, TOTAL = 8, 9280, 94752  # the tiny Llama: hidden 32, MLP 64, 4 heads over 2 KV groups
 ATTENTION_PARAMS, MLP_PARAMS = 2 * 32 * 32 + 2 * 16 * 32, 3 * 64 * 32
-SMALL = dict(ppl_seq_len=32, ppl_windows=2, batch_size=4)
+SMALL = dict(ppl_seq_len=32, ppl_windows=2, batch_size=4, screen=False)  # every candidate measured (test_screen.py)
 SIZES = (0.9, 0.7)
 
 
@@ -261,9 +261,9 @@ def test_a_stopped_frontier_resumes_from_the_points_it_finished(backend, spec, r
     measured = []
     real = frontier_run.measure_point
 
-    def counted(model, tokenizer, recipe, *args):
+    def counted(model, tokenizer, recipe, *args, **kwargs):
         measured.append(recipe.short())
-        return real(model, tokenizer, recipe, *args)
+        return real(model, tokenizer, recipe, *args, **kwargs)
 
     monkeypatch.setattr(frontier_run, "measure_point", counted)
 
@@ -272,7 +272,8 @@ def test_a_stopped_frontier_resumes_from_the_points_it_finished(backend, spec, r
             backend.cancel("visitor-1")
 
     with pytest.raises(Cancelled):
-        final(backend.frontier.run(spec, request_, sizes=(0.9,), progress=stop_at_width, owner="visitor-1", **SMALL))
+        final(backend.frontier.run(spec, request_, sizes=(0.9,), progress=stop_at_width, owner="visitor-1",
+                                   **SMALL))
     assert measured[-1].startswith("width") and not backend.models.jobs.busy()
     before = len(measured)
     resumed = final(backend.frontier.run(spec, request_, sizes=(0.9,), **SMALL))
@@ -302,11 +303,12 @@ def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_t
 
     code, out, err = _cli(capsys, "--frontier", "--target", "bytes=0.9", "--model", tiny_folder,
                           "--task", "arc_easy", "--limit", 2, "--ppl_seq_len", 32, "--ppl_windows", 2,
-                          "--output_folder", tmp_path, "--export_dir", tmp_path / "best")
+                          "--output_folder", tmp_path, "--export_dir", tmp_path / "best", "--frontier_all")
     assert code == 0, err
     data = json.loads((tmp_path / "frontier_bytes.json").read_text())
     result = FrontierResult.from_json(data["frontier"])
     assert result.sizes == (0.9,)  # a target alone plans its size only, not the default sizes too
+    assert result.screen == 0 and not result.screened  # --frontier_all: every candidate measured in full
     chosen = result.best_under(Target("bytes", 0.9, True))
     assert data["target"]["best"] == chosen.to_json() and chosen.weight_bytes <= 0.9 * result.dense.weight_bytes
     assert data["target"]["of_original"] is True and "| 100 % | original | original |" in out
@@ -319,6 +321,7 @@ def test_the_command_line_prints_the_table_and_json_and_saves_the_best_under_a_t
     (["--frontier", "--target", "size=3"], "A target is bytes=0.8"),
     (["--frontier", "nosuch"], "Unknown method 'nosuch' for --frontier"),
     (["--full", "--sizes", "90"], "go with --frontier"),
+    (["--full", "--frontier_all"], "go with --frontier"),
     (["--frontier", "--axis", "ms", "--target", "mib=400"], "leave out --axis"),
     (["--frontier", "--export_dir", "x"], "with --target"),
     (["--frontier", "--width", "0.8"], "not with --sweep, --sparsity_sweep or --frontier"),
