@@ -14,7 +14,7 @@ import gradio as gr
 
 import prune
 from evaluation.serving import (DEFAULT_METHOD, FAMILIES, TASKS, FrontierPoint, FrontierResult, Measurement, ORIGINAL,
-                                check_request, check_target, target_line)
+                                check_request, check_target, screened_out, target_line)
 from prune.core.errors import InvalidInput, ModelNotFound, quoted
 from prune.core.recipe import Recipe
 
@@ -89,7 +89,8 @@ SCHEMAS = {
         best={**POINT, "type": ["object", "null"], "description": "the lowest perplexity under the target among the "
                                                                    "models a deployment sees a gain in; null: none"},
         verdict={"type": "string", "description": "the best in one line, or why there is none"},
-        unreached={"type": "array", "description": "a family that reached no size, and why",
+        unreached={"type": "array", "description": "a family that reached no size, or whose candidate was screened "
+                                                   "out (a rival beat it clearly on a few perplexity windows), and why",
                    "items": _schema(("family", "why"), family={"type": "string"}, why={"type": "string"})}),
 }
 
@@ -262,7 +263,9 @@ def _frontier_json(info, goal, result: FrontierResult, best: FrontierPoint) -> d
             "task": result.task, "limit": result.limit,
             "points": [_point(p, keys) for p in result.everything()], "front": [p.label for p in front],
             "best": _point(named, keys), "verdict": target_line(result, goal, best),
-            "unreached": [{"family": family, "why": why} for (family, _size), why in result.why.items()]}
+            "unreached": [{"family": family, "why": why} for (family, _size), why in result.why.items()]
+            + [{"family": family, "why": screened_out(p, result.screen)} for p in result.screened
+               for family in p.families]}
 
 
 def serve(demo: gr.Blocks, context: Context) -> None:

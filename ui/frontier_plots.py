@@ -109,8 +109,9 @@ def screen_figure(screening: Screening) -> go.Figure:
                              marker=dict(symbol="star", size=16, color=MODEL_COLORS["original"])))
     fig.update_xaxes(title=_axis_title(screening.axis))
     fig.update_yaxes(type="log", title=f"WikiText-2 perplexity on the screen's {screening.windows} windows (log)")
-    title = (f"Screening: {len(screening.points)} candidates so far, {screening.pending} to go; then the survivors "
-             "are measured in full")
+    count = len(screening.points)
+    title = (f"Screening: {count} candidate{'s' if count != 1 else ''} so far, {screening.pending} to go; then the "
+             "survivors are measured in full")
     return styled(fig, title=dict(text=title), margin=dict(t=100))
 
 

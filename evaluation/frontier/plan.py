@@ -258,7 +258,7 @@ def _planned(model: nn.Module, plan: FrontierPlan, depth: ImportanceResult, bloc
             yield family, f"this architecture has no single {kind} module to drop"
             continue
         if blocks is None:  # not analysed: no size is in reach (:func:`drops_reach`)
-            yield family, f"dropping every {kind} block does not reach this size"
+            yield family, f"dropping every {family.removesuffix(' drop')} block does not reach this size"
             continue
         yield family, _fewest(lambda n: Recipe.drop(depth.num_layers, **{kind: blocks.best_sublayers(kind, n)},
                                                     origin=f"frontier: {n} lowest-scored {kind} blocks"),

@@ -75,9 +75,12 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
     held: dict[str, tuple] = {}  # recipe key → (built model, build seconds, bytes) kept from the screen
     why = dict(why)
 
+    def key_of(key_settings: dict, recipe: Recipe) -> dict | None:
+        return {**key_settings, **identify(recipe)} if store is not None and identify is not None else None
+
     def cached(key_settings: dict, recipe: Recipe, work: Callable[[], dict], families: tuple) -> dict:
         """The cached entry, else ``work()``'s (a candidate that cannot be built here: its reason, cached too)."""
-        key = {**key_settings, **identify(recipe)} if store is not None and identify is not None else None
+        key = key_of(key_settings, recipe)
         entry = store.get(key) if key is not None else None
         if entry is None:
             try:
@@ -97,6 +100,11 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
             why.update({(family, size): entry["failed"] for family in candidate.families
                         for size in ((candidate.size,) if candidate.size is not None else plan.sizes)})
         return "failed" in entry
+
+    def measured_before(point: Screened) -> bool:
+        """Whether the point's full measurement is in the cache (measured on request before: it stands as such)."""
+        key = key_of(settings, point.recipe)
+        return key is not None and store.get(key) is not None
 
     def ids():
         return inputs.setdefault("ids", perplexity.token_ids(tokenizer, wikitext_rows))
@@ -122,9 +130,8 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
                 _hold_survivors(held, screening)
                 step.update(1.0, f"Screened {point.label}: perplexity {point.perplexity:.4g} on {plan.screen} windows")
                 yield screening
-            decided = screening.decided()
-            screened_out = tuple(p for p in decided if p.beaten_by)
-            out = {p.recipe.key for p in screened_out}
+            screened_out = tuple(p for p in screening.decided() if p.beaten_by and not measured_before(p))
+            out = {p.recipe.key for p in screened_out}  # a point measured in full before stands as measured
             todo = [todo[0], *(c for c in found if c.recipe.key not in out)]
         points: list[Point] = []
         metric = None

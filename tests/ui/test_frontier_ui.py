@@ -42,6 +42,22 @@ def test_the_frontier_redraws_as_each_point_arrives_and_keeps_what_it_measured(p
     assert "| 100 % | original | original |" in ran[-1][box.table] and "params not zero" in ran[-1][box.table]
 
 
+def test_with_two_windows_the_page_shows_the_screen_first_then_the_frontier(page, served):
+    """The early answer: each candidate's screen (its own table and figure, nothing to put into a slot yet), then
+    the points measured in full; ticking 'Measure every candidate in full' skips the screen."""
+    backend, _spec, session = served
+    box = page.benchmarks.frontier
+    handlers = handlers_on(page, backend).frontier
+    ran = list(handlers.run(session, "bytes", "90", "arc_easy", 2, 2))
+    screens = [out for out in ran if out[box.summary].startswith("Screening (2 perplexity windows a candidate")]
+    assert screens and ran[:len(screens)] == screens and all(out[box.shown] is None for out in screens)
+    assert screens[0][box.table].startswith("Screen: WikiText-2 test perplexity over the first 2 windows")
+    assert "Screening: 1 candidate so far" in screens[1][box.plot].layout.title.text  # [0]: the original alone
+    assert ran[-1][box.summary].startswith("Measured ") and ran[-1][box.shown][1].screen == 2
+    everything = list(handlers.run(session, "bytes", "90", "arc_easy", 2, 2, everything=True))
+    assert not any(out[box.shown] is None for out in everything) and everything[-1][box.shown][1].screen == 0
+
+
 def test_the_best_under_a_target_goes_into_slot_a_and_the_page_edits_it(page, served, ran):
     backend, _spec, session = served
     box = page.benchmarks.frontier

@@ -112,9 +112,10 @@ def runs(served, tmp_path_factory):
                    lambda model, tokenizer, recipe, *args, **kwargs: measured.append(recipe.key)
                    or real(model, tokenizer, recipe, *args, **kwargs))
         exhaustive = final(backend.frontier.run(spec, request, sizes=SIZES, screen=False, **SMALL))
+        again = final(backend.frontier.run(spec, request, sizes=SIZES, **SMALL))  # screened again: all cached
     finally:
         mp.undo()
-    return stream, exhaustive, measured
+    return stream, exhaustive, measured, again
 
 
 def test_the_screen_comes_first_as_an_early_answer_then_the_points_measured_in_full(runs):
@@ -150,6 +151,12 @@ def test_a_screened_out_point_is_said_in_the_table_and_measured_in_full_on_reque
     assert exhaustive.screen == 0 and not exhaustive.screened
     assert {p.recipe.key for p in exhaustive.points} >= {p.recipe.key for p in screened_result.screened}
     assert FrontierResult.from_json(screened_result.to_json()) == screened_result
+
+
+def test_once_measured_on_request_a_point_stands_as_measured_in_a_screened_run(runs):
+    exhaustive, measured, again = runs[1], runs[2], runs[3]
+    assert again.screen == 4 and not again.screened  # every screened-out point was measured in full since
+    assert again.points == exhaustive.points and len(measured) == len(runs[0][-1].screened)  # nothing measured again
 
 
 def test_the_latency_axis_and_one_window_are_not_screened_and_the_screen_can_be_turned_off():
