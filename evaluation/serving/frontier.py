@@ -104,8 +104,13 @@ class Frontier:
         cached = store.get(key)
         if cached is None:
             depth = self.analysis.score(spec, plan.method, calibration=plan.calibration, progress=progress, owner=owner)
-            blocks = depth if plan.method == DROP_METHOD else None if not planning.drops_reach(base.model, plan) else \
-                self.analysis.score(spec, DROP_METHOD, calibration=plan.calibration, progress=progress, owner=owner)
+            if plan.method == DROP_METHOD:
+                blocks = depth
+            elif planning.drops_reach(base.model, plan):
+                blocks = self.analysis.score(spec, DROP_METHOD, calibration=plan.calibration, progress=progress,
+                                             owner=owner)
+            else:  # no attention or MLP drop reaches a size: no sub-layer analysis
+                blocks = None
             found, why = planning.candidates(base.model, plan, depth, blocks)
             cached = {"candidates": [{"families": list(c.families), "size": c.size, "recipe": c.recipe.to_json()}
                                      for c in found],
