@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from evaluation.serving import (AXES, COMPOUND_STRUCTURES, EXPERT_FAMILY, FrontierPoint, FrontierResult, gains, MIB,
-                                Screening, SINGLES)
+                                Screened, Screening, SINGLES)
 from ui.palette import BLACK, GREY, MODEL_COLORS, OKABE_ITO
 from ui.plots import FONT, styled
 
@@ -34,10 +34,10 @@ def look(family: str) -> tuple[str, str]:
     return _LOOKS[structure][0], symbol + ("-open" if parts[0] not in COMPOUND_SYMBOLS else "")
 
 
-def _x(result: FrontierResult, point: FrontierPoint) -> float:
-    """The point on the figure's x axis: % of the parameters, MiB or ms per token."""
-    value = point.value(result.axis)
-    return {"params": 100 * value / result.dense.params, "bytes": value / MIB}.get(result.axis, value)
+def _x(axis: str, original: FrontierPoint | Screened, point: FrontierPoint | Screened) -> float:
+    """The point on the figure's x axis: % of the original's parameters, MiB or ms per token."""
+    value = point.value(axis)
+    return {"params": 100 * value / original.params, "bytes": value / MIB}.get(axis, value)
 
 
 def _axis_title(axis: str) -> str:
@@ -51,7 +51,8 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
                         subplot_titles=[f"against {AXES[result.axis]}", "against measured decode latency "
                                         "(hollow: the memory-bandwidth floor)"])
     front = result.front()
-    fig.add_trace(go.Scatter(x=[_x(result, p) for p in front], y=[p.perplexity for p in front], mode="lines",
+    fig.add_trace(go.Scatter(x=[_x(result.axis, result.dense, p) for p in front], y=[p.perplexity for p in front],
+                             mode="lines",
                              line=dict(color=GREY, width=2, shape="hv"), name="Pareto front",
                              hoverinfo="skip"), row=1, col=1)
     for family in result.families():
@@ -65,7 +66,7 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
                  + ("" if gains(p, result.dense) else "<br>† neither smaller in bytes nor faster than the original")
                  for p in points]
         marker = dict(color=color, symbol=symbol, size=11, line=dict(width=2, color=color))
-        for col, xs in ((1, [_x(result, p) for p in points]), (2, [p.ms for p in points])):
+        for col, xs in ((1, [_x(result.axis, result.dense, p) for p in points]), (2, [p.ms for p in points])):
             fig.add_trace(go.Scatter(x=xs, y=[p.perplexity for p in points], mode="markers", marker=marker,
                                      name=family, legendgroup=family, showlegend=col == 1, text=hover,
                                      hovertemplate="%{text}<extra></extra>"), row=1, col=col)
@@ -73,7 +74,7 @@ def frontier_figure(result: FrontierResult) -> go.Figure:
             _floor_line(fig, p, family)
     dense = result.dense
     _floor_line(fig, dense, "original")
-    for col, x in ((1, _x(result, dense)), (2, dense.ms)):
+    for col, x in ((1, _x(result.axis, dense, dense)), (2, dense.ms)):
         fig.add_trace(go.Scatter(x=[x], y=[dense.perplexity], mode="markers", name="original", legendgroup="original",
                                  showlegend=col == 1, marker=dict(symbol="star", size=16,
                                                                   color=MODEL_COLORS["original"]),
@@ -92,20 +93,17 @@ def screen_figure(screening: Screening) -> go.Figure:
     """The screen so far: each candidate's screen perplexity (log) against its counted size, the original a star."""
     fig = go.Figure()
     original = screening.original
-
-    def x(point) -> float:
-        value = point.value(screening.axis)
-        return 100 * value / original.params if screening.axis == "params" else value / MIB
-
     for family in dict.fromkeys(f for p in screening.points for f in p.families):
         points = [p for p in screening.points if family in p.families]
         color, symbol = look(family)
-        fig.add_trace(go.Scatter(x=[x(p) for p in points], y=[p.perplexity for p in points], mode="markers",
+        fig.add_trace(go.Scatter(x=[_x(screening.axis, original, p) for p in points],
+                                 y=[p.perplexity for p in points], mode="markers",
                                  marker=dict(color=color, symbol=symbol, size=11, line=dict(width=2, color=color)),
                                  name=family, text=[f"{family}: {p.recipe.short()}<br>screen perplexity "
                                                     f"{p.perplexity:.4g}" for p in points],
                                  hovertemplate="%{text}<extra></extra>"))
-    fig.add_trace(go.Scatter(x=[x(original)], y=[original.perplexity], mode="markers", name="original",
+    fig.add_trace(go.Scatter(x=[_x(screening.axis, original, original)], y=[original.perplexity], mode="markers",
+                             name="original",
                              marker=dict(symbol="star", size=16, color=MODEL_COLORS["original"])))
     fig.update_xaxes(title=_axis_title(screening.axis))
     fig.update_yaxes(type="log", title=f"WikiText-2 perplexity on the screen's {screening.windows} windows (log)")

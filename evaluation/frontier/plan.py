@@ -52,7 +52,7 @@ from prune.width.step import WidthPrune
 from evaluation.core.settings import PERPLEXITY
 from evaluation.engines.llama_cpp import LLAMA_CPP, why_not_installed
 from evaluation.frontier import compound
-from evaluation.frontier.screen import SCREEN_WINDOWS
+from evaluation.frontier.screen import screen_windows
 
 AXES = {"bytes": "weight bytes as stored (MiB)",
         "params": "parameters not zero (zeros stored densely save no bytes and no time)",
@@ -103,8 +103,8 @@ def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES,
     """A checked plan: a known axis and method, sizes above 0 and below 1 (largest first, each once), known
     families (at least one; with a repair, its repaired families too: all of them when ``families`` is all).
 
-    ``screen``: candidates screened first (:mod:`evaluation.frontier.screen`) on the first ``SCREEN_WINDOWS`` of the
-    perplexity windows (at least two); never by latency, which is measured, not estimated."""
+    ``screen``: candidates screened first (:mod:`evaluation.frontier.screen`) on the windows
+    :func:`~evaluation.frontier.screen.screen_windows` gives."""
     if axis not in AXES:
         raise InvalidInput(f"Measure the frontier by {', '.join(AXES)}, not {quoted(axis)}.")
     if method not in METHODS:
@@ -123,9 +123,9 @@ def check_plan(axis: str = DEFAULT_AXIS, sizes: Iterable[float] = DEFAULT_SIZES,
         raise InvalidInput(f"A frontier's decode is timed in LayerCut or {LLAMA_CPP}, not {quoted(engine)}.")
     if engine is not None and (why := why_not_installed()):
         raise InvalidInput(why)
-    windows = min(SCREEN_WINDOWS, ppl_windows) if screen and axis != "ms" else 0
     return FrontierPlan(axis, values, method, calibration, ppl_seq_len, ppl_windows,
-                        tuple(f for f in known if f in named), repair, engine, windows if windows >= 2 else 0)
+                        tuple(f for f in known if f in named), repair, engine,
+                        screen_windows(axis, ppl_windows, screen))
 
 
 def check_sizes(sizes: Iterable[float] | str) -> tuple[float, ...]:

@@ -20,7 +20,7 @@ from prune.core.recipe import Recipe
 
 from evaluation.frontier.compound import QUANTIZED
 from evaluation.frontier.plan import AXES, FAMILIES, Target
-from evaluation.frontier.screen import Screened
+from evaluation.frontier.screen import Screened, label_of
 from evaluation.sweeps.cuts import from_json_number, to_json_number
 
 MIB = 2**20
@@ -53,7 +53,7 @@ class Point:
 
     @property
     def label(self) -> str:
-        return " / ".join(self.families) if self.families else "original"
+        return label_of(self.families)
 
     def to_json(self) -> dict:
         numbers = {k: to_json_number(getattr(self, k)) for k in ("ms", "dense_ms", "ideal_speedup", "perplexity",

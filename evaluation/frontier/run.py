@@ -37,7 +37,7 @@ from prune.core.storage import weight_bytes
 from evaluation.engines import llama_cpp
 from evaluation.frontier.plan import Candidate, FrontierPlan
 from evaluation.frontier.result import FrontierResult, Point
-from evaluation.frontier.screen import Screened, Screening
+from evaluation.frontier.screen import Screened, Screening, label_of
 from evaluation.measure import bandwidth, memory, speed
 from evaluation.quality import lm_eval_adapter, perplexity
 from evaluation.quality.fast_lm import make_fast
@@ -72,7 +72,7 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
                 "speed": {k: list(v) if isinstance(v, tuple) else v for k, v in SPEED.items()},
                 **({} if plan.engine is None else {"engine": plan.engine, "llama_cpp": llama_cpp.version()})}
     inputs: dict = {}  # the loaded task and the WikiText-2 ids, made at the first point not cached
-    held: dict[str, tuple] = {}  # recipe key → (built model, build seconds, bytes) kept from the screen
+    held: dict[str, tuple] = {}  # recipe key → (built model, build seconds) kept from the screen
     why = dict(why)
 
     def key_of(key_settings: dict, recipe: Recipe) -> dict | None:
@@ -151,7 +151,7 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
             if not refused(candidate, entry):
                 metric = metric or primary_metric(entry["metrics"])
                 points.append(point_of(candidate, entry, metric))
-            step.update(1.0, f"{candidate.families and ' / '.join(candidate.families) or 'original'}: "
+            step.update(1.0, f"{label_of(candidate.families)}: "
                              + (entry.get("failed") or f"perplexity {from_json_number(entry['perplexity']):.4g}"))
             if index == len(todo) - 1:
                 job.update(1.0, "Frontier done.")
@@ -183,7 +183,7 @@ def _screen(model, tokenizer, recipe: Recipe, ids, plan: FrontierPlan, step: Job
             nll.append(total / count)
     zeros = memory.zero_weights(derived)[0] if recipe.sparsity is not None else 0
     if derived is not model:
-        held[recipe.key] = (derived, build_s, weight_bytes(derived))
+        held[recipe.key] = (derived, build_s)
     return {"params": parameter_count(derived) - zeros, "weight_bytes": weight_bytes(derived), "nll": nll,
             "build_s": build_s}
 
@@ -191,12 +191,14 @@ def _screen(model, tokenizer, recipe: Recipe, ids, plan: FrontierPlan, step: Job
 def _hold_survivors(held: dict, screening: Screening) -> None:
     """Let go of the built models the screen has ruled out so far; of the rest, the best on the screen while their
     bytes add up to at most the original's (memory for one more model, whatever the model's size)."""
+    if not held:
+        return
     alive = sorted((p for p in screening.decided() if p.beaten_by is None and p.recipe.key in held),
                    key=lambda p: p.perplexity)
     room, keep = screening.original.weight_bytes, set()
     for point in alive:
-        if held[point.recipe.key][2] <= room:
-            room -= held[point.recipe.key][2]
+        if point.weight_bytes <= room:
+            room -= point.weight_bytes
             keep.add(point.recipe.key)
     for key in set(held) - keep:
         del held[key]
@@ -234,7 +236,7 @@ def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
 
 def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,
                   batch_size: int, step: Job, built: tuple | None = None) -> dict:
-    """Build ``recipe``'s model (reporting per layer; ``built``: the model, its build seconds and bytes, held from its
+    """Build ``recipe``'s model (reporting per layer; ``built``: the model and its build seconds, held from its
     screen), then count, score and time it (see the module docstring)."""
     name = recipe.short()
     if built is None:
@@ -243,7 +245,7 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
         derived = recipe.apply(model, tokenizer, lambda f, message: build.update(f, f"{name}: {message}"))
         built_at = time.perf_counter()
     else:
-        derived, build_s, _ = built
+        derived, build_s = built
         built_at = time.perf_counter()
         began = built_at - build_s
     with cancellable(derived, step):

@@ -30,6 +30,19 @@ FLOOR = math.log(1.05)  # and by more than 5 % in perplexity
 KEEP = 2  # the best on the screen at each size are measured in full whatever their rivals
 
 
+def screen_windows(axis: str, ppl_windows: int, screen: bool = True) -> int:
+    """The windows a frontier's screen reads: the first ``SCREEN_WINDOWS`` of its perplexity windows, or 0 (no
+    screen) when it is turned off, sized by latency (measured, not estimated) or left under two (no noise to
+    measure)."""
+    windows = min(SCREEN_WINDOWS, ppl_windows) if screen and axis != "ms" else 0
+    return windows if windows >= 2 else 0
+
+
+def label_of(families: tuple[str, ...]) -> str:
+    """A candidate's name in tables and messages: its families ('depth, paper / depth, block'), or 'original'."""
+    return " / ".join(families) if families else "original"
+
+
 @dataclass(frozen=True)
 class Screened:
     """One candidate's screen: what it is, its counted size and its NLL per window; ``beaten_by`` names the rival
@@ -51,7 +64,7 @@ class Screened:
 
     @property
     def label(self) -> str:
-        return " / ".join(self.families) if self.families else "original"
+        return label_of(self.families)
 
     def value(self, axis: str) -> float:
         return float(self.params if axis == "params" else self.weight_bytes)

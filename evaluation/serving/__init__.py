@@ -46,7 +46,7 @@ from evaluation.sweeps.sparsity import check_plan as check_sparsity_plan
 
 # How results read, the same in the page and the command line's reports.
 from evaluation.frontier.result import FASTER, MIB, format_table as frontier_table, gains, screened_out, target_line
-from evaluation.frontier.screen import SCREEN_WINDOWS, Screening, format_screen
+from evaluation.frontier.screen import Screened, Screening, format_screen, screen_windows
 from evaluation.measure.measurement import comparison_rows, decimals, noise_band, noise_words, to_dataframe
 from evaluation.quality.lm_eval_adapter import to_measurements
 from evaluation.quality.mt_bench import (COLUMNS as MT_BENCH_COLUMNS, LOSS, OVERALL, TIE, WIN, cells as mt_bench_cells,
@@ -74,8 +74,8 @@ __all__ = [
     "MEMORY_PROMPT_TOKENS", "SEARCH_WINDOW", "SEARCH_SHARE", "WIKITEXT",
     "check_repair", "check_sizes", "check_target", "c4_missing", "c4_shard", "choose_judge", "names_a_judge",
     "urls_allowed", "check_request", "check_mt_bench", "metric_name", "tolerance_for", "check_sparsity_plan",
-    "FASTER", "MIB", "frontier_table", "gains", "screened_out", "target_line", "SCREEN_WINDOWS", "Screening",
-    "format_screen", "comparison_rows", "decimals", "noise_band",
+    "FASTER", "MIB", "frontier_table", "gains", "screened_out", "target_line", "Screened", "Screening",
+    "screen_windows", "format_screen", "comparison_rows", "decimals", "noise_band",
     "noise_words", "to_dataframe", "to_measurements", "MT_BENCH_COLUMNS", "LOSS", "OVERALL", "TIE", "WIN",
     "mt_bench_cells", "parse_winner", "sparsity_table",
     "LLAMA_CPP", "INT4_TYPES", "ENGINE_NOTE", "llama_check",

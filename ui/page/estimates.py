@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import gradio as gr
 
 from evaluation.serving import (C4_PERPLEXITY, C4_TASK, check_sizes, check_sparsity_plan, COMPOUND_STRUCTURES,
-                                estimate, FIXED_FAMILIES, FRONTIER_SPEED, MEMORY_PROMPT_TOKENS, names_a_judge,
-                                PERPLEXITY, SCREEN_WINDOWS, SEARCH_SHARE, SEARCH_WINDOW, TASKS, WIKITEXT)
+                                DEFAULT_AXIS, estimate, FIXED_FAMILIES, FRONTIER_SPEED, MEMORY_PROMPT_TOKENS,
+                                names_a_judge, PERPLEXITY, screen_windows, SEARCH_SHARE, SEARCH_WINDOW, TASKS, WIKITEXT)
 from prune.core.architectures import CAUSAL
 from prune.core.errors import InvalidInput
 from prune.core.surgery import largest_cut
@@ -139,7 +139,7 @@ class Seconds:
         windows = inputs.whole_number(windows, "Perplexity windows", minimum=1, maximum=1000)
         return estimate.frontier(rates, task=task, limit=self._limit(limit, "Questions"), points=points + repaired,
                                  seq_len=PERPLEXITY.seq_len, windows=windows,
-                                 screen=0 if everything else min(SCREEN_WINDOWS, windows),
+                                 screen=screen_windows(DEFAULT_AXIS, windows, not everything),
                                  speed_tokens=(FRONTIER_SPEED["prompt_len"], FRONTIER_SPEED["new_tokens"][0],
                                                FRONTIER_SPEED["repeats"]), repaired=repaired, repair_s=seconds)
 
