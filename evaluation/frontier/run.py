@@ -17,11 +17,13 @@ and the candidates no rival screens out are measured in full, the ones still hel
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from prune.core.paths import digest
 from prune.core.recipe import Recipe
 from prune.core.sizes import parameter_count
 from prune.core.storage import weight_bytes
+from prune.patch.sharing import sharing
 
 from evaluation.engines import llama_cpp
 from evaluation.frontier.plan import Candidate, FrontierPlan
@@ -73,6 +76,7 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
                 **({} if plan.engine is None else {"engine": plan.engine, "llama_cpp": llama_cpp.version()})}
     inputs: dict = {}  # the loaded task and the WikiText-2 ids, made at the first point not cached
     held: dict[str, tuple] = {}  # recipe key → (built model, build seconds) kept from the screen
+    screened_nll: dict[str, tuple] = {}  # recipe key → its NLL on the screen's windows (not read again in full)
     why = dict(why)
 
     def key_of(key_settings: dict, recipe: Recipe) -> dict | None:
@@ -110,7 +114,9 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
         return inputs.setdefault("ids", perplexity.token_ids(tokenizer, wikitext_rows))
 
     todo, screened_out, share = [Candidate((), None, Recipe()), *found], (), 0.0
-    try:
+    cuts = [c.recipe.steps[0].layers for c in found if _patched_cut(c.recipe)]
+    # every patched cut's calibration read in one pass of the original; the held models and GGUFs let go at the end
+    with sharing(model, cuts), _releasing(held, inputs):
         if plan.screen:
             share, screening = _SCREEN_SHARE, None
             todo = [todo[0], *sorted(found, key=_screen_order)]
@@ -128,6 +134,7 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
                     if screening is None else replace(screening, points=(*screening.points, point),
                                                       pending=len(todo) - index - 1)
                 _hold_survivors(held, screening)
+                screened_nll[point.recipe.key] = point.nll
                 step.update(1.0, f"Screened {point.label}: perplexity {point.perplexity:.4g} on {plan.screen} windows")
                 yield screening
             screened_out = tuple(p for p in screening.decided() if p.beaten_by and not measured_before(p))
@@ -145,7 +152,8 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
                     inputs["loaded"] = lm_eval_adapter.load_tasks(request)
                 ids()
                 return measure_point(model, tokenizer, candidate.recipe, task, request.limit, inputs, plan,
-                                     batch_size, step, built=held.pop(candidate.recipe.key, None))
+                                     batch_size, step, built=held.pop(candidate.recipe.key, None),
+                                     first_nll=screened_nll.get(candidate.recipe.key, ()))
 
             entry = cached(settings, candidate.recipe, measured, candidate.families)
             if not refused(candidate, entry):
@@ -158,9 +166,22 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
             yield FrontierResult(plan.axis, plan.sizes, plan.method, task, metric, request.limit, plan.ppl_seq_len,
                                  plan.ppl_windows, points[0], tuple(points[1:]), dict(why), len(todo) - index - 1,
                                  screened_out, plan.screen)
-    finally:  # the GGUFs a run in llama.cpp wrote, the models held from the screen
+
+
+@contextmanager
+def _releasing(held: dict, inputs: dict) -> Iterator[None]:
+    """At the end of a run, however it ends: the models held from the screen, the GGUFs a run in llama.cpp wrote."""
+    try:
+        yield
+    finally:
         held.clear()
         shutil.rmtree(inputs.get("gguf", ""), ignore_errors=True)
+
+
+def _patched_cut(recipe: Recipe) -> bool:
+    """Whether ``recipe`` cuts the original and then patches: the patch fits on the original's activations."""
+    steps = recipe.steps
+    return len(steps) > 1 and steps[0].kind == "cut" and steps[1].kind == "patch"
 
 
 def _screen_order(candidate: Candidate) -> int:
@@ -234,10 +255,26 @@ def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
     return [replace(m, name=m.name.removesuffix(llama_cpp.SUFFIX)) for m in found]
 
 
+def _perplexity(model, ids, plan: FrontierPlan, first_nll: tuple) -> float:
+    """WikiText-2 test perplexity over the plan's windows (no BOS), as :func:`perplexity.measure_perplexity`
+    computes it; the first windows' mean NLLs given in ``first_nll`` (every window predicts ``seq_len − 1`` tokens)
+    are counted as given, only the rest read."""
+    chunks = perplexity.windows(ids, plan.ppl_seq_len, None)[:plan.ppl_windows]
+    if len(chunks) == 0:
+        raise InvalidInput(f"The text is shorter than one window of {plan.ppl_seq_len} tokens.")
+    known = first_nll[:len(chunks)]
+    total, count = sum(known) * (plan.ppl_seq_len - 1), len(known) * (plan.ppl_seq_len - 1)
+    if len(chunks) > len(known):
+        nll, read = perplexity.mean_nll(model, chunks[len(known):])
+        total, count = total + nll * read, count + read
+    return math.exp(total / count)
+
+
 def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,
-                  batch_size: int, step: Job, built: tuple | None = None) -> dict:
+                  batch_size: int, step: Job, built: tuple | None = None, first_nll: tuple = ()) -> dict:
     """Build ``recipe``'s model (reporting per layer; ``built``: the model and its build seconds, held from its
-    screen), then count, score and time it (see the module docstring)."""
+    screen), then count, score and time it (see the module docstring); ``first_nll``: its mean NLL on the first
+    perplexity windows, read by its screen (those windows are not read again)."""
     name = recipe.short()
     if built is None:
         began = time.perf_counter()
@@ -254,9 +291,7 @@ def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None
         metrics, _ = task_metrics(evaluate_loaded(make_fast(derived, tokenizer, batch_size), inputs["loaded"], limit),
                                   task)
         step.update(0.7, f"{name}: WikiText-2 perplexity…")
-        ppl = perplexity.measure_perplexity(derived, tokenizer, inputs["ids"], label=name,
-                                            seq_lens=(plan.ppl_seq_len,), bos=(False,),
-                                            max_windows=plan.ppl_windows)[0].value
+        ppl = _perplexity(derived, inputs["ids"], plan, first_nll)
         step.update(0.85, f"{name}: decode latency…")
         timed = {"original": model} if derived is model else {"original": model, name: derived}
         found = speed.measure_speed(timed, **SPEED, job=step.sub(0.85, 1.0)) if plan.engine is None else \

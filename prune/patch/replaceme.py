@@ -45,6 +45,7 @@ from prune.core.devices import input_device
 from prune.core.errors import InvalidCut, InvalidInput, UnsupportedArchitecture
 from prune.core.hidden import StopForward, _hidden_out, run_until_stopped
 from prune.core.surgery import clone_layers, index_runs
+from prune.patch import sharing
 
 METHODS = ("lstsq", "cosine")
 DEFAULTS = {"lstsq": {"ridge": 0.0}, "cosine": {"epochs": 10, "lr": 1e-3, "batch": 1024, "seed": 0}}
@@ -208,8 +209,11 @@ def fit(model: nn.Module, tokenizer, layers, method: str, calibration: Calibrati
     """One :class:`Fit` per block of ``layers`` (removed, in ``model``'s numbering) by ``method``."""
     blocks = index_runs(layers)
     report = progress or (lambda _f, _m: None)
-    found = collect(model, tokenizer, blocks, calibration, keep_rows=method == "cosine",
-                    progress=lambda f, m: report(0.8 * f if method == "lstsq" else 0.4 * f, m))
+    if method == "lstsq":  # sums only: shared with the other patches of a frontier (prune.patch.sharing)
+        found = sharing.sums(model, tokenizer, blocks, calibration, lambda wanted: collect(
+            model, tokenizer, wanted, calibration, progress=lambda f, m: report(0.8 * f, m)))
+    else:
+        found = collect(model, tokenizer, blocks, calibration, keep_rows=True, progress=lambda f, m: report(0.4 * f, m))
     fits = []
     for s, e in blocks:
         part = found[(s, e)]

@@ -17,6 +17,7 @@ from evaluation.frontier.plan import check_plan
 from evaluation.frontier.result import FrontierResult, format_table
 from evaluation.frontier.screen import FLOOR, KEEP, SIGMAS, Screened, Screening, beats
 from evaluation.quality import lm_eval_adapter, perplexity
+from prune.patch import replaceme
 from evaluation.serving.backend import Backend
 from evaluation.core.jobs import final
 from prune.core.calibration import BUILTIN_TEXTS
@@ -105,7 +106,12 @@ def runs(served, tmp_path_factory):
     mp = pytest.MonkeyPatch()
     try:
         mp.setenv("LAYERCUT_CACHE", str(tmp_path_factory.mktemp("screened")))
+        passes = []  # the patches' calibration passes over the original
+        real_collect = replaceme.collect
+        mp.setattr(replaceme, "collect", lambda model, tokenizer, blocks, *args, **kwargs: passes.append(blocks)
+                   or real_collect(model, tokenizer, blocks, *args, **kwargs))
         stream = list(backend.frontier.run(spec, request, sizes=SIZES, **SMALL))
+        mp.setattr(replaceme, "collect", real_collect)
         measured = []
         real = frontier_run.measure_point
         mp.setattr(frontier_run, "measure_point",
@@ -115,7 +121,7 @@ def runs(served, tmp_path_factory):
         again = final(backend.frontier.run(spec, request, sizes=SIZES, **SMALL))  # screened again: all cached
     finally:
         mp.undo()
-    return stream, exhaustive, measured, again
+    return stream, exhaustive, measured, again, passes
 
 
 def test_the_screen_comes_first_as_an_early_answer_then_the_points_measured_in_full(runs):
@@ -140,6 +146,23 @@ def test_the_screened_front_equals_the_exhaustive_one_and_some_points_were_scree
         rival = next(p for p in exhaustive.points if point.beaten_by.startswith(p.label + " ("))
         assert full[point.recipe.key].perplexity > rival.perplexity
         assert rival.weight_bytes <= point.weight_bytes
+
+
+def test_survivors_perplexity_counts_the_screens_windows_as_read_and_the_patched_cuts_share_one_pass(runs, served):
+    """A point measured in full after its screen reads only the windows its screen did not: its perplexity equals
+    one measured on every window of the model rebuilt from its recipe; the patched cuts read the original once."""
+    backend, spec, _ = served
+    base = backend.models.base(spec)
+    ids = perplexity.token_ids(base.tokenizer, perplexity.wikitext2_rows(backend.models.data_dir))
+    result, passes = runs[0][-1], runs[4]
+    for point in (result.dense, *result.points):
+        model = point.recipe.apply(base.model, base.tokenizer)
+        again = perplexity.measure_perplexity(model, base.tokenizer, ids, label="again", seq_lens=(32,), bos=(False,),
+                                              max_windows=8)[0].value
+        assert point.perplexity == pytest.approx(again, rel=1e-5)
+    screening = [value for value in runs[0] if isinstance(value, Screening)][-1]
+    patched = [p for p in screening.points if any(step.kind == "patch" for step in p.recipe.steps)]
+    assert len(patched) >= 2 and len(passes) == 1  # one pass read every patched cut's blocks
 
 
 def test_a_screened_out_point_is_said_in_the_table_and_measured_in_full_on_request(runs):

@@ -17,6 +17,7 @@ from prune.core.errors import InvalidCut, InvalidInput, UnsupportedArchitecture
 from prune.core.recipe import Recipe
 from prune.core.surgery import removed_between
 from prune.patch import replaceme
+from prune.patch.sharing import sharing
 from prune.patch.step import Patch
 
 from conftest import tiny_model
@@ -159,3 +160,26 @@ def test_the_step_round_trips_through_json():
     assert again == recipe and again.key == recipe.key
     assert again.steps[1].option == {"epochs": 10, "lr": 5e-4, "batch": 1024, "seed": 0}
     assert Recipe.block(6, 2, 4).then(Patch.of("lstsq", CAL)).key != recipe.key
+
+
+def test_patches_within_a_sharing_read_the_original_once_and_fit_the_same_maps(tiny_tokenizer, monkeypatch):
+    """Two cuts' patches (three blocks) in a sharing: one calibration pass, maps equal bit for bit to each fitted on
+    its own pass; the sums go when the sharing closes (a later fit reads again); a cosine patch is never shared."""
+    model = tiny_model("llama", layers=8)
+    cuts = [[2, 3], [1, 2, 5, 6]]
+    alone = [replaceme.fit(model, tiny_tokenizer, cut, "lstsq", CAL, {"ridge": 0.0}) for cut in cuts]
+    passes = []
+    real = replaceme.collect
+    monkeypatch.setattr(replaceme, "collect", lambda m, t, blocks, *a, **k: passes.append(blocks) or real(m, t, blocks,
+                                                                                                            *a, **k))
+    with sharing(model, cuts):
+        shared = [replaceme.fit(model, tiny_tokenizer, cut, "lstsq", CAL, {"ridge": 0.0}) for cut in cuts]
+        assert passes == [[(1, 3), (2, 4), (5, 7)]]  # the first fit read every planned block, the second nothing
+        replaceme.fit(model, tiny_tokenizer, [2, 3], "cosine", CAL, {**replaceme.DEFAULTS["cosine"], "epochs": 1})
+        assert len(passes) == 2  # the cosine fit reads its rows
+    for own, kept in zip(alone, shared):
+        assert [f.block for f in own] == [f.block for f in kept]
+        for a, b in zip(own, kept):
+            assert torch.equal(a.map, b.map) and a.error == b.error
+    replaceme.fit(model, tiny_tokenizer, [2, 3], "lstsq", CAL, {"ridge": 0.0})
+    assert len(passes) == 3  # closed: nothing kept
