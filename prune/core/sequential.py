@@ -8,7 +8,9 @@ runs one layer on given inputs to give the next layer's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 
 import torch
 from torch import nn
@@ -43,8 +45,14 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
     (sliding-window layers), so each layer's own are kept and reused on the changed inputs.
     ``layers``: another stack than the decoder layers (T5's decoder, whose calls hold the encoder's output as it is
     now); an encoder-decoder's decoder reads the window shifted right, as its training targets are.
+
+    The layers are called as the model's forward pass calls them, but not computed: each hands on its input, shaped
+    as its own output is (a tensor, or a tuple whose first item is the hidden states), which one window run through
+    the real layers shows first. What is kept does not depend on the hidden states, so it is what a real pass gives,
+    for the cost of the embeddings (an offloaded layer is not even read).
     """
     layers = decoder_layers(model) if layers is None else layers
+    tupled = _output_kinds(model, input_ids[:1], layers)
     hidden: list[torch.Tensor] = []
     calls: list[list[tuple]] = []
 
@@ -59,13 +67,55 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
 
     handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
     try:
-        for batch in input_ids.split(batch_size):
-            calls.append([])
-            run_until_stopped(model, use_cache=False, **forward_inputs(model, batch))
+        with _handing_on(layers, tupled):
+            for batch in input_ids.split(batch_size):
+                calls.append([])
+                run_until_stopped(model, use_cache=False, **forward_inputs(model, batch))
     finally:
         for handle in handles:
             handle.remove()
     return hidden, calls
+
+
+def _output_kinds(model: nn.Module, input_ids: torch.Tensor, layers: nn.ModuleList) -> list[bool]:
+    """Per layer but the last (whose output is never needed): whether it returns a tuple, from one real pass."""
+    kinds: list[bool] = []
+
+    def note(_module, _args, output):
+        kinds.append(isinstance(output, tuple))
+        if len(kinds) == len(layers) - 1:
+            raise StopForward
+
+    handles = [layer.register_forward_hook(note) for layer in layers[:-1]]
+    try:
+        if handles:
+            run_until_stopped(model, use_cache=False, **forward_inputs(model, input_ids))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return kinds
+
+
+@contextmanager
+def _handing_on(layers: nn.ModuleList, tupled: list[bool]) -> Iterator[None]:
+    """While open, each of ``layers`` but the last returns its hidden input (as ``(hidden,)`` where ``tupled``)
+    instead of computing; its hooks still run. A forward set on the instance (accelerate's) is put back after."""
+    saved = [layer.__dict__.get("forward") for layer in layers[:-1]]
+    for layer, as_tuple in zip(layers, tupled):
+        layer.forward = partial(_hand_on, as_tuple)
+    try:
+        yield
+    finally:
+        for layer, forward in zip(layers, saved):
+            if forward is None:
+                del layer.forward
+            else:
+                layer.forward = forward
+
+
+def _hand_on(as_tuple: bool, *args, **kwargs):
+    hidden = _hidden_arg(args, kwargs)
+    return (hidden,) if as_tuple else hidden
 
 
 @torch.no_grad()
