@@ -140,15 +140,18 @@ def input_statistics(layer: nn.Module, modules: dict[str, nn.Module], hidden: li
     An expert no calibration token reached reads every token that reached its layer, as if routed to it (a second
     pass, for those experts only): llm-compressor's ``moe_calibrate_all_experts`` calibrates every expert so."""
     found: dict[str, torch.Tensor] = {}
+    last: list = [None, None]  # the last input reduced, and its value: q, k and v read one tensor, reduced once
 
     def collect(name):
         def hook(_module, args, _output):
-            value = reduce(args[0].detach().reshape(-1, args[0].shape[-1]).float())
-            found[name] = found[name] + value if name in found else value
+            if last[0] is not args[0]:
+                last[:] = args[0], reduce(args[0].detach().reshape(-1, args[0].shape[-1]).float())
+            found[name] = found[name] + last[1] if name in found else last[1]
         return hook
 
     _hooked_pass(layer, hidden, calls, [m.register_forward_hook(collect(name)) for name, m in modules.items()]
                  + (routed_inputs(layer, reduce, found) if experts else []))
+    last.clear()
     if experts and (missing := unreached(layer, found)):
         _hooked_pass(layer, hidden, calls, routed_inputs(layer, reduce, found, every=missing))
     return found

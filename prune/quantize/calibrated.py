@@ -2,8 +2,10 @@
 calibration inputs that reach that layer through the layers before it, already quantized (the authors' order).
 
 As the authors' ``llama.py`` runs it without ``--true-sequential``: one pass of the unquantized layer gives every
-projection's H = XᵀX, each projection is then solved, and the quantized layer's outputs are the next layer's inputs
-(the calibration pipeline Wanda and SparseGPT use, :mod:`prune.core.sequential`). The layer computes those outputs as
+projection's H = XᵀX, each projection is then solved (those that read one input, as q, k and v do, share its H and
+are solved as one matrix: GPTQ rounds each row on its own given H, so the integers are the same), and the quantized
+layer's outputs are the next layer's inputs (the calibration pipeline Wanda and SparseGPT use,
+:mod:`prune.core.sequential`). The layer computes those outputs as
 the variant will, through the kernels. A projection no calibration token reached is rounded to nearest (H = I).
 The stored form is round-to-nearest's: the same integer grid, scales, packing, bytes and exports; only the integers
 (and, in groups, the scales, read from the updated weights) differ.
@@ -55,11 +57,12 @@ def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, hea
         mine = {name: m for name, m in layer.named_modules() if id(m) in chosen}
         own_calls = [c[index] for c in calls]
         hessians = input_statistics(layer, mine, hidden, own_calls, experts=True)  # XᵀX per projection and expert
-        for name, module in mine.items():
-            module.weight = nn.Parameter(_solved(module.weight, hessians.get(name), bits, group, actorder),
-                                         requires_grad=False)
+        for names in _same_inputs(mine, hessians):  # q, k, v read one input: their rows solved as one matrix
+            weights = [mine[name].weight for name in names]
+            for name, solved in zip(names, _solved(weights, hessians.get(names[0]), bits, group, actorder)):
+                mine[name].weight = nn.Parameter(solved, requires_grad=False)
         done = quantize_layer_experts(layer, bits, group, lambda stack: PackedExperts.of(
-            [_solved(rows, hessians.get(stack.expert_path(e)), bits, group, actorder)
+            [_solved([rows], hessians.get(stack.expert_path(e)), bits, group, actorder)[0]
              for e, rows in enumerate(stack.rows())], stack.transposed))
         stacks = (stacks[0] + done[0], stacks[1] + done[1])
         hidden = run_layer(layer, hidden, own_calls)  # the next layer reads the quantized layer's outputs
@@ -68,14 +71,33 @@ def quantize_gptq(model: nn.Module, tokenizer, bits: int, group: int | None, hea
                     embedding)
 
 
-def _solved(weight: torch.Tensor, hessian: torch.Tensor | None, bits: int, group: int | None,
-            actorder: bool) -> torch.Tensor:
-    """One projection's GPTQ weight in kernel form (the form round-to-nearest's weights take)."""
+def _same_inputs(modules: dict[str, nn.Module], hessians: dict[str, torch.Tensor]) -> list[list[str]]:
+    """The modules' names in groups of equal H (one input read by each, as q, k and v read the same normed hidden
+    states) and equal input width; a module no token reached is alone."""
+    groups: list[list[str]] = []
+    for name in modules:
+        h = hessians.get(name)
+        same = next((g for g in groups if h is not None and (other := hessians.get(g[0])) is not None
+                     and other.shape == h.shape and torch.equal(other, h)), None)
+        if same is None:
+            groups.append([name])
+        else:
+            same.append(name)
+    return groups
+
+
+def _solved(weights: list[torch.Tensor], hessian: torch.Tensor | None, bits: int, group: int | None,
+            actorder: bool) -> list[torch.Tensor]:
+    """Projections' GPTQ weights in kernel form (the form round-to-nearest's weights take), from one H: GPTQ rounds
+    each row on its own given H, so their rows are solved as one matrix, then split."""
     from prune.quantize.packed import Int4Groups, Int8Rows
 
-    grid = Grid(bits, group, torch.bfloat16 if bits == 4 else weight.dtype)
-    hessian = torch.eye(weight.shape[1], device=weight.device) if hessian is None else hessian
-    integers, scales = gptq(weight, hessian, grid, actorder=actorder)
+    dtype = weights[0].dtype
+    grid = Grid(bits, group, torch.bfloat16 if bits == 4 else dtype)
+    hessian = torch.eye(weights[0].shape[1], device=weights[0].device) if hessian is None else hessian
+    integers, scales = gptq(weights[0] if len(weights) == 1 else torch.cat(weights), hessian, grid, actorder=actorder)
+    rows = [w.shape[0] for w in weights]
     if bits == 8:
-        return Int8Rows(integers, scales[:, 0].to(weight.dtype), weight.dtype)
-    return Int4Groups.of(integers, scales, group, weight.dtype)
+        return [Int8Rows(q.clone(), s[:, 0].to(dtype), dtype)  # its own storage: the kernel reads it aligned
+                for q, s in zip(integers.split(rows), scales.split(rows))]
+    return [Int4Groups.of(q, s, group, dtype) for q, s in zip(integers.split(rows), scales.split(rows))]

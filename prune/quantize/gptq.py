@@ -92,20 +92,32 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, grid: Grid, *, actorder: b
     home = (perm // group).tolist()  # the group (of stored scales) each column in the rounding order belongs to
     H.diagonal().add_(percdamp * H.diagonal().mean())
     U = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    diagonal = U.diagonal().unbind()  # U_jj, each a 0-d tensor (indexed per column without a tensor operation)
+    dynamic = grid.group is not None and not static
+    # per group of stored scales, 1 / scale and the scale as stored: set once a group's scale is (the loop is
+    # Python-bound: each tensor operation taken out of it counts)
+    inverse, kept = list((1.0 / scales).T), list(grid.kept(scales).T)
+    sparse = bool(zeros.any())
     Q = torch.zeros_like(W)
     for start in range(0, cols, blocksize):
         end = min(start + blocksize, cols)
         block = W[:, start:end].clone()  # [rows, b], updated as its columns are rounded
         u = U[start:end, start:end]
-        errors = torch.zeros_like(block)
+        rounded, errors = [], []
         for i in range(end - start):
             column = start + i  # in the rounding order
-            if grid.group is not None and not static and column % group == 0:
-                scales[:, column // group] = grid.scale(W[:, column:column + group])  # W: as the block began
-            scale = scales[:, home[column]]
-            q = grid.integers(block[:, i], scale).masked_fill(zeros[:, column], 0)
-            error = (block[:, i] - q * grid.kept(scale)) / u[i, i]  # [rows]
+            if dynamic and column % group == 0:
+                g = column // group
+                scales[:, g] = grid.scale(W[:, column:column + group])  # W: as the block began
+                inverse[g], kept[g] = 1.0 / scales[:, g], grid.kept(scales[:, g])
+            g = home[column]
+            q = torch.round(block[:, i] * inverse[g]).clamp_(grid.lowest, grid.highest)  # as Grid.integers
+            if sparse:
+                q.masked_fill_(zeros[:, column], 0)
+            error = (block[:, i] - q * kept[g]) / diagonal[column]  # [rows]
             block[:, i:].addr_(error, u[i, i:], alpha=-1)  # −= error ⊗ U[i, i:], in place
-            Q[:, column], errors[:, i] = q, error
-        W[:, end:] -= errors @ U[start:end, end:]  # the lazy batch update of the columns after the block
+            rounded.append(q)
+            errors.append(error)
+        Q[:, start:end] = torch.stack(rounded, 1)
+        W[:, end:] -= torch.stack(errors, 1) @ U[start:end, end:]  # the lazy batch update of the columns after it
     return Q[:, torch.argsort(perm)].to(torch.int8), grid.kept(scales)

@@ -104,6 +104,31 @@ def test_gptq_reconstructs_a_model_layer_better_than_rounding_to_nearest(grid):
     assert solved < 0.8 * rtn, (solved, rtn)
 
 
+@pytest.mark.parametrize("grid", [INT4, INT8])
+def test_rows_are_solved_on_their_own_so_projections_of_one_input_are_solved_as_one_matrix(grid, tiny_tokenizer,
+                                                                                           monkeypatch):
+    """GPTQ rounds each row given H alone: two matrices' rows stacked give each matrix's own integers and scales, bit
+    for bit; so a Llama layer's q, k, v (one input) and gate, up are solved as one matrix each: four solves a layer."""
+    x = correlated_inputs(512, 128)
+    torch.manual_seed(3)
+    first, second = torch.randn(96, 128), torch.randn(32, 128)
+    together = gptq(torch.cat([first, second]), x.T @ x, grid)
+    alone = [gptq(w, x.T @ x, grid) for w in (first, second)]
+    assert torch.equal(together[0], torch.cat([alone[0][0], alone[1][0]]))
+    assert torch.equal(together[1], torch.cat([alone[0][1], alone[1][1]]))
+    rows = []
+    solve = calibrated.gptq
+    monkeypatch.setattr(calibrated, "gptq", lambda weight, *a, **k: rows.append(weight.shape[0]) or solve(weight, *a,
+                                                                                                         **k))
+    model = tiny_model("llama", 2)
+    Quantize.of(grid.bits, method="gptq", calibration=CAL).apply(model, tiny_tokenizer)
+    layer = decoder_layers(model)[0]
+    width = {name: m.weight.shape[0] for name, m in layer.named_modules() if isinstance(m, torch.nn.Linear)}
+    qkv = width["self_attn.q_proj"] + width["self_attn.k_proj"] + width["self_attn.v_proj"]
+    assert rows == [qkv, width["self_attn.o_proj"], width["mlp.gate_proj"] + width["mlp.up_proj"],
+                    width["mlp.down_proj"]] * 2
+
+
 @pytest.mark.parametrize("bits", [8, 4])
 def test_a_gptq_model_stores_round_to_nearests_form_and_bytes_and_leaves_the_original_alone(bits, tiny_tokenizer):
     model = tiny_model("llama", 3)
