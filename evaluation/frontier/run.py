@@ -12,7 +12,9 @@ the speed rows carried floors keeps none (shown as missing, not measured again: 
 Unless the plan says otherwise (``screen=0``: ``--frontier_all``), every candidate is first screened
 (:mod:`evaluation.frontier.screen`: built, counted, a few perplexity windows, each screen cached too), the run
 yielding the :class:`~evaluation.frontier.screen.Screening` so far after each (an early answer); then the original
-and the candidates no rival screens out are measured in full, the ones still held from their screen not built again.
+and the candidates no rival screens out are measured in full, the ones still held from their screen not built again,
+the windows their screen read not read again. Every patched cut of the run fits on one calibration pass of the
+original (:mod:`prune.patch.sharing`).
 """
 
 from __future__ import annotations

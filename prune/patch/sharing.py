@@ -6,7 +6,8 @@ forward pass of the calibration up to the block's end (:func:`prune.patch.replac
 runs to the deepest block's end) and keeps them, on the CPU, for the others, which then read nothing. Each block's
 sums are computed exactly as in a pass of its own (the same batches, in the same order; the layers before a block
 do not depend on where the pass stops), so each patch is the same. A cosine patch reads every token's rows, not
-sums, and is never shared.
+sums, and is never shared. What is kept costs 2·D² float64 numbers a block (5 MiB on the default model, 256 MiB at
+4,096 wide), for the blocks of the sharing's plan only, until it closes.
 """
 
 from __future__ import annotations
