@@ -26,7 +26,7 @@ from torch.utils.checkpoint import checkpoint
 from prune.core.architectures import decoder_layers, final_norm
 from prune.core.chunked_loss import head_nll, last_logits_only, mean_loss, transform_known
 from prune.core.devices import input_device
-from prune.core.hidden import _hidden_arg, _hidden_out
+from prune.core.hidden import _hidden_arg, _hidden_out, forwards_replaced
 from prune.core.offload import is_offloaded, materialized, refuse
 from prune.core.sequential import other_arguments
 
@@ -141,14 +141,5 @@ def _recomputed(layers) -> Iterator[None]:
     The model stays in eval mode (no dropout), so the recomputation is exact; the wrapper is an
     instance attribute that shadows ``forward`` and is removed again afterwards.
     """
-    before = [layer.__dict__.get("forward") for layer in layers]  # accelerate's hooks live here
-    for layer in layers:
-        layer.forward = partial(checkpoint, layer.forward, use_reentrant=False)
-    try:
+    with forwards_replaced(layers, [partial(checkpoint, layer.forward, use_reentrant=False) for layer in layers]):
         yield
-    finally:
-        for layer, forward in zip(layers, before):
-            if forward is None:
-                del layer.forward
-            else:
-                layer.forward = forward

@@ -8,6 +8,7 @@ authors read instead: each layer's pre-feed-forward norm output, then the final 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -29,6 +30,24 @@ def run_until_stopped(model: nn.Module, **inputs) -> None:
         model(**inputs)
     except StopForward:
         pass
+
+
+@contextmanager
+def forwards_replaced(layers, forwards) -> Iterator[None]:
+    """While open, each of ``layers`` runs the matching one of ``forwards`` as its forward (an instance attribute, so
+    its hooks still run); the forward an instance had before (accelerate's dispatch sets one) is put back after."""
+    layers = list(layers)
+    before = [layer.__dict__.get("forward") for layer in layers]
+    for layer, forward in zip(layers, forwards):
+        layer.forward = forward
+    try:
+        yield
+    finally:
+        for layer, forward in zip(layers, before):
+            if forward is None:
+                del layer.forward
+            else:
+                layer.forward = forward
 
 
 def _hidden_arg(args, kwargs):

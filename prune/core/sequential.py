@@ -8,9 +8,8 @@ runs one layer on given inputs to give the next layer's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from functools import partial
+from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from torch import nn
@@ -18,7 +17,8 @@ from transformers.pytorch_utils import Conv1D
 
 from prune.core.architectures import decoder_layers
 from prune.core.experts import routed_inputs, unreached
-from prune.core.hidden import StopForward, _hidden_arg, _hidden_out, forward_inputs, run_until_stopped
+from prune.core.hidden import (StopForward, _hidden_arg, _hidden_out, forward_inputs, forwards_replaced,
+                               run_until_stopped)
 
 
 def matrices(layer: nn.Module) -> dict[str, nn.Module]:
@@ -46,13 +46,14 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
     ``layers``: another stack than the decoder layers (T5's decoder, whose calls hold the encoder's output as it is
     now); an encoder-decoder's decoder reads the window shifted right, as its training targets are.
 
-    The layers are called as the model's forward pass calls them, but not computed: each hands on its input, shaped
-    as its own output is (a tensor, or a tuple whose first item is the hidden states), which one window run through
-    the real layers shows first. What is kept does not depend on the hidden states, so it is what a real pass gives,
-    for the cost of the embeddings (an offloaded layer is not even read).
+    Where every layer returns its hidden states as a plain tensor (today's decoders), the layers are called as the
+    model's forward pass calls them but not computed: each hands its input on (its hooks still run). What is kept
+    depends only on the tokens, so it is what a real pass gives, for the cost of the embeddings (an offloaded layer
+    is not even read). One probe window run through the real layers shows their outputs first; where a layer returns
+    a tuple (T5's blocks hand position biases from layer to layer), every layer is computed, as before.
     """
     layers = decoder_layers(model) if layers is None else layers
-    tupled = _output_kinds(model, input_ids[:1], layers)
+    plain = _plain_outputs(model, input_ids[:1], layers)
     hidden: list[torch.Tensor] = []
     calls: list[list[tuple]] = []
 
@@ -67,7 +68,7 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
 
     handles = [layer.register_forward_pre_hook(capture(i), with_kwargs=True) for i, layer in enumerate(layers)]
     try:
-        with _handing_on(layers, tupled):
+        with forwards_replaced(layers[:-1], [_hand_on] * (len(layers) - 1)) if plain else nullcontext():
             for batch in input_ids.split(batch_size):
                 calls.append([])
                 run_until_stopped(model, use_cache=False, **forward_inputs(model, batch))
@@ -77,12 +78,12 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
     return hidden, calls
 
 
-def _output_kinds(model: nn.Module, input_ids: torch.Tensor, layers: nn.ModuleList) -> list[bool]:
-    """Per layer but the last (whose output is never needed): whether it returns a tuple, from one real pass."""
+def _plain_outputs(model: nn.Module, input_ids: torch.Tensor, layers: nn.ModuleList) -> bool:
+    """Whether every layer but the last (whose output is never needed) returns a plain tensor, from one real pass."""
     kinds: list[bool] = []
 
     def note(_module, _args, output):
-        kinds.append(isinstance(output, tuple))
+        kinds.append(torch.is_tensor(output))
         if len(kinds) == len(layers) - 1:
             raise StopForward
 
@@ -93,29 +94,12 @@ def _output_kinds(model: nn.Module, input_ids: torch.Tensor, layers: nn.ModuleLi
     finally:
         for handle in handles:
             handle.remove()
-    return kinds
+    return all(kinds)
 
 
-@contextmanager
-def _handing_on(layers: nn.ModuleList, tupled: list[bool]) -> Iterator[None]:
-    """While open, each of ``layers`` but the last returns its hidden input (as ``(hidden,)`` where ``tupled``)
-    instead of computing; its hooks still run. A forward set on the instance (accelerate's) is put back after."""
-    saved = [layer.__dict__.get("forward") for layer in layers[:-1]]
-    for layer, as_tuple in zip(layers, tupled):
-        layer.forward = partial(_hand_on, as_tuple)
-    try:
-        yield
-    finally:
-        for layer, forward in zip(layers, saved):
-            if forward is None:
-                del layer.forward
-            else:
-                layer.forward = forward
-
-
-def _hand_on(as_tuple: bool, *args, **kwargs):
-    hidden = _hidden_arg(args, kwargs)
-    return (hidden,) if as_tuple else hidden
+def _hand_on(*args, **kwargs) -> torch.Tensor:
+    """A layer's stand-in while the capture runs: its hidden input."""
+    return _hidden_arg(args, kwargs)
 
 
 @torch.no_grad()
