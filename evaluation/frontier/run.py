@@ -259,17 +259,9 @@ def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
 
 def _perplexity(model, ids, plan: FrontierPlan, first_nll: tuple) -> float:
     """WikiText-2 test perplexity over the plan's windows (no BOS), as :func:`perplexity.measure_perplexity`
-    computes it; the first windows' mean NLLs given in ``first_nll`` (every window predicts ``seq_len − 1`` tokens)
-    are counted as given, only the rest read."""
+    computes it; the first windows' mean NLLs given in ``first_nll`` are counted as given, only the rest read."""
     chunks = perplexity.windows(ids, plan.ppl_seq_len, None)[:plan.ppl_windows]
-    if len(chunks) == 0:
-        raise InvalidInput(f"The text is shorter than one window of {plan.ppl_seq_len} tokens.")
-    known = first_nll[:len(chunks)]
-    total, count = sum(known) * (plan.ppl_seq_len - 1), len(known) * (plan.ppl_seq_len - 1)
-    if len(chunks) > len(known):
-        nll, read = perplexity.mean_nll(model, chunks[len(known):])
-        total, count = total + nll * read, count + read
-    return math.exp(total / count)
+    return math.exp(perplexity.mean_nll(model, chunks, known=first_nll)[0])
 
 
 def measure_point(model, tokenizer, recipe: Recipe, task: str, limit: int | None, inputs: dict, plan: FrontierPlan,

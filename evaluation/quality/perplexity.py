@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -89,8 +89,6 @@ def measure_perplexity(model, tokenizer, ids: torch.Tensor, *, label: str, seq_l
         chunks = windows(ids, seq_len, tokenizer.bos_token_id if with_bos else None)
         if max_windows is not None:
             chunks = chunks[:max_windows]
-        if len(chunks) == 0:
-            raise InvalidInput(f"The text is shorter than one window of {seq_len} tokens.")
         message = f"{label}: perplexity at {seq_len} tokens{' with BOS' if with_bos else ''}"
         report = None if job is None else (
             lambda done, index=index, message=message: job.update((index + done) / len(settings), message))
@@ -103,15 +101,19 @@ def measure_perplexity(model, tokenizer, ids: torch.Tensor, *, label: str, seq_l
 
 
 def mean_nll(model, chunks: torch.Tensor, *, batch: int | None = None,
-             report: Callable[[float], object] | None = None) -> tuple[float, int]:
+             report: Callable[[float], object] | None = None, known: Sequence[float] = ()) -> tuple[float, int]:
     """Mean negative log-likelihood per predicted token over the windows ``chunks`` [N, T], and that token count.
 
     ``batch`` windows at a time (None: as many as fit the token budget); ``report(fraction of the
-    windows done)`` after each batch.
+    windows done)`` after each batch. ``known``: the mean NLLs of the first windows, read before (a frontier's
+    screen reads them): counted as given (each window predicts T − 1 tokens), not read again.
     """
+    if len(chunks) == 0:
+        raise InvalidInput(f"The text is shorter than one window of {chunks.shape[1]} tokens.")
+    known = known[:len(chunks)]
     step = batch or max(1, _TOKEN_BUDGET // chunks.shape[1])
-    total, count = 0.0, 0
-    for start in range(0, len(chunks), step):
+    total, count = sum(known) * (chunks.shape[1] - 1), len(known) * (chunks.shape[1] - 1)
+    for start in range(len(known), len(chunks), step):
         nll, n = window_nll(model, chunks[start: start + step])
         total, count = total + nll, count + n
         if report is not None:

@@ -48,9 +48,10 @@ def layer_calls(model: nn.Module, input_ids: torch.Tensor, batch_size: int, laye
 
     Where every layer returns its hidden states as a plain tensor (today's decoders), the layers are called as the
     model's forward pass calls them but not computed: each hands its input on (its hooks still run). What is kept
-    depends only on the tokens, so it is what a real pass gives, for the cost of the embeddings (an offloaded layer
-    is not even read). One probe window run through the real layers shows their outputs first; where a layer returns
-    a tuple (T5's blocks hand position biases from layer to layer), every layer is computed, as before.
+    depends only on the tokens, so it is what a real pass gives, for the cost of the embeddings. One probe window run
+    through the real layers shows their outputs first (an offloaded layer is read for it once, not once a batch);
+    where a layer returns a tuple (T5's blocks hand position biases from layer to layer), every layer is computed,
+    as before.
     """
     layers = decoder_layers(model) if layers is None else layers
     plain = _plain_outputs(model, input_ids[:1], layers)

@@ -59,9 +59,10 @@ class Grid:
         eps = torch.finfo(torch.float32).eps if self.group is None else torch.finfo(weights.dtype).smallest_normal
         return (weights.abs().amax(-1) / ((self.highest - self.lowest) / 2)).clamp(min=eps)
 
-    def integers(self, weights: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """round(w · (1 / scale)) on the grid, as torchao's ``quantize_affine`` computes it (float, integer-valued)."""
-        return torch.round(weights * (1.0 / scale)).clamp(self.lowest, self.highest)
+    def integers(self, weights: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        """round(w · (1 / scale)) on the grid, as torchao's ``quantize_affine`` computes it (float, integer-valued),
+        given ``inverse`` = 1 / scale (computed once a group by the caller)."""
+        return torch.round(weights * inverse).clamp_(self.lowest, self.highest)
 
     def kept(self, scale: torch.Tensor) -> torch.Tensor:
         """The scale as stored, back in float32: what a weight's value is computed from."""
@@ -111,7 +112,7 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, grid: Grid, *, actorder: b
                 scales[:, g] = grid.scale(W[:, column:column + group])  # W: as the block began
                 inverse[g], kept[g] = 1.0 / scales[:, g], grid.kept(scales[:, g])
             g = home[column]
-            q = torch.round(block[:, i] * inverse[g]).clamp_(grid.lowest, grid.highest)  # as Grid.integers
+            q = grid.integers(block[:, i], inverse[g])
             if sparse:
                 q.masked_fill_(zeros[:, column], 0)
             error = (block[:, i] - q * kept[g]) / diagonal[column]  # [rows]
