@@ -42,7 +42,7 @@ Sink = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], N
 def sublayer_drop(ctx) -> ImportanceResult:
     """1 − cos(x, x + f(x)) of every attention and MLP block, all tokens; whole layers as the authors' Block Drop."""
     scores, residual = block_scores(ctx.model, ctx.input_ids)
-    blocks = block_matrix([residual], influence)
+    blocks = block_matrix([residual], of_cosines=influence)
     parallel = parallel_residual(ctx.model)
     warnings = ["Attention and MLP read the same input in this model (parallel residual): each block is scored "
                 "from the layer's input."] if parallel else []

@@ -16,12 +16,10 @@ from prune.depth.methods.similarity import block_matrix
 def angular_distance(ctx, *, token: str = "last") -> ImportanceResult:
     """arccos(cos(h_l, h_{l+n}))/π averaged over samples; small = the block barely turns the stream."""
 
-    def distance(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-        if token == "last":
-            before, after = before[..., -1:, :], after[..., -1:, :]
-        cos = torch.nn.functional.cosine_similarity(before, after, dim=-1).clamp(-1, 1)  # [S, N, T]
-        return (torch.arccos(cos) / math.pi).mean(dim=(1, 2))  # [S]
+    def distance(cosines: torch.Tensor) -> torch.Tensor:  # [S, N, T] → [S]
+        return (torch.arccos(cosines.clamp(-1, 1)) / math.pi).mean(dim=(1, 2))
 
-    blocks = block_matrix(ctx.residuals, distance)
+    streams = [stream[..., -1:, :] for stream in ctx.residuals] if token == "last" else ctx.residuals
+    blocks = block_matrix(streams, of_cosines=distance)
     return ImportanceResult("angular", blocks, "angular distance / π", layer_scores=blocks[0].copy(),
                             params={"token": token})

@@ -12,10 +12,10 @@ from prune.depth.methods.similarity import block_matrix
 @register("block_influence", "Block Influence (ShortGPT)", any_kind=True)
 def block_influence(ctx) -> ImportanceResult:
     """1 − cos(h_l, h_{l+n}) over all tokens; small = the layers barely change the hidden state."""
-    blocks = block_matrix(ctx.residuals, influence)
+    blocks = block_matrix(ctx.residuals, of_cosines=influence)
     return ImportanceResult("block_influence", blocks, "1 − cos(h_in, h_out)", layer_scores=blocks[0].copy())
 
 
-def influence(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
-    """[S] mean over samples and tokens of 1 − cos for [S, N, T, D] stacks."""
-    return (1 - torch.nn.functional.cosine_similarity(before, after, dim=-1)).mean(dim=(1, 2))
+def influence(cosines: torch.Tensor) -> torch.Tensor:
+    """[S] mean over samples and tokens of 1 − cos, from the [S, N, T] cosines."""
+    return (1 - cosines).mean(dim=(1, 2))

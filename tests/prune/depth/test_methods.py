@@ -115,6 +115,26 @@ def test_angular_distance_by_hand(tiny_tokenizer):
     assert result.best_block(2)[1] - result.best_block(2)[0] == 2
 
 
+def test_cosine_scores_by_hand(tiny_tokenizer, monkeypatch):
+    """Block Influence (every token) and angular distance (mean token), read off one matrix of depth-by-depth cosines
+    in chunks of tokens smaller than the calibration, equal ``cosine_similarity`` of each pair of depths."""
+    from prune.core.hidden import residual_streams
+    from prune.depth.methods import similarity
+
+    monkeypatch.setattr(similarity, "COSINE_CHUNK", 7)  # the chunks end mid-window, the last one short
+    model = tiny_model("llama", layers=5, seed=4)
+    influence = prune.score(model, tiny_tokenizer, "block_influence", calibration=CAL, use_cache=False)
+    angular = prune.score(model, tiny_tokenizer, "angular", calibration=CAL, use_cache=False, token="mean")
+    (h,) = residual_streams(model, token_windows(tiny_tokenizer, CAL))  # [6, N, T, D]
+    assert h.shape[1] * h.shape[2] % 7
+    for n, start in [(1, 0), (1, 4), (2, 3), (5, 0), (3, 1)]:
+        cos = torch.nn.functional.cosine_similarity(h[start], h[start + n], dim=-1)  # [N, T]
+        assert influence.block_scores[n - 1, start] == pytest.approx((1 - cos).mean().item(), rel=1e-5)
+        expected = (torch.arccos(cos.clamp(-1, 1)) / torch.pi).mean().item()
+        assert angular.block_scores[n - 1, start] == pytest.approx(expected, rel=1e-5)
+    assert np.isnan(influence.block_scores[1, 4]) and np.isnan(angular.block_scores[4, 1])
+
+
 def test_ppl_exact_blocks_match_a_real_cut(identity_model):
     """The PPL criterion's prefix reuse equals running the actually pruned model."""
     from prune.depth.methods.ppl import _nll
