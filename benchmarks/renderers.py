@@ -241,7 +241,26 @@ def frontier_screen(found: dict) -> str:
          "of them on the exhaustive front"],
         [[family, e["points"], pct_1(e["max_ratio_error"]), e["screened_out"], e["front_screened_out"]]
          for family, e in errors.items()])
-    return out + f"\n\nFront (both runs): {', '.join(found['front_exhaustive'])}."
+    return out + f"\n\nFront (both runs): {', '.join(found['front_exhaustive'])}.\n\n" + screen_time(found["screened"])
+
+
+def screen_time(run: dict) -> str:
+    """Where a screened run's seconds went, from its points' own build and measurement times: the front (the least
+    any screen must spend to answer in full), the other points measured in full, the builds it screened out, the
+    rest (analyses, the screens' perplexity windows, loading)."""
+    from evaluation.frontier.result import FrontierResult
+
+    result = FrontierResult.from_json(run["frontier"])
+    front = {p.recipe.key for p in result.front()}
+    spent = lambda points: sum(p.build_s + p.measure_s for p in points)  # noqa: E731
+    parts = {"the front, built and measured in full": spent(p for p in result.everything() if p.recipe.key in front),
+             "other points measured in full (the best few at a size)":
+                 spent(p for p in result.everything() if p.recipe.key not in front),
+             "builds of the candidates screened out": sum(p.build_s for p in result.screened)}
+    parts["the rest: analyses, the screens' perplexity windows, loading"] = run["wall_s"] - sum(parts.values())
+    rows = [[part, num(seconds, ".0f"), pct_1(seconds / run["wall_s"])] for part, seconds in parts.items()]
+    return "Where the screened run's time went:\n\n" + table(["part", "s", "share"], rows + [
+        ["**all**", num(run["wall_s"], ".0f"), pct_1(1.0)]])
 
 
 @renders("frontier", "frontier_*")

@@ -128,3 +128,26 @@ def test_a_view_of_the_frontier_keeps_the_original_and_its_size_alone_on_the_axi
     family = {row.split(" | ")[1].split(" ")[0]: row for row in rows(by_bytes)}
     assert "int8" in family and "int8" not in {row.split(" | ")[1].split(" ")[0] for row in rows(view)}
     assert "sparsity" not in family  # its zeros are stored: by bytes it is no smaller than the original
+
+
+def test_a_screened_runs_time_is_split_by_its_points_own_seconds():
+    """The frontier screen's time table: the front's builds and full measurements (summed here from the JSON by
+    hand: the original and each point named on the front), the builds screened out, and the rest, adding up to the
+    run's wall time."""
+    from benchmarks.renderers import screen_time
+
+    found = json.loads((tables.RESULTS / "screen_target.json").read_text())
+    run, frontier = found["screened"], found["screened"]["frontier"]
+    front = [p for p in frontier["points"] if p["families"] in (["int8"], ["int4"])]
+    assert len(front) == 2 and found["front_screened"] == ["int4", "int8", "original"]
+    front_s = frontier["dense"]["build_s"] + frontier["dense"]["measure_s"] + sum(p["build_s"] + p["measure_s"]
+                                                                                  for p in front)
+    out_s = sum(p["build_s"] for p in frontier["screened"])
+    rows = {line.split(" | ")[0].strip("| "): float(line.split(" | ")[1]) for line in screen_time(run).splitlines()
+            if line.startswith("| ") and not line.startswith("| part")}
+    assert rows["the front, built and measured in full"] == round(front_s)
+    assert rows["builds of the candidates screened out"] == round(out_s)
+    assert rows["other points measured in full (the best few at a size)"] == 0
+    rest = run["wall_s"] - front_s - out_s
+    assert rows["the rest: analyses, the screens' perplexity windows, loading"] == round(rest)
+    assert rows["**all**"] == round(run["wall_s"])
