@@ -2,16 +2,18 @@
 
     .venv/bin/python -m benchmarks.frontier_screen --target bytes=30%                     # screen_target
     .venv/bin/python -m benchmarks.frontier_screen --sizes 50,30,20 --name screen_sizes
+    .venv/bin/python -m benchmarks.frontier_screen --target bytes=30% --model gemma3 --name screen_target_gemma3
 
 Runs the frontier as ``layercut-benchmark --frontier`` does (hellaswag's first 200, WikiText-2 test perplexity over
-16 × 512 tokens, decode at batch 1) twice on the default model: screened (the default) and with ``screen=False``
-(``--frontier_all``), each in its own process with a new results cache (the dequantized model is reused: its
-unpacking is no frontier's work), one after the other. Writes each run's wall time, the seconds to its first early
-answer and to the end of its screen, both tables' fronts and best under the target, and the screen's error per
-family against the full measurement of the same candidate: the ratio of the screen's perplexity to the full one,
-over the original's same ratio (the screen's 4 windows are easier or harder than the 16 for every model alike; what
-a screen decides by is how candidates compare), and how often the screen ruled out a point the exhaustive run puts
-on the front (the goal: never).
+16 × 512 tokens, decode at batch 1) twice on the default model (``--model gemma3``: Google's Gemma 3 270M, the second
+real model, from its PyPI GGUF chunks as :mod:`benchmarks.gguf_roundtrip` assembles it; or a model's folder or
+file): screened (the default) and with ``screen=False`` (``--frontier_all``), each in its own process with a new
+results cache (the dequantized model is reused: its unpacking is no frontier's work), one after the other. Writes
+each run's wall time, the seconds to its first early answer and to the end of its screen, both tables' fronts and
+best under the target, and the screen's error per family against the full measurement of the same candidate: the
+ratio of the screen's perplexity to the full one, over the original's same ratio (the screen's 4 windows are easier
+or harder than the 16 for every model alike; what a screen decides by is how candidates compare), and how often the
+screen ruled out a point the exhaustive run puts on the front (the goal: never).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def one_run(args) -> None:
     target = check_target(args.target) if args.target else None
     first = screened_at = None
     screening = result = None
-    for found in backend.frontier.run(ModelSpec(prune.DEFAULT_MODEL), request, target=target,
+    for found in backend.frontier.run(ModelSpec(args.model), request, target=target,
                                       sizes=check_sizes(args.sizes) if args.sizes else (), screen=args.screened,
                                       progress=lambda f, m: print(f"[{100 * f:5.1f}%] {m}", file=sys.stderr,
                                                                   flush=True)):
@@ -106,17 +108,23 @@ def main() -> None:
     parser.add_argument("--task", default="hellaswag")
     parser.add_argument("--limit", type=int, default=200)
     parser.add_argument("--name", default="screen_target")
+    parser.add_argument("--model", default=prune.DEFAULT_MODEL, help="gemma3, or a model folder or GGUF file")
     parser.add_argument("--one", choices=("screened", "exhaustive"), default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         args.screened = args.one == "screened"
         return one_run(args)
+    if args.model == "gemma3":  # assembled in the persistent cache, not in each run's cold one
+        from benchmarks.gguf_roundtrip import gguf_path
+
+        args.model = str(gguf_path("gemma3"))
     runs = {}
     for mode in ("screened", "exhaustive"):
         folder = Path(tempfile.mkdtemp(prefix="layercut-screen-bench-"))
         cache = harness.cache_reusing_models(folder / "cache")
         command = [sys.executable, "-m", "benchmarks.frontier_screen", "--one", mode, "--out", str(folder / "run.json"),
+                   "--model", args.model,
                    "--task", args.task, "--limit", str(args.limit),
                    *(["--target", args.target] if args.target else []),
                    *(["--sizes", args.sizes] if args.sizes else [])]
@@ -129,7 +137,8 @@ def main() -> None:
                **compared(runs["screened"], runs["exhaustive"]),
                "screened": runs["screened"], "exhaustive": runs["exhaustive"]}
     print(json.dumps({k: v for k, v in figures.items() if k not in ("screened", "exhaustive")}, indent=1))
-    write_result(args.name, figures, model=prune.DEFAULT_MODEL,
+    write_result(args.name, figures, model=prune.DEFAULT_MODEL if args.model == prune.DEFAULT_MODEL else
+                 Path(args.model).name,
                  how="layercut's frontier screened and with --frontier_all, each in its own process from a cold "
                      "results cache (the dequantized model reused), one after the other on this machine")
 
