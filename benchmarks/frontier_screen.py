@@ -119,6 +119,7 @@ def main() -> None:
         from benchmarks.gguf_roundtrip import gguf_path
 
         args.model = str(gguf_path("gemma3"))
+    prune.load_model(None if args.model == prune.DEFAULT_MODEL else args.model)  # unpacked once, before either run
     runs = {}
     for mode in ("screened", "exhaustive"):
         folder = Path(tempfile.mkdtemp(prefix="layercut-screen-bench-"))
