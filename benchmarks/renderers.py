@@ -254,7 +254,7 @@ def screen_time(run: dict) -> str:
     front = {p.recipe.key for p in result.front()}
     spent = lambda points: sum(p.build_s + p.measure_s for p in points)  # noqa: E731
     parts = {"the front, built and measured in full": spent(p for p in result.everything() if p.recipe.key in front),
-             "other points measured in full (the best few at a size)":
+             "other points measured in full (the original off the front, the best few at a size)":
                  spent(p for p in result.everything() if p.recipe.key not in front),
              "builds of the candidates screened out": sum(p.build_s for p in result.screened)}
     parts["the rest: analyses, the screens' perplexity windows, loading"] = run["wall_s"] - sum(parts.values())

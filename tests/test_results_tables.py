@@ -147,7 +147,7 @@ def test_a_screened_runs_time_is_split_by_its_points_own_seconds():
             if line.startswith("| ") and not line.startswith("| part")}
     assert rows["the front, built and measured in full"] == round(front_s)
     assert rows["builds of the candidates screened out"] == round(out_s)
-    assert rows["other points measured in full (the best few at a size)"] == 0
+    assert rows["other points measured in full (the original off the front, the best few at a size)"] == 0
     rest = run["wall_s"] - front_s - out_s
     assert rows["the rest: analyses, the screens' perplexity windows, loading"] == round(rest)
     assert rows["**all**"] == round(run["wall_s"])
