@@ -113,7 +113,9 @@ def points_so_far(model, tokenizer, request: lm_eval_adapter.TaskRequest, plan: 
         return key is not None and store.get(key) is not None
 
     def ids():
-        return inputs.setdefault("ids", perplexity.token_ids(tokenizer, wikitext_rows))
+        if "ids" not in inputs:  # tokenized once a run (about a second on the default model)
+            inputs["ids"] = perplexity.token_ids(tokenizer, wikitext_rows)
+        return inputs["ids"]
 
     todo, screened_out, share = [Candidate((), None, Recipe()), *found], (), 0.0
     cuts = [c.recipe.steps[0].layers for c in found if _patched_cut(c.recipe)]
@@ -238,7 +240,9 @@ def point_of(candidate: Candidate, entry: dict, metric: str) -> Point:
 def _in_llama_cpp(timed: dict, tokenizer, inputs: dict, step: Job) -> list:
     """The decode rows of ``timed`` ({label: model}) in llama.cpp: each written as a GGUF of its storage's type
     (the original's once a run, in ``inputs``), timed in turns; a model llama.cpp cannot run is refused in one line."""
-    folder = inputs.setdefault("gguf", Path(tempfile.mkdtemp(prefix="layercut-frontier-gguf-")))
+    if "gguf" not in inputs:  # one folder a run, removed at its end
+        inputs["gguf"] = Path(tempfile.mkdtemp(prefix="layercut-frontier-gguf-"))
+    folder = inputs["gguf"]
     files = {}
     for label, model in timed.items():
         if (why := llama_cpp.why_not(model)) is not None:

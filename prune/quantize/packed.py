@@ -357,7 +357,8 @@ def packed_model(model: nn.Module) -> nn.Module:
         if isinstance(module, (nn.Linear, nn.Embedding)) and is_quantized(module.weight) and not is_packed(
                 module.weight):
             found = module.weight
-            made.setdefault(id(found), nn.Parameter(from_torchao(found), requires_grad=False))
+            if id(found) not in made:  # a tied head's weight is packed once
+                made[id(found)] = nn.Parameter(from_torchao(found), requires_grad=False)
             module.weight = made[id(found)]
     model.hf_quantizer = SavesTorchao(model.config.quantization_config)
     return model

@@ -136,11 +136,15 @@ def test_the_command_line_takes_the_engine_with_speed_only(capsys):
     assert "goes with --speed" in err and len(err.splitlines()) == 1
 
 
-def test_the_frontier_times_each_point_in_llama_cpp_on_request_and_says_what_it_cannot_run(tiny_folder, data_dir):
+def test_the_frontier_times_each_point_in_llama_cpp_on_request_and_says_what_it_cannot_run(tiny_folder, data_dir,
+                                                                                           tmp_path, monkeypatch):
+    import tempfile
+
     from evaluation.core.jobs import final
     from evaluation.quality import lm_eval_adapter
 
     needs_llama_type("F16", "Q8_0")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the run writes its points' GGUFs
     backend, spec = Backend(device="cpu", data_dir=data_dir), ModelSpec(tiny_folder)
     request = lm_eval_adapter.check_request(["arc_easy"], limit=2, data_dir=backend.models.data_dir)
     settings = dict(axis="ms", sizes=(0.8,), families=("int8", "attention drop"), ppl_seq_len=32, ppl_windows=1,
@@ -150,6 +154,7 @@ def test_the_frontier_times_each_point_in_llama_cpp_on_request_and_says_what_it_
     assert theirs.dense.perplexity == ours.dense.perplexity  # only the timing changed engine
     assert theirs.dense.ms < ours.dense.ms / 2  # llama.cpp's decode of the 4-layer model, not LayerCut's loop
     assert "attention" in theirs.why[("attention drop", 0.8)] and any(p.families == ("int8",) for p in theirs.points)
+    assert not list(tmp_path.glob("layercut-frontier-gguf-*"))  # one folder for the run's GGUFs, gone at its end
 
 
 @pytest.fixture

@@ -110,8 +110,11 @@ def runs(served, tmp_path_factory):
         real_collect = replaceme.collect
         mp.setattr(replaceme, "collect", lambda model, tokenizer, blocks, *args, **kwargs: passes.append(blocks)
                    or real_collect(model, tokenizer, blocks, *args, **kwargs))
+        tokenized, real_ids = [], perplexity.token_ids  # WikiText-2 test, tokenized for the run's perplexities
+        mp.setattr(perplexity, "token_ids", lambda *args: tokenized.append(1) or real_ids(*args))
         stream = list(backend.frontier.run(spec, request, sizes=SIZES, **SMALL))
         mp.setattr(replaceme, "collect", real_collect)
+        mp.setattr(perplexity, "token_ids", real_ids)
         measured = []
         real = frontier_run.measure_point
         mp.setattr(frontier_run, "measure_point",
@@ -121,7 +124,7 @@ def runs(served, tmp_path_factory):
         again = final(backend.frontier.run(spec, request, sizes=SIZES, **SMALL))  # screened again: all cached
     finally:
         mp.undo()
-    return stream, exhaustive, measured, again, passes
+    return stream, exhaustive, measured, again, passes, len(tokenized)
 
 
 def test_the_screen_comes_first_as_an_early_answer_then_the_points_measured_in_full(runs):
@@ -150,7 +153,8 @@ def test_the_screened_front_equals_the_exhaustive_one_and_some_points_were_scree
 
 def test_survivors_perplexity_counts_the_screens_windows_as_read_and_the_patched_cuts_share_one_pass(runs, served):
     """A point measured in full after its screen reads only the windows its screen did not: its perplexity equals
-    one measured on every window of the model rebuilt from its recipe; the patched cuts read the original once."""
+    one measured on every window of the model rebuilt from its recipe; the patched cuts read the original once, and
+    the text is tokenized once a run (not once a candidate)."""
     backend, spec, _ = served
     base = backend.models.base(spec)
     ids = perplexity.token_ids(base.tokenizer, perplexity.wikitext2_rows(backend.models.data_dir))
@@ -163,6 +167,7 @@ def test_survivors_perplexity_counts_the_screens_windows_as_read_and_the_patched
     screening = [value for value in runs[0] if isinstance(value, Screening)][-1]
     patched = [p for p in screening.points if any(step.kind == "patch" for step in p.recipe.steps)]
     assert len(patched) >= 2 and len(passes) == 1  # one pass read every patched cut's blocks
+    assert len(screening.points) > 2 and runs[5] == 1
 
 
 def test_a_screened_out_point_is_said_in_the_table_and_measured_in_full_on_request(runs):
