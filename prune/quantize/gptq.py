@@ -59,10 +59,10 @@ class Grid:
         eps = torch.finfo(torch.float32).eps if self.group is None else torch.finfo(weights.dtype).smallest_normal
         return (weights.abs().amax(-1) / ((self.highest - self.lowest) / 2)).clamp(min=eps)
 
-    def integers(self, weights: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+    def integers(self, weights: torch.Tensor, inverse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """round(w · (1 / scale)) on the grid, as torchao's ``quantize_affine`` computes it (float, integer-valued),
-        given ``inverse`` = 1 / scale (computed once a group by the caller)."""
-        return torch.round(weights * inverse).clamp_(self.lowest, self.highest)
+        given ``inverse`` = 1 / scale (computed once a group by the caller), written into ``out``."""
+        return torch.mul(weights, inverse, out=out).round_().clamp_(self.lowest, self.highest)
 
     def kept(self, scale: torch.Tensor) -> torch.Tensor:
         """The scale as stored, back in float32: what a weight's value is computed from."""
@@ -99,26 +99,27 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, grid: Grid, *, actorder: b
     # Python-bound: each tensor operation taken out of it counts)
     inverse, kept = list((1.0 / scales).T), list(grid.kept(scales).T)
     sparse = bool(zeros.any())
-    Q = torch.zeros_like(W)
+    # held transposed, [cols, rows]: each column one contiguous row, so a column's operations read contiguous memory
+    # and write in place (the same operations per weight; on the default model's layers 2.1× as fast on 2 CPU cores)
+    W, zeros = W.T.contiguous(), zeros.T.contiguous()
+    Q = torch.empty_like(W)
     for start in range(0, cols, blocksize):
         end = min(start + blocksize, cols)
-        block = W[:, start:end].clone()  # [rows, b], updated as its columns are rounded
+        block = W[start:end].clone()  # [b, rows], updated as its columns are rounded
         u = U[start:end, start:end]
-        rounded, errors = [], []
+        errors = torch.empty_like(block)  # each column's error, negated: (q − w) / U_jj
         for i in range(end - start):
             column = start + i  # in the rounding order
             if dynamic and column % group == 0:
                 g = column // group
-                scales[:, g] = grid.scale(W[:, column:column + group])  # W: as the block began
+                scales[:, g] = grid.scale(W[column:column + group].T)  # W: as the block began
                 inverse[g], kept[g] = 1.0 / scales[:, g], grid.kept(scales[:, g])
             g = home[column]
-            q = grid.integers(block[:, i], inverse[g])
+            w, q, error = block[i], Q[column], errors[i]
+            grid.integers(w, inverse[g], q)
             if sparse:
-                q.masked_fill_(zeros[:, column], 0)
-            error = (block[:, i] - q * kept[g]) / diagonal[column]  # [rows]
-            block[:, i:].addr_(error, u[i, i:], alpha=-1)  # −= error ⊗ U[i, i:], in place
-            rounded.append(q)
-            errors.append(error)
-        Q[:, start:end] = torch.stack(rounded, 1)
-        W[:, end:] -= torch.stack(errors, 1) @ U[start:end, end:]  # the lazy batch update of the columns after it
-    return Q[:, torch.argsort(perm)].to(torch.int8), grid.kept(scales)
+                q.masked_fill_(zeros[column], 0)
+            torch.mul(q, kept[g], out=error).sub_(w).div_(diagonal[column])
+            block[i + 1:].addr_(u[i, i + 1:], error)  # the error ⊗ U[i, i+1:] off the later columns, in place
+        W[end:] += U[start:end, end:].T @ errors  # the lazy batch update of the columns after it
+    return Q.T[:, torch.argsort(perm)].to(torch.int8), grid.kept(scales)
