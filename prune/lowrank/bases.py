@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -56,6 +57,11 @@ class Moments:
     total: torch.Tensor
     gram: torch.Tensor
 
+    @cached_property
+    def spectrum(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Λ, Q) with G = Q Λ Qᵀ: computed once for every projection that reads these inputs (gate and up)."""
+        return torch.linalg.eigh(self.gram)
+
 
 def weight_basis(rows: torch.Tensor) -> Basis:
     """W's left singular vectors [d, min(d, k)], by descending singular value."""
@@ -72,7 +78,7 @@ def feature_basis(module: nn.Module, moments: Moments) -> Basis:
         vectors = torch.linalg.eigh(gram).eigenvectors.flip(1)
         output_mean = mean
     else:
-        values, directions = torch.linalg.eigh(gram)  # G = Q Λ Qᵀ
+        values, directions = moments.spectrum if not centred else torch.linalg.eigh(gram)  # G = Q Λ Qᵀ
         vectors = torch.linalg.svd(rows @ (directions * values.clamp(min=0).sqrt()), full_matrices=False).U
         output_mean = rows @ mean
     return Basis(vectors, output_mean if centred else None)
@@ -104,26 +110,30 @@ def factored_module(module: nn.Module, basis: Basis, rank: int) -> nn.Module:
 @torch.no_grad()
 def moments(layer: nn.Module, paths: Iterable[str], hidden: list[torch.Tensor],
             calls: list[tuple]) -> dict[str, Moments]:
-    """Per path, from one pass of ``layer``: the :class:`Moments` of its bias-free outputs (d ≤ k) or inputs."""
+    """Per path, from one pass of ``layer``: the :class:`Moments` of its bias-free outputs (d ≤ k) or inputs; paths
+    that read one input (an MLP's gate and up projections) reduce it once and share one :class:`Moments`."""
     found: dict[str, list] = {}
     sides = {}
     for path in paths:
         outputs, inputs = rows_of(layer.get_submodule(path)).shape
         sides[path] = "output" if outputs <= inputs else "input"
+    last: list = [None, None]  # the last input reduced, and its (count, Σ v, Σ v vᵀ)
+
+    def reduced(v: torch.Tensor) -> tuple:
+        v = v.float()
+        return v.shape[0], v.sum(0).double(), (v.T @ v).double()  # float32 products per batch, summed in float64
 
     def collect(path, module):
         def hook(_module, args, output):
             if sides[path] == "output":
                 v = output.detach().reshape(-1, output.shape[-1])
-                if getattr(module, "bias", None) is not None:
-                    v = v - module.bias.detach()
+                part = reduced(v - module.bias.detach() if getattr(module, "bias", None) is not None else v)
             else:
-                v = args[0].detach().reshape(-1, args[0].shape[-1])
-            v = v.float()
+                if last[0] is not args[0]:
+                    last[:] = args[0], reduced(args[0].detach().reshape(-1, args[0].shape[-1]))
+                part = last[1]
             seen = found.setdefault(path, [0, 0.0, 0.0])
-            seen[0] += v.shape[0]
-            seen[1] = seen[1] + v.sum(0).double()
-            seen[2] = seen[2] + (v.T @ v).double()  # float32 products per batch, summed in float64
+            seen[:] = [a + b for a, b in zip(seen, part)]
         return hook
 
     handles = [layer.get_submodule(p).register_forward_hook(collect(p, layer.get_submodule(p))) for p in sides]
@@ -132,4 +142,11 @@ def moments(layer: nn.Module, paths: Iterable[str], hidden: list[torch.Tensor],
     finally:
         for handle in handles:
             handle.remove()
-    return {path: Moments(sides[path], *value) for path, value in found.items()}
+    last.clear()
+    made: dict[str, Moments] = {}
+    for path, value in found.items():
+        same = next((m for other, m in made.items() if sides[other] == sides[path] == "input"
+                     and m.count == value[0] and torch.equal(m.gram, value[2]) and torch.equal(m.total, value[1])),
+                    None)
+        made[path] = same or Moments(sides[path], *value)  # one object: its spectrum computed once
+    return made

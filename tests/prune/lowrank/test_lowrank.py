@@ -26,7 +26,7 @@ from prune.lowrank.step import Decompose
 from prune.core.recipe import Recipe, recipe_of
 from prune.sparsity.step import Sparsify
 from prune.width.step import WidthPrune
-from prune.core.sequential import matrices, rows_of
+from prune.core.sequential import layer_calls, matrices, rows_of
 from prune.core.sizes import size_of
 
 from conftest import TINY_CONFIGS, assert_read_sequentially, tiny_model
@@ -148,6 +148,25 @@ def test_feature_space_on_a_model_equals_the_projection_computed_by_hand(arch, p
     for other, matrix in matrices(decoder_layers(model)[0]).items():  # nothing else changed, and shared
         if other != path:
             assert decoder_layers(derived)[0].get_submodule(other).weight is matrix.weight
+
+
+def test_gate_and_up_read_one_input_reduced_once_into_one_moments_by_hand(tiny_tokenizer):
+    """Llama's gate and up projections (64 outputs of 32 inputs: their inputs' side) read one tensor: one
+    :class:`bases.Moments` for both (its eigen-decomposition computed once), equal to Σ x xᵀ of what each reads;
+    q_proj (32 of 32: its outputs' side) has its own."""
+    model = tiny_model("llama", 2)
+    layer = decoder_layers(model)[0]
+    hidden, calls = layer_calls(model, token_windows(tiny_tokenizer, CAL), 8)
+    found = bases.moments(layer, ["self_attn.q_proj", "mlp.gate_proj", "mlp.up_proj"], hidden, [c[0] for c in calls])
+    gate, up, query = found["mlp.gate_proj"], found["mlp.up_proj"], found["self_attn.q_proj"]
+    assert gate is up and gate.side == "input" and query.side == "output" and query is not gate
+    for path in ("mlp.gate_proj", "mlp.up_proj"):
+        x = captured_inputs(model, layer.get_submodule(path), tiny_tokenizer)
+        assert gate.count == x.shape[0]
+        scale = float((x.T @ x).abs().max())  # float32 products a batch: rounding at that scale
+        torch.testing.assert_close(gate.gram, x.T @ x, rtol=0, atol=1e-6 * scale)
+        torch.testing.assert_close(gate.total, x.sum(0), rtol=0, atol=1e-6 * scale)
+    assert gate.spectrum is gate.spectrum  # computed once
 
 
 def test_each_layer_is_calibrated_on_the_outputs_of_the_decomposed_layers_before_it(tiny_tokenizer, monkeypatch):
