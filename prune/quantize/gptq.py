@@ -100,7 +100,7 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, grid: Grid, *, actorder: b
     inverse, kept = list((1.0 / scales).T), list(grid.kept(scales).T)
     sparse = bool(zeros.any())
     # held transposed, [cols, rows]: each column one contiguous row, so a column's operations read contiguous memory
-    # and write in place (the same operations per weight; on the default model's layers 2.1× as fast on 2 CPU cores)
+    # (the same operations per weight; on the default model's layers about 1.8× as fast on 2 CPU cores)
     W, zeros = W.T.contiguous(), zeros.T.contiguous()
     Q = torch.empty_like(W)
     for start in range(0, cols, blocksize):
@@ -120,6 +120,8 @@ def gptq(weight: torch.Tensor, hessian: torch.Tensor, grid: Grid, *, actorder: b
             if sparse:
                 q.masked_fill_(zeros[column], 0)
             torch.mul(q, kept[g], out=error).sub_(w).div_(diagonal[column])
-            block[i + 1:].addr_(u[i, i + 1:], error)  # the error ⊗ U[i, i+1:] off the later columns, in place
+            # the error ⊗ U[i, i+1:] off the later columns, the product rounded before the sum as the authors' code
+            # rounds it (a fused update, addr_, rounds once: other integers where a weight sits near a half)
+            block[i + 1:] += torch.outer(u[i, i + 1:], error)
         W[end:] += U[start:end, end:].T @ errors  # the lazy batch update of the columns after it
     return Q.T[:, torch.argsort(perm)].to(torch.int8), grid.kept(scales)

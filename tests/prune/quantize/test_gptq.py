@@ -78,6 +78,18 @@ def test_the_integers_and_scales_are_the_authors_algorithms_up_to_rounding_ties(
     assert (ours[:, [3, columns // 2]] == 0).all()  # a dead input's weight is zero
 
 
+@pytest.mark.parametrize("grid, groupsize", [(INT4, 32), (INT8, -1)])
+def test_on_a_layer_sized_matrix_the_integers_are_the_authors_exactly(grid, groupsize):
+    """960 rows of 576 inputs (the default model's q, k and v solved as one): hundreds of thousands of roundings, where
+    an update rounded otherwise than theirs (a fused multiply-add) gives other integers in a few rows."""
+    torch.manual_seed(1)
+    weight = torch.randn(960, 576) * 0.02
+    x = correlated_inputs(4096, 576)
+    ours, _ = gptq(weight, x.T @ x, grid)
+    theirs, _ = fasterquant(weight, x.T @ x, grid.bits, grid.stored, divide=False, groupsize=groupsize)
+    assert torch.equal(ours, theirs)
+
+
 @pytest.mark.parametrize("grid", [INT4, INT8], ids=["int4", "int8"])
 def test_without_correlated_inputs_gptq_rounds_to_nearest_as_torchao_does(grid):
     """A diagonal H: no column's error reaches another, so GPTQ's integers and scales are round-to-nearest's."""
