@@ -114,6 +114,22 @@ def gram(x: torch.Tensor) -> torch.Tensor:
     return x.T @ x
 
 
+class OncePerInput:
+    """``reduce`` of a module's input [tokens, inputs] in float32, computed once for modules that read one tensor in
+    turn (q, k and v; an MLP's gate and up); :meth:`forget` lets go of the last input and its value."""
+
+    def __init__(self, reduce: Callable[[torch.Tensor], object]):
+        self.reduce, self.last = reduce, (None, None)
+
+    def __call__(self, x: torch.Tensor):
+        if self.last[0] is not x:
+            self.last = x, self.reduce(x.detach().reshape(-1, x.shape[-1]).float())
+        return self.last[1]
+
+    def forget(self) -> None:
+        self.last = (None, None)
+
+
 @torch.no_grad()
 def input_statistics(layer: nn.Module, modules: dict[str, nn.Module], hidden: list[torch.Tensor], calls: list[tuple],
                      reduce: Callable[[torch.Tensor], torch.Tensor] = gram,
@@ -125,18 +141,17 @@ def input_statistics(layer: nn.Module, modules: dict[str, nn.Module], hidden: li
     An expert no calibration token reached reads every token that reached its layer, as if routed to it (a second
     pass, for those experts only): llm-compressor's ``moe_calibrate_all_experts`` calibrates every expert so."""
     found: dict[str, torch.Tensor] = {}
-    last: list = [None, None]  # the last input reduced, and its value: q, k and v read one tensor, reduced once
+    reduced = OncePerInput(reduce)
 
     def collect(name):
         def hook(_module, args, _output):
-            if last[0] is not args[0]:
-                last[:] = args[0], reduce(args[0].detach().reshape(-1, args[0].shape[-1]).float())
-            found[name] = found[name] + last[1] if name in found else last[1]
+            value = reduced(args[0])
+            found[name] = found[name] + value if name in found else value
         return hook
 
     _hooked_pass(layer, hidden, calls, [m.register_forward_hook(collect(name)) for name, m in modules.items()]
                  + (routed_inputs(layer, reduce, found) if experts else []))
-    last.clear()
+    reduced.forget()
     if experts and (missing := unreached(layer, found)):
         _hooked_pass(layer, hidden, calls, routed_inputs(layer, reduce, found, every=missing))
     return found

@@ -32,7 +32,7 @@ from torch import nn
 from transformers.pytorch_utils import Conv1D
 
 from prune.core.factored import Factored, dense_module, pays
-from prune.core.sequential import rows_of, run_layer
+from prune.core.sequential import OncePerInput, rows_of, run_layer
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,12 @@ def moments(layer: nn.Module, paths: Iterable[str], hidden: list[torch.Tensor],
     for path in paths:
         outputs, inputs = rows_of(layer.get_submodule(path)).shape
         sides[path] = "output" if outputs <= inputs else "input"
-    last: list = [None, None]  # the last input reduced, and its (count, Σ v, Σ v vᵀ)
 
     def reduced(v: torch.Tensor) -> tuple:
         v = v.float()
         return v.shape[0], v.sum(0).double(), (v.T @ v).double()  # float32 products per batch, summed in float64
+
+    shared = OncePerInput(reduced)  # gate and up read one input: reduced once
 
     def collect(path, module):
         def hook(_module, args, output):
@@ -129,9 +130,7 @@ def moments(layer: nn.Module, paths: Iterable[str], hidden: list[torch.Tensor],
                 v = output.detach().reshape(-1, output.shape[-1])
                 part = reduced(v - module.bias.detach() if getattr(module, "bias", None) is not None else v)
             else:
-                if last[0] is not args[0]:
-                    last[:] = args[0], reduced(args[0].detach().reshape(-1, args[0].shape[-1]))
-                part = last[1]
+                part = shared(args[0])
             seen = found.setdefault(path, [0, 0.0, 0.0])
             seen[:] = [a + b for a, b in zip(seen, part)]
         return hook
@@ -142,7 +141,7 @@ def moments(layer: nn.Module, paths: Iterable[str], hidden: list[torch.Tensor],
     finally:
         for handle in handles:
             handle.remove()
-    last.clear()
+    shared.forget()
     made: dict[str, Moments] = {}
     for path, value in found.items():
         same = next((m for other, m in made.items() if sides[other] == sides[path] == "input"
