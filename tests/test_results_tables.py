@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from benchmarks import record, tables
 from conftest import REPO
@@ -101,6 +102,7 @@ def test_a_result_carries_its_provenance_and_refuses_figures_that_would_hide_it(
     assert found["columns"] == {"a": {"ms": 1.5, "spread": None}} and found["shape"] == [1, 2]
     assert found["model"] == "tiny" and found["how"] == "a test" and found["device"] == "CPU"
     assert "CPU cores" in found["machine"]
+    assert torch.backends.cpu.get_cpu_capability() in found["machine"]  # which kernels a CPU's figures came from
     assert {"python", "torch", "transformers"} <= set(found["versions"])
     assert found["commit"] == record.CODE[0] and found["dirty"] == record.CODE[1] and found["date"].count("-") == 2
     assert found["command"].startswith("python ")

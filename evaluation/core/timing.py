@@ -48,11 +48,16 @@ class Timer:
 
 @functools.cache
 def machine() -> str:
-    """CPU cores and processor, e.g. '2 CPU cores, AMD EPYC, x86_64' (read once: the rates' cache key asks often)."""
+    """CPU cores, processor and the vector instructions PyTorch's CPU kernels use, e.g. '2 CPU cores, AMD EPYC, x86_64,
+    AVX512 (bfloat16 native)': the same processor name covers machines whose quantized kernels run at different rates
+    (read once: the rates' cache key asks often)."""
     name = platform.processor()
     try:
         name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                      if line.startswith("model name")), name)
     except OSError:
         pass
-    return ", ".join(part for part in (f"{os.cpu_count()} CPU cores", name, platform.machine()) if part)
+    vector = torch.backends.cpu.get_cpu_capability()
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        vector += " (bfloat16 native)"
+    return ", ".join(part for part in (f"{os.cpu_count()} CPU cores", name, platform.machine(), vector) if part)

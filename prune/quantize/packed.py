@@ -4,7 +4,13 @@ torchao 0.18's weight-only tensors dequantize the whole matrix before every prod
 a byte). These two tensor subclasses hold the same integers and scales in the forms PyTorch's own CPU kernels take:
 
 * :class:`Int8Rows`: the int8 values [N, K] and one scale per row in the model's dtype; a product runs
-  ``torch._weight_int8pack_mm`` (bfloat16 activations; a float32 model's scale is applied after, in float32).
+  ``torch._weight_int8pack_mm`` (bfloat16 activations; a float32 model's scale is applied after, in float32). From
+  ``WIDEN_ROWS`` rows of input (scoring, a long prefill: compute-bound, where that kernel is slower than a dense
+  product, 1.4× on AVX2) the same product is computed densely on the rows widened a block at a time: bfloat16 inputs
+  times integers are exact in float32, summed in float32 and rounded once to bfloat16 as the kernel does, only the
+  order of the sums differs (as it differs between the kernel's own AVX2 and AVX-512 code); widened to bfloat16 where
+  oneDNN multiplies bfloat16 natively (AVX512-BF16, AMX: 3× the kernel's rate at 4,096 rows on a Zen 5), else to
+  float32. Decoding (a row or a batch of rows at a time) keeps the kernel, which reads a quarter of the bytes.
 * :class:`Int4Groups`: two values a byte, packed by ``_convert_weight_to_int4pack_for_cpu`` (u = q + 8), and tinygemm's
   bfloat16 scales-and-zeros [K/g, N, 2] (zero 0: tinygemm computes (u - 8)·scale + zero); a product runs
   ``_weight_int4pack_mm_for_cpu``. The scales are torchao's rounded to bfloat16.
@@ -45,7 +51,10 @@ ALIGN = 64  # bytes: where the int8 kernel's weight and input must start
 INT8_INPUTS = 16  # torch 2.13's CPU int8 kernel reads inputs 16 at a time: another width crashes it (past one row)
 KERNEL_ROWS = 16  # the int4 CPU packing takes a multiple of 16 rows
 BLOCK = 64  # rows: the int4 CPU packing is read back a block of this many rows at a time where it keeps them apart
-INT8_KERNEL = "torch._weight_int8pack_mm (bfloat16 activations)"
+WIDEN_ROWS = 256  # input rows from which an int8 product widens the weight instead of running the kernel
+WIDEN_BYTES = 32 << 20  # the widened rows' transient copy, at most, per block
+NATIVE_BF16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN multiplies bfloat16 natively here
+INT8_KERNEL = f"torch._weight_int8pack_mm (bfloat16 activations; from {WIDEN_ROWS} rows, the same product widened)"
 INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu (bfloat16 activations)"
 INT8_CUDA = "int8 widened, then the dense product (scale on the output)"
 INT8_UNEVEN = f"{INT8_CUDA}: an input width not a multiple of {INT8_INPUTS}, which the int8 kernel does not take"
@@ -89,9 +98,14 @@ class Int8Rows(TorchAOBaseTensor):
         output."""
         if self.device.type == "cuda" or self.shape[1] % INT8_INPUTS:
             return _widened_mm(x.to(self.dtype), self.qdata, self.scale)
-        inside = self.scale if self.scale.dtype == torch.bfloat16 else torch.ones_like(self.scale, dtype=torch.bfloat16)
-        out = _int8_mm(x.to(torch.bfloat16), self.qdata, inside).to(self.dtype)
-        return out if inside is self.scale else out * self.scale
+        inside = self.scale if self.scale.dtype == torch.bfloat16 else None  # else applied after, in float32
+        x = x.to(torch.bfloat16)
+        if x.shape[0] >= WIDEN_ROWS:
+            out = _int8_widened(x, self.qdata, inside).to(self.dtype)
+        else:
+            out = _int8_mm(x, self.qdata, torch.ones_like(self.scale, dtype=torch.bfloat16) if inside is None
+                           else inside).to(self.dtype)
+        return out if inside is not None else out * self.scale
 
     def moved(self, device: torch.device, dtype: torch.dtype) -> Int8Rows:
         return Int8Rows(self.qdata.to(device), self.scale.to(device, dtype), dtype)
@@ -189,6 +203,23 @@ def _int8_mm(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> torch
 @_int8_mm.register_fake
 def _(x, qdata, scale):
     return x.new_empty(x.shape[0], qdata.shape[0])
+
+
+def _int8_widened(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """What ``torch._weight_int8pack_mm(x, qdata, scale)`` computes (bfloat16 x [M, K] times int8 rows [N, K], float32
+    sums, times ``scale`` [N] when given, rounded once to bfloat16) as dense products, the rows widened a block of at
+    most ``WIDEN_BYTES`` at a time: to bfloat16 where oneDNN multiplies it natively and no scale goes in (its float32
+    sums come out rounded to bfloat16), else to float32."""
+    step = max(1, WIDEN_BYTES // (4 * qdata.shape[1]))
+    native = NATIVE_BF16 and scale is None
+    wide = x if native else x.float()
+    parts = []
+    for start in range(0, qdata.shape[0], step):
+        rows = qdata[start:start + step]
+        part = torch.nn.functional.linear(wide, rows.to(wide.dtype))
+        parts.append(part if native else (part if scale is None else part * scale[start:start + step].float())
+                     .to(torch.bfloat16))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 @torch.library.custom_op("layercut::int4_groups_mm", mutates_args=())

@@ -1,6 +1,7 @@
 """The kernel form of quantized weights: torchao's integers and scales kept (int4's scales rounded to bfloat16), the
-int4 packing read back exactly, each kernel's product within the bound that bfloat16 activations allow, the fallback
-off the kernels' shapes, and nothing that holds an autograd graph."""
+int4 packing read back exactly, each kernel's product within the bound that bfloat16 activations allow (int8's long
+products widened, computing what its kernel does), the fallback off the kernels' shapes, and nothing that holds an
+autograd graph."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from torch import nn
 import prune  # noqa: F401  (registers the steps)
 from prune.core.architectures import decoder_layers
 from prune.core.surgery import clone_layers
-from prune.quantize.packed import FALLBACK, INT4_KERNEL, INT8_KERNEL, Int4Groups, _pack, _unpack
+from prune.quantize import packed
+from prune.quantize.packed import FALLBACK, INT4_KERNEL, INT8_KERNEL, Int4Groups, Int8Rows, _pack, _unpack
 from prune.quantize.step import Quantize
 from prune.quantize.weights import kernel_of, torchao_config
 
@@ -49,10 +51,10 @@ def test_the_cpu_packing_is_read_back_exactly(rows, inputs):
         assert torch.equal(_unpack(packed, values.shape, packing), values)
 
 
-def kernel_and_reference(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+def kernel_and_reference(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype, tokens: int = 5):
     """(the quantized linear's output, the exact float64 product of its input and its dequantized weight, and the bound
-    on their difference) for a 3-D input."""
-    x = torch.randn(2, 5, weight.shape[1], generator=torch.Generator().manual_seed(1)).to(dtype)
+    on their difference) for a 3-D input of 2 × ``tokens`` rows."""
+    x = torch.randn(2, tokens, weight.shape[1], generator=torch.Generator().manual_seed(1)).to(dtype)
     layer = nn.Linear(weight.shape[1], weight.shape[0], bias=bias is not None).to(dtype)
     layer.weight = nn.Parameter(weight, requires_grad=False)
     if bias is not None:
@@ -68,17 +70,45 @@ def kernel_and_reference(weight: torch.Tensor, bias: torch.Tensor | None, dtype:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("bits, group, kernel", [(8, None, INT8_KERNEL), (4, 32, INT4_KERNEL), (4, 128, INT4_KERNEL)])
-def test_each_kernels_product_is_the_dequantized_product_to_bfloat16_rounding(bits, group, kernel, dtype):
+@pytest.mark.parametrize("bits, group, kernel, tokens", [(8, None, INT8_KERNEL, 5), (8, None, INT8_KERNEL, 150),
+                                                         (4, 32, INT4_KERNEL, 5), (4, 128, INT4_KERNEL, 5)])
+def test_each_kernels_product_is_the_dequantized_product_to_bfloat16_rounding(bits, group, kernel, tokens, dtype):
     model = tiny_model("llama", 1)
     layer = decoder_layers(model)[0]
     layer.mlp.down_proj = nn.Linear(256, 64, bias=True)  # 64 outputs: the int4 packing's 64-row blocks
     variant = Quantize.of(bits, group).apply(model.to(dtype))
     linear = decoder_layers(variant)[0].mlp.down_proj
     assert linear.weight.kernel() == kernel
-    out, exact, bound = kernel_and_reference(linear.weight, linear.bias, dtype)
+    assert (2 * tokens >= packed.WIDEN_ROWS) == (tokens == 150)  # int8's 300 rows take the widened product
+    out, exact, bound = kernel_and_reference(linear.weight, linear.bias, dtype, tokens)
     assert out.dtype == dtype and not out.requires_grad
     assert bool(((out.double() - exact).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_long_int8_product_widens_the_rows_and_computes_what_the_kernel_does(monkeypatch, native, dtype):
+    """From WIDEN_ROWS rows the kernel is not called; the widened product (bfloat16 or float32 rows, in blocks) gives
+    the kernel's own output for the same rows but in a few elements, by one bfloat16 step (the order of the sums)."""
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randint(-127, 128, (200, 96), dtype=torch.int8, generator=generator)
+    weight = Int8Rows(values, (torch.rand(200, generator=generator) / 50).to(dtype), dtype)
+    x = torch.randn(packed.WIDEN_ROWS, 96, generator=generator).to(dtype)
+    kernel = packed._int8_mm
+    expected = weight.product(x[:packed.WIDEN_ROWS - 1])  # one row short: the kernel
+    expected = torch.cat([expected, weight.product(x[-1:])])
+    calls = []
+    monkeypatch.setattr(packed, "_int8_mm", lambda *args: calls.append(args) or kernel(*args))
+    monkeypatch.setattr(packed, "NATIVE_BF16", native)
+    monkeypatch.setattr(packed, "WIDEN_BYTES", 64 * 96 * 4)  # blocks of 64 rows: 4 blocks, the last short
+    out = weight.product(x)
+    assert not calls and out.dtype == dtype and out.shape == expected.shape
+    weight.product(x[:3])
+    assert len(calls) == 1  # a short product still runs the kernel
+    differ = out != expected
+    step = expected.abs().to(torch.bfloat16).float() * 2.0 ** -7 + 1e-30  # one bfloat16 step (and some), per element
+    assert bool(((out.float() - expected.float()).abs() <= step * 1.01).all())
+    assert differ.float().mean().item() < 0.01
 
 
 def test_an_int4_matrix_off_the_kernels_rows_is_still_packed_and_multiplies_its_dequantized_values():
