@@ -124,18 +124,21 @@ def quantized_head(found: dict) -> str:
     return table(["", *columns], rows)
 
 
-@renders("int8_scoring*")
-def int8_scoring(found: dict) -> str:
-    """benchmarks/int8_scoring.py: an int8 model scored through the kernel and widened, beside the float original."""
+@renders("quantized_scoring*")
+def quantized_scoring(found: dict) -> str:
+    """benchmarks/quantized_scoring.py: int8 and int4 models scored through their kernels and widened, beside the
+    float original."""
     peaks = found["peak_gflops"]
     rows = [[name, num(c["median_s"]), num(c["task_s"]), num(c["perplexity_s"]), num(c["perplexity_gflops"], ".0f"),
              pct(c["perplexity_gflops"] / peaks["float32"]), num(c["acc_norm"], ".3f"), num(c["perplexity"], ".3f")]
             for name, c in found["columns"].items()]
+    ratios = "; ".join(f"{bits} widened {r['widened_over_kernel_speedup']:.2f}× faster than its kernel (the kernel "
+                       f"{r['kernel_over_float_time']:.2f}× the float32 original's time, widened "
+                       f"{r['widened_over_float_time']:.2f}×)" for bits, r in found["bits"].items())
     return (table(["route", "s (median)", "hellaswag s", "perplexity s", "perplexity GFLOP/s",
                    "of the float32 peak", "hellaswag acc_norm", "perplexity"], rows)
-            + f"\n\nWidened against the kernel: {found['widened_over_kernel_speedup']:.2f}× faster; the kernel takes "
-              f"{found['kernel_over_float_time']:.2f}× the float32 original's time, widened "
-              f"{found['widened_over_float_time']:.2f}×. Matrix-product peak here (4,096 × 1,536 × 576): "
+            + f"\n\n{ratios}. Here int4 {'widens' if found['int4_widens_here'] else 'keeps its kernel'}. "
+              "Matrix-product peak here (4,096 × 1,536 × 576): "
             + ", ".join(f"{dtype} {value:.0f} GFLOP/s" for dtype, value in peaks.items()) + ".")
 
 

@@ -13,7 +13,10 @@ a byte). These two tensor subclasses hold the same integers and scales in the fo
   float32. Decoding (a row or a batch of rows at a time) keeps the kernel, which reads a quarter of the bytes.
 * :class:`Int4Groups`: two values a byte, packed by ``_convert_weight_to_int4pack_for_cpu`` (u = q + 8), and tinygemm's
   bfloat16 scales-and-zeros [K/g, N, 2] (zero 0: tinygemm computes (u - 8)·scale + zero); a product runs
-  ``_weight_int4pack_mm_for_cpu``. The scales are torchao's rounded to bfloat16.
+  ``_weight_int4pack_mm_for_cpu``. The scales are torchao's rounded to bfloat16. Where ATen runs AVX2 code (there that
+  kernel is 1.35× slower than a float32 product at 4,096 rows; with AVX-512 it is faster than one) a product of
+  ``INT4_WIDEN_ROWS`` rows or more dequantizes the rows a block at a time, (u − 8)·scale + zero exact in float32, and
+  multiplies them densely in float32, rounding once to bfloat16 as the kernel does (the order of the sums aside).
 
 Both kernels are slower than dense with float32 activations, so the activations go in as bfloat16 and the output comes
 back in the model's dtype. On CUDA (``moved`` repacks a weight that changes device type):
@@ -54,8 +57,11 @@ BLOCK = 64  # rows: the int4 CPU packing is read back a block of this many rows 
 WIDEN_ROWS = 256  # input rows from which an int8 product widens the weight instead of running the kernel
 WIDEN_BYTES = 32 << 20  # the widened rows' transient copy, at most, per block
 NATIVE_BF16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()  # oneDNN multiplies bfloat16 natively here
+INT4_WIDENS = torch.backends.cpu.get_cpu_capability() == "AVX2"  # where the int4 kernel is the slower (measured)
+INT4_WIDEN_ROWS = 1024  # input rows from which it does: dequantizing costs what ~300 rows' products do
 INT8_KERNEL = f"torch._weight_int8pack_mm (bfloat16 activations; from {WIDEN_ROWS} rows, the same product widened)"
-INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu (bfloat16 activations)"
+INT4_KERNEL = ("aten._weight_int4pack_mm_for_cpu (bfloat16 activations"
+               + (f"; from {INT4_WIDEN_ROWS} rows, the same product widened)" if INT4_WIDENS else ")"))
 INT8_CUDA = "int8 widened, then the dense product (scale on the output)"
 INT8_UNEVEN = f"{INT8_CUDA}: an input width not a multiple of {INT8_INPUTS}, which the int8 kernel does not take"
 INT4_CUDA = "aten._weight_int4pack_mm, tinygemm (bfloat16 activations)"
@@ -161,6 +167,8 @@ class Int4Groups(TorchAOBaseTensor):
         x = x.to(torch.bfloat16).contiguous()
         if self.packing == "cuda":
             return aten._weight_int4pack_mm(x, self.packed, self.group, self.scale_and_zero).to(self.dtype)
+        if INT4_WIDENS and x.shape[0] >= INT4_WIDEN_ROWS:
+            return _int4_widened(x, self).to(self.dtype)
         return _int4_mm(x, self.packed, self.group, self.scale_and_zero).to(self.dtype)
 
     def moved(self, device: torch.device, dtype: torch.dtype) -> Int4Groups:
@@ -230,6 +238,22 @@ def _int4_mm(x: torch.Tensor, packed: torch.Tensor, group: int, scale_and_zero: 
 @_int4_mm.register_fake
 def _(x, packed, group, scale_and_zero):
     return x.new_empty(x.shape[0], scale_and_zero.shape[1])
+
+
+def _int4_widened(x: torch.Tensor, weight: Int4Groups) -> torch.Tensor:
+    """What the CPU int4 kernel computes for bfloat16 ``x`` [M, K] ((u − 8)·scale + zero per group, exact in float32,
+    times x, float32 sums, rounded once to bfloat16) as dense float32 products, the rows dequantized a block of at most
+    ``WIDEN_BYTES`` at a time (whole blocks of the packing's 64 rows, which are read back each on its own)."""
+    rows, inputs = weight.shape
+    step = max(BLOCK, WIDEN_BYTES // (4 * inputs) // BLOCK * BLOCK) if rows % BLOCK == 0 else rows
+    wide, parts = x.float(), []
+    for start in range(0, rows, step):
+        end = min(rows, start + step)
+        values = _unpack(weight.packed[start:end], (end - start, inputs), weight.packing).float()
+        scale, zero = weight.scale_and_zero[:, start:end].float().permute(2, 1, 0)[..., None]  # 2 × [n, K/g, 1]
+        dense = (values.view(end - start, -1, weight.group) * scale + zero).view(end - start, inputs)
+        parts.append(torch.nn.functional.linear(wide, dense).to(torch.bfloat16))
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
 def _dequantize(self) -> torch.Tensor:

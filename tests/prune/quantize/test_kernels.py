@@ -111,6 +111,33 @@ def test_a_long_int8_product_widens_the_rows_and_computes_what_the_kernel_does(m
     assert differ.float().mean().item() < 0.01
 
 
+@pytest.mark.parametrize("rows", [192, 48])  # whole blocks of the packing's 64 rows, and not
+def test_a_long_int4_product_with_avx2_code_is_dequantized_and_computes_what_the_kernel_does(monkeypatch, rows):
+    """Where the int4 kernel is the slower (AVX2 code), a product of INT4_WIDEN_ROWS rows or more does not call it: the
+    rows dequantized to float32 (in blocks of 64 here) give the kernel's own output but in a few elements, by one
+    bfloat16 step; elsewhere (AVX-512), or for fewer rows, the kernel runs."""
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randint(-8, 8, (rows, 96), dtype=torch.int8, generator=generator)
+    weight = Int4Groups.of(values, torch.rand(rows, 3, generator=generator) / 50, 32, torch.float32)
+    assert weight.packing == "cpu"
+    x = torch.randn(packed.INT4_WIDEN_ROWS, 96, generator=generator)
+    kernel = packed._int4_mm
+    expected = kernel(x.bfloat16(), weight.packed, 32, weight.scale_and_zero).float()
+    calls = []
+    monkeypatch.setattr(packed, "_int4_mm", lambda *args: calls.append(args) or kernel(*args))
+    monkeypatch.setattr(packed, "WIDEN_BYTES", 64 * 96 * 4)  # blocks of 64 rows
+    for widens, short, called in [(True, False, 0), (True, True, 1), (False, False, 2)]:
+        monkeypatch.setattr(packed, "INT4_WIDENS", widens)
+        weight.product(x[:3] if short else x)
+        assert len(calls) == called
+    monkeypatch.setattr(packed, "INT4_WIDENS", True)
+    out = weight.product(x)
+    assert out.dtype == torch.float32 and out.shape == expected.shape
+    step = expected.abs().to(torch.bfloat16).float() * 2.0 ** -7 + 1e-30  # one bfloat16 step (and some), per element
+    assert bool(((out - expected).abs() <= step * 1.01).all())
+    assert (out != expected).float().mean().item() < 0.01
+
+
 def test_an_int4_matrix_off_the_kernels_rows_is_still_packed_and_multiplies_its_dequantized_values():
     values = torch.randint(-8, 8, (24, 64), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
     scales = torch.rand(24, 2) / 10
