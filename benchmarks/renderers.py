@@ -132,8 +132,8 @@ def quantized_scoring(found: dict) -> str:
     rows = [[name, num(c["median_s"]), num(c["task_s"]), num(c["perplexity_s"]), num(c["perplexity_gflops"], ".0f"),
              pct(c["perplexity_gflops"] / peaks["float32"]), num(c["acc_norm"], ".3f"), num(c["perplexity"], ".3f")]
             for name, c in found["columns"].items()]
-    ratios = "; ".join(f"{bits} widened {r['widened_over_kernel_speedup']:.2f}× faster than its kernel (the kernel "
-                       f"{r['kernel_over_float_time']:.2f}× the float32 original's time, widened "
+    ratios = "; ".join(f"{bits} widened takes {1 / r['widened_over_kernel_speedup']:.2f}× its kernel's time (the "
+                       f"kernel {r['kernel_over_float_time']:.2f}× the float32 original's, widened "
                        f"{r['widened_over_float_time']:.2f}×)" for bits, r in found["bits"].items())
     return (table(["route", "s (median)", "hellaswag s", "perplexity s", "perplexity GFLOP/s",
                    "of the float32 peak", "hellaswag acc_norm", "perplexity"], rows)

@@ -218,16 +218,25 @@ def _int8_widened(x: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor | No
     sums, times ``scale`` [N] when given, rounded once to bfloat16) as dense products, the rows widened a block of at
     most ``WIDEN_BYTES`` at a time: to bfloat16 where oneDNN multiplies it natively and no scale goes in (its float32
     sums come out rounded to bfloat16), else to float32."""
-    step = max(1, WIDEN_BYTES // (4 * qdata.shape[1]))
     native = NATIVE_BF16 and scale is None
     wide = x if native else x.float()
-    parts = []
-    for start in range(0, qdata.shape[0], step):
-        rows = qdata[start:start + step]
-        part = torch.nn.functional.linear(wide, rows.to(wide.dtype))
-        parts.append(part if native else (part if scale is None else part * scale[start:start + step].float())
-                     .to(torch.bfloat16))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+    def block(start: int, end: int) -> torch.Tensor:
+        out = torch.nn.functional.linear(wide, qdata[start:end].to(wide.dtype))
+        return out if native else (out if scale is None else out * scale[start:end].float()).to(torch.bfloat16)
+
+    return _in_blocks(x.shape[0], qdata.shape[0], max(1, WIDEN_BYTES // (4 * qdata.shape[1])), block)
+
+
+def _in_blocks(inputs: int, rows: int, step: int, block) -> torch.Tensor:
+    """The [inputs, rows] bfloat16 product whose columns ``block(start, end)`` gives, ``step`` rows of the weight at a
+    time (one block: its own output; more: each written into one output, nothing concatenated)."""
+    if step >= rows:
+        return block(0, rows)
+    out = torch.empty(inputs, rows, dtype=torch.bfloat16)
+    for start in range(0, rows, step):
+        out[:, start:min(rows, start + step)] = block(start, min(rows, start + step))
+    return out
 
 
 @torch.library.custom_op("layercut::int4_groups_mm", mutates_args=())
@@ -245,15 +254,16 @@ def _int4_widened(x: torch.Tensor, weight: Int4Groups) -> torch.Tensor:
     times x, float32 sums, rounded once to bfloat16) as dense float32 products, the rows dequantized a block of at most
     ``WIDEN_BYTES`` at a time (whole blocks of the packing's 64 rows, which are read back each on its own)."""
     rows, inputs = weight.shape
-    step = max(BLOCK, WIDEN_BYTES // (4 * inputs) // BLOCK * BLOCK) if rows % BLOCK == 0 else rows
-    wide, parts = x.float(), []
-    for start in range(0, rows, step):
-        end = min(rows, start + step)
+    wide = x.float()
+
+    def block(start: int, end: int) -> torch.Tensor:
         values = _unpack(weight.packed[start:end], (end - start, inputs), weight.packing).float()
         scale, zero = weight.scale_and_zero[:, start:end].float().permute(2, 1, 0)[..., None]  # 2 × [n, K/g, 1]
         dense = (values.view(end - start, -1, weight.group) * scale + zero).view(end - start, inputs)
-        parts.append(torch.nn.functional.linear(wide, dense).to(torch.bfloat16))
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return torch.nn.functional.linear(wide, dense).to(torch.bfloat16)
+
+    step = max(BLOCK, WIDEN_BYTES // (4 * inputs) // BLOCK * BLOCK) if rows % BLOCK == 0 else rows
+    return _in_blocks(x.shape[0], rows, step, block)
 
 
 def _dequantize(self) -> torch.Tensor:
