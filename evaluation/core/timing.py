@@ -58,6 +58,6 @@ def machine() -> str:
     except OSError:
         pass
     vector = torch.backends.cpu.get_cpu_capability()
-    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
         vector += " (bfloat16 native)"
     return ", ".join(part for part in (f"{os.cpu_count()} CPU cores", name, platform.machine(), vector) if part)
