@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from prune.core.devices import cpu_bfloat16_native
+
 
 @dataclass(frozen=True)
 class Rates:
@@ -58,6 +60,6 @@ def machine() -> str:
     except OSError:
         pass
     vector = torch.backends.cpu.get_cpu_capability()
-    if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if cpu_bfloat16_native():
         vector += " (bfloat16 native)"
     return ", ".join(part for part in (f"{os.cpu_count()} CPU cores", name, platform.machine(), vector) if part)

@@ -6,6 +6,11 @@ import psutil
 import torch
 
 
+def cpu_bfloat16_native() -> bool:
+    """Whether oneDNN multiplies bfloat16 natively on this CPU (AVX512-BF16, AMX); a torch built without oneDNN: no."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -46,6 +46,7 @@ from torchao.utils import TorchAOBaseTensor
 from transformers.quantizers.quantizer_torchao import TorchAoHfQuantizer
 
 from prune.core.architectures import decoder_layers
+from prune.core.devices import cpu_bfloat16_native
 from prune.core.errors import InvalidInput
 from prune.core.storage import is_quantized
 
@@ -56,8 +57,7 @@ KERNEL_ROWS = 16  # the int4 CPU packing takes a multiple of 16 rows
 BLOCK = 64  # rows: the int4 CPU packing is read back a block of this many rows at a time where it keeps them apart
 WIDEN_ROWS = 256  # input rows from which an int8 product widens the weight instead of running the kernel
 WIDEN_BYTES = 32 << 20  # the widened rows' transient copy, at most, per block
-# oneDNN multiplies bfloat16 natively here (AVX512-BF16, AMX); a torch built without oneDNN asks nothing
-NATIVE_BF16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+NATIVE_BF16 = cpu_bfloat16_native()  # oneDNN multiplies bfloat16 natively here
 INT4_WIDENS = torch.backends.cpu.get_cpu_capability() == "AVX2"  # where the int4 kernel is the slower (measured)
 INT4_WIDEN_ROWS = 1024  # input rows from which it does: dequantizing costs what ~300 rows' products do
 INT8_KERNEL = f"torch._weight_int8pack_mm (bfloat16 activations; from {WIDEN_ROWS} rows, the same product widened)"
